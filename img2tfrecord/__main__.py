@@ -1,0 +1,5 @@
+import sys
+
+from img2tfrecord.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""The Beam graph of a conversion, built from a config and a launch plan.
+
+    MatchFiles -> Reshuffle -> ConvertImage (read, decode, resize, encode, split)
+        -> ShuffleSplits -> per split: WriteToTFRecord -> CountRecords
+    errors -> errors.jsonl;  counts + shard files -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS)
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+
+import img2tfrecord
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.plan import Plan
+from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
+from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
+from img2tfrecord.transforms.report import FinalizeOutput, WriteErrorReport
+from img2tfrecord.transforms.shuffle import ShuffleSplits
+from img2tfrecord.transforms.write import WriteSplit, count_records
+
+
+def _split_and_class(record):
+    split, _, class_name, _ = record
+    return split, class_name
+
+
+def _reason(row):
+    return row["reason"]
+
+
+def _split_index(element, num_partitions, split_names):
+    return split_names.index(element[0])
+
+
+def _example(element):
+    return element[1]
+
+
+def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
+    """Add the conversion of ``config`` to pipeline ``p``."""
+    discovered = p | "DiscoverImages" >> DiscoverImages(plan.pattern, plan.base)
+    files = discovered.files
+    label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
+
+    converted = (
+        files
+        | "FusionBreak" >> beam.Reshuffle()
+        | "ConvertImage"
+        >> beam.ParDo(
+            ConvertImageFn(config.image, plan.layout, config.splits or (), config.seed),
+            label_names=beam.pvalue.AsSingleton(label_names),
+        ).with_outputs(ERRORS, main="records")
+    )
+    records, errors = converted.records, converted[ERRORS]
+
+    split_names = list(plan.split_names)
+    by_split = (
+        records
+        | "ShuffleSplits" >> ShuffleSplits(plan.num_shards)
+        | "PartitionSplits" >> beam.Partition(_split_index, len(split_names), split_names)
+    )
+    shard_files = []
+    for split, examples in zip(split_names, by_split):
+        shard_files.append(
+            examples
+            | f"Examples[{split}]" >> beam.Map(_example)
+            | f"Write[{split}]" >> WriteSplit(config.output, split, plan.num_shards[split], config.compression)
+        )
+    shards = (
+        shard_files
+        | "AllShards" >> beam.Flatten()
+        | "CountRecords" >> beam.Map(count_records)
+    )
+
+    class_counts = records | "SplitAndClass" >> beam.Map(_split_and_class) | "CountPerClass" >> beam.combiners.Count.PerElement()
+    reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
+    error_files = errors | "ErrorReport" >> WriteErrorReport(config.output)
+    num_inputs = files | "CountInputs" >> beam.combiners.Count.Globally()
+    num_skipped = discovered[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
+
+    manifest_fields = {
+        "tool_version": img2tfrecord.__version__,
+        "input_path": config.input,
+        "options": config.options_json(),
+        "compression": config.compression,
+    }
+    _ = (
+        p
+        | "Start" >> beam.Create([None])
+        | "FinalizeOutput"
+        >> beam.ParDo(
+            FinalizeOutput(config.output, manifest_fields, split_names),
+            label_names=beam.pvalue.AsSingleton(label_names),
+            class_counts=beam.pvalue.AsList(class_counts),
+            shards=beam.pvalue.AsList(shards),
+            rejected_counts=beam.pvalue.AsList(reason_counts),
+            num_inputs=beam.pvalue.AsSingleton(num_inputs),
+            num_skipped=beam.pvalue.AsSingleton(num_skipped),
+            unused_error_files=beam.pvalue.AsList(error_files),
+        )
+    )

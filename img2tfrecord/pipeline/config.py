@@ -1,0 +1,41 @@
+"""Everything a conversion run needs to know, validated before any pipeline starts."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Optional
+
+from img2tfrecord.transforms.image import ImageOptions
+from img2tfrecord.transforms.split import Splits
+
+DEFAULT_SHARD_SIZE_MB = 128.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertConfig:
+    input: str
+    output: str
+    image: ImageOptions = ImageOptions()
+    splits: Optional[Splits] = None  # None: split folders if present, else everything in "train"
+    seed: int = 0
+    shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
+    num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
+    compression: str = "none"
+    overwrite: bool = False
+
+    def options_json(self) -> Dict[str, Any]:
+        """The options as recorded in ``dataset.json``."""
+        image = self.image
+        return {
+            "image_size": list(image.size) if image.size else None,
+            "resize": image.resize,
+            "channels": image.channels,
+            "format": image.format,
+            "quality": image.quality,
+            "max_pixels": image.max_pixels,
+            "max_file_bytes": image.max_file_bytes,
+            "splits": {name: fraction for name, fraction in self.splits} if self.splits else None,
+            "seed": self.seed,
+            "shard_size_mb": None if self.num_shards else self.shard_size_mb,
+            "num_shards": self.num_shards,
+            "compression": self.compression,
+        }

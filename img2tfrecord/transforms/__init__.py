@@ -1,0 +1,1 @@
+"""PTransforms and DoFns of the conversion pipeline, one module per step."""

@@ -1,0 +1,125 @@
+"""The error report, the run's accounting, and the finishing writes of an output directory.
+
+``FinalizeOutput`` runs once, after every shard and the error report are
+final (it takes them as side inputs), checks that every input is accounted
+for, and writes ``dataset.json``, ``labels.txt`` and finally ``_SUCCESS``.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any, Dict, Iterable, List, Mapping, Tuple
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from img2tfrecord.schemas import labels as label_map
+from img2tfrecord.schemas import manifest
+
+
+def error_json(row: Mapping[str, str]) -> str:
+    # ensure_ascii escapes every control character and non-ASCII byte of a file name.
+    return json.dumps(dict(row), ensure_ascii=True, sort_keys=True)
+
+
+class WriteErrorReport(beam.PTransform):
+    """Error rows -> ``errors.jsonl`` (always written, empty when nothing was rejected)."""
+
+    def __init__(self, output_dir: str):
+        super().__init__()
+        self._path = FileSystems.join(output_dir, manifest.ERRORS_FILE)
+
+    def expand(self, errors):
+        return (
+            errors
+            | "ToJson" >> beam.Map(error_json)
+            | "WriteErrors" >> beam.io.WriteToText(self._path, shard_name_template="", num_shards=1)
+        )
+
+
+class AccountingError(RuntimeError):
+    """Raised when records written + rejected does not equal the inputs."""
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary name, so readers never see half a file."""
+    directory, name = path.rsplit("/", 1)
+    tmp = f"{directory}/{manifest.TEMP_PREFIXES[1]}{name}"
+    with FileSystems.create(tmp) as f:
+        f.write(text.encode("utf-8"))
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([tmp], [path])
+
+
+def summarise_splits(
+    split_names: Iterable[str],
+    class_counts: Iterable[Tuple[Tuple[str, str], int]],
+    shards: Iterable[Tuple[str, str, int, int]],
+) -> Dict[str, Dict[str, Any]]:
+    splits: Dict[str, Dict[str, Any]] = {
+        name: {"num_examples": 0, "num_bytes": 0, "examples_per_class": {}, "shards": []} for name in split_names
+    }
+    for (split, class_name), n in sorted(class_counts):
+        info = splits.setdefault(split, {"num_examples": 0, "num_bytes": 0, "examples_per_class": {}, "shards": []})
+        info["examples_per_class"][class_name] = n
+    for split, name, count, size in sorted(shards, key=lambda s: s[1]):
+        info = splits[split]
+        info["shards"].append({"file": name, "num_records": count, "num_bytes": size})
+        info["num_examples"] += count
+        info["num_bytes"] += size
+    return splits
+
+
+class FinalizeOutput(beam.DoFn):
+    """Check the accounting and write ``dataset.json``, ``labels.txt``, then ``_SUCCESS``."""
+
+    def __init__(self, output_dir: str, manifest_fields: Dict[str, Any], split_names: List[str]):
+        self._output_dir = output_dir
+        self._fields = manifest_fields
+        self._split_names = split_names
+
+    def process(
+        self,
+        unused_start,
+        label_names: List[str],
+        class_counts: List[Tuple[Tuple[str, str], int]],
+        shards: List[Tuple[str, str, int, int]],
+        rejected_counts: List[Tuple[str, int]],
+        num_inputs: int,
+        num_skipped: int,
+        unused_error_files: List[str],
+    ):
+        splits = summarise_splits(self._split_names, class_counts, shards)
+        written = sum(info["num_examples"] for info in splits.values())
+        for name, info in splits.items():
+            per_class = sum(info["examples_per_class"].values())
+            if per_class != info["num_examples"]:
+                raise AccountingError(
+                    f"split {name}: shards hold {info['num_examples']} records but {per_class} were encoded"
+                )
+        by_reason = dict(sorted(rejected_counts))
+        rejected = sum(by_reason.values())
+        if num_inputs != written + rejected:
+            raise AccountingError(
+                f"{num_inputs} inputs but {written} records written and {rejected} rejected"
+            )
+        doc = manifest.build_manifest(
+            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            label_names=label_names,
+            splits=splits,
+            accounting={
+                "inputs": num_inputs,
+                "written": written,
+                "rejected": rejected,
+                "skipped": num_skipped,
+                "rejected_by_reason": by_reason,
+            },
+            **self._fields,
+        )
+        join = FileSystems.join
+        write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
+        write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), manifest.dumps(doc))
+        with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:
+            f.write(b"")
+        yield doc

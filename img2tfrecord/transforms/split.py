@@ -1,0 +1,82 @@
+"""Deterministic split assignment and shuffle keys.
+
+Both are seeded hashes of an image's path relative to the input root, so a
+file's split and its place in the shuffle never depend on which other files
+exist: adding images never moves old ones between splits, and the same seed
+and input always give the same records in every split.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import List, Optional, Sequence, Tuple
+
+from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
+
+DEFAULT_SPLIT = "train"
+# Folder names that mark the SRC/<split>/<class>/<file> layout, and the split each stands for.
+SPLIT_FOLDERS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
+_TOLERANCE = 1e-6
+
+Splits = Tuple[Tuple[str, float], ...]
+
+
+def parse_splits(text: str) -> Splits:
+    """``"train=0.8,validation=0.1,test=0.1"`` -> ``(("train", 0.8), ...)``; ValueError if malformed."""
+    splits: List[Tuple[str, float]] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"expected NAME=FRACTION, got {part!r}")
+        if not SPLIT_NAME_RE.match(name):
+            raise ValueError(f"split name {name!r} may only use letters, digits and '_'")
+        try:
+            fraction = float(value)
+        except ValueError:
+            raise ValueError(f"fraction of split {name!r} is not a number: {value!r}") from None
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"fraction of split {name!r} must be in (0, 1], got {value}")
+        if any(name == n for n, _ in splits):
+            raise ValueError(f"split {name!r} is given twice")
+        splits.append((name, fraction))
+    if not splits:
+        raise ValueError("no splits given")
+    total = sum(f for _, f in splits)
+    if abs(total - 1.0) > _TOLERANCE:
+        raise ValueError(f"split fractions must sum to 1, they sum to {total:g}")
+    return tuple(splits)
+
+
+def _unit_hash(tag: str, seed: int, relpath: str) -> int:
+    digest = hashlib.sha256(f"{tag}\0{seed}\0{relpath}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def assign_split(relpath: str, seed: int, splits: Splits) -> str:
+    """The split of one file: where a seeded hash of its relative path falls in the fractions."""
+    if len(splits) == 1:
+        return splits[0][0]
+    u = _unit_hash("split", seed, relpath) / 2.0**64
+    cumulative = 0.0
+    for name, fraction in splits:
+        cumulative += fraction
+        if u < cumulative:
+            return name
+    return splits[-1][0]
+
+
+def shuffle_key(relpath: str, seed: int) -> int:
+    """A seeded 64-bit key: records are ordered by it inside each split."""
+    return _unit_hash("shuffle", seed, relpath)
+
+
+def split_of_folder(folder: str) -> Optional[str]:
+    return SPLIT_FOLDERS.get(folder)
+
+
+def is_split_layout(top_level_folders: Sequence[str]) -> bool:
+    """True when every first-level folder is a split name (``SRC/<split>/<class>/<file>``)."""
+    return bool(top_level_folders) and all(f in SPLIT_FOLDERS for f in top_level_folders)

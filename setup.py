@@ -1,0 +1,61 @@
+"""Packaging for img2tfrecord.
+
+This file is also what Dataflow workers install (``--setup_file ./setup.py``),
+so every runtime dependency of the pipeline belongs in ``install_requires``.
+"""
+import os
+import re
+
+import setuptools
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _version() -> str:
+    with open(os.path.join(_HERE, "img2tfrecord", "__init__.py"), encoding="utf-8") as f:
+        match = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M)
+    if not match:
+        raise RuntimeError("__version__ not found in img2tfrecord/__init__.py")
+    return match.group(1)
+
+
+def _long_description() -> str:
+    path = os.path.join(_HERE, "README.md")
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+setuptools.setup(
+    name="img2tfrecord",
+    version=_version(),
+    description="Convert image datasets into sharded TFRecord files with an Apache Beam pipeline.",
+    long_description=_long_description(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10,<3.13",
+    packages=setuptools.find_packages(include=["img2tfrecord", "img2tfrecord.*"]),
+    include_package_data=True,
+    install_requires=[
+        "apache-beam[gcp]>=2.77,<2.78",
+        "tensorflow>=2.21,<2.22",
+        "tensorflow-transform>=1.21,<1.22",
+        "pillow>=11,<13",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+        ],
+    },
+    entry_points={
+        "console_scripts": [
+            "img2tfrecord=img2tfrecord.cli:main",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
