@@ -1,0 +1,64 @@
+"""Shared fixtures: the real CLI in a subprocess and one converted sample dataset per session."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Sequence
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Fast local runner for tests that are not about the runner itself.
+IN_MEMORY = ("--runner=FnApiRunner", "--direct_running_mode=in_memory")
+
+
+def run_cli(*args: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
+    """Run ``python -m img2tfrecord ARGS`` and return the finished process (text output)."""
+    full_env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "img2tfrecord", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=ROOT,
+    )
+
+
+def convert(input_dir: str, output_dir: str, *extra: str, runner: Sequence[str] = IN_MEMORY) -> subprocess.CompletedProcess:
+    proc = run_cli("convert", "--input", input_dir, "--output", output_dir, *extra, *runner)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def sample_dir(tmp_path_factory) -> str:
+    """The built-in sample dataset, 20 images per class."""
+    from img2tfrecord import sample
+
+    directory = str(tmp_path_factory.mktemp("sample"))
+    sample.generate(directory, images_per_class=20, seed=1)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def converted_sample(sample_dir, tmp_path_factory) -> str:
+    """``sample_dir`` converted at 64x64 JPEG into train/validation/test, 2 shards per split."""
+    out = str(tmp_path_factory.mktemp("records") / "out")
+    proc = convert(
+        sample_dir, out, "--image-size", "64", "--splits", "train=0.7,validation=0.15,test=0.15",
+        "--seed", "7", "--num-shards", "2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def converted_keep(sample_dir, tmp_path_factory) -> str:
+    """``sample_dir`` converted with the original bytes kept (mixed sizes, jpeg and png), one split."""
+    out = str(tmp_path_factory.mktemp("records_keep") / "out")
+    proc = convert(sample_dir, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
