@@ -127,16 +127,17 @@ def check_pipeline_args(args: Sequence[str], own_options: Sequence[str]) -> None
     """UsageError for an argument that neither convert nor Beam knows."""
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-    parser = _BeamArgumentParser(allow_abbrev=False)
+    class _BeamOptionsParser(_BeamArgumentParser):
+        def error(self, message):
+            raise UsageError(f"invalid pipeline option: {message}")
+
+    parser = _BeamOptionsParser(allow_abbrev=False)
     seen = set()
     for cls in PipelineOptions.__subclasses__():
         if str(cls) not in seen:
             seen.add(str(cls))
             cls._add_argparse_args(parser)  # pylint: disable=protected-access
-    try:
-        _, unknown = parser.parse_known_args(list(args))
-    except SystemExit:
-        raise UsageError(f"invalid pipeline option in {' '.join(args)}") from None
+    _, unknown = parser.parse_known_args(list(args))
     if unknown:
         arg = unknown[0]
         known = list(own_options) + [o for a in parser._actions for o in a.option_strings]

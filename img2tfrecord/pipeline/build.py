@@ -15,6 +15,7 @@ from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.report import FinalizeOutput, WriteErrorReport
 from img2tfrecord.transforms.shuffle import ShuffleSplits
+from img2tfrecord.transforms.split import DEFAULT_SPLIT
 from img2tfrecord.transforms.write import WriteSplit, count_records
 
 
@@ -46,7 +47,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
         | "FusionBreak" >> beam.Reshuffle()
         | "ConvertImage"
         >> beam.ParDo(
-            ConvertImageFn(config.image, plan.layout, config.splits or (), config.seed),
+            ConvertImageFn(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed),
             label_names=beam.pvalue.AsSingleton(label_names),
         ).with_outputs(ERRORS, main="records")
     )

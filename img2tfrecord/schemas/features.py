@@ -17,6 +17,16 @@ CLASS_TEXT = "image/class/text"
 FILENAME = "image/filename"
 KEY_SHA256 = "image/key/sha256"
 
+# Not a record feature: the key under which ``img2tfrecord.load(..., as_dict=True)``
+# puts the decoded float32 image next to the parsed features.
+DECODED_IMAGE = "image"
+
+# Values of image/format. FORMAT_RAW marks uncompressed uint8 pixels in
+# row-major height x width x channels order.
+FORMAT_JPEG = "jpeg"
+FORMAT_PNG = "png"
+FORMAT_RAW = "raw"
+
 # Feature key -> (dtype name, description). Every feature is a scalar
 # (FixedLenFeature with shape []); bytes features hold one value.
 FEATURES: Dict[str, tuple] = {

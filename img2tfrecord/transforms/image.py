@@ -17,7 +17,9 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 RESIZE_MODES = ("stretch", "fit", "fill")
 FORMATS = ("keep", "jpeg", "png")
 # Formats whose original bytes may be stored as they are (TensorFlow decodes them).
-KEEPABLE_FORMATS = {"JPEG": "jpeg", "PNG": "png"}
+# MPO is how Pillow names a JPEG carrying extra pictures (many phone and camera
+# photos): the file is a JPEG whose first picture is the one decoded.
+KEEPABLE_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png"}
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
 DEFAULT_MAX_FILE_MB = 64.0
 _RESAMPLE = Image.Resampling.BICUBIC
@@ -59,6 +61,10 @@ class ImageOptions:
             raise ValueError(f"image size must be positive, got {self.size[0]}x{self.size[1]}")
         if not 1 <= self.quality <= 100:
             raise ValueError(f"quality must be between 1 and 100, got {self.quality}")
+        if self.max_pixels <= 0:
+            raise ValueError(f"max_pixels must be positive, got {self.max_pixels}")
+        if self.max_file_bytes <= 0:
+            raise ValueError(f"max_file_bytes must be positive, got {self.max_file_bytes}")
 
     @property
     def mode(self) -> str:
@@ -100,9 +106,17 @@ def _apply_orientation(img: Image.Image, orientation: int) -> Image.Image:
 
 
 def _to_8bit(img: Image.Image) -> Image.Image:
-    """16/32-bit integer and float greyscale to 8-bit L, keeping the full range visible."""
+    """16/32-bit integer and float greyscale to 8-bit L, keeping the full range visible.
+
+    16-bit images (``I;16*``) keep their top byte whatever their values, so a
+    dark 16-bit image stays dark; a 32-bit ``I`` image, whose real bit depth
+    is unknown, is taken as 8-bit, 16-bit or scaled by its maximum.
+    """
     import numpy as np  # numpy ships with TensorFlow; only deep images need it
 
+    if img.mode.startswith("I;16"):
+        arr = np.asarray(img.convert("I")).astype(np.int64) >> 8
+        return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), mode="L")
     arr = np.asarray(img)
     if img.mode == "F":
         arr = arr.astype(np.float64)
@@ -123,7 +137,7 @@ def normalise_mode(img: Image.Image, mode: str) -> Image.Image:
     if img.mode == mode:
         return img
     if img.mode in ("I", "I;16", "I;16L", "I;16B", "I;16N", "F"):
-        img = _to_8bit(img.convert("I") if img.mode.startswith("I;16") else img)
+        img = _to_8bit(img)
         return img if mode == "L" else img.convert(mode)
     has_alpha = img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
         img.mode == "P" and "transparency" in img.info
@@ -178,9 +192,30 @@ def _encode(img: Image.Image, fmt: str, quality: int) -> bytes:
     return out.getvalue()
 
 
+def _allow_pixels(max_pixels: int) -> None:
+    """Raise Pillow's decompression-bomb limit to ``max_pixels`` when that is higher.
+
+    Pillow warns past ``Image.MAX_IMAGE_PIXELS`` and refuses to open past
+    twice that, before :func:`_open` can apply ``max_pixels`` itself; without
+    this a ``--max-pixels`` above Pillow's default could never let a larger
+    image through. The limit is only ever raised (never lowered, never
+    disabled), and every image is still checked against ``max_pixels``.
+    """
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and max_pixels > limit:
+        Image.MAX_IMAGE_PIXELS = max_pixels
+
+
+def _read_error_reason(e: Exception) -> str:
+    # Pillow says "image file is truncated" / "Truncated File Read" when the data
+    # ends early; a decoder failing on bad data is "broken data stream" (corrupt).
+    return "truncated" if "truncated" in str(e).lower() else "corrupt"
+
+
 def _open(data: bytes, max_pixels: int) -> Image.Image:
     if not data:
         raise ImageError("empty_file", "file is empty (0 bytes)")
+    _allow_pixels(max_pixels)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -190,7 +225,7 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     except UnidentifiedImageError:
         raise ImageError("not_an_image", "not a recognised image format") from None
     except Exception as e:  # a broken header can raise nearly anything
-        raise ImageError("corrupt", f"cannot read image header: {type(e).__name__}: {e}") from None
+        raise ImageError(_read_error_reason(e), f"cannot read image header: {type(e).__name__}: {e}") from None
     w, h = img.size
     if w <= 0 or h <= 0:
         raise ImageError("corrupt", f"invalid image dimensions {w}x{h}")
@@ -217,6 +252,7 @@ def convert_image(data: bytes, options: ImageOptions) -> ConvertedImage:
         )
     img = _open(data, options.max_pixels)
     source_format = img.format or ""
+    is_jpeg = KEEPABLE_FORMATS.get(source_format) == "jpeg"
     orientation = _orientation(img)
     swap = orientation in _TRANSPOSED_ORIENTATIONS
 
@@ -243,7 +279,7 @@ def convert_image(data: bytes, options: ImageOptions) -> ConvertedImage:
                     width=width,
                     channels=options.channels,
                 )
-            if options.size is not None and source_format == "JPEG":
+            if options.size is not None and is_jpeg:
                 w, h = options.size
                 if options.resize == "fit":
                     ow, oh = img.size if not swap else img.size[::-1]
@@ -260,20 +296,26 @@ def convert_image(data: bytes, options: ImageOptions) -> ConvertedImage:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageError("too_many_pixels", str(e)) from None
     except OSError as e:
-        text = str(e)
-        reason = "truncated" if "truncated" in text or "broken data stream" in text else "corrupt"
-        raise ImageError(reason, f"cannot decode {source_format or 'image'}: {text}") from None
+        raise ImageError(_read_error_reason(e), f"cannot decode {source_format or 'image'}: {e}") from None
     except MemoryError:
         raise ImageError("too_many_pixels", "out of memory while decoding") from None
     except Exception as e:
         raise ImageError("corrupt", f"cannot decode {source_format or 'image'}: {type(e).__name__}: {e}") from None
 
     if options.format == "keep":
-        fmt = "jpeg" if source_format == "JPEG" else "png"
+        fmt = "jpeg" if is_jpeg else "png"
     else:
         fmt = options.format
+    try:
+        encoded = _encode(img, fmt, options.quality)
+    except MemoryError:
+        raise ImageError("too_many_pixels", "out of memory while encoding") from None
+    except Exception as e:  # e.g. JPEG cannot hold more than 65500 pixels a side
+        raise ImageError(
+            "cannot_encode", f"cannot encode {img.width}x{img.height} as {fmt}: {type(e).__name__}: {e}"
+        ) from None
     return ConvertedImage(
-        encoded=_encode(img, fmt, options.quality),
+        encoded=encoded,
         format=fmt,
         height=img.height,
         width=img.width,

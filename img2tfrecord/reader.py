@@ -1,0 +1,339 @@
+"""Read a converted output directory as a ``tf.data.Dataset`` ready for training.
+
+    import img2tfrecord
+    ds = img2tfrecord.load("gs://bucket/out", split="train", batch_size=64)
+    model.fit(ds, epochs=10)
+
+Everything the reader needs comes from ``dataset.json``: the shard list,
+their compression, the feature spec, the class names and the stored image
+size and channel count. The pipeline is fast by construction: shuffled
+shard order, parallel interleaved shard reads, a record-level shuffle of
+the serialized bytes, batched parsing with ``tf.io.parse_example``,
+parallel decoding, and ``prefetch``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import tensorflow as tf
+
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import manifest
+
+ImageSize = Union[int, Tuple[int, int], Sequence[int]]
+
+AUTOTUNE = tf.data.AUTOTUNE
+DEFAULT_SHUFFLE_BUFFER = 2048  # serialized records held for the record-level shuffle
+MAX_PARALLEL_SHARDS = 16  # shards read at the same time
+READ_BUFFER_BYTES = 4 << 20  # per open shard; large reads matter on GCS
+_TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
+_ENCODED_FORMATS = ("keep", keys.FORMAT_JPEG, keys.FORMAT_PNG)  # options.format values decode_image handles
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What ``load`` builds, worked out from the manifest and the arguments before any TF op."""
+
+    files: List[str]
+    compression_type: str
+    spec: Dict[str, Any]
+    channels: int
+    stored_size: Optional[Tuple[int, int]]  # (height, width) every record has, when the writer resized
+    target_size: Optional[Tuple[int, int]]  # (height, width) to resize to, None to keep the stored size
+    decoder: str  # "encoded", "raw" or "by_record"
+    num_examples: int
+
+
+# ---------------------------------------------------------------------------
+# Manifest and arguments.
+
+
+def _join(directory: str, name: str) -> str:
+    return directory.rstrip("/") + "/" + name
+
+
+def read_manifest(path: str) -> Dict[str, Any]:
+    """The ``dataset.json`` of a finished conversion, read with ``tf.io.gfile`` (local or ``gs://``).
+
+    Raises FileNotFoundError naming the missing directory or manifest, and
+    ValueError when ``_SUCCESS`` is missing (the conversion did not finish)
+    or the manifest is not one this version reads.
+    """
+    if not tf.io.gfile.isdir(path):
+        raise FileNotFoundError(f"no such directory: {path}")
+    manifest_path = _join(path, manifest.MANIFEST_FILE)
+    if not tf.io.gfile.exists(manifest_path):
+        raise FileNotFoundError(f"{manifest_path} not found: {path} is not an img2tfrecord output directory")
+    with tf.io.gfile.GFile(manifest_path, "rb") as f:
+        doc = manifest.loads(f.read().decode("utf-8"))
+    if not tf.io.gfile.exists(_join(path, manifest.SUCCESS_FILE)):
+        raise ValueError(
+            f"{path} has no {manifest.SUCCESS_FILE} file: the conversion is incomplete "
+            f"(still running or failed); re-run convert"
+        )
+    return doc
+
+
+def _normalise_image_size(image_size: Optional[ImageSize]) -> Optional[Tuple[int, int]]:
+    if image_size is None:
+        return None
+    if isinstance(image_size, bool):
+        raise TypeError("image_size must be an int or a (height, width) pair")
+    if isinstance(image_size, int):
+        size = (image_size, image_size)
+    else:
+        try:
+            size = tuple(int(v) for v in image_size)
+        except TypeError:
+            raise TypeError(f"image_size must be an int or a (height, width) pair, got {image_size!r}") from None
+        if len(size) != 2:
+            raise ValueError(f"image_size must be an int or a (height, width) pair, got {image_size!r}")
+    if size[0] <= 0 or size[1] <= 0:
+        raise ValueError(f"image_size must be positive, got {image_size!r}")
+    return size
+
+
+def _stored_size(doc: Mapping[str, Any]) -> Optional[Tuple[int, int]]:
+    """(height, width) of every stored image, or None when sizes vary.
+
+    ``options.image_size`` is ``[width, height]`` (the CLI's WxH); the writer
+    gives every image exactly that size for each resize mode.
+    """
+    size = doc.get("options", {}).get("image_size")
+    if not size:
+        return None
+    width, height = size
+    return int(height), int(width)
+
+
+def _decoder(doc: Mapping[str, Any]) -> str:
+    fmt = doc.get("options", {}).get("format")
+    if fmt in _ENCODED_FORMATS:
+        return "encoded"
+    if fmt == keys.FORMAT_RAW:
+        return "raw"
+    return "by_record"
+
+
+def _plan(
+    path: str,
+    doc: Mapping[str, Any],
+    split: str,
+    batch_size: Optional[int],
+    image_size: Optional[ImageSize],
+) -> _Plan:
+    splits = doc.get("splits", {})
+    if split not in splits:
+        available = ", ".join(sorted(splits)) or "none"
+        raise ValueError(f"unknown split {split!r} in {path}; available splits: {available}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0):
+        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+    target = _normalise_image_size(image_size)
+    stored = _stored_size(doc)
+    if target is None and stored is None and batch_size is not None:
+        raise ValueError(
+            f"the images of {path} have different sizes (it was converted without --image-size), "
+            f"so they cannot be batched as they are: pass image_size=N or image_size=(height, width) "
+            f"to resize them, or batch_size=None to get single images of their stored sizes"
+        )
+    if target == stored:
+        target = None
+    compression = doc.get("compression", "none")
+    if compression not in _TF_COMPRESSION:
+        raise ValueError(f"{path}: unknown compression {compression!r} in {manifest.MANIFEST_FILE}")
+    info = splits[split]
+    files = [_join(path, s["file"]) for s in info["shards"] if int(s.get("num_records", 1)) > 0]
+    return _Plan(
+        files=files,
+        compression_type=_TF_COMPRESSION[compression],
+        spec=keys.feature_spec(doc.get("feature_spec")),
+        channels=int(doc.get("options", {}).get("channels") or 3),
+        stored_size=stored,
+        target_size=target,
+        decoder=_decoder(doc),
+        num_examples=int(info.get("num_examples", 0)),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Decoding. Per image: bytes -> uint8 [H, W, C] (or float32 when resized);
+# per batch: -> float32 in [0, 1].
+
+
+def _decode_encoded(encoded: tf.Tensor, channels: int) -> tf.Tensor:
+    return tf.io.decode_image(encoded, channels=channels, dtype=tf.uint8, expand_animations=False)
+
+
+def _decode_raw(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor, channels: tf.Tensor) -> tf.Tensor:
+    pixels = tf.io.decode_raw(encoded, tf.uint8)
+    shape = tf.cast(tf.stack([height, width, channels]), tf.int32)
+    return tf.reshape(pixels, shape)
+
+
+def _decode_one(plan: _Plan, encoded, fmt, height, width, channels) -> tf.Tensor:
+    """One stored image -> [H, W, C], C = the dataset's channel count."""
+    if plan.decoder == "encoded":
+        image = _decode_encoded(encoded, plan.channels)
+    elif plan.decoder == "raw":
+        image = _decode_raw(encoded, height, width, channels)
+    else:  # format decided per record: the branch point for stored formats beyond jpeg/png
+        image = tf.cond(
+            tf.equal(fmt, keys.FORMAT_RAW),
+            lambda: _decode_raw(encoded, height, width, channels),
+            lambda: _decode_encoded(encoded, plan.channels),
+        )
+    if plan.target_size is not None:
+        image.set_shape([None, None, plan.channels])
+        return tf.image.resize(image, plan.target_size, method="bilinear")
+    if plan.stored_size is not None:
+        return tf.ensure_shape(image, [*plan.stored_size, plan.channels])
+    image.set_shape([None, None, plan.channels])
+    return image
+
+
+def _element_spec(plan: _Plan) -> tf.TensorSpec:
+    size = plan.target_size or plan.stored_size or (None, None)
+    dtype = tf.float32 if plan.target_size is not None else tf.uint8
+    return tf.TensorSpec([*size, plan.channels], dtype)
+
+
+def _decode_fields(plan: _Plan, parsed: Mapping[str, tf.Tensor]):
+    return (
+        parsed[keys.IMAGE_ENCODED],
+        parsed.get(keys.IMAGE_FORMAT, tf.constant(b"")),
+        parsed.get(keys.IMAGE_HEIGHT, tf.constant(0, tf.int64)),
+        parsed.get(keys.IMAGE_WIDTH, tf.constant(0, tf.int64)),
+        parsed.get(keys.IMAGE_CHANNELS, tf.constant(plan.channels, tf.int64)),
+    )
+
+
+def _to_unit_float(images: tf.Tensor) -> tf.Tensor:
+    if images.dtype == tf.uint8:
+        return tf.cast(images, tf.float32) * (1.0 / 255.0)
+    return images * (1.0 / 255.0)
+
+
+def _decode_batch(plan: _Plan, parsed: Dict[str, tf.Tensor]) -> tf.Tensor:
+    fields = _decode_fields(plan, parsed)
+    images = tf.map_fn(
+        lambda f: _decode_one(plan, *f),
+        fields,
+        fn_output_signature=_element_spec(plan),
+        parallel_iterations=16,
+    )
+    return _to_unit_float(images)
+
+
+def _output(parsed: Dict[str, tf.Tensor], images: tf.Tensor, as_dict: bool):
+    if as_dict:
+        out = dict(parsed)
+        out[keys.DECODED_IMAGE] = images
+        return out
+    return images, parsed[keys.CLASS_LABEL]
+
+
+# ---------------------------------------------------------------------------
+# The pipeline.
+
+
+def _records(plan: _Plan, shuffle: bool, seed: Optional[int], deterministic: bool) -> tf.data.Dataset:
+    files = tf.data.Dataset.from_tensor_slices(tf.constant(plan.files, dtype=tf.string))
+    if shuffle and len(plan.files) > 1:
+        files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
+    compression_type = plan.compression_type
+    return files.interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES),
+        cycle_length=max(1, min(len(plan.files), MAX_PARALLEL_SHARDS)),
+        block_length=1,
+        num_parallel_calls=AUTOTUNE,
+        deterministic=deterministic,
+    )
+
+
+def load(
+    path: str,
+    split: str = "train",
+    batch_size: Optional[int] = 32,
+    image_size: Optional[ImageSize] = None,
+    shuffle: bool = True,
+    shuffle_buffer: Optional[int] = None,
+    repeat: bool = False,
+    seed: Optional[int] = None,
+    as_dict: bool = False,
+    deterministic: bool = False,
+) -> tf.data.Dataset:
+    """A ``tf.data.Dataset`` over one split of an ``img2tfrecord convert`` output directory.
+
+    Args:
+      path: the output directory (local or ``gs://``), holding ``dataset.json``
+        and ``_SUCCESS``.
+      split: a split name listed in ``dataset.json``.
+      batch_size: examples per batch (the last batch may be smaller); None
+        yields single examples, which may then have different sizes.
+      image_size: resize every image to this size: an int N for N x N, or a
+        ``(height, width)`` pair -- note the CLI's ``--image-size WxH`` is
+        width first. Resizing is bilinear and does not keep the aspect ratio
+        (as Keras' ``image_dataset_from_directory``). None keeps the stored
+        size; that requires a dataset converted with ``--image-size`` unless
+        ``batch_size`` is None.
+      shuffle: shuffle the shard order and, through a buffer of
+        ``shuffle_buffer`` serialized records, the examples; both are
+        reshuffled every epoch.
+      shuffle_buffer: records in the shuffle buffer; default
+        ``min(2048, examples in the split)``.
+      repeat: repeat forever (batches then run across epoch boundaries).
+      seed: seed of both shuffles. Same seed and ``deterministic=True`` give
+        the same order every run.
+      as_dict: yield a dict of every parsed feature (keys from
+        ``schemas.features``) plus the decoded image under
+        ``schemas.features.DECODED_IMAGE``, instead of ``(images, labels)``.
+      deterministic: keep the parallel reads and decodes in a fixed order
+        (slower); with False, whichever shard or batch is ready first goes first.
+
+    Returns:
+      ``(images, labels)`` with images float32 ``[batch, H, W, C]`` in
+      [0, 1] (C is the converted channel count, 1 or 3) and labels int64
+      ``[batch]`` (ids into ``dataset.json``'s ``labels``); without batching
+      the leading dimension is absent.
+
+    Raises:
+      FileNotFoundError: ``path`` or its ``dataset.json`` does not exist.
+      ValueError: the conversion is incomplete (no ``_SUCCESS``), ``split``
+        is unknown (the message lists the available ones), or the images
+        have different sizes and neither ``image_size`` nor
+        ``batch_size=None`` was given.
+    """
+    doc = read_manifest(path)
+    plan = _plan(path, doc, split, batch_size, image_size)
+    if shuffle_buffer is not None and (isinstance(shuffle_buffer, bool) or int(shuffle_buffer) <= 0):
+        raise ValueError(f"shuffle_buffer must be a positive int, got {shuffle_buffer!r}")
+    ds = _records(plan, shuffle, seed, deterministic)
+    if shuffle:
+        buffer = shuffle_buffer or max(1, min(DEFAULT_SHUFFLE_BUFFER, plan.num_examples))
+        ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    if batch_size is None:
+        ds = ds.map(
+            lambda record: _single(plan, record, as_dict), num_parallel_calls=AUTOTUNE, deterministic=deterministic
+        )
+    else:
+        ds = ds.batch(batch_size).map(
+            lambda records: _batch(plan, records, as_dict), num_parallel_calls=AUTOTUNE, deterministic=deterministic
+        )
+    return ds.prefetch(AUTOTUNE)
+
+
+def _single(plan: _Plan, record: tf.Tensor, as_dict: bool):
+    parsed = tf.io.parse_single_example(record, plan.spec)
+    image = _to_unit_float(_decode_one(plan, *_decode_fields(plan, parsed)))
+    return _output(parsed, image, as_dict)
+
+
+def _batch(plan: _Plan, records: tf.Tensor, as_dict: bool):
+    parsed = tf.io.parse_example(records, plan.spec)
+    return _output(parsed, _decode_batch(plan, parsed), as_dict)
+
+
+__all__ = ["load", "read_manifest"]
