@@ -15,12 +15,13 @@ from img2tfrecord.pipeline.outputs import prepare_output
 from img2tfrecord.pipeline.plan import Plan, make_plan
 from img2tfrecord.schemas import manifest
 
-# The local default: Beam's portable FnApiRunner with one SDK worker process
-# per core. Pillow releases the GIL in decode/resize/encode, but protobuf
-# building and Beam's per-element work do not, so processes scale where
-# threads stall (see README "Choosing a runner").
+# The local default: Beam's FnApiRunner (what the DirectRunner falls back to
+# offline) with one worker thread per core. Pillow releases the GIL while it
+# decodes, resizes and encodes, so threads use every core without paying a
+# worker process start-up and gRPC copies of every image; measured in README
+# "Choosing a runner".
 LOCAL_RUNNER = "FnApiRunner"
-LOCAL_RUNNING_MODE = "multi_processing"
+LOCAL_RUNNING_MODE = "multi_threading"
 
 
 def _has_flag(args: Sequence[str], name: str) -> bool:

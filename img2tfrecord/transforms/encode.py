@@ -1,19 +1,14 @@
-"""Build the serialized ``tf.train.Example`` of one converted image."""
+"""Build the serialized ``tf.train.Example`` of one converted image (no TensorFlow import)."""
 from __future__ import annotations
 
 from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas.example_proto import Example
 from img2tfrecord.transforms.image import ConvertedImage
-
-
-def _example_class():
-    from tensorflow.core.example import example_pb2  # the protobuf message class only
-
-    return example_pb2.Example
 
 
 def encode_example(image: ConvertedImage, label: int, class_name: str, relpath: str) -> bytes:
     """The record for one image, with every feature declared in ``schemas.features``."""
-    example = _example_class()()
+    example = Example()
     feature = example.features.feature
     feature[keys.IMAGE_ENCODED].bytes_list.value.append(image.encoded)
     feature[keys.IMAGE_FORMAT].bytes_list.value.append(image.format.encode())

@@ -1,0 +1,426 @@
+"""The Beam transforms on a real (in-memory FnApiRunner) pipeline with real files and TensorFlow."""
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+
+import apache_beam as beam
+import numpy as np
+import pytest
+import tensorflow as tf
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+import images as I
+from img2tfrecord import schemas
+from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
+from img2tfrecord.transforms.discover import LAYOUT_CLASS, LAYOUT_SPLIT, SKIPPED, DiscoverClasses, DiscoverImages
+from img2tfrecord.transforms.image import ImageOptions, convert_image
+from img2tfrecord.transforms.shuffle import ShuffleSplits
+from img2tfrecord.transforms.split import assign_split, shuffle_key
+from img2tfrecord.transforms.write import WriteSplit, count_records
+
+SPLITS = (("train", 0.6), ("validation", 0.2), ("test", 0.2))
+SEED = 11
+
+
+def pipeline() -> test_pipeline.TestPipeline:
+    return test_pipeline.TestPipeline(
+        argv=[], options=PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
+    )
+
+
+def write_files(root, files):
+    """``{relpath: bytes}`` under ``root``; returns ``{relpath: absolute path}``."""
+    paths = {}
+    for rel, data in files.items():
+        path = os.path.join(str(root), *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        paths[rel] = path
+    return paths
+
+
+def source_files(root, files):
+    return [(path, rel, os.path.getsize(path)) for rel, path in sorted(write_files(root, files).items())]
+
+
+# -- DiscoverImages / DiscoverClasses ------------------------------------------------------------
+
+IMAGES = {
+    "cat/a.jpg": I.jpeg(40, 30),
+    "cat/b.png": I.png(20, 10, mode="RGBA"),
+    "dog/c.jpg": I.jpeg(30, 20, exif_orientation=6),
+    "dog/sub/d.png": I.png(12, 8, mode="L"),
+    "bird/e.gif": I.gif_animated(16, 12),
+    "root.jpg": I.jpeg(8, 8),
+}
+JUNK = {
+    ".DS_Store": b"\x00\x00\x00\x01Bud1",
+    "cat/Thumbs.db": b"thumbs",
+    "dog/desktop.ini": b"[.ShellClassInfo]",
+    "__MACOSX/x.jpg": b"resource fork",
+    "__MACOSX/cat/._a.jpg": b"resource fork",
+    ".hidden/x.jpg": I.jpeg(8, 8),
+    "cat/.x.jpg": I.jpeg(8, 8),
+}
+
+
+def test_discover_images(tmp_path):
+    paths = write_files(tmp_path, {**IMAGES, **JUNK})
+    base = str(tmp_path) + "/"
+    expected = [(paths[rel], rel, len(data)) for rel, data in IMAGES.items()]
+    with pipeline() as p:
+        found = p | DiscoverImages(base + "**", base)
+        assert_that(found.files, equal_to(expected), label="files")
+        assert_that(found[SKIPPED], equal_to(sorted(JUNK)), label="skipped")
+
+
+def test_discover_images_of_an_empty_folder(tmp_path):
+    base = str(tmp_path) + "/"
+    with pipeline() as p:
+        found = p | DiscoverImages(base + "**", base)
+        assert_that(found.files, equal_to([]), label="files")
+        assert_that(found[SKIPPED], equal_to([]), label="skipped")
+
+
+def test_discover_classes_class_layout(tmp_path):
+    write_files(tmp_path, {**IMAGES, **JUNK})
+    base = str(tmp_path) + "/"
+    with pipeline() as p:
+        classes = (p | DiscoverImages(base + "**", base)).files | DiscoverClasses(LAYOUT_CLASS)
+        # root.jpg has no class; junk never reaches the class list
+        assert_that(classes, equal_to([["bird", "cat", "dog"]]))
+
+
+def test_discover_classes_split_layout_and_string_order():
+    files = [
+        ("/in/train/cat/1.jpg", "train/cat/1.jpg", 1),
+        ("/in/train/dog/2.jpg", "train/dog/2.jpg", 1),
+        ("/in/val/dog/3.jpg", "val/dog/3.jpg", 1),
+        ("/in/test/zebra/4.jpg", "test/zebra/4.jpg", 1),
+        ("/in/validation/B/5.jpg", "validation/B/5.jpg", 1),
+        ("/in/train/10/6.jpg", "train/10/6.jpg", 1),
+        ("/in/test/9/sub/7.jpg", "test/9/sub/7.jpg", 1),
+        ("/in/train/loose.jpg", "train/loose.jpg", 1),  # not in a class folder
+        ("/in/other/cat/8.jpg", "other/cat/8.jpg", 1),  # not a split folder
+    ]
+    with pipeline() as p:
+        classes = p | beam.Create(files) | DiscoverClasses(LAYOUT_SPLIT)
+        # sorted as strings (like Keras): "10" < "9" < "B" < "cat"
+        assert_that(classes, equal_to([["10", "9", "B", "cat", "dog", "zebra"]]))
+
+
+def test_discover_classes_of_nothing():
+    with pipeline() as p:
+        classes = p | beam.Create([]) | DiscoverClasses(LAYOUT_CLASS)
+        assert_that(classes, equal_to([[]]))
+
+
+# -- ConvertImageFn ------------------------------------------------------------------------------
+
+
+def summarize_record(record):
+    """A comparable view of one output record, with the Example parsed by TensorFlow."""
+    split, key, class_name, serialized = record
+    example = tf.train.Example.FromString(serialized)
+    feature = example.features.feature
+    encoded = feature[schemas.IMAGE_ENCODED].bytes_list.value[0]
+    pixels = tf.io.decode_image(encoded, expand_animations=False)
+    for name in schemas.INT_FEATURES:
+        assert len(feature[name].int64_list.value) == 1, name
+    for name in schemas.BYTES_FEATURES:
+        assert len(feature[name].bytes_list.value) == 1, name
+    return (
+        split,
+        key,
+        class_name,
+        tuple(sorted(feature.keys())),
+        feature[schemas.CLASS_LABEL].int64_list.value[0],
+        feature[schemas.CLASS_TEXT].bytes_list.value[0].decode(),
+        feature[schemas.FILENAME].bytes_list.value[0].decode(),
+        feature[schemas.IMAGE_FORMAT].bytes_list.value[0].decode(),
+        feature[schemas.IMAGE_HEIGHT].int64_list.value[0],
+        feature[schemas.IMAGE_WIDTH].int64_list.value[0],
+        feature[schemas.IMAGE_CHANNELS].int64_list.value[0],
+        feature[schemas.KEY_SHA256].bytes_list.value[0].decode(),
+        hashlib.sha256(encoded).hexdigest(),
+        tuple(pixels.shape),
+    )
+
+
+def summarize_error(row):
+    return row["path"], row["relpath"], row["reason"], bool(row["error"])
+
+
+def convert_pipeline(p, sources, labels, layout, options=ImageOptions(), splits=SPLITS):
+    """(record summaries, error summaries) of ConvertImageFn over ``sources``."""
+    label_names = p | "Labels" >> beam.Create([labels])
+    out = (
+        p
+        | "Sources" >> beam.Create(sources)
+        | "Convert"
+        >> beam.ParDo(ConvertImageFn(options, layout, splits, SEED), label_names=beam.pvalue.AsSingleton(label_names))
+        .with_outputs(ERRORS, main="records")
+    )
+    return out.records | "Summarize" >> beam.Map(summarize_record), out[ERRORS] | "Errors" >> beam.Map(summarize_error)
+
+
+ALL_KEYS = tuple(sorted(schemas.FEATURES))
+
+
+def expected_record(rel, data, class_name, label, height, width, fmt, split=None, options=ImageOptions()):
+    sha = convert_image(data, options).sha256
+    return (
+        split or assign_split(rel, SEED, SPLITS),
+        shuffle_key(rel, SEED),
+        class_name,
+        ALL_KEYS,
+        label,
+        class_name,
+        rel,
+        fmt,
+        height,
+        width,
+        options.channels,
+        sha,
+        sha,
+        (height, width, options.channels),
+    )
+
+
+def test_convert_image_fn_class_layout(tmp_path):
+    bad = {
+        "dog/broken.jpg": I.truncated_jpeg(),
+        "dog/notes.jpg": I.text_as_jpg(),
+        "dog/empty.jpg": I.empty(),
+        "cat/bomb.png": I.png_bomb(),
+        "cat/corrupt.jpg": I.corrupt_jpeg(),
+    }
+    sources = source_files(tmp_path, {**IMAGES, **bad})
+    path = {rel: p for p, rel, _ in sources}
+    labels = ["bird", "cat", "dog"]
+    expected = [
+        expected_record("cat/a.jpg", IMAGES["cat/a.jpg"], "cat", 1, 30, 40, "jpeg"),
+        expected_record("cat/b.png", IMAGES["cat/b.png"], "cat", 1, 10, 20, "png"),
+        expected_record("dog/c.jpg", IMAGES["dog/c.jpg"], "dog", 2, 30, 20, "jpeg"),  # EXIF 6: upright is 20x30
+        expected_record("dog/sub/d.png", IMAGES["dog/sub/d.png"], "dog", 2, 8, 12, "png"),
+        expected_record("bird/e.gif", IMAGES["bird/e.gif"], "bird", 0, 12, 16, "png"),
+    ]
+    # A JPEG that needs no change is stored as the very file.
+    assert expected[0][11] == hashlib.sha256(IMAGES["cat/a.jpg"]).hexdigest()
+    assert len({e[0] for e in expected}) > 1, "the seed should spread these files over more than one split"
+    expected_errors = [
+        (path["dog/broken.jpg"], "dog/broken.jpg", "truncated", True),
+        (path["dog/notes.jpg"], "dog/notes.jpg", "not_an_image", True),
+        (path["dog/empty.jpg"], "dog/empty.jpg", "empty_file", True),
+        (path["cat/bomb.png"], "cat/bomb.png", "too_many_pixels", True),
+        (path["cat/corrupt.jpg"], "cat/corrupt.jpg", "corrupt", True),
+        (path["root.jpg"], "root.jpg", "no_class_folder", True),
+    ]
+    with pipeline() as p:
+        records, errors = convert_pipeline(p, sources, labels, LAYOUT_CLASS)
+        assert_that(records, equal_to(expected), label="records")
+        assert_that(errors, equal_to(expected_errors), label="errors")
+
+
+def test_convert_image_fn_split_layout_resized_gray(tmp_path):
+    files = {
+        "train/cat/1.jpg": I.jpeg(64, 48),
+        "val/dog/2.png": I.png(50, 50, mode="RGBA"),
+        "validation/dog/3.bmp": I.bmp(30, 60),
+        "test/cat/4.jpg": I.jpeg(80, 40, exif_orientation=8),
+        "train/loose.jpg": I.jpeg(8, 8),
+        "other/cat/5.jpg": I.jpeg(8, 8),
+    }
+    sources = source_files(tmp_path, files)
+    path = {rel: p for p, rel, _ in sources}
+    options = ImageOptions(size=(24, 16), resize="fit", channels=1, format="png")
+
+    def rec(rel, split, class_name, label):
+        return expected_record(rel, files[rel], class_name, label, 16, 24, "png", split=split, options=options)
+
+    expected = [
+        rec("train/cat/1.jpg", "train", "cat", 0),
+        rec("val/dog/2.png", "validation", "dog", 1),
+        rec("validation/dog/3.bmp", "validation", "dog", 1),
+        rec("test/cat/4.jpg", "test", "cat", 0),
+    ]
+    expected_errors = [
+        (path["train/loose.jpg"], "train/loose.jpg", "no_class_folder", True),
+        (path["other/cat/5.jpg"], "other/cat/5.jpg", "no_class_folder", True),
+    ]
+    with pipeline() as p:
+        records, errors = convert_pipeline(p, sources, ["cat", "dog"], LAYOUT_SPLIT, options=options)
+        assert_that(records, equal_to(expected), label="records")
+        assert_that(errors, equal_to(expected_errors), label="errors")
+
+
+def test_convert_image_fn_unknown_class_unreadable_and_too_large(tmp_path):
+    files = {"cat/a.jpg": I.jpeg(40, 30), "zebra/z.jpg": I.jpeg(10, 10), "cat/big.png": I.png(64, 64, I.noise(64, 64))}
+    sources = source_files(tmp_path, files)
+    path = {rel: p for p, rel, _ in sources}
+    sources.append((str(tmp_path / "cat" / "gone.jpg"), "cat/gone.jpg", 10))  # listed, then deleted
+    options = ImageOptions(max_file_bytes=len(files["cat/a.jpg"]))
+    assert len(files["cat/big.png"]) > options.max_file_bytes
+    expected = [expected_record("cat/a.jpg", files["cat/a.jpg"], "cat", 0, 30, 40, "jpeg", options=options)]
+    expected_errors = [
+        (path["zebra/z.jpg"], "zebra/z.jpg", "unknown_class", True),
+        (path["cat/big.png"], "cat/big.png", "file_too_large", True),
+        (str(tmp_path / "cat" / "gone.jpg"), "cat/gone.jpg", "unreadable", True),
+    ]
+    with pipeline() as p:
+        records, errors = convert_pipeline(p, sources, ["cat", "dog"], LAYOUT_CLASS, options=options)
+        assert_that(records, equal_to(expected), label="records")
+        assert_that(errors, equal_to(expected_errors), label="errors")
+
+
+def test_records_parse_with_the_declared_feature_spec(tmp_path):
+    # The same records through tf.io.parse_single_example with the schema's spec.
+    sources = source_files(tmp_path, {"cat/a.jpg": I.jpeg(40, 30), "dog/b.png": I.png(12, 8)})
+    fn = ConvertImageFn(ImageOptions(), LAYOUT_CLASS, SPLITS, SEED)
+    fn.setup()
+    records = [r for s in sources for r in fn.process(s, ["cat", "dog"])]
+    assert len(records) == 2
+    spec = schemas.feature_spec()
+    for (_, _, class_name, serialized), (_, rel, _) in zip(records, sources):
+        parsed = tf.io.parse_single_example(serialized, spec)
+        assert parsed[schemas.FILENAME].numpy().decode() == rel
+        assert parsed[schemas.CLASS_TEXT].numpy().decode() == class_name
+        assert int(parsed[schemas.CLASS_LABEL]) == ["cat", "dog"].index(class_name)
+
+
+# -- ShuffleSplits -------------------------------------------------------------------------------
+
+
+class _BundleInOrder(beam.DoFn):
+    """Emits, per bundle, the list of elements in the order they were processed."""
+
+    def start_bundle(self):
+        self._seen = []
+
+    def process(self, element):
+        self._seen.append(element)
+
+    def finish_bundle(self):
+        yield WindowedValue(self._seen, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+def _key_of(example: bytes) -> int:
+    return int(example.split(b":")[1])
+
+
+def _check_bucket_order(buckets):
+    def check(bundles):
+        checked = 0
+        for bundle in bundles:
+            last = {}
+            for split, example in bundle:
+                key = _key_of(example)
+                bucket = (split, key % buckets[split])
+                if bucket in last and last[bucket] > key:
+                    raise BeamAssertException(f"bucket {bucket}: key {key} after {last[bucket]}")
+                last[bucket] = key
+                checked += 1
+        if checked == 0:
+            raise BeamAssertException("no elements")
+
+    return check
+
+
+def test_shuffle_splits_keeps_records_and_orders_buckets_by_key():
+    rng = np.random.default_rng(3)
+    buckets = {"train": 3, "test": 2}
+    records = []
+    for split, n in (("train", 150), ("test", 60)):
+        for key in sorted(int(k) for k in rng.integers(0, 2**63, n)):
+            records.append((split, key, "cls", f"{split}:{key}".encode()))
+    records.append(("train", 12345, "dup", b"train:12345"))  # two records with the same payload stay two
+    records.append(("train", 12345, "dup", b"train:12345"))
+    records.reverse()  # arrive in descending key order
+    expected = [(split, example) for split, _, _, example in records]
+    with pipeline() as p:
+        shuffled = p | beam.Create(records, reshuffle=False) | ShuffleSplits(buckets)
+        assert_that(shuffled, equal_to(expected), label="same records")
+        in_order = shuffled | beam.ParDo(_BundleInOrder())
+        assert_that(in_order, _check_bucket_order(buckets), label="ordered")
+
+
+# -- WriteSplit / count_records ------------------------------------------------------------------
+
+
+def _payloads(n):
+    rng = np.random.default_rng(9)
+    out = [b"", b"x" * 100_000]
+    out += [rng.integers(0, 256, int(rng.integers(1, 3000)), dtype=np.uint8).tobytes() for _ in range(n - 2)]
+    return out
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_write_split_and_count_records(tmp_path, compression):
+    out = str(tmp_path / "out")
+    payloads = _payloads(40)
+    suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
+    names = [f"validation-{i:05d}-of-00003{suffix}" for i in range(3)]
+    with pipeline() as p:
+        written = p | beam.Create(payloads) | WriteSplit(out, "validation", 3, compression)
+        assert_that(written, equal_to([os.path.join(out, n) for n in names]))
+
+    assert sorted(os.listdir(out)) == names  # nothing else left behind
+    tf_compression = "GZIP" if compression == "gzip" else ""
+    total = []
+    for name in names:
+        path = os.path.join(out, name)
+        with open(path, "rb") as f:
+            assert (f.read(2) == b"\x1f\x8b") == (compression == "gzip")
+        records = [r.numpy() for r in tf.data.TFRecordDataset(path, compression_type=tf_compression)]
+        assert count_records(path) == ("validation", name, len(records), os.path.getsize(path))
+        total += records
+    assert sorted(total) == sorted(payloads)
+    assert sum(count_records(os.path.join(out, n))[2] for n in names) == len(payloads)
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_count_records_raises_on_truncated_shard(tmp_path, compression):
+    out = str(tmp_path / "out")
+    payloads = [bytes([i]) * (50 + i) for i in range(20)]
+    with pipeline() as p:
+        _ = p | beam.Create(payloads) | WriteSplit(out, "train", 1, compression)
+    name = "train-00000-of-00001" + (".tfrecord.gz" if compression == "gzip" else ".tfrecord")
+    path = os.path.join(out, name)
+    with open(path, "rb") as f:
+        data = f.read()
+    assert count_records(path)[2] == 20
+
+    damaged_dir = tmp_path / "damaged"
+    damaged_dir.mkdir()
+    damaged = str(damaged_dir / name)
+    cuts = [len(data) // 2, len(data) - 1, 5]
+    if compression == "gzip":
+        cuts.append(len(data) - 8)  # the whole deflate stream, only the gzip trailer missing
+        cuts.append(0)
+    for cut in cuts:
+        with open(damaged, "wb") as f:
+            f.write(data[:cut])
+        with pytest.raises(IOError):
+            count_records(damaged)
+    if compression == "none":
+        # Cut exactly after the first record: a valid, shorter file of one record.
+        first_end = 12 + struct.unpack("<Q", data[:8])[0] + 4
+        with open(damaged, "wb") as f:
+            f.write(data[:first_end])
+        assert count_records(damaged) == ("train", name, 1, first_end)
+        assert len(list(tf.data.TFRecordDataset(damaged))) == 1
+
+
+def test_count_records_rejects_other_names(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError):
+        count_records(str(path))
