@@ -171,8 +171,8 @@ def resize_image(img: Image.Image, size: Tuple[int, int], resize: str) -> Image.
         return img.resize(size, _RESAMPLE, reducing_gap=_REDUCING_GAP)
     if resize == "fill":  # keep aspect, centre-crop the overflow
         scale = max(w / sw, h / sh)
-        cw, ch = w / scale, h / scale
-        left, top = (sw - cw) / 2, (sh - ch) / 2
+        cw, ch = min(sw, w / scale), min(sh, h / scale)  # min(): float error must not leave the image
+        left, top = max(0.0, (sw - cw) / 2), max(0.0, (sh - ch) / 2)
         return img.resize(size, _RESAMPLE, box=(left, top, left + cw, top + ch), reducing_gap=_REDUCING_GAP)
     # fit: keep aspect, pad to the target size
     fw, fh = target_size(img.size, size, "fit")
