@@ -42,6 +42,7 @@ setuptools.setup(
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
         "pillow>=11,<13",
+        "google-crc32c>=1.5",
     ],
     extras_require={
         "test": [

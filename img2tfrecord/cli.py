@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("directory")
     sample.add_argument("--images-per-class", type=_positive(int), default=None)
     sample.add_argument("--seed", type=int, default=0)
+    from img2tfrecord import inspection, verification
+
+    inspection.add_parser(sub)
+    verification.add_parser(sub)
     return parser
 
 
@@ -218,6 +222,9 @@ def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequ
         doc = run_pipeline(config, pipeline_args)
     except (PlanError, OutputNotEmpty) as e:
         raise UsageError(str(e)) from None
+    if doc is None:
+        print("dry run: the job was built and translated; nothing ran and nothing was written")
+        return EXIT_OK
     print(format_summary(doc))
     print(f"output: {config.output}")
     acc = doc["accounting"]
@@ -245,6 +252,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             counts = sample.generate(ns.directory, ns.images_per_class or sample.DEFAULT_IMAGES_PER_CLASS, ns.seed)
             print(f"wrote {sum(counts.values())} images in {len(counts)} classes to {ns.directory}")
             return EXIT_OK
+        if ns.command in ("inspect", "verify"):
+            return ns.func(ns)
         convert_parser = parser._subparsers._group_actions[0].choices["convert"]
         own = [o for a in convert_parser._actions for o in a.option_strings]
         return _convert(ns, rest, own)

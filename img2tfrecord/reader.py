@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from img2tfrecord import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
 
@@ -42,32 +43,22 @@ class _Plan:
     stored_size: Optional[Tuple[int, int]]  # (height, width) every record has, when the writer resized
     target_size: Optional[Tuple[int, int]]  # (height, width) to resize to, None to keep the stored size
     decoder: str  # "encoded", "raw" or "by_record"
-    num_examples: int
+    num_records: int  # in the listed shards
 
 
 # ---------------------------------------------------------------------------
 # Manifest and arguments.
 
 
-def _join(directory: str, name: str) -> str:
-    return directory.rstrip("/") + "/" + name
-
-
 def read_manifest(path: str) -> Dict[str, Any]:
-    """The ``dataset.json`` of a finished conversion, read with ``tf.io.gfile`` (local or ``gs://``).
+    """The ``dataset.json`` of a finished conversion (local or ``gs://``).
 
     Raises FileNotFoundError naming the missing directory or manifest, and
     ValueError when ``_SUCCESS`` is missing (the conversion did not finish)
     or the manifest is not one this version reads.
     """
-    if not tf.io.gfile.isdir(path):
-        raise FileNotFoundError(f"no such directory: {path}")
-    manifest_path = _join(path, manifest.MANIFEST_FILE)
-    if not tf.io.gfile.exists(manifest_path):
-        raise FileNotFoundError(f"{manifest_path} not found: {path} is not an img2tfrecord output directory")
-    with tf.io.gfile.GFile(manifest_path, "rb") as f:
-        doc = manifest.loads(f.read().decode("utf-8"))
-    if not tf.io.gfile.exists(_join(path, manifest.SUCCESS_FILE)):
+    doc = records.read_manifest(path)
+    if not records.is_complete(path):
         raise ValueError(
             f"{path} has no {manifest.SUCCESS_FILE} file: the conversion is incomplete "
             f"(still running or failed); re-run convert"
@@ -142,17 +133,16 @@ def _plan(
     compression = doc.get("compression", "none")
     if compression not in _TF_COMPRESSION:
         raise ValueError(f"{path}: unknown compression {compression!r} in {manifest.MANIFEST_FILE}")
-    info = splits[split]
-    files = [_join(path, s["file"]) for s in info["shards"] if int(s.get("num_records", 1)) > 0]
+    shards = [s for s in splits[split].get("shards", []) if int(s["num_records"]) > 0]
     return _Plan(
-        files=files,
+        files=[records.join(path, s["file"]) for s in shards],
         compression_type=_TF_COMPRESSION[compression],
         spec=keys.feature_spec(doc.get("feature_spec")),
         channels=int(doc.get("options", {}).get("channels") or 3),
         stored_size=stored,
         target_size=target,
         decoder=_decoder(doc),
-        num_examples=int(info.get("num_examples", 0)),
+        num_records=sum(int(s["num_records"]) for s in shards),
     )
 
 
@@ -309,8 +299,11 @@ def load(
     if shuffle_buffer is not None and (isinstance(shuffle_buffer, bool) or int(shuffle_buffer) <= 0):
         raise ValueError(f"shuffle_buffer must be a positive int, got {shuffle_buffer!r}")
     ds = _records(plan, shuffle, seed, deterministic)
+    # The manifest knows the count: len(ds) works and Keras sees where an epoch ends.
+    # A shard holding other than its listed count fails the iteration with a clear error.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(plan.num_records))
     if shuffle:
-        buffer = shuffle_buffer or max(1, min(DEFAULT_SHUFFLE_BUFFER, plan.num_examples))
+        buffer = shuffle_buffer or max(1, min(DEFAULT_SHUFFLE_BUFFER, plan.num_records))
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()

@@ -14,15 +14,12 @@ TFRecord framing, per record::
 with ``masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (mod 2**32)``.
 A ``.tfrecord.gz`` shard is that byte stream gzip-compressed as a whole.
 
-``tf.train.Example`` messages are parsed with the protobuf runtime from a
-private descriptor pool holding the three-message ``example.proto`` /
-``feature.proto`` definitions, so no TensorFlow import is needed; the
-result is identical to ``tf.train.Example.FromString``.
+``tf.train.Example`` messages are parsed with the TensorFlow-free message
+classes of :mod:`img2tfrecord.schemas.example_proto`.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gzip
 import os
 import posixpath
@@ -32,7 +29,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Tuple
 
 import google_crc32c
 
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import example_proto, manifest
 
 _HEADER = struct.Struct("<QI")  # length, masked CRC32C of the length bytes
 _LENGTH = struct.Struct("<Q")
@@ -242,51 +239,6 @@ def compression_of(doc: Mapping[str, Any]) -> str:
 # tf.train.Example without TensorFlow.
 
 
-@functools.lru_cache(maxsize=None)
-def _example_class():
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    F = descriptor_pb2.FieldDescriptorProto
-    fdp = descriptor_pb2.FileDescriptorProto(
-        name="img2tfrecord/tensorflow_example.proto", package="tensorflow", syntax="proto3"
-    )
-
-    def message(name, fields, parent=None):
-        msg = (parent.nested_type if parent is not None else fdp.message_type).add(name=name)
-        for fname, number, ftype, label, type_name in fields:
-            field = msg.field.add(name=fname, number=number, type=ftype, label=label)
-            if type_name:
-                field.type_name = type_name
-        return msg
-
-    repeated, optional = F.LABEL_REPEATED, F.LABEL_OPTIONAL
-    message("BytesList", [("value", 1, F.TYPE_BYTES, repeated, None)])
-    message("FloatList", [("value", 1, F.TYPE_FLOAT, repeated, None)])
-    message("Int64List", [("value", 1, F.TYPE_INT64, repeated, None)])
-    feature = message(
-        "Feature",
-        [
-            ("bytes_list", 1, F.TYPE_MESSAGE, optional, ".tensorflow.BytesList"),
-            ("float_list", 2, F.TYPE_MESSAGE, optional, ".tensorflow.FloatList"),
-            ("int64_list", 3, F.TYPE_MESSAGE, optional, ".tensorflow.Int64List"),
-        ],
-    )
-    feature.oneof_decl.add(name="kind")
-    for field in feature.field:
-        field.oneof_index = 0
-    features = message("Features", [("feature", 1, F.TYPE_MESSAGE, repeated, ".tensorflow.Features.FeatureEntry")])
-    entry = message(
-        "FeatureEntry",
-        [("key", 1, F.TYPE_STRING, optional, None), ("value", 2, F.TYPE_MESSAGE, optional, ".tensorflow.Feature")],
-        parent=features,
-    )
-    entry.options.map_entry = True
-    message("Example", [("features", 1, F.TYPE_MESSAGE, optional, ".tensorflow.Features")])
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
-
-
 class ExampleError(ValueError):
     """A record that is not a ``tf.train.Example`` matching the declared feature spec."""
 
@@ -305,7 +257,7 @@ def parse_example(data: bytes, spec_json: Mapping[str, Mapping[str, Any]]) -> Di
     as ``tf.io.parse_example`` does.
     """
     try:
-        example = _example_class().FromString(data)
+        example = example_proto.Example.FromString(data)
     except Exception as e:  # protobuf's DecodeError, or anything a fuzzed buffer triggers
         raise ExampleError(f"not a tf.train.Example: {e}") from None
     feature_map = example.features.feature

@@ -48,18 +48,26 @@ def read_manifest(output_dir: str) -> Dict[str, Any]:
         return manifest.loads(f.read().decode("utf-8"))
 
 
-def run(config: ConvertConfig, pipeline_args: Sequence[str] = (), plan: Optional[Plan] = None) -> Dict[str, Any]:
+def run(config: ConvertConfig, pipeline_args: Sequence[str] = (), plan: Optional[Plan] = None) -> Optional[Dict[str, Any]]:
     """Convert ``config.input`` into ``config.output``; returns the written ``dataset.json``.
 
-    Raises ``PlanError``/``OutputNotEmpty`` (usage errors) before any pipeline starts.
+    Returns None for a ``--dry_run`` (the job is built and translated, nothing
+    runs). Raises ``PlanError``/``OutputNotEmpty`` (usage errors) before any
+    pipeline starts; any pipeline failure propagates.
     """
     options = pipeline_options(pipeline_args)
     plan = plan or make_plan(config)
-    prepare_output(config.output, config.overwrite)
+    dry_run = bool(options.get_all_options().get("dry_run"))
+    if not dry_run:
+        prepare_output(config.output, config.overwrite)
     logging.info(
         "input: %d files, %.1f MB, layout %s; shards per split: %s",
         plan.num_files, plan.input_bytes / 1e6, plan.layout, plan.num_shards,
     )
-    with beam.Pipeline(options=options) as p:
-        build_pipeline(p, config, plan)
+    p = beam.Pipeline(options=options)
+    build_pipeline(p, config, plan)
+    result = p.run()
+    result.wait_until_finish()
+    if dry_run:
+        return None
     return read_manifest(config.output)

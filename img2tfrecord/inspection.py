@@ -1,0 +1,503 @@
+"""``img2tfrecord inspect DIR``: what a converted output directory holds.
+
+Prints the splits, examples per split and class, every shard with its size
+and record count, the stored image sizes, formats and channels (read from
+the records themselves, at most :data:`MAX_RECORDS_PER_SPLIT` per split),
+and the rejected inputs by reason. ``--json`` prints the same as one JSON
+document; ``--grid`` draws a contact sheet of sample images and
+``--class-chart`` a bar chart of examples per class and split (both PNG,
+drawn with Pillow).
+
+Exit codes: 0 success, 1 when a shard could not be read (the summary is
+still printed; ``verify`` tells what is wrong), 2 for a missing directory
+or manifest, or an unknown ``--split``.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import io
+import json
+import math
+import sys
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from img2tfrecord import records
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import manifest
+
+MAX_RECORDS_PER_SPLIT = 10_000
+ERROR_EXAMPLES_PER_REASON = 3
+TOP_SIZES = 10
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+_STAT_KEYS = (keys.IMAGE_FORMAT, keys.IMAGE_HEIGHT, keys.IMAGE_WIDTH, keys.IMAGE_CHANNELS, keys.IMAGE_ENCODED)
+
+
+# ---------------------------------------------------------------------------
+# Reading.
+
+
+class ShardUnreadable(Exception):
+    """A shard that is missing or whose framing breaks; the message starts with its file name."""
+
+
+def _spec_subset(doc: Mapping[str, Any], wanted: Sequence[str]) -> Dict[str, Any]:
+    spec = doc.get("feature_spec") or {}
+    return {k: spec[k] for k in wanted if k in spec}
+
+
+def sample_records(
+    directory: str, doc: Mapping[str, Any], split: str, limit: int
+) -> Iterator[Tuple[str, int, bytes]]:
+    """Up to ``limit`` ``(shard file, index, data)`` of a split, spread evenly over its non-empty shards.
+
+    Raises :class:`ShardUnreadable` when a shard cannot be read.
+    """
+    shards = [(p, n) for p, n in records.shard_paths(directory, doc, split) if n > 0]
+    if not shards or limit <= 0:
+        return
+    quota = math.ceil(limit / len(shards))
+    compression = records.compression_of(doc)
+    taken = 0
+    for path, _ in shards:
+        name = path.replace("\\", "/").rsplit("/", 1)[-1]
+        try:
+            for index, _, data in records.iter_records(path, compression):
+                if index >= quota or taken >= limit:
+                    break
+                yield name, index, data
+                taken += 1
+        except records.RecordError as e:
+            raise ShardUnreadable(f"{name}: {e}") from None
+        except FileNotFoundError:
+            raise ShardUnreadable(f"{name}: shard file missing") from None
+
+
+def image_stats(directory: str, doc: Mapping[str, Any], split: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, Any]:
+    """Size, format and channel distribution of a split, from at most ``limit`` records."""
+    spec = _spec_subset(doc, _STAT_KEYS)
+    sizes: collections.Counter = collections.Counter()
+    formats: collections.Counter = collections.Counter()
+    channels: collections.Counter = collections.Counter()
+    widths: List[int] = []
+    heights: List[int] = []
+    encoded_bytes = 0
+    read = 0
+    problems: List[str] = []
+    try:
+        for name, index, data in sample_records(directory, doc, split, limit):
+            try:
+                values = records.parse_example(data, spec)
+            except records.ExampleError as e:
+                problems.append(f"{name}: record {index}: {e}")
+                continue
+            w, h = int(values.get(keys.IMAGE_WIDTH, 0)), int(values.get(keys.IMAGE_HEIGHT, 0))
+            sizes[f"{w}x{h}"] += 1
+            formats[records.decode_text(values.get(keys.IMAGE_FORMAT, b"?"))] += 1
+            channels[str(values.get(keys.IMAGE_CHANNELS, "?"))] += 1
+            widths.append(w)
+            heights.append(h)
+            encoded_bytes += len(values.get(keys.IMAGE_ENCODED, b""))
+            read += 1
+    except ShardUnreadable as e:
+        problems.append(str(e))
+    total = int(doc["splits"][split].get("num_examples", 0))
+    return {
+        "records_read": read,
+        "sampled": read < total and not problems,
+        "sizes": dict(sizes.most_common()),
+        "formats": dict(formats.most_common()),
+        "channels": dict(channels.most_common()),
+        "width": _range(widths),
+        "height": _range(heights),
+        "mean_encoded_bytes": round(encoded_bytes / read) if read else None,
+        "problems": problems,
+    }
+
+
+def _range(values: List[int]) -> Optional[Dict[str, float]]:
+    if not values:
+        return None
+    return {"min": min(values), "max": max(values), "mean": round(sum(values) / len(values), 1)}
+
+
+def error_report(directory: str, doc: Mapping[str, Any]) -> Dict[str, Any]:
+    """Rejected inputs by reason (from the manifest's accounting) with a few examples from ``errors.jsonl``."""
+    by_reason = dict(doc.get("accounting", {}).get("rejected_by_reason", {}))
+    examples: Dict[str, List[Dict[str, str]]] = collections.defaultdict(list)
+    rows = 0
+    path = records.join(directory, doc.get("files", {}).get("errors", manifest.ERRORS_FILE))
+    if records.exists(path):
+        with records.open_binary(path) as f:
+            for line in io.TextIOWrapper(f, encoding="utf-8", errors="replace"):
+                if not line.strip():
+                    continue
+                rows += 1
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                reason = str(row.get("reason", "?"))
+                if len(examples[reason]) < ERROR_EXAMPLES_PER_REASON:
+                    examples[reason].append(
+                        {"path": str(row.get("relpath") or row.get("path", "?")), "error": str(row.get("error", ""))}
+                    )
+    return {"rejected_by_reason": by_reason, "errors_file_rows": rows, "examples": dict(examples)}
+
+
+def _shard_entries(directory: str, info: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    out = []
+    for shard in info.get("shards", []):
+        path = records.join(directory, shard["file"])
+        present = records.exists(path)
+        out.append(
+            {
+                "file": shard["file"],
+                "num_records": shard.get("num_records"),
+                "num_bytes": shard.get("num_bytes"),
+                "present": present,
+            }
+        )
+    return out
+
+
+def summarise(directory: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, Any]:
+    """The JSON-able summary that ``inspect`` prints. Raises FileNotFoundError / ValueError like ``read_manifest``."""
+    doc = records.read_manifest(directory)
+    splits = {}
+    for name, info in doc.get("splits", {}).items():
+        splits[name] = {
+            "num_examples": info.get("num_examples", 0),
+            "num_bytes": info.get("num_bytes", 0),
+            "examples_per_class": info.get("examples_per_class", {}),
+            "shards": _shard_entries(directory, info),
+            "images": image_stats(directory, doc, name, limit),
+        }
+    return {
+        "path": directory,
+        "complete": records.is_complete(directory),
+        "tool_version": doc.get("tool_version"),
+        "format_version": doc.get("format_version"),
+        "created": doc.get("created"),
+        "input": doc.get("input"),
+        "options": doc.get("options", {}),
+        "compression": doc.get("compression"),
+        "labels": doc.get("labels", []),
+        "accounting": doc.get("accounting", {}),
+        "splits": splits,
+        "rejected": error_report(directory, doc),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Text.
+
+
+def human_bytes(n: Optional[float]) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} TB"
+
+
+def _counts(counter: Mapping[str, int], top: int = TOP_SIZES) -> str:
+    items = list(counter.items())
+    text = ", ".join(f"{k} ({v})" for k, v in items[:top])
+    if len(items) > top:
+        text += f", ... {len(items) - top} more"
+    return text or "-"
+
+
+def _class_table(summary: Mapping[str, Any]) -> List[str]:
+    """Rows ``id  class  <count per split>  total``, classes in label order, then a totals row."""
+    split_names = list(summary["splits"])
+    classes = list(summary["labels"])
+    for info in summary["splits"].values():
+        classes += [c for c in info["examples_per_class"] if c not in classes]
+    name_w = max([len("class")] + [len(c) for c in classes])
+    col_w = [max(len(s), 6) for s in split_names]
+
+    def row(label_id: str, name: str, cells: Sequence[Any], total: Any) -> str:
+        counts = "  ".join(f"{c:>{w}}" for c, w in zip(cells, col_w))
+        return f"  {label_id:>4}  {name:<{name_w}}  {counts}  {total:>7}"
+
+    lines = [row("id", "class", split_names, "total")]
+    totals = [0] * len(split_names)
+    for i, cls in enumerate(classes):
+        counts = [int(summary["splits"][s]["examples_per_class"].get(cls, 0)) for s in split_names]
+        totals = [t + c for t, c in zip(totals, counts)]
+        lines.append(row(str(i) if i < len(summary["labels"]) else "?", cls, counts, sum(counts)))
+    lines.append(row("", "total", totals, sum(totals)))
+    return lines
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """The human-readable text of :func:`summarise`'s result."""
+    out: List[str] = []
+    opts = summary["options"] or {}
+    out.append(f"{summary['path']}  (img2tfrecord {summary['tool_version']}, created {summary['created']})")
+    if not summary["complete"]:
+        out.append(f"WARNING: no {manifest.SUCCESS_FILE} file: the conversion is incomplete")
+    out.append(f"input: {summary['input']}")
+    size = opts.get("image_size")
+    out.append(
+        "options: "
+        + (f"image size {size[0]}x{size[1]} (WxH, resize {opts.get('resize')})" if size else "original image sizes")
+        + f", channels {opts.get('channels')}, format {opts.get('format')}, compression {summary['compression']}"
+    )
+    acc = summary["accounting"]
+    out.append(
+        f"inputs: {acc.get('inputs')} ({acc.get('written')} written, {acc.get('rejected')} rejected, "
+        f"{acc.get('skipped', 0)} junk files skipped)"
+    )
+    out.append(f"classes: {len(summary['labels'])}")
+    out.append("")
+    out.append("examples per class and split:")
+    out.extend(_class_table(summary))
+    out.append("")
+    out.append("splits and shards:")
+    for name, info in summary["splits"].items():
+        out.append(f"  {name}: {info['num_examples']} examples in {len(info['shards'])} shard(s), {human_bytes(info['num_bytes'])}")
+        for shard in info["shards"]:
+            missing = "" if shard["present"] else "  MISSING"
+            out.append(f"    {shard['file']}  {shard['num_records']:>8} records  {human_bytes(shard['num_bytes']):>10}{missing}")
+    out.append("")
+    out.append("images (read from the records):")
+    for name, info in summary["splits"].items():
+        img = info["images"]
+        scope = f"sampled {img['records_read']} of {info['num_examples']}" if img["sampled"] else f"{img['records_read']} records"
+        out.append(f"  {name} ({scope}):")
+        if img["records_read"]:
+            w, h = img["width"], img["height"]
+            if len(img["sizes"]) == 1:
+                out.append(f"    size (WxH): {next(iter(img['sizes']))}")
+            else:
+                out.append(
+                    f"    {len(img['sizes'])} sizes: width {w['min']}..{w['max']} (mean {w['mean']}), "
+                    f"height {h['min']}..{h['max']} (mean {h['mean']})"
+                )
+                out.append(f"    most common (WxH): {_counts(img['sizes'], 5)}")
+            out.append(f"    formats: {_counts(img['formats'])}; channels: {_counts(img['channels'])}")
+            out.append(f"    mean stored image: {human_bytes(img['mean_encoded_bytes'])}")
+        for problem in img["problems"]:
+            out.append(f"    cannot read: {problem} (run img2tfrecord verify)")
+    rej = summary["rejected"]
+    out.append("")
+    if rej["rejected_by_reason"]:
+        out.append(f"rejected inputs by reason ({rej['errors_file_rows']} rows in {manifest.ERRORS_FILE}):")
+        for reason, n in rej["rejected_by_reason"].items():
+            out.append(f"  {reason}: {n}")
+            for ex in rej["examples"].get(reason, []):
+                out.append(f"    e.g. {ex['path']}: {ex['error']}")
+    else:
+        out.append("rejected inputs: none")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------
+# Pictures.
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow without FreeType: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+def _to_pil(values: Mapping[str, Any]):
+    from PIL import Image
+
+    fmt = records.decode_text(values[keys.IMAGE_FORMAT])
+    data = values[keys.IMAGE_ENCODED]
+    if fmt == keys.FORMAT_RAW:
+        w, h, c = int(values[keys.IMAGE_WIDTH]), int(values[keys.IMAGE_HEIGHT]), int(values[keys.IMAGE_CHANNELS])
+        return Image.frombytes({1: "L", 3: "RGB"}[c], (w, h), data)
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img.convert("RGB")
+
+
+def sample_images(directory: str, doc: Mapping[str, Any], split: str, n: int) -> List[Tuple[Any, str, int]]:
+    """``(PIL image, class name, label id)`` of up to ``n`` records of a split (unreadable images skipped)."""
+    spec = _spec_subset(doc, _STAT_KEYS + (keys.CLASS_LABEL, keys.CLASS_TEXT))
+    out = []
+    for _, _, data in sample_records(directory, doc, split, n):
+        try:
+            values = records.parse_example(data, spec)
+            image = _to_pil(values)
+        except Exception:  # a broken record or image: verify reports it, the grid just skips it
+            continue
+        out.append((image, records.decode_text(values[keys.CLASS_TEXT]), int(values[keys.CLASS_LABEL])))
+    return out
+
+
+def draw_grid(samples: Sequence[Tuple[Any, str, int]], path: str, cell: int = 128) -> Tuple[int, int]:
+    """A contact sheet of the samples, each captioned ``class (id)``; returns its (width, height)."""
+    from PIL import Image, ImageDraw
+
+    cols = max(1, math.ceil(math.sqrt(len(samples))))
+    rows = max(1, math.ceil(len(samples) / cols))
+    font = _font(12)
+    caption_h = 18
+    pad = 4
+    width, height = cols * (cell + pad) + pad, rows * (cell + caption_h + pad) + pad
+    sheet = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    for i, (image, class_name, label) in enumerate(samples):
+        x = pad + (i % cols) * (cell + pad)
+        y = pad + (i // cols) * (cell + caption_h + pad)
+        thumb = image.copy()
+        thumb.thumbnail((cell, cell))
+        sheet.paste(thumb, (x + (cell - thumb.width) // 2, y + (cell - thumb.height) // 2))
+        caption = _fit_text(draw, f"{class_name} ({label})", font, cell)
+        draw.text((x + 2, y + cell + 2), caption, fill=(0, 0, 0), font=font)
+    _save_png(sheet, path)
+    return width, height
+
+
+def _fit_text(draw, text: str, font, max_width: int) -> str:
+    if draw.textlength(text, font=font) <= max_width:
+        return text
+    while text and draw.textlength(text + "...", font=font) > max_width:
+        text = text[:-1]
+    return text + "..."
+
+
+_PALETTE = [
+    (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40),
+    (148, 103, 189), (140, 86, 75), (227, 119, 194), (127, 127, 127),
+]
+MAX_CHART_CLASSES = 200
+
+
+def draw_class_chart(doc: Mapping[str, Any], path: str) -> Tuple[int, int]:
+    """Horizontal bars of examples per class, one segment per split; returns the PNG's (width, height).
+
+    Classes beyond :data:`MAX_CHART_CLASSES` (in label order) are left out
+    and the chart says how many.
+    """
+    from PIL import Image, ImageDraw
+
+    split_names = list(doc.get("splits", {}))
+    classes = list(doc.get("labels", []))
+    counts = {
+        c: [int(doc["splits"][s].get("examples_per_class", {}).get(c, 0)) for s in split_names] for c in classes
+    }
+    shown = classes[:MAX_CHART_CLASSES]
+    font, title_font = _font(12), _font(15)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    labels = [f"{c} ({i})" for i, c in enumerate(shown)]
+    name_w = int(max([probe.textlength(t, font=font) for t in labels] + [40])) + 12
+    bar_max, row_h, margin, top = 560, 20, 16, 64
+    footer = 24 if len(classes) > len(shown) else 0
+    width = margin + name_w + bar_max + 70 + margin
+    height = top + max(1, len(shown)) * row_h + margin + footer
+    chart = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(chart)
+    draw.text((margin, 10), "examples per class and split", fill=(0, 0, 0), font=title_font)
+    x = margin
+    for i, split in enumerate(split_names):  # legend
+        color = _PALETTE[i % len(_PALETTE)]
+        draw.rectangle([x, 38, x + 12, 50], fill=color)
+        text = f"{split} ({doc['splits'][split].get('num_examples', 0)})"
+        draw.text((x + 16, 37), text, fill=(0, 0, 0), font=font)
+        x += 16 + int(draw.textlength(text, font=font)) + 16
+    biggest = max([sum(v) for v in counts.values()] + [1])
+    x0 = margin + name_w
+    for row, (cls, label) in enumerate(zip(shown, labels)):
+        y = top + row * row_h
+        draw.text((x0 - 6 - draw.textlength(label, font=font), y + 3), label, fill=(0, 0, 0), font=font)
+        x = x0
+        for i, n in enumerate(counts[cls]):
+            length = round(bar_max * n / biggest)
+            if length:
+                draw.rectangle([x, y + 3, x + length - 1, y + row_h - 4], fill=_PALETTE[i % len(_PALETTE)])
+            x += length
+        draw.text((x + 6, y + 3), str(sum(counts[cls])), fill=(0, 0, 0), font=font)
+    draw.line([x0, top - 4, x0, top + len(shown) * row_h], fill=(0, 0, 0))
+    if footer:
+        draw.text((margin, height - footer), f"... {len(classes) - len(shown)} more classes not shown", fill=(0, 0, 0), font=font)
+    _save_png(chart, path)
+    return width, height
+
+
+def _save_png(image, path: str) -> None:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    if records.is_remote(path):
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(buf.getvalue())
+    else:
+        with open(path, "wb") as f:
+            f.write(buf.getvalue())
+
+
+# ---------------------------------------------------------------------------
+# Command line.
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``inspect`` on the CLI's subparsers; sets ``func=run``."""
+    p = subparsers.add_parser(
+        "inspect",
+        help="summarise a converted output directory",
+        description="Summarise a converted output directory: splits, classes, shards, image sizes and formats, "
+        "rejected inputs. Optionally draw a contact sheet and a class chart.",
+    )
+    p.add_argument("directory", metavar="DIR", help="output directory of convert (local or gs://)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--grid", metavar="FILE.png", help="write a contact sheet of sample images")
+    p.add_argument("--n", type=int, default=64, help="images on the contact sheet (default 64)")
+    p.add_argument("--split", default="train", help="split of the contact sheet images (default train)")
+    p.add_argument("--class-chart", metavar="FILE.png", help="write a bar chart of examples per class and split")
+    p.add_argument(
+        "--max-records", type=int, default=MAX_RECORDS_PER_SPLIT,
+        help=f"records read per split for the size/format statistics (default {MAX_RECORDS_PER_SPLIT})",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def _error(message: str) -> int:
+    print(f"img2tfrecord inspect: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Run ``inspect``; returns the exit code."""
+    if ns.n <= 0:
+        return _error(f"--n must be positive, got {ns.n}")
+    try:
+        summary = summarise(ns.directory, max(0, ns.max_records))
+    except (FileNotFoundError, ValueError) as e:
+        return _error(str(e))
+    if ns.grid and ns.split not in summary["splits"]:
+        return _error(f"unknown split {ns.split!r}; available splits: {', '.join(summary['splits']) or 'none'}")
+    outputs = {}
+    if ns.grid:
+        doc = records.read_manifest(ns.directory)
+        samples = sample_images(ns.directory, doc, ns.split, ns.n)
+        if not samples:
+            return _error(f"split {ns.split!r} has no readable images for --grid")
+        w, h = draw_grid(samples, ns.grid)
+        outputs["grid"] = {"path": ns.grid, "images": len(samples), "width": w, "height": h}
+    if ns.class_chart:
+        w, h = draw_class_chart(records.read_manifest(ns.directory), ns.class_chart)
+        outputs["class_chart"] = {"path": ns.class_chart, "width": w, "height": h}
+    if ns.json:
+        print(json.dumps(dict(summary, outputs=outputs), indent=2, ensure_ascii=False))
+    else:
+        print(format_summary(summary))
+        for kind, info in outputs.items():
+            print(f"wrote {kind.replace('_', ' ')}: {info['path']} ({info['width']}x{info['height']})")
+    unreadable = any(info["images"]["problems"] for info in summary["splits"].values())
+    return EXIT_FAILURE if unreadable else EXIT_OK

@@ -1,0 +1,129 @@
+"""The same job on other runners: Beam's portable job service + SDK worker pool, and Dataflow translation."""
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, convert
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.plan import make_plan
+from img2tfrecord.pipeline.run import pipeline_options
+from img2tfrecord.schemas import manifest
+from test_convert_cli import read_records
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+@contextlib.contextmanager
+def _service(args, port, log_path):
+    # The worker pool starts SDK workers as `python ...`: this interpreter's bin must come first.
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        try:
+            _wait_for_port(port, proc)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def portable_endpoints(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("services")
+    job_port, pool_port = _free_port(), _free_port()
+    with _service(
+        ["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)], job_port, logs / "job.log"
+    ), _service(
+        ["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)], pool_port, logs / "pool.log"
+    ):
+        yield job_port, pool_port
+
+
+def test_portable_runner_with_external_worker_pool_writes_the_local_records(sample_dir, tmp_path, portable_endpoints):
+    job_port, pool_port = portable_endpoints
+    common = ("--image-size", "48", "--splits", "train=0.75,test=0.25", "--seed", "5", "--num-shards", "2")
+    local, portable = str(tmp_path / "local"), str(tmp_path / "portable")
+    assert convert(sample_dir, local, *common).returncode == 0
+    proc = convert(
+        sample_dir, portable, *common,
+        runner=(
+            "--runner=PortableRunner", f"--job_endpoint=localhost:{job_port}",
+            "--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}",
+        ),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc_local, rec_local = read_records(local)
+    doc_port, rec_port = read_records(portable)
+    assert doc_port["accounting"] == doc_local["accounting"]
+    for split in ("train", "test"):
+        assert sorted(r["image/key/sha256"] for r in rec_port[split]) == sorted(r["image/key/sha256"] for r in rec_local[split])
+        assert doc_port["splits"][split]["examples_per_class"] == doc_local["splits"][split]["examples_per_class"]
+    assert os.path.exists(os.path.join(portable, manifest.SUCCESS_FILE))
+    assert not glob.glob(os.path.join(portable, "beam-temp-*"))
+
+
+def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
+    import apache_beam as beam
+
+    from img2tfrecord.pipeline.build import build_pipeline
+    from img2tfrecord.transforms.image import ImageOptions
+
+    config = ConvertConfig(
+        input=sample_dir, output=str(tmp_path / "out"), image=ImageOptions(size=(64, 64), format="jpeg"),
+        splits=(("train", 0.8), ("validation", 0.2)),
+    )
+    options = pipeline_options([
+        "--runner=DataflowRunner", "--project=test-project", "--region=us-central1",
+        "--temp_location=gs://test-bucket/tmp", "--dry_run=True", f"--setup_file={ROOT}/setup.py",
+    ])
+    p = beam.Pipeline(options=options)
+    build_pipeline(p, config, make_plan(config))
+    result = p.run()
+    result.wait_until_finish()
+    assert result.state == "DONE"
+    job = p.runner.job
+    top_level = {t.unique_name for t in job.proto_pipeline.components.transforms.values() if "/" not in t.unique_name}
+    for step in (
+        "DiscoverImages", "DiscoverClasses", "FusionBreak", "ConvertImage", "ShuffleSplits", "PartitionSplits",
+        "Write[train]", "Write[validation]", "CountRecords", "ErrorReport", "FinalizeOutput",
+    ):
+        assert step in top_level, sorted(top_level)
+    assert job.options.view_as(beam.options.pipeline_options.SetupOptions).setup_file.endswith("setup.py")
+    assert not os.path.exists(tmp_path / "out")  # a dry run writes nothing
+
+
+def test_dataflow_dry_run_through_the_cli(sample_dir, tmp_path):
+    proc = convert(
+        sample_dir, str(tmp_path / "out"), "--image-size", "32",
+        runner=("--runner=DataflowRunner", "--project=test-project", "--region=us-central1",
+                "--temp_location=gs://test-bucket/tmp", "--dry_run=True"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dry run" in proc.stdout
