@@ -9,6 +9,7 @@ Exit codes: 0 success, 1 pipeline failure, 2 usage error, 3 error budget exceede
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import logging
 import re
@@ -97,6 +98,7 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pixels", type=_positive(int), default=DEFAULT_MAX_PIXELS, help=f"reject images with more pixels (default {DEFAULT_MAX_PIXELS})")
     p.add_argument("--max-file-mb", type=_positive(float), default=DEFAULT_MAX_FILE_MB, help=f"reject files larger than this (default {DEFAULT_MAX_FILE_MB:g})")
     p.add_argument("--max-error-rate", type=_fraction, default=None, metavar="F", help="exit 3 when more than this fraction of inputs is rejected (default: no limit)")
+    p.add_argument("--threads", type=_positive(int), default=None, help="images converted at the same time per worker (default: one per core on the local runner, 1 on distributed runners)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
 
@@ -215,6 +217,9 @@ def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequ
 
     check_pipeline_args(pipeline_args, own_options)
     config = config_from_args(ns)
+    from img2tfrecord.pipeline.run import default_threads
+
+    config = dataclasses.replace(config, threads=ns.threads or default_threads(pipeline_args))
     logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(levelname)s %(message)s")
     # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.
     logging.getLogger("apache_beam").setLevel(logging.WARNING)

@@ -1,0 +1,159 @@
+"""Conversion throughput: ``img2tfrecord convert`` against a plain single-process loop.
+
+Both sides do the identical work on the same corpus: read each JPEG, decode
+it with Pillow (``draft`` first), resize to 224x224 (stretch), encode JPEG
+quality 90, build a ``tf.train.Example`` with the same features, and write
+TFRecord files. The baseline is the loop people write by hand (Pillow +
+``tf.train.Example`` + ``tf.io.TFRecordWriter``, no Beam, one process);
+``convert`` runs with its default local runner. Runs alternate so drift on a
+shared machine hits both sides alike; each run is a fresh process timed
+from start to exit (imports included), with peak RSS from ``/usr/bin/time -v``.
+
+    .venv/bin/python benchmarks/bench_convert.py --num-images 12000 --runs 3
+    .venv/bin/python benchmarks/bench_convert.py --format keep       # no decode: stored bytes as they are
+
+Prints a table and writes ``benchmarks/results/bench_convert-<time>.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import corpus  # noqa: E402
+
+BASELINE = r'''
+import hashlib, io, os, sys
+from PIL import Image
+import tensorflow as tf
+
+src, out, size, fmt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+classes = sorted(os.listdir(src))
+os.makedirs(out, exist_ok=True)
+
+def feature_bytes(v): return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+def feature_int(v): return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+
+with tf.io.TFRecordWriter(os.path.join(out, "train-00000-of-00001.tfrecord")) as writer:
+    for label, name in enumerate(classes):
+        for fname in sorted(os.listdir(os.path.join(src, name))):
+            path = os.path.join(src, name, fname)
+            data = open(path, "rb").read()
+            img = Image.open(io.BytesIO(data))
+            if fmt == "keep":
+                w, h = img.size
+                img.draft(img.mode, (max(1, w // 8), max(1, h // 8)))
+                img.load()
+                encoded, stored = data, (w, h)
+            else:
+                img.draft("RGB", (size, size))
+                img = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC, reducing_gap=2.0)
+                buf = io.BytesIO()
+                img.save(buf, format="JPEG", quality=90)
+                encoded, stored = buf.getvalue(), img.size
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "image/encoded": feature_bytes(encoded),
+                "image/format": feature_bytes(b"jpeg"),
+                "image/height": feature_int(stored[1]),
+                "image/width": feature_int(stored[0]),
+                "image/channels": feature_int(3),
+                "image/class/label": feature_int(label),
+                "image/class/text": feature_bytes(name.encode()),
+                "image/filename": feature_bytes(f"{name}/{fname}".encode()),
+                "image/key/sha256": feature_bytes(hashlib.sha256(encoded).hexdigest().encode()),
+            }))
+            writer.write(example.SerializeToString())
+'''
+
+
+def timed(cmd, env=None):
+    """(seconds, peak RSS in MB) of a whole command, from /usr/bin/time -v."""
+    start = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:4]} failed:\n{proc.stderr[-3000:]}")
+    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
+    return seconds, rss_kb / 1024
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-images", type=int, default=12000)
+    parser.add_argument("--corpus", default=None, help="corpus folder (default: a cached one under benchmarks/results)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--format", choices=("jpeg", "keep"), default="jpeg")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--convert-args", default="", help="extra arguments for convert, e.g. '--direct_num_workers=4'")
+    args = parser.parse_args(argv)
+
+    results_dir = os.path.join(HERE, "results")
+    os.makedirs(results_dir, exist_ok=True)
+    src = args.corpus or os.path.join(results_dir, f"corpus-photo-{args.num_images}")
+    corpus.generate(src, args.num_images)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    work = tempfile.mkdtemp(prefix="bench_convert-")
+    convert_cmd = [
+        sys.executable, "-m", "img2tfrecord", "convert", "--input", src, "-q", "--num-shards", "1",
+        *(["--image-size", str(args.image_size), "--resize", "stretch", "--format", "jpeg", "--quality", "90"]
+          if args.format == "jpeg" else ["--format", "keep"]),
+        *args.convert_args.split(),
+    ]
+    rows = {"baseline": [], "convert": []}
+    try:
+        for run in range(args.runs):
+            for name in ("baseline", "convert"):
+                out = os.path.join(work, f"{name}-{run}")
+                if name == "baseline":
+                    cmd = [sys.executable, "-c", BASELINE, src, out, str(args.image_size), args.format]
+                else:
+                    cmd = convert_cmd + ["--output", out]
+                seconds, rss = timed(cmd, env)
+                rows[name].append({"seconds": seconds, "peak_rss_mb": rss})
+                print(f"run {run + 1}/{args.runs} {name:8s} {seconds:7.1f} s  {args.num_images / seconds:7.1f} img/s  {rss:7.0f} MB", flush=True)
+                shutil.rmtree(out, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    summary = {}
+    for name, runs in rows.items():
+        median = statistics.median(r["seconds"] for r in runs)
+        summary[name] = {
+            "median_seconds": median,
+            "images_per_second": args.num_images / median,
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        }
+    ratio = summary["convert"]["images_per_second"] / summary["baseline"]["images_per_second"]
+    print()
+    print(f"{args.num_images} images, format {args.format}, {os.cpu_count()} cores, median of {args.runs} runs")
+    print(f"{'':10s} {'img/s':>8s} {'seconds':>8s} {'peak RSS':>9s}")
+    for name in ("baseline", "convert"):
+        s = summary[name]
+        print(f"{name:10s} {s['images_per_second']:8.1f} {s['median_seconds']:8.1f} {s['peak_rss_mb']:7.0f} MB")
+    print(f"ratio convert/baseline: {ratio:.2f}x")
+    result = {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "num_images": args.num_images, "format": args.format, "image_size": args.image_size,
+        "cpu_count": os.cpu_count(), "convert_args": args.convert_args, "runs": rows, "summary": summary,
+        "ratio": ratio,
+    }
+    path = os.path.join(results_dir, f"bench_convert-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
