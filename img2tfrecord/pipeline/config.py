@@ -21,6 +21,8 @@ class ConvertConfig:
     num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
     compression: str = "none"
     overwrite: bool = False
+    analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
+    threads: int = 1  # images converted at the same time in each worker (see transforms/parallel.py)
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""
@@ -38,4 +40,5 @@ class ConvertConfig:
             "shard_size_mb": None if self.num_shards else self.shard_size_mb,
             "num_shards": self.num_shards,
             "compression": self.compression,
+            "analyze": self.analyze,
         }
