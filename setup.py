@@ -48,6 +48,7 @@ setuptools.setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "hypothesis>=6.100",
         ],
     },
     entry_points={

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import difflib
 import logging
+import os
 import re
 import sys
 from typing import List, Optional, Sequence, Tuple
@@ -80,13 +81,15 @@ def _quality(text: str) -> int:
 
 def _add_convert_args(p: argparse.ArgumentParser) -> None:
     from img2tfrecord.transforms.image import DEFAULT_MAX_FILE_MB, DEFAULT_MAX_PIXELS, FORMATS, RESIZE_MODES
+    from img2tfrecord.transforms.image import DEFAULT_DECODE_TIMEOUT_S
 
-    p.add_argument("--input", required=True, help="folder (SRC/<class>/<file> or SRC/<split>/<class>/<file>) or glob; local or gs://")
+    p.add_argument("--input", required=True, help="folder (SRC/<class>/<file> or SRC/<split>/<class>/<file>), glob, archive(s) (.zip, .tar, .tar.gz, .tgz; a glob of many) or manifest (.csv/.jsonl with path,label[,split]); local or gs://")
     p.add_argument("--output", required=True, help="output folder for shards, dataset.json, labels.txt, errors.jsonl")
     p.add_argument("--image-size", type=parse_image_size, default=None, metavar="N|WxH", help="resize to N×N or W×H (default: keep each image's size)")
     p.add_argument("--resize", choices=RESIZE_MODES, default="fill", help="stretch, fit (keep aspect, pad) or fill (keep aspect, centre-crop; default)")
     p.add_argument("--channels", type=int, choices=(1, 3), default=3, help="3 = RGB (default), 1 = grayscale")
-    p.add_argument("--format", choices=FORMATS, default=None, help="stored image format (default: keep when no resize or channel change, else jpeg)")
+    p.add_argument("--format", choices=FORMATS, default=None, help="stored image format; raw = uint8 pixels HxWxC (default: keep when no resize or channel change, else jpeg)")
+    p.add_argument("--sequence", action="store_true", help="SRC/<class>/<clip>/<frames>: one tf.train.SequenceExample per clip, frames in natural name order")
     p.add_argument("--quality", type=_quality, default=90, help="JPEG quality (default 90)")
     p.add_argument("--splits", default=None, metavar="NAME=FRACTION,...", help="e.g. train=0.8,validation=0.1,test=0.1 (default: all train, or the input's split folders)")
     p.add_argument("--seed", type=int, default=0, help="seed of split assignment and shuffle (default 0)")
@@ -97,8 +100,11 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an earlier conversion in --output")
     p.add_argument("--max-pixels", type=_positive(int), default=DEFAULT_MAX_PIXELS, help=f"reject images with more pixels (default {DEFAULT_MAX_PIXELS})")
     p.add_argument("--max-file-mb", type=_positive(float), default=DEFAULT_MAX_FILE_MB, help=f"reject files larger than this (default {DEFAULT_MAX_FILE_MB:g})")
+    p.add_argument("--decode-timeout-s", type=_positive(float), default=DEFAULT_DECODE_TIMEOUT_S, metavar="S", help=f"reject an image whose decoding and resizing take longer (default {DEFAULT_DECODE_TIMEOUT_S:g})")
     p.add_argument("--max-error-rate", type=_fraction, default=None, metavar="F", help="exit 3 when more than this fraction of inputs is rejected (default: no limit)")
     p.add_argument("--threads", type=_positive(int), default=None, help="images converted at the same time per worker (default: one per core on the local runner, 1 on distributed runners)")
+    p.add_argument("--no-analyze", dest="analyze", action="store_false", help="skip the tf.Transform analysis of the train split (no transform_fn/, no statistics in dataset.json)")
+    p.add_argument("--no-wait", action="store_true", help="submit the job and exit (remote runners); the job writes _SUCCESS when done")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
 
@@ -173,6 +179,7 @@ def config_from_args(ns: argparse.Namespace):
         quality=ns.quality,
         max_pixels=ns.max_pixels,
         max_file_bytes=int(ns.max_file_mb * 1024 * 1024),
+        decode_timeout_s=ns.decode_timeout_s,
     )
     return ConvertConfig(
         input=ns.input,
@@ -184,6 +191,8 @@ def config_from_args(ns: argparse.Namespace):
         num_shards=ns.num_shards,
         compression=ns.compression,
         overwrite=ns.overwrite,
+        analyze=ns.analyze,
+        sequence=ns.sequence,
     )
 
 
@@ -208,37 +217,73 @@ def format_summary(doc) -> str:
         lines.append("rejected by reason (details in errors.jsonl):")
         for reason, n in acc["rejected_by_reason"].items():
             lines.append(f"  {reason}: {n}")
+    stats = doc.get("statistics")
+    if stats:
+        def channels(values):
+            return "[" + ", ".join(f"{v:.4f}" for v in values) + "]"
+
+        lines.append(
+            f"{stats['split']} pixel mean {channels(stats['pixel_mean'])}, std {channels(stats['pixel_std'])} "
+            f"(tf.Transform output: {stats['files']['transform_fn']}/)"
+        )
     return "\n".join(lines)
+
+
+def manifest_file(kind: str) -> str:
+    from img2tfrecord.schemas import manifest
+
+    return {"success": manifest.SUCCESS_FILE, "manifest": manifest.MANIFEST_FILE}[kind]
 
 
 def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     from img2tfrecord.pipeline import OutputNotEmpty, PlanError
+    from img2tfrecord.pipeline.outputs import OutputNotWritable
+    from img2tfrecord.pipeline.run import is_dry_run, read_manifest
     from img2tfrecord.pipeline.run import run as run_pipeline
+    from img2tfrecord.transforms.report import ErrorBudgetExceeded, error_budget_exceeded
 
     check_pipeline_args(pipeline_args, own_options)
     config = config_from_args(ns)
     from img2tfrecord.pipeline.run import default_threads
 
-    config = dataclasses.replace(config, threads=ns.threads or default_threads(pipeline_args))
+    config = dataclasses.replace(
+        config, threads=ns.threads or default_threads(pipeline_args), max_error_rate=ns.max_error_rate
+    )
     logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(levelname)s %(message)s")
     # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    # So do those of tf.Transform's libraries (the analysis, transforms/analyze.py).
+    for name in ("absl", "tensorflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # tf.Transform runs on Keras 2 and sets this itself, but only after TensorFlow is
+    # imported, which then has loaded Keras 3 as well (~0.5 s); set before the import.
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    budget_exceeded = None
     try:
-        doc = run_pipeline(config, pipeline_args)
-    except (PlanError, OutputNotEmpty) as e:
+        doc = run_pipeline(config, pipeline_args, wait=not ns.no_wait)
+    except (PlanError, OutputNotEmpty, OutputNotWritable) as e:
         raise UsageError(str(e)) from None
+    except Exception as e:  # the job writes everything, then fails past the error budget
+        # Runners re-raise the job's exception as it was or wrapped in their own.
+        if not isinstance(e, ErrorBudgetExceeded) and ErrorBudgetExceeded.__name__ not in str(e):
+            raise
+        budget_exceeded = next(
+            (line for line in str(e).splitlines() if line.startswith("error budget exceeded")), str(e)
+        ).split(" [while running")[0]
+        doc = read_manifest(config.output)
     if doc is None:
-        print("dry run: the job was built and translated; nothing ran and nothing was written")
+        if is_dry_run(pipeline_args):
+            print("dry run: the job was built and translated; nothing ran and nothing was written")
+        else:
+            print(f"submitted: {config.output}/{manifest_file('success')} appears when the job completes")
         return EXIT_OK
     print(format_summary(doc))
     print(f"output: {config.output}")
     acc = doc["accounting"]
-    if ns.max_error_rate is not None and acc["inputs"] and acc["rejected"] / acc["inputs"] > ns.max_error_rate:
-        print(
-            f"error budget exceeded: {acc['rejected']} of {acc['inputs']} inputs rejected "
-            f"({acc['rejected'] / acc['inputs']:.1%} > {ns.max_error_rate:.1%})",
-            file=sys.stderr,
-        )
+    message = error_budget_exceeded(acc["inputs"], acc["rejected"], ns.max_error_rate)
+    if message or budget_exceeded:
+        print(f"img2tfrecord: {message or budget_exceeded}", file=sys.stderr)
         return EXIT_ERROR_BUDGET
     return EXIT_OK
 

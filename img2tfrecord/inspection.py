@@ -43,7 +43,8 @@ class ShardUnreadable(Exception):
 
 
 def _spec_subset(doc: Mapping[str, Any], wanted: Sequence[str]) -> Dict[str, Any]:
-    spec = doc.get("feature_spec") or {}
+    # Scalar features only: of a SequenceExample that is its context (image/encoded is a feature list).
+    spec = keys.split_spec_json(doc.get("feature_spec") or {})[0]
     return {k: spec[k] for k in wanted if k in spec}
 
 
@@ -333,6 +334,9 @@ def sample_images(directory: str, doc: Mapping[str, Any], split: str, n: int) ->
             values = records.parse_example(data, spec)
             image = _to_pil(values)
         except Exception:  # a broken record or image: verify reports it, the grid just skips it
+            continue
+        if keys.CLASS_TEXT not in values:  # an unlabeled dataset
+            out.append((image, "", -1))
             continue
         out.append((image, records.decode_text(values[keys.CLASS_TEXT]), int(values[keys.CLASS_LABEL])))
     return out

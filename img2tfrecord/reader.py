@@ -6,7 +6,10 @@
 
 Everything the reader needs comes from ``dataset.json``: the shard list,
 their compression, the feature spec, the class names and the stored image
-size and channel count. The pipeline is fast by construction: shuffled
+size and channel count. ``--format raw`` records (uint8 pixels) are
+reshaped with their height/width/channels features; an unlabeled dataset
+(a manifest without labels) yields images only; a ``--sequence`` dataset
+is read with ``load(..., sequence=True)``. The pipeline is fast by construction: shuffled
 shard order, parallel interleaved shard reads, a record-level shuffle of
 the serialized bytes, batched parsing with ``tf.io.parse_example``,
 parallel decoding, and ``prefetch``.
@@ -220,6 +223,8 @@ def _output(parsed: Dict[str, tf.Tensor], images: tf.Tensor, as_dict: bool):
         out = dict(parsed)
         out[keys.DECODED_IMAGE] = images
         return out
+    if keys.CLASS_LABEL not in parsed:  # an unlabeled dataset: images only
+        return images
     return images, parsed[keys.CLASS_LABEL]
 
 
@@ -252,6 +257,9 @@ def load(
     seed: Optional[int] = None,
     as_dict: bool = False,
     deterministic: bool = False,
+    sequence: bool = False,
+    pad_frames: bool = False,
+    transform: bool = False,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` over one split of an ``img2tfrecord convert`` output directory.
 
@@ -280,12 +288,34 @@ def load(
         ``schemas.features.DECODED_IMAGE``, instead of ``(images, labels)``.
       deterministic: keep the parallel reads and decodes in a fixed order
         (slower); with False, whichever shard or batch is ready first goes first.
+      sequence: read a ``convert --sequence`` dataset (one
+        ``tf.train.SequenceExample`` per clip); required for those, refused
+        for image datasets.
+      pad_frames: with ``sequence`` and batching, zero-pad every clip of a
+        batch to its longest clip (dense frames) instead of a RaggedTensor.
+      transform: pass the records through the tf.Transform graph that
+        ``convert`` exported (``TFTransformOutput(path).transform_features_layer()``,
+        see ``img2tfrecord/transformed_reader.py``): images come out
+        normalised with the train split's per-channel mean and standard
+        deviation (``dataset.json`` ``statistics``) instead of in [0, 1],
+        labels from the ``label`` vocabulary; ``as_dict`` adds the
+        transformed ``image`` and ``label``. ValueError when the directory
+        has no ``transform_fn/`` (converted with ``--no-analyze``).
 
     Returns:
       ``(images, labels)`` with images float32 ``[batch, H, W, C]`` in
       [0, 1] (C is the converted channel count, 1 or 3) and labels int64
       ``[batch]`` (ids into ``dataset.json``'s ``labels``); without batching
-      the leading dimension is absent.
+      the leading dimension is absent. An unlabeled dataset
+      (``"labeled": false`` in ``dataset.json``) yields ``images`` alone.
+
+      With ``sequence=True``: ``((frames, lengths), labels)`` -- frames
+      float32 in [0, 1], a RaggedTensor ``[batch, (frames), H, W, C]``
+      (dense ``[batch, max frames, H, W, C]`` with ``pad_frames``), lengths
+      int64 ``[batch]`` (frames per clip); unbatched, frames are
+      ``[frames, H, W, C]`` and the length a scalar. Unlabeled: ``(frames,
+      lengths)``. ``as_dict`` gives the context features plus
+      ``schemas.features.DECODED_FRAMES`` and ``FRAME_COUNT``.
 
     Raises:
       FileNotFoundError: ``path`` or its ``dataset.json`` does not exist.
@@ -295,6 +325,12 @@ def load(
         ``batch_size=None`` was given.
     """
     doc = read_manifest(path)
+    is_sequence = doc.get("record_type") == manifest.SEQUENCE_RECORD_TYPE
+    if is_sequence != bool(sequence):
+        raise ValueError(
+            f"{path} holds {doc.get('record_type')} records: "
+            + ("pass sequence=True to read its clips" if is_sequence else "sequence=True reads only datasets converted with --sequence")
+        )
     plan = _plan(path, doc, split, batch_size, image_size)
     if shuffle_buffer is not None and (isinstance(shuffle_buffer, bool) or int(shuffle_buffer) <= 0):
         raise ValueError(f"shuffle_buffer must be a positive int, got {shuffle_buffer!r}")
@@ -307,6 +343,17 @@ def load(
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
+    if transform:
+        from img2tfrecord import transformed_reader  # deferred: imports tf.Transform
+
+        if sequence:
+            raise ValueError("transform=True applies to image datasets; --sequence datasets have no transform")
+        tft_output = transformed_reader.transform_output(path)
+        return transformed_reader.transformed_dataset(
+            ds, plan, tft_output, batch_size, as_dict, deterministic
+        ).prefetch(AUTOTUNE)
+    if sequence:
+        return _sequence_batches(ds, plan, batch_size, as_dict, deterministic, pad_frames).prefetch(AUTOTUNE)
     if batch_size is None:
         ds = ds.map(
             lambda record: _single(plan, record, as_dict), num_parallel_calls=AUTOTUNE, deterministic=deterministic
@@ -327,6 +374,42 @@ def _single(plan: _Plan, record: tf.Tensor, as_dict: bool):
 def _batch(plan: _Plan, records: tf.Tensor, as_dict: bool):
     parsed = tf.io.parse_example(records, plan.spec)
     return _output(parsed, _decode_batch(plan, parsed), as_dict)
+
+
+# ---------------------------------------------------------------------------
+# SequenceExample clips (convert --sequence).
+
+
+def _clip(plan: _Plan, record: tf.Tensor, as_dict: bool):
+    context_spec = {k: v for k, v in plan.spec.items() if not isinstance(v, tf.io.FixedLenSequenceFeature)}
+    list_spec = {k: v for k, v in plan.spec.items() if isinstance(v, tf.io.FixedLenSequenceFeature)}
+    context, lists = tf.io.parse_single_sequence_example(
+        record, context_features=context_spec, sequence_features=list_spec
+    )
+    encoded = lists[keys.IMAGE_ENCODED]
+    _, fmt, height, width, channels = _decode_fields(plan, context | {keys.IMAGE_ENCODED: encoded})
+    frames = tf.map_fn(
+        lambda e: _decode_one(plan, e, fmt, height, width, channels),
+        encoded,
+        fn_output_signature=_element_spec(plan),
+    )
+    frames = _to_unit_float(frames)
+    length = tf.shape(encoded, out_type=tf.int64)[0]
+    if as_dict:
+        out = dict(context)
+        out[keys.DECODED_FRAMES] = frames
+        out[keys.FRAME_COUNT] = length
+        return out
+    if keys.CLASS_LABEL not in context:
+        return frames, length
+    return (frames, length), context[keys.CLASS_LABEL]
+
+
+def _sequence_batches(ds, plan: _Plan, batch_size: Optional[int], as_dict: bool, deterministic: bool, pad: bool):
+    ds = ds.map(lambda record: _clip(plan, record, as_dict), num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if batch_size is None:
+        return ds
+    return ds.padded_batch(batch_size) if pad else ds.ragged_batch(batch_size)
 
 
 __all__ = ["load", "read_manifest"]

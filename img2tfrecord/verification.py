@@ -134,6 +134,7 @@ class _Context:
     size: Optional[Tuple[int, int]]  # (width, height) every image has, when the writer resized
     formats: Optional[Tuple[str, ...]]  # image/format values the options allow
     compression: str
+    sequence: bool = False  # tf.train.SequenceExample records (convert --sequence)
 
 
 def _context(doc: Mapping[str, Any]) -> _Context:
@@ -146,6 +147,7 @@ def _context(doc: Mapping[str, Any]) -> _Context:
         size=(int(size[0]), int(size[1])) if size else None,
         formats=_ALLOWED_FORMATS.get(options.get("format")),
         compression=doc.get("compression", "none"),
+        sequence=doc.get("record_type") == manifest.SEQUENCE_RECORD_TYPE,
     )
 
 
@@ -185,6 +187,8 @@ def check_image(encoded: bytes, fmt: str, width: int, height: int, channels: int
 
 def check_record(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str]]:
     """(problems, class name) of one serialized record."""
+    if ctx.sequence:
+        return check_sequence_record(data, ctx)
     try:
         values = records.parse_example(data, ctx.spec)
     except records.ExampleError as e:
@@ -218,6 +222,59 @@ def check_record(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str]]:
         digest = hashlib.sha256(encoded).hexdigest()
         if records.decode_text(values[keys.KEY_SHA256]) != digest:
             problems.append(f"image/key/sha256 does not match the image bytes (sha256 is {digest[:16]}...)")
+    return problems, class_name
+
+
+def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str]]:
+    """(problems, class name) of one serialized SequenceExample: context, frame count, every frame."""
+    from img2tfrecord.schemas import example_proto
+
+    context_spec, list_spec = keys.split_spec_json(dict(ctx.spec))
+    try:
+        seq = example_proto.SequenceExample.FromString(data)
+        # A SequenceExample's context is field 1, as an Example's features: parse it as one.
+        values = records.parse_example(data, context_spec)
+    except records.ExampleError as e:
+        return [str(e)], None
+    except Exception as e:
+        return [f"not a tf.train.SequenceExample: {e}"], None
+    problems = []
+    fmt = records.decode_text(values.get(keys.IMAGE_FORMAT, b""))
+    width, height = int(values.get(keys.IMAGE_WIDTH, 0)), int(values.get(keys.IMAGE_HEIGHT, 0))
+    channels = int(values.get(keys.IMAGE_CHANNELS, 0))
+    class_name = records.decode_text(values[keys.CLASS_TEXT]) if keys.CLASS_TEXT in values else None
+    if ctx.formats is not None and fmt not in ctx.formats:
+        problems.append(f"image/format {fmt!r}, but the conversion options allow only {', '.join(ctx.formats)}")
+    if ctx.channels is not None and channels != ctx.channels:
+        problems.append(f"image/channels is {channels}, the conversion used {ctx.channels}")
+    if ctx.size is not None and (width, height) != ctx.size:
+        problems.append(f"frames are {width}x{height}, the conversion resized to {ctx.size[0]}x{ctx.size[1]} (WxH)")
+    for key in list_spec:
+        lists = seq.feature_lists.feature_list
+        if key not in lists:
+            problems.append(f"feature list {key} missing")
+            continue
+        steps = lists[key].feature
+        if keys.CLIP_NUM_FRAMES in values and len(steps) != int(values[keys.CLIP_NUM_FRAMES]):
+            problems.append(f"{key} has {len(steps)} steps, clip/num_frames says {int(values[keys.CLIP_NUM_FRAMES])}")
+        if key != keys.IMAGE_ENCODED:
+            continue
+        for i, step in enumerate(steps):
+            if step.WhichOneof("kind") != "bytes_list" or len(step.bytes_list.value) != 1:
+                problems.append(f"frame {i}: expected one bytes value")
+                break
+            problem = check_image(step.bytes_list.value[0], fmt, width, height, channels) if width > 0 and height > 0 else (
+                f"invalid declared size {width}x{height}"
+            )
+            if problem:
+                problems.append(f"frame {i}: {problem}")
+                break
+    if keys.CLASS_LABEL in values:
+        label = int(values[keys.CLASS_LABEL])
+        if not 0 <= label < len(ctx.labels):
+            problems.append(f"label {label} out of range 0..{len(ctx.labels) - 1}")
+        elif class_name is not None and ctx.labels[label] != class_name:
+            problems.append(f"label {label} is {ctx.labels[label]!r} in dataset.json, record says {class_name!r}")
     return problems, class_name
 
 

@@ -62,3 +62,22 @@ def converted_keep(sample_dir, tmp_path_factory) -> str:
     proc = convert(sample_dir, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
+
+
+# TensorFlow, tf.Transform and Beam's gRPC threads, all loaded in this process by
+# the in-process tests, can crash the interpreter while it tears itself down after
+# the last test (seen as SIGSEGV, exit 139, with every test passed). The session's
+# result is final by then, so leave with pytest's own exit status instead of
+# running that teardown.
+_SESSION = {}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _SESSION["exitstatus"] = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    if "exitstatus" in _SESSION:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_SESSION["exitstatus"])

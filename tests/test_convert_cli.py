@@ -286,7 +286,9 @@ def test_refuses_non_empty_output_and_overwrites_only_its_own(tmp_path):
     proc = convert(root, out, "--overwrite", "--num-shards", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(os.listdir(out)) == sorted(
-        ["_SUCCESS", "dataset.json", "errors.jsonl", "labels.txt", "train-00000-of-00001.tfrecord"]
+        ["_SUCCESS", "dataset.json", "errors.jsonl", "labels.txt", "train-00000-of-00001.tfrecord",
+         # the tf.Transform analysis (transforms/analyze.py); its temp folders are gone
+         "transform_fn", "transformed_metadata", "metadata", "schema.pbtxt"]
     )
     with open(os.path.join(out, "notes.txt"), "w") as f:
         f.write("mine")

@@ -11,8 +11,11 @@ import apache_beam as beam
 import img2tfrecord
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import Plan
+from img2tfrecord.schemas import manifest
 from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
-from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
+from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages  # noqa: F401
+from img2tfrecord.transforms.sources import DiscoverSources
+from img2tfrecord.transforms.parallel import ParDoInThreads
 from img2tfrecord.transforms.report import FinalizeOutput, WriteErrorReport
 from img2tfrecord.transforms.shuffle import ShuffleSplits
 from img2tfrecord.transforms.split import DEFAULT_SPLIT
@@ -36,22 +39,44 @@ def _example(element):
     return element[1]
 
 
+def _one(unused_element):
+    return 1
+
+
 def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
     """Add the conversion of ``config`` to pipeline ``p``."""
-    discovered = p | "DiscoverImages" >> DiscoverImages(plan.pattern, plan.base)
-    files = discovered.files
+    # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
+    discovered = p | "DiscoverImages" >> DiscoverSources(
+        plan.input_kind, plan.pattern, plan.base, config.image.max_file_bytes, config.sequence,
+        plan.labeled, plan.has_split_column, plan.split_names,
+    )
+    files = discovered["files"]
     label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
 
-    converted = (
-        files
-        | "FusionBreak" >> beam.Reshuffle()
-        | "ConvertImage"
-        >> beam.ParDo(
-            ConvertImageFn(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed),
-            label_names=beam.pvalue.AsSingleton(label_names),
-        ).with_outputs(ERRORS, main="records")
-    )
-    records, errors = converted.records, converted[ERRORS]
+    inputs = files  # what the accounting counts: images, or clips with --sequence
+    if config.sequence:
+        from img2tfrecord.transforms.sequence import ConvertClips
+
+        converted = files | "ConvertClips" >> ConvertClips(
+            config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, config.threads, label_names
+        )
+        inputs = converted["inputs"]
+    else:
+        converted = (
+            files
+            | "FusionBreak" >> beam.Reshuffle()
+            | "ConvertImage"
+            >> ParDoInThreads(
+                ConvertImageFn(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed),
+                threads=config.threads,
+                errors_tag=ERRORS,
+                main="records",
+                label_names=beam.pvalue.AsSingleton(label_names),
+            )
+        )
+    records = converted["records"]
+    # Inputs rejected before conversion (an unreadable archive, a bad manifest row) join the report.
+    errors = (converted[ERRORS], discovered[ERRORS]) | "AllErrors" >> beam.Flatten()
 
     split_names = list(plan.split_names)
     by_split = (
@@ -75,21 +100,35 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
     class_counts = records | "SplitAndClass" >> beam.Map(_split_and_class) | "CountPerClass" >> beam.combiners.Count.PerElement()
     reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
     error_files = errors | "ErrorReport" >> WriteErrorReport(config.output)
-    num_inputs = files | "CountInputs" >> beam.combiners.Count.Globally()
+    num_inputs = (
+        (inputs | "InputUnits" >> beam.Map(_one), discovered[ERRORS] | "RejectedUnits" >> beam.Map(_one))
+        | "AllInputs" >> beam.Flatten()
+        | "CountInputs" >> beam.combiners.Count.Globally()
+    )
     num_skipped = discovered[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
+
+    analysis = {}  # tf.Transform statistics of the train split; FinalizeOutput waits for its transform_fn
+    if config.analyze:
+        from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
+
+        statistics = analyze_train_split(records, label_names, config, plan)
+        if statistics is not None:
+            analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
 
     manifest_fields = {
         "tool_version": img2tfrecord.__version__,
         "input_path": config.input,
         "options": config.options_json(),
         "compression": config.compression,
+        "record_type": manifest.SEQUENCE_RECORD_TYPE if config.sequence else manifest.RECORD_TYPE,
+        "labeled": plan.labeled,
     }
     _ = (
         p
         | "Start" >> beam.Create([None])
         | "FinalizeOutput"
         >> beam.ParDo(
-            FinalizeOutput(config.output, manifest_fields, split_names),
+            FinalizeOutput(config.output, manifest_fields, split_names, config.max_error_rate),
             label_names=beam.pvalue.AsSingleton(label_names),
             class_counts=beam.pvalue.AsList(class_counts),
             shards=beam.pvalue.AsList(shards),
@@ -97,5 +136,6 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
             num_inputs=beam.pvalue.AsSingleton(num_inputs),
             num_skipped=beam.pvalue.AsSingleton(num_skipped),
             unused_error_files=beam.pvalue.AsList(error_files),
+            **analysis,
         )
     )

@@ -22,7 +22,9 @@ class ConvertConfig:
     compression: str = "none"
     overwrite: bool = False
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
+    max_error_rate: Optional[float] = None  # the job fails (after writing everything) past this rejected fraction
     threads: int = 1  # images converted at the same time in each worker (see transforms/parallel.py)
+    sequence: bool = False  # SRC/<class>/<clip>/<frames> -> one tf.train.SequenceExample per clip
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""
@@ -35,10 +37,13 @@ class ConvertConfig:
             "quality": image.quality,
             "max_pixels": image.max_pixels,
             "max_file_bytes": image.max_file_bytes,
+            "decode_timeout_s": image.decode_timeout_s,
             "splits": {name: fraction for name, fraction in self.splits} if self.splits else None,
             "seed": self.seed,
             "shard_size_mb": None if self.num_shards else self.shard_size_mb,
             "num_shards": self.num_shards,
             "compression": self.compression,
+            "max_error_rate": self.max_error_rate,
             "analyze": self.analyze,
+            "sequence": self.sequence,
         }

@@ -8,6 +8,15 @@ reports "no matches" before any pipeline starts, and converts a small
 sample to measure the output/input size ratio when images are re-encoded.
 The pipeline lists the input again itself and discovers the classes there;
 nothing from this listing is shipped into the graph.
+
+Archives (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``) are peeked at: a zip's
+central directory is read whole, a tar's first members (a tar.gz is
+decompressed only that far), from the first few archives of a glob. The
+peek decides the layout; when it did not see everything, a split-folder
+layout gets every split name (train, validation, test) so a split first
+seen in the pipeline still has somewhere to go (one never seen is listed
+with 0 records). Manifests (``.csv``, ``.jsonl``) are read whole: their
+columns decide labeled/unlabeled, their split column the split names.
 """
 from __future__ import annotations
 
@@ -21,11 +30,12 @@ from typing import Dict, List, Optional, Tuple
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.transforms import discover
+from img2tfrecord.transforms import discover, sources
 from img2tfrecord.transforms.convert import read_file
 from img2tfrecord.transforms.image import ImageError, convert_image
 from img2tfrecord.transforms.split import (
     DEFAULT_SPLIT,
+    SPLIT_FOLDERS,
     assign_split,
     is_split_layout,
     split_of_folder,
@@ -35,6 +45,10 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 _SAMPLE_SIZE = 16
 _RECORD_OVERHEAD_BYTES = 200  # framing + the non-image features of one record
 MIB = 1024 * 1024
+_PEEK_ARCHIVES = 4  # archives of a glob looked into at launch
+_PEEK_MEMBERS = 2000  # members of a tar / tar.gz looked at (a zip's central directory is read whole)
+_PEEK_ZIP_MEMBERS = 10_000_000
+_PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launch, at most
 
 
 class PlanError(ValueError):
@@ -48,9 +62,12 @@ class Plan:
     layout: str
     split_names: Tuple[str, ...]
     num_shards: Dict[str, int]
-    num_files: int
+    num_files: int  # archives and manifests: the members/rows seen at launch
     input_bytes: int
     size_ratio: float
+    input_kind: str = sources.INPUT_FOLDER  # folder (or glob of images), archives, manifest
+    labeled: bool = True  # False: a manifest without a label column
+    has_split_column: bool = False  # a manifest whose rows name their split
 
 
 def _is_uri(path: str) -> bool:
@@ -97,9 +114,10 @@ def _estimate_size_ratio(config: ConvertConfig, files: List[Tuple[str, str, int]
         return 1.0
     step = max(1, len(files) // _SAMPLE_SIZE)
     in_bytes = out_bytes = 0
-    for path, _, size in files[::step][:_SAMPLE_SIZE]:
+    for source in files[::step][:_SAMPLE_SIZE]:
+        size = source[2]
         try:
-            converted = convert_image(read_file(path, image.max_file_bytes), image)
+            converted = convert_image(sources.read_source(source, image.max_file_bytes, read_file), image)
         except (ImageError, OSError):
             continue
         in_bytes += size
@@ -108,10 +126,20 @@ def _estimate_size_ratio(config: ConvertConfig, files: List[Tuple[str, str, int]
 
 
 def make_plan(config: ConvertConfig) -> Plan:
+    kind = sources.input_kind(config.input)
+    if kind == sources.INPUT_ARCHIVES:
+        return _plan_archives(config)
+    if kind == sources.INPUT_MANIFEST:
+        return _plan_manifest(config)
     base, pattern = resolve_input(config.input)
     if not _GLOB_CHARS.search(config.input) and _is_file(base.rstrip("/")):
-        raise PlanError(f"--input {config.input} is a file; give a folder of class folders or a glob")
+        raise PlanError(
+            f"--input {config.input} is a file; give a folder of class folders, a glob, an archive "
+            f"(.zip, .tar, .tar.gz, .tgz) or a manifest (.csv, .jsonl)"
+        )
     listing = list_input(pattern)
+    if _GLOB_CHARS.search(config.input) and listing and all(sources.archive_kind(p) for p, _ in listing):
+        return _plan_archives(config)  # a glob such as 'shards/*' that matches only archives
     files = []
     for path, size in listing:
         if not path.startswith(base):
@@ -122,7 +150,23 @@ def make_plan(config: ConvertConfig) -> Plan:
     if not files:
         raise PlanError(f"no input files match {pattern}")
     files.sort(key=lambda f: f[1])
+    layout, split_names = _layout(config, files)
+    ratio = _estimate_size_ratio(config, files)
+    split_bytes = _split_bytes(config, layout, split_names, files, ratio)
+    return Plan(
+        base=base,
+        pattern=pattern,
+        layout=layout,
+        split_names=split_names,
+        num_shards=_num_shards(config, split_names, split_bytes),
+        num_files=len(files),
+        input_bytes=sum(f[2] for f in files),
+        size_ratio=ratio,
+    )
 
+
+def _layout(config: ConvertConfig, files) -> Tuple[str, Tuple[str, ...]]:
+    """``(layout, split names)`` from the relpaths of (some of) the input files."""
     top_folders = sorted({f[1].split("/", 1)[0] for f in files if "/" in f[1]})
     if is_split_layout(top_folders):
         layout = discover.LAYOUT_SPLIT
@@ -134,10 +178,14 @@ def make_plan(config: ConvertConfig) -> Plan:
     else:
         layout = discover.LAYOUT_CLASS
         split_names = tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
+    return layout, split_names
 
-    ratio = _estimate_size_ratio(config, files)
-    split_bytes = {name: 0 for name in split_names}
-    for _, relpath, size in files:
+
+def _split_bytes(config: ConvertConfig, layout: str, split_names, files, ratio: float) -> Dict[str, float]:
+    """Estimated output bytes per split of ``files``."""
+    split_bytes = {name: 0.0 for name in split_names}
+    for source in files:
+        relpath, size = source[1], source[2]
         if layout == discover.LAYOUT_SPLIT:
             folder = split_of_folder(relpath.split("/", 1)[0]) if "/" in relpath else None
             split = folder if folder in split_bytes else None
@@ -145,18 +193,135 @@ def make_plan(config: ConvertConfig) -> Plan:
             split = assign_split(relpath, config.seed, config.splits) if config.splits else DEFAULT_SPLIT
         if split is not None:
             split_bytes[split] += size * ratio + _RECORD_OVERHEAD_BYTES
+    return split_bytes
+
+
+def _num_shards(config: ConvertConfig, split_names, split_bytes: Dict[str, float]) -> Dict[str, int]:
     if config.num_shards:
-        num_shards = {name: config.num_shards for name in split_names}
-    else:
-        target = config.shard_size_mb * MIB
-        num_shards = {name: max(1, math.ceil(b / target)) for name, b in split_bytes.items()}
+        return {name: config.num_shards for name in split_names}
+    target = config.shard_size_mb * MIB
+    return {name: max(1, math.ceil(split_bytes.get(name, 0) / target)) for name in split_names}
+
+
+def _file_pattern(path: str) -> Tuple[str, str]:
+    """``(folder ending with '/', pattern)`` of an archive or manifest path or glob."""
+    if not _is_uri(path):
+        path = os.path.abspath(path)
+    return path.rsplit("/", 1)[0] + "/", path
+
+
+def _plan_archives(config: ConvertConfig) -> Plan:
+    base, pattern = _file_pattern(config.input)
+    archives = sorted((p, size) for p, size in list_input(pattern) if sources.archive_kind(p))
+    if not archives:
+        raise PlanError(f"no archives (.zip, .tar, .tar.gz, .tgz) match {pattern}")
+    limit = config.image.max_file_bytes
+    min_depth = sources.MIN_DEPTH_SEQUENCES if config.sequence else sources.MIN_DEPTH_IMAGES
+    files: List[tuple] = []
+    complete = len(archives) <= _PEEK_ARCHIVES
+    for path, size in archives[:_PEEK_ARCHIVES]:
+        max_members = _PEEK_ZIP_MEMBERS if sources.archive_kind(path) == "zip" else _PEEK_MEMBERS
+        entries, whole = sources.peek_archive(path, size, limit, max_members, _PEEK_STREAM_BYTES)
+        complete = complete and whole
+        members = [e for e in entries if e[0] == "member"]
+        prefix = sources.top_folder_to_strip([m[1] for m in members], min_depth)
+        for _, name, member_size, member in members:
+            files.append((sources.member_path(path, name), name[len(prefix):], member_size, member, None))
+    files.sort(key=lambda f: f[1])
+    layout, split_names = _layout(config, files)
+    if layout == discover.LAYOUT_SPLIT and not complete:
+        split_names = tuple(sorted(set(SPLIT_FOLDERS.values())))
+    ratio = _estimate_size_ratio(config, files)
+    split_bytes = _split_bytes(config, layout, split_names, files, ratio)
+    input_bytes = sum(size for _, size in archives)
+    seen = sum(f[2] for f in files)
+    scale = input_bytes / seen if seen else 0.0  # the peek's split proportions, over every archive
+    split_bytes = {name: b * scale for name, b in split_bytes.items()}
     return Plan(
         base=base,
         pattern=pattern,
         layout=layout,
         split_names=split_names,
-        num_shards=num_shards,
+        num_shards=_num_shards(config, split_names, split_bytes),
         num_files=len(files),
-        input_bytes=sum(f[2] for f in files),
+        input_bytes=input_bytes,
         size_ratio=ratio,
+        input_kind=sources.INPUT_ARCHIVES,
+    )
+
+
+def _file_size(path: str) -> Optional[int]:
+    try:
+        if not _is_uri(path):
+            return os.path.getsize(path)
+        found = FileSystems.match([path])[0].metadata_list
+        return found[0].size_in_bytes if found else None
+    except Exception:
+        return None
+
+
+def _plan_manifest(config: ConvertConfig) -> Plan:
+    base, pattern = _file_pattern(config.input)
+    manifests = sorted(p for p, _ in list_input(pattern) if sources.manifest_kind(p))
+    if not manifests:
+        raise PlanError(f"no manifests (.csv, .jsonl) match {pattern}")
+    rows: List[Tuple[str, int, dict]] = []
+    columns = set()
+    for path in manifests:
+        try:
+            parsed = list(sources.manifest_rows(path))
+        except (OSError, UnicodeDecodeError) as e:
+            raise PlanError(f"cannot read manifest {path}: {type(e).__name__}: {e}") from e
+        columns.add(sources.manifest_columns(path, parsed))
+        rows.extend((path, number, row) for number, row in parsed if "error" not in row and row.get("path"))
+    if not rows:
+        raise PlanError(f"{', '.join(manifests)}: no rows naming an image (columns path,label[,split])")
+    if len(columns) > 1:
+        raise PlanError("the manifests differ in their columns: every one needs the same label and split columns")
+    labeled, has_split = columns.pop()
+    if has_split:
+        split_names = set()
+        for path, number, row in rows:
+            if row.get("split"):
+                problem = sources.check_split_name(row["split"])
+                if problem:
+                    raise PlanError(f"{path}:{number}: {problem}")
+                split_names.add(sources.canonical_split(row["split"]))
+        split_names = tuple(sorted(split_names)) or (DEFAULT_SPLIT,)
+        if config.splits:
+            logging.warning("the manifest has a split column (%s); --splits is ignored", ", ".join(split_names))
+    else:
+        split_names = tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
+
+    step = max(1, len(rows) // _SAMPLE_SIZE)
+    sample = []
+    for path, number, row in rows[::step][:_SAMPLE_SIZE]:
+        resolved, relpath = sources.resolve_row_path(path, row["path"])
+        size = _file_size(resolved)
+        if size is not None:
+            sample.append((resolved, relpath, size))
+    mean_size = sum(f[2] for f in sample) / len(sample) if sample else 0.0
+    ratio = _estimate_size_ratio(config, sample)
+    split_bytes = {name: 0.0 for name in split_names}
+    for path, _, row in rows:
+        if has_split:
+            split = sources.canonical_split(row.get("split", ""))
+        elif config.splits:
+            split = assign_split(sources.resolve_row_path(path, row["path"])[1], config.seed, config.splits)
+        else:
+            split = DEFAULT_SPLIT
+        if split in split_bytes:
+            split_bytes[split] += mean_size * ratio + _RECORD_OVERHEAD_BYTES
+    return Plan(
+        base=base,
+        pattern=pattern,
+        layout=discover.LAYOUT_MANIFEST,
+        split_names=split_names,
+        num_shards=_num_shards(config, split_names, split_bytes),
+        num_files=len(rows),
+        input_bytes=int(mean_size * len(rows)),
+        size_ratio=ratio,
+        input_kind=sources.INPUT_MANIFEST,
+        labeled=labeled,
+        has_split_column=has_split,
     )

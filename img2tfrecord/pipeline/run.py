@@ -11,6 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.inputs import check_local_input
 from img2tfrecord.pipeline.outputs import prepare_output
 from img2tfrecord.pipeline.plan import Plan, make_plan
 from img2tfrecord.schemas import manifest
@@ -62,6 +63,11 @@ def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
     return PipelineOptions(args)
 
 
+def is_dry_run(pipeline_args: Sequence[str]) -> bool:
+    value = _flag_value(pipeline_args, "--dry_run")
+    return value is not None and value.lower() in ("true", "1", "yes")
+
+
 def default_threads(pipeline_args: Sequence[str]) -> int:
     """Conversion threads per worker: every core locally, one on distributed runners."""
     return (os.cpu_count() or 1) if is_local_runner(pipeline_args) else 1
@@ -72,15 +78,24 @@ def read_manifest(output_dir: str) -> Dict[str, Any]:
         return manifest.loads(f.read().decode("utf-8"))
 
 
-def run(config: ConvertConfig, pipeline_args: Sequence[str] = (), plan: Optional[Plan] = None) -> Optional[Dict[str, Any]]:
+def run(
+    config: ConvertConfig,
+    pipeline_args: Sequence[str] = (),
+    plan: Optional[Plan] = None,
+    wait: bool = True,
+) -> Optional[Dict[str, Any]]:
     """Convert ``config.input`` into ``config.output``; returns the written ``dataset.json``.
 
     Returns None for a ``--dry_run`` (the job is built and translated, nothing
-    runs). Raises ``PlanError``/``OutputNotEmpty`` (usage errors) before any
-    pipeline starts; any pipeline failure propagates.
+    runs) and when ``wait`` is False (the job is submitted; it writes
+    ``_SUCCESS`` itself when it completes). Raises ``PlanError``/``OutputNotEmpty``
+    (usage errors) before any pipeline starts; any pipeline failure propagates.
     """
     options = pipeline_options(pipeline_args)
     plan = plan or make_plan(config)
+    if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
+        # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
+        check_local_input(plan.base, plan.pattern, plan.layout)
     dry_run = bool(options.get_all_options().get("dry_run"))
     if not dry_run:
         prepare_output(config.output, config.overwrite)
@@ -91,6 +106,10 @@ def run(config: ConvertConfig, pipeline_args: Sequence[str] = (), plan: Optional
     p = beam.Pipeline(options=options)
     build_pipeline(p, config, plan)
     result = p.run()
+    if not wait and not dry_run:
+        job_id = getattr(result, "job_id", None)
+        logging.info("submitted%s; %s appears in %s when it completes", f" job {job_id()}" if callable(job_id) else "", manifest.SUCCESS_FILE, config.output)
+        return None
     result.wait_until_finish()
     if dry_run:
         return None

@@ -16,10 +16,16 @@ CLASS_LABEL = "image/class/label"
 CLASS_TEXT = "image/class/text"
 FILENAME = "image/filename"
 KEY_SHA256 = "image/key/sha256"
+# Context features of a tf.train.SequenceExample (``convert --sequence``): one record per clip.
+CLIP_NAME = "clip/name"
+CLIP_NUM_FRAMES = "clip/num_frames"
 
 # Not a record feature: the key under which ``img2tfrecord.load(..., as_dict=True)``
 # puts the decoded float32 image next to the parsed features.
 DECODED_IMAGE = "image"
+# The same for ``load(..., sequence=True, as_dict=True)``: the decoded frames and their count.
+DECODED_FRAMES = "frames"
+FRAME_COUNT = "length"
 
 # Values of image/format. FORMAT_RAW marks uncompressed uint8 pixels in
 # row-major height x width x channels order.
@@ -31,7 +37,7 @@ FORMAT_RAW = "raw"
 # (FixedLenFeature with shape []); bytes features hold one value.
 FEATURES: Dict[str, tuple] = {
     IMAGE_ENCODED: ("string", "the stored image: encoded JPEG/PNG bytes (or the original file bytes with --format keep)"),
-    IMAGE_FORMAT: ("string", "format of image/encoded: jpeg, png, ..."),
+    IMAGE_FORMAT: ("string", "format of image/encoded: jpeg, png or raw (uint8 pixels, row-major HxWxC)"),
     IMAGE_HEIGHT: ("int64", "height in pixels of the stored image"),
     IMAGE_WIDTH: ("int64", "width in pixels of the stored image"),
     IMAGE_CHANNELS: ("int64", "channels of the stored image (1 or 3)"),
@@ -43,14 +49,51 @@ FEATURES: Dict[str, tuple] = {
 
 INT_FEATURES = tuple(k for k, (dtype, _) in FEATURES.items() if dtype == "int64")
 BYTES_FEATURES = tuple(k for k, (dtype, _) in FEATURES.items() if dtype == "string")
+# Left out of every record of an unlabeled dataset (a manifest without a label column).
+LABEL_FEATURES = (CLASS_LABEL, CLASS_TEXT)
+
+# tf.train.SequenceExample records (one per clip): the context features, then the
+# feature lists (one value per frame, frames in natural name order).
+SEQUENCE_CONTEXT_FEATURES: Dict[str, tuple] = {
+    CLASS_LABEL: FEATURES[CLASS_LABEL],
+    CLASS_TEXT: FEATURES[CLASS_TEXT],
+    CLIP_NAME: ("string", "path of the clip folder relative to the input root"),
+    CLIP_NUM_FRAMES: ("int64", "number of frames (steps of the image/encoded feature list)"),
+    IMAGE_HEIGHT: ("int64", "height in pixels of every frame"),
+    IMAGE_WIDTH: ("int64", "width in pixels of every frame"),
+    IMAGE_CHANNELS: ("int64", "channels of every frame (1 or 3)"),
+    IMAGE_FORMAT: ("string", "format of every frame: jpeg, png or raw"),
+}
+SEQUENCE_FEATURES: Dict[str, tuple] = {
+    IMAGE_ENCODED: ("string", "one frame per step, stored as image/encoded of an Example is"),
+}
+FIXED_LEN = "FixedLenFeature"
+FIXED_LEN_SEQUENCE = "FixedLenSequenceFeature"  # a feature list of scalars: one value per step
 
 
-def feature_spec_json() -> Dict[str, Dict[str, Any]]:
-    """The parsing spec in a JSON-serialisable form, as stored in ``dataset.json``."""
-    return {
-        key: {"kind": "FixedLenFeature", "shape": [], "dtype": dtype, "description": desc}
-        for key, (dtype, desc) in FEATURES.items()
+def feature_spec_json(labeled: bool = True, sequence: bool = False) -> Dict[str, Dict[str, Any]]:
+    """The parsing spec in a JSON-serialisable form, as stored in ``dataset.json``.
+
+    ``sequence``: the spec of SequenceExample records, context features with
+    kind FixedLenFeature and feature lists with kind FixedLenSequenceFeature.
+    ``labeled=False`` leaves out the label features.
+    """
+    spec = {
+        key: {"kind": FIXED_LEN, "shape": [], "dtype": dtype, "description": desc}
+        for key, (dtype, desc) in (SEQUENCE_CONTEXT_FEATURES if sequence else FEATURES).items()
+        if labeled or key not in LABEL_FEATURES
     }
+    if sequence:
+        for key, (dtype, desc) in SEQUENCE_FEATURES.items():
+            spec[key] = {"kind": FIXED_LEN_SEQUENCE, "shape": [], "dtype": dtype, "description": desc}
+    return spec
+
+
+def split_spec_json(spec_json: Dict[str, Dict[str, Any]]) -> tuple:
+    """``(context features, feature lists)`` of a ``feature_spec`` block (the lists empty for Examples)."""
+    context = {k: v for k, v in spec_json.items() if v.get("kind") != FIXED_LEN_SEQUENCE}
+    lists = {k: v for k, v in spec_json.items() if v.get("kind") == FIXED_LEN_SEQUENCE}
+    return context, lists
 
 
 def feature_spec(spec_json: Dict[str, Dict[str, Any]] | None = None) -> Dict[str, Any]:
@@ -65,7 +108,11 @@ def feature_spec(spec_json: Dict[str, Dict[str, Any]] | None = None) -> Dict[str
     spec_json = spec_json or feature_spec_json()
     spec = {}
     for key, entry in spec_json.items():
-        if entry.get("kind") != "FixedLenFeature":
-            raise ValueError(f"unsupported feature kind {entry.get('kind')!r} for {key!r}")
-        spec[key] = tf.io.FixedLenFeature(entry["shape"], tf.dtypes.as_dtype(entry["dtype"]))
+        kind = entry.get("kind")
+        if kind == FIXED_LEN:
+            spec[key] = tf.io.FixedLenFeature(entry["shape"], tf.dtypes.as_dtype(entry["dtype"]))
+        elif kind == FIXED_LEN_SEQUENCE:
+            spec[key] = tf.io.FixedLenSequenceFeature(entry["shape"], tf.dtypes.as_dtype(entry["dtype"]))
+        else:
+            raise ValueError(f"unsupported feature kind {kind!r} for {key!r}")
     return spec

@@ -7,7 +7,11 @@ compressed), plus:
 * ``dataset.json`` -- this module's manifest (:func:`build_manifest`);
 * ``labels.txt``   -- line i is the class name of id i;
 * ``errors.jsonl`` -- one JSON object per rejected input (``path``, ``reason``, ``error``);
-* ``_SUCCESS``     -- written last: the directory is complete only when it exists.
+* ``_SUCCESS``     -- written last: the directory is complete only when it exists;
+* unless ``--no-analyze``, the tf.Transform output of the train split's analysis
+  (``transform_fn/``, ``transformed_metadata/``, ``metadata/schema.pbtxt``,
+  ``schema.pbtxt``; statistics in the manifest's ``statistics``), read with
+  ``tft.TFTransformOutput(<output dir>)``.
 
 The manifest is plain JSON so any language can read it; the helpers here do
 no I/O, callers read and write with their own filesystem layer (Beam's
@@ -27,15 +31,29 @@ LABELS_FILE = labels.LABELS_FILE
 ERRORS_FILE = "errors.jsonl"
 SUCCESS_FILE = "_SUCCESS"
 RECORD_TYPE = "tf.train.Example"
+SEQUENCE_RECORD_TYPE = "tf.train.SequenceExample"  # convert --sequence: one record per clip
+RECORD_TYPES = (RECORD_TYPE, SEQUENCE_RECORD_TYPE)
 
 COMPRESSIONS = ("none", "gzip")
 SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"  # Beam's shard template: train-00000-of-00004
 SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _SHARD_FILE_RE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$")
 
+# The tf.Transform analysis of the train split (skipped with --no-analyze):
+# ``tft.TFTransformOutput(<output dir>)`` reads the first three folders.
+TRANSFORM_FN_DIR = "transform_fn"  # the exported transform (a SavedModel)
+TRANSFORMED_METADATA_DIR = "transformed_metadata"  # schema of the transformed features
+RAW_METADATA_DIR = "metadata"  # metadata/schema.pbtxt: the records' schema, for raw_feature_spec()
+SCHEMA_FILE = "schema.pbtxt"  # the same records' schema (tensorflow_metadata Schema, text format)
+TRANSFORM_STAGING_DIR = "transform_tmp"  # WriteTransformFn's staging folder, removed when it finishes
+ANALYSIS_TEMP_DIR = ".tmp-tft"  # tf.Transform's temp dir when no --temp_location is given
+ANALYSIS_FILE_NAMES = (
+    TRANSFORM_FN_DIR, TRANSFORMED_METADATA_DIR, RAW_METADATA_DIR, SCHEMA_FILE, TRANSFORM_STAGING_DIR, ANALYSIS_TEMP_DIR,
+)
+
 # Every name convert may leave in an output directory (beam-temp-* are Beam's
 # write staging folders; they are removed when a write finalises).
-OUTPUT_FILE_NAMES = (MANIFEST_FILE, LABELS_FILE, ERRORS_FILE, SUCCESS_FILE)
+OUTPUT_FILE_NAMES = (MANIFEST_FILE, LABELS_FILE, ERRORS_FILE, SUCCESS_FILE) + ANALYSIS_FILE_NAMES
 TEMP_PREFIXES = ("beam-temp-", ".tmp-")
 
 
@@ -76,13 +94,22 @@ def build_manifest(
     label_names: List[str],
     splits: Mapping[str, Mapping[str, Any]],
     accounting: Mapping[str, Any],
+    record_type: str = RECORD_TYPE,
+    labeled: bool = True,
+    statistics: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """The ``dataset.json`` document.
 
     ``splits`` maps split name to ``{"num_examples", "examples_per_class",
     "shards": [{"file", "num_records", "num_bytes"}]}``; ``accounting`` holds
     ``inputs``, ``written``, ``rejected``, ``skipped`` and ``rejected_by_reason``.
+    ``record_type`` is :data:`SEQUENCE_RECORD_TYPE` for ``--sequence`` (one
+    record per clip; the inputs counted are clips); ``labeled=False`` (a
+    manifest without a label column) means the records hold no label
+    features, ``labels`` is empty and ``examples_per_class`` stays empty.
     """
+    if record_type not in RECORD_TYPES:
+        raise ValueError(f"unknown record type {record_type!r}")
     return {
         "format_version": FORMAT_VERSION,
         "tool": "img2tfrecord",
@@ -90,14 +117,17 @@ def build_manifest(
         "created": created,
         "input": input_path,
         "options": dict(options),
-        "record_type": RECORD_TYPE,
+        "record_type": record_type,
         "compression": compression,
+        "labeled": bool(labeled),
         "labels": list(label_names),
         "num_classes": len(label_names),
-        "feature_spec": features.feature_spec_json(),
+        "feature_spec": features.feature_spec_json(labeled=labeled, sequence=record_type == SEQUENCE_RECORD_TYPE),
         "splits": {name: dict(info) for name, info in sorted(splits.items())},
         "accounting": dict(accounting),
         "files": {"labels": LABELS_FILE, "errors": ERRORS_FILE, "success": SUCCESS_FILE},
+        # The tf.Transform analysis of the train split (transforms/analyze.py); absent with --no-analyze.
+        **({"statistics": dict(statistics)} if statistics is not None else {}),
     }
 
 

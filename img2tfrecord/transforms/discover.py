@@ -18,11 +18,20 @@ from img2tfrecord.transforms.split import split_of_folder
 
 LAYOUT_CLASS = "class"  # SRC/<class>/<file>
 LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>
+LAYOUT_MANIFEST = "manifest"  # label and split come from the rows of a CSV/JSONL manifest
 LAYOUTS = (LAYOUT_CLASS, LAYOUT_SPLIT)
 SKIPPED = "skipped"
-_JUNK_NAMES = {"thumbs.db", "desktop.ini", "icon\r", "__macosx"}
+# Files and folders that operating systems, file managers and NAS boxes leave next to
+# pictures (compared lower-case). "@eadir" is where Synology keeps thumbnails of every
+# photo: JPEGs that would otherwise become duplicate records.
+_JUNK_NAMES = {
+    "thumbs.db", "ehthumbs.db", "ehthumbs_vista.db", "desktop.ini", "icon\r", "__macosx",
+    "@eadir", "$recycle.bin", "system volume information", "lost+found",
+}
 
 SourceFile = Tuple[str, str, int]  # (path, path relative to the input root, size in bytes)
+# Archive members and manifest rows extend it (transforms/sources.py):
+# (path, relpath, size, member locator or None, (split, label) of a manifest row or None).
 
 
 class PlacementError(ValueError):
@@ -64,8 +73,21 @@ def class_of(relpath: str, layout: str) -> Optional[str]:
         return None
 
 
+def placement(source: SourceFile, layout: str) -> Tuple[Optional[str], Optional[str]]:
+    """``(split or None, class name)`` of any source: from a manifest row, else from its relpath.
+
+    The class name is None only for a row of an unlabeled manifest.
+    """
+    if len(source) > 4 and source[4] is not None:
+        return source[4]
+    return parse_relpath(source[1], layout)
+
+
 def _classes_of_file(source: SourceFile, layout: str):
-    name = class_of(source[1], layout)
+    try:
+        name = placement(source, layout)[1]
+    except PlacementError:
+        name = None
     return [name] if name is not None else []
 
 

@@ -1,13 +1,18 @@
-"""Build the serialized ``tf.train.Example`` of one converted image (no TensorFlow import)."""
+"""Build the serialized ``tf.train.Example`` / ``SequenceExample`` records (no TensorFlow import)."""
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas.example_proto import Example
+from img2tfrecord.schemas.example_proto import Example, SequenceExample
 from img2tfrecord.transforms.image import ConvertedImage
 
 
-def encode_example(image: ConvertedImage, label: int, class_name: str, relpath: str) -> bytes:
-    """The record for one image, with every feature declared in ``schemas.features``."""
+def encode_example(image: ConvertedImage, label: Optional[int], class_name: Optional[str], relpath: str) -> bytes:
+    """The record for one image, with every feature declared in ``schemas.features``.
+
+    ``class_name`` None (an unlabeled dataset) leaves out the label features.
+    """
     example = Example()
     feature = example.features.feature
     feature[keys.IMAGE_ENCODED].bytes_list.value.append(image.encoded)
@@ -15,8 +20,34 @@ def encode_example(image: ConvertedImage, label: int, class_name: str, relpath: 
     feature[keys.IMAGE_HEIGHT].int64_list.value.append(image.height)
     feature[keys.IMAGE_WIDTH].int64_list.value.append(image.width)
     feature[keys.IMAGE_CHANNELS].int64_list.value.append(image.channels)
-    feature[keys.CLASS_LABEL].int64_list.value.append(label)
-    feature[keys.CLASS_TEXT].bytes_list.value.append(class_name.encode("utf-8"))
+    if class_name is not None:
+        feature[keys.CLASS_LABEL].int64_list.value.append(label)
+        feature[keys.CLASS_TEXT].bytes_list.value.append(class_name.encode("utf-8"))
     feature[keys.FILENAME].bytes_list.value.append(relpath.encode("utf-8"))
     feature[keys.KEY_SHA256].bytes_list.value.append(image.sha256.encode())
     return example.SerializeToString()
+
+
+def encode_sequence_example(
+    frames: Sequence[ConvertedImage], label: Optional[int], class_name: Optional[str], clip_name: str
+) -> bytes:
+    """The record of one clip: context features and one ``image/encoded`` step per frame, in order.
+
+    Every frame must have the same size, channels and format (the caller checks).
+    """
+    first = frames[0]
+    seq = SequenceExample()
+    context = seq.context.feature
+    if class_name is not None:
+        context[keys.CLASS_LABEL].int64_list.value.append(label)
+        context[keys.CLASS_TEXT].bytes_list.value.append(class_name.encode("utf-8"))
+    context[keys.CLIP_NAME].bytes_list.value.append(clip_name.encode("utf-8"))
+    context[keys.CLIP_NUM_FRAMES].int64_list.value.append(len(frames))
+    context[keys.IMAGE_HEIGHT].int64_list.value.append(first.height)
+    context[keys.IMAGE_WIDTH].int64_list.value.append(first.width)
+    context[keys.IMAGE_CHANNELS].int64_list.value.append(first.channels)
+    context[keys.IMAGE_FORMAT].bytes_list.value.append(first.format.encode())
+    steps = seq.feature_lists.feature_list[keys.IMAGE_ENCODED].feature
+    for frame in frames:
+        steps.add().bytes_list.value.append(frame.encoded)
+    return seq.SerializeToString()

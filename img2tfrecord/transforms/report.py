@@ -3,12 +3,15 @@
 ``FinalizeOutput`` runs once, after every shard and the error report are
 final (it takes them as side inputs), checks that every input is accounted
 for, and writes ``dataset.json``, ``labels.txt`` and finally ``_SUCCESS``.
+With the tf.Transform analysis on, its ``statistics`` side input is emitted
+only once ``transform_fn/`` is written (transforms/analyze.py), and is
+copied into ``dataset.json``.
 """
 from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Dict, Iterable, List, Mapping, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -37,6 +40,20 @@ class WriteErrorReport(beam.PTransform):
         )
 
 
+class ErrorBudgetExceeded(RuntimeError):
+    """More inputs were rejected than ``--max-error-rate`` allows (the output is still written)."""
+
+
+def error_budget_exceeded(inputs: int, rejected: int, max_error_rate: Optional[float]) -> Optional[str]:
+    """The message when ``rejected / inputs`` is over ``max_error_rate``, else None."""
+    if max_error_rate is None or not inputs or rejected / inputs <= max_error_rate:
+        return None
+    return (
+        f"error budget exceeded: {rejected} of {inputs} inputs rejected "
+        f"({rejected / inputs:.1%} > {max_error_rate:.1%}, --max-error-rate)"
+    )
+
+
 class AccountingError(RuntimeError):
     """Raised when records written + rejected does not equal the inputs."""
 
@@ -62,7 +79,8 @@ def summarise_splits(
     }
     for (split, class_name), n in sorted(class_counts):
         info = splits.setdefault(split, {"num_examples": 0, "num_bytes": 0, "examples_per_class": {}, "shards": []})
-        info["examples_per_class"][class_name] = n
+        if class_name is not None:  # None: records of an unlabeled manifest
+            info["examples_per_class"][class_name] = n
     for split, name, count, size in sorted(shards, key=lambda s: s[1]):
         info = splits[split]
         info["shards"].append({"file": name, "num_records": count, "num_bytes": size})
@@ -74,10 +92,17 @@ def summarise_splits(
 class FinalizeOutput(beam.DoFn):
     """Check the accounting and write ``dataset.json``, ``labels.txt``, then ``_SUCCESS``."""
 
-    def __init__(self, output_dir: str, manifest_fields: Dict[str, Any], split_names: List[str]):
+    def __init__(
+        self,
+        output_dir: str,
+        manifest_fields: Dict[str, Any],
+        split_names: List[str],
+        max_error_rate: Optional[float] = None,
+    ):
         self._output_dir = output_dir
         self._fields = manifest_fields
         self._split_names = split_names
+        self._max_error_rate = max_error_rate
 
     def process(
         self,
@@ -89,11 +114,13 @@ class FinalizeOutput(beam.DoFn):
         num_inputs: int,
         num_skipped: int,
         unused_error_files: List[str],
+        statistics: Optional[Dict[str, Any]] = None,
     ):
         splits = summarise_splits(self._split_names, class_counts, shards)
         written = sum(info["num_examples"] for info in splits.values())
         for name, info in splits.items():
-            per_class = sum(info["examples_per_class"].values())
+            # Counted from class_counts: records of an unlabeled manifest have no class entry.
+            per_class = sum(n for (split, _), n in class_counts if split == name)
             if per_class != info["num_examples"]:
                 raise AccountingError(
                     f"split {name}: shards hold {info['num_examples']} records but {per_class} were encoded"
@@ -115,6 +142,7 @@ class FinalizeOutput(beam.DoFn):
                 "skipped": num_skipped,
                 "rejected_by_reason": by_reason,
             },
+            statistics=statistics,
             **self._fields,
         )
         join = FileSystems.join
@@ -122,4 +150,8 @@ class FinalizeOutput(beam.DoFn):
         write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), manifest.dumps(doc))
         with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:
             f.write(b"")
+        budget_message = error_budget_exceeded(num_inputs, rejected, self._max_error_rate)
+        if budget_message:
+            # The output is complete and consistent; the job still fails so a scheduler alerts.
+            raise ErrorBudgetExceeded(budget_message)
         yield doc

@@ -1,0 +1,136 @@
+"""Cost of the tf.Transform analysis: ``convert`` with and without ``--no-analyze``.
+
+    .venv/bin/python benchmarks/bench_analyze.py [--images 2000] [--runs 3]
+
+The corpus is photo-like JPEGs from ``benchmarks/corpus.py`` (ImageNet-sized,
+~45 KB), written once into ``benchmarks/results/analyze-corpus-<images>/images``
+and reused. Each run is the real CLI in a fresh process, as a user runs it:
+
+    python -m img2tfrecord convert --input <corpus> --output <out> \\
+        --image-size 224 --resize stretch --format jpeg --overwrite -q [--no-analyze]
+
+with the default local runner. Runs alternate between the two modes (the
+order flips every round). Reported: median wall time and median CPU
+seconds (user + sys of the child, less sensitive to other load on the
+machine) per mode, the time the analysis adds as a fraction of the
+``--no-analyze`` time (target <= 25% wall), and the load average around
+the runs. Results go to ``benchmarks/results/bench_analyze-<time>.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+sys.path[:0] = [ROOT, HERE]
+
+IMAGE_SIZE = 224
+MODES = {"--no-analyze": ["--no-analyze"], "analyze (default)": []}
+TARGET = 0.25
+
+
+def build_corpus(images: int) -> str:
+    import corpus
+
+    src = os.path.join(RESULTS, f"analyze-corpus-{images}", "images")
+    print(f"corpus: {images} photo-like JPEGs in {src}", flush=True)
+    corpus.generate(src, images)  # skips files already there
+    return src
+
+
+def convert_once(src: str, out: str, extra: List[str]) -> Dict[str, float]:
+    cmd = [
+        sys.executable, "-m", "img2tfrecord", "convert", "--input", src, "--output", out,
+        "--image-size", str(IMAGE_SIZE), "--resize", "stretch", "--format", "jpeg", "--overwrite", "-q", *extra,
+    ]
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"convert failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu}
+
+
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=2000, help="corpus size (default 2000)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per mode (default 3)")
+    args = parser.parse_args(argv)
+
+    src = build_corpus(args.images)
+    outs = {mode: os.path.join(RESULTS, f"analyze-corpus-{args.images}", f"out-{i}") for i, mode in enumerate(MODES)}
+    load_before = os.getloadavg()
+    runs: Dict[str, List[Dict[str, float]]] = {mode: [] for mode in MODES}
+    for r in range(args.runs):
+        order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
+        for mode in order:
+            result = convert_once(src, outs[mode], MODES[mode])
+            runs[mode].append(result)
+            print(f"run {r + 1}/{args.runs} {mode:<18} {result['wall_s']:7.2f} s wall {result['cpu_s']:7.2f} s cpu",
+                  flush=True)
+    load_after = os.getloadavg()
+
+    summary = {
+        mode: {
+            "median_wall_s": statistics.median(r["wall_s"] for r in results),
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in results),
+            "runs": results,
+        }
+        for mode, results in runs.items()
+    }
+    base, analysed = summary["--no-analyze"], summary["analyze (default)"]
+    added_wall = analysed["median_wall_s"] / base["median_wall_s"] - 1
+    added_cpu = analysed["median_cpu_s"] / base["median_cpu_s"] - 1
+    with open(os.path.join(outs["analyze (default)"], "dataset.json"), encoding="utf-8") as f:
+        stats = json.load(f).get("statistics")
+
+    print()
+    print(f"{'mode':<20}{'wall s (median)':>18}{'cpu s (median)':>18}")
+    for mode, s in summary.items():
+        print(f"{mode:<20}{s['median_wall_s']:>18.2f}{s['median_cpu_s']:>18.2f}")
+    print(f"added by the analysis: {added_wall:+.1%} wall, {added_cpu:+.1%} CPU "
+          f"({analysed['median_wall_s'] - base['median_wall_s']:+.2f} s wall; target <= {TARGET:.0%} wall)")
+    print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} CPUs")
+
+    os.makedirs(RESULTS, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = os.path.join(RESULTS, f"bench_analyze-{stamp}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(
+            {
+                "corpus": src,
+                "images": args.images,
+                "image_size": IMAGE_SIZE,
+                "settings": vars(args),
+                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                            "loadavg_before": load_before, "loadavg_after": load_after},
+                "added_wall": added_wall,
+                "added_cpu": added_cpu,
+                "target_added_wall": TARGET,
+                "modes": summary,
+                "statistics": stats,
+            },
+            f,
+            indent=2,
+        )
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

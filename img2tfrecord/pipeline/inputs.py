@@ -1,0 +1,164 @@
+"""Launch-time checks of a local input folder: what the pipeline's listing cannot report.
+
+The pipeline lists a local input with Beam's ``LocalFileSystem``, which walks
+folders with ``os.walk``: links to folders are not followed (so a link loop
+cannot make the listing run forever), broken links and folders that cannot be
+listed are left out without a word, and an empty folder has no file to list.
+This module walks the input once, the same way, before the pipeline starts,
+and says what it finds:
+
+* file names that are not valid UTF-8 stop the run (exit 2): a name is
+  carried through the pipeline, stored in records and written to
+  ``errors.jsonl`` as text, so such a file could become neither a record
+  nor an error line;
+* class folder names holding a line break stop the run: ``labels.txt`` is
+  one class name per line;
+* empty class folders (none or only junk files), links to folders (not
+  followed), broken links and folders that cannot be listed are warned
+  about: none of them gives an input.
+
+Only local filesystems have empty folders, links or unreadable folders;
+object stores such as ``gs://`` have names only, so these checks do not
+apply there (their names are always UTF-8).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from typing import Dict, List, Optional
+
+from apache_beam.io.filesystem import FileSystem
+
+from img2tfrecord.pipeline.plan import PlanError
+from img2tfrecord.transforms import discover
+from img2tfrecord.transforms.split import split_of_folder
+
+_EXAMPLES = 3  # names quoted per kind of problem
+
+
+class InputProblem(PlanError):
+    """The input cannot be converted as it is (a usage error, exit 2)."""
+
+
+@dataclasses.dataclass
+class LocalInputReport:
+    files: int = 0
+    bad_names: List[str] = dataclasses.field(default_factory=list)  # escaped relpaths
+    bad_class_names: List[str] = dataclasses.field(default_factory=list)
+    empty_class_folders: List[str] = dataclasses.field(default_factory=list)
+    folder_links: List[str] = dataclasses.field(default_factory=list)
+    broken_links: List[str] = dataclasses.field(default_factory=list)
+    unlistable: List[str] = dataclasses.field(default_factory=list)
+
+
+def printable(name: str) -> str:
+    """``name`` with bytes that are not UTF-8 shown as ``\\xNN`` (never raises)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _class_folder(relpath: str, layout: str) -> Optional[str]:
+    """The class folder (relative to the input root) a path under the root belongs to."""
+    parts = relpath.split("/")
+    depth = 2 if layout == discover.LAYOUT_SPLIT else 1
+    return "/".join(parts[:depth]) if len(parts) > depth else None
+
+
+def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
+    """Walk the local input root ``base`` like Beam's listing does and report what it leaves out."""
+    report = LocalInputReport()
+    matches = re.compile(FileSystem.translate_pattern(pattern)).match
+    whole_folder = pattern == base + "**"
+    files_per_class: Dict[str, int] = {}
+    root = base.rstrip("/") or "/"
+
+    def unlistable(error: OSError) -> None:
+        if whole_folder:  # a glob's scope is narrower than the folder walked
+            report.unlistable.append(printable(discover.relative_path(base, error.filename + "/") or "."))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
+        rel_dir = discover.relative_path(base, dirpath + "/").rstrip("/")
+        for name in dirnames:  # os.walk does not descend into links to folders, nor does Beam's listing
+            relpath = f"{rel_dir}/{name}" if rel_dir else name
+            if os.path.islink(os.path.join(dirpath, name)):
+                if whole_folder and not discover.is_junk(relpath):
+                    report.folder_links.append(printable(relpath))
+            elif whole_folder and not discover.is_junk(relpath):
+                if relpath.count("/") + 1 == (2 if layout == discover.LAYOUT_SPLIT else 1):
+                    files_per_class.setdefault(relpath, 0)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            relpath = f"{rel_dir}/{name}" if rel_dir else name
+            if not matches(path):
+                continue
+            if not _is_utf8(relpath):  # junk too: even a skipped name is carried as text
+                report.bad_names.append(printable(relpath))
+                continue
+            if discover.is_junk(relpath):
+                continue
+            if not os.path.exists(path):
+                report.broken_links.append(relpath)
+                continue
+            report.files += 1
+            class_name = discover.class_of(relpath, layout)
+            if class_name is not None and ("\n" in class_name or "\r" in class_name):
+                if class_name not in report.bad_class_names:
+                    report.bad_class_names.append(class_name)
+            folder = _class_folder(relpath, layout)
+            if folder is not None:
+                files_per_class[folder] = files_per_class.get(folder, 0) + 1
+    if layout == discover.LAYOUT_SPLIT:  # only folders inside split folders are class folders
+        files_per_class = {
+            k: n for k, n in files_per_class.items() if split_of_folder(k.split("/", 1)[0]) is not None
+        }
+    report.empty_class_folders = sorted(k for k, n in files_per_class.items() if n == 0)
+    return report
+
+
+def _examples(names: List[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:_EXAMPLES])
+    return shown + (f" and {len(names) - _EXAMPLES} more" if len(names) > _EXAMPLES else "")
+
+
+def check_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
+    """Log a warning for each kind of left-out entry; InputProblem for names that cannot be converted."""
+    report = scan_local_input(base, pattern, layout)
+    if report.bad_names:
+        raise InputProblem(
+            f"{len(report.bad_names)} file name(s) under {base} are not valid UTF-8 ({_examples(report.bad_names)}); "
+            "rename them (e.g. with convmv): names are stored as text in records and errors.jsonl"
+        )
+    if report.bad_class_names:
+        raise InputProblem(
+            f"class folder name(s) with a line break ({_examples(report.bad_class_names)}): "
+            "labels.txt holds one class name per line; rename the folder(s)"
+        )
+    if report.empty_class_folders:
+        logging.warning(
+            "%d empty class folder(s), no class and no label id for them: %s",
+            len(report.empty_class_folders), _examples(report.empty_class_folders),
+        )
+    if report.folder_links:
+        logging.warning(
+            "%d link(s) to folders are not followed (their files are not inputs): %s",
+            len(report.folder_links), _examples(report.folder_links),
+        )
+    if report.broken_links:
+        logging.warning(
+            "%d broken link(s) are not inputs: %s", len(report.broken_links), _examples(report.broken_links)
+        )
+    if report.unlistable:
+        logging.warning(
+            "%d folder(s) cannot be listed, their files are not inputs: %s",
+            len(report.unlistable), _examples(report.unlistable),
+        )
+    return report

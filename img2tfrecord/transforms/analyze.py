@@ -1,0 +1,537 @@
+"""Full-pass analysis of the train split with tf.Transform, and the exported transform.
+
+    train records (serialized tf.train.Example)
+      -> Arrow RecordBatches (tfx_bsl's C++ Example decoder, TFExampleBeamRecord)
+      -> tft_beam.AnalyzeDataset(preprocessing_fn)    one pass: every train image decoded once
+      -> tft_beam.WriteTransformFn(<output dir>)       transform_fn/, transformed_metadata/
+      -> metadata/schema.pbtxt and schema.pbtxt; the temp dir is removed
+      -> one statistics dict, copied into dataset.json by FinalizeOutput
+
+The ``preprocessing_fn`` turns raw records (parsed with
+``TFTransformOutput.raw_feature_spec()``) into
+
+* ``image``: float32 ``[H, W, C]``, decoded, scaled to [0, 1], minus the
+  train mean and divided by the train standard deviation, per channel.
+  With ``--image-size`` every image has that size and a batch is a dense
+  ``[batch, H, W, C]`` tensor; without it the stored images differ in size
+  and a batch is a ``tf.RaggedTensor`` ``[batch, (H), (W), C]``.
+* ``label``: int64 class id, looked up in the vocabulary named ``label``
+  (line i = the class of id i = line i of ``labels.txt``). Left out for
+  records without label features.
+
+The statistics need one pass and no equal image sizes: for each image the
+graph computes per-channel sums and sums of squares of its uint8 pixels
+(exact integers: row sums in int32, totals in int64) and its height and
+width; each batch is reduced to totals in the graph, so the Beam side only
+adds a few numbers per batch (``_Totals``, a CombineFn in the
+``tft.experimental.ptransform_analyzer`` ``_TrainStatistics``). Mean and
+variance come from the exact integer totals, with no float round-off
+however many images; they are of the stored images as TensorFlow decodes
+them, i.e. what a reader sees. Images are weighted by their pixel count
+when sizes differ.
+
+The ``label`` vocabulary is a second ptransform analyzer
+(``_LabelVocabulary``) writing the run's sorted class list, the one
+``labels.txt`` holds: ``tft.vocabulary`` orders by frequency, and a class
+without train images would be missing from it, while the records' ids are
+positions in ``labels.txt``.
+
+The statistics reach ``dataset.json`` without a second pass: the
+``_TrainStatistics`` transform keeps its run totals PCollection, which is
+turned into the statistics once ``WriteTransformFn`` has finished, and
+``FinalizeOutput`` takes that as a side input, so ``_SUCCESS`` follows a
+complete ``transform_fn/``.
+
+TensorFlow 2 behaviour (TFT's default, ``force_tf_compat_v1=False``): with
+TF 2.21 and TFT 1.21 the preprocessing_fn is traced as a ``tf.function`` and
+exported as a TF2 SavedModel, which ``TFTransformOutput.transform_features_layer()``
+loads directly and which prunes unused inputs (serving needs only
+``image/encoded`` for ``image``). Compat-v1 mode measured no faster here.
+"""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import math
+import posixpath
+import shutil
+import tempfile
+import uuid
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import apache_beam as beam
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from apache_beam.io.filesystems import FileSystems
+from google.protobuf import text_format
+from tensorflow_transform.tf_metadata import schema_utils
+from tfx_bsl.public import tfxio
+
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import labels as label_map
+from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import transformed as names
+from img2tfrecord.transforms.image import ImageOptions
+
+_MAX_PIXEL = 255
+_MAX_INT32_ROW = (2**31 - 1) // (_MAX_PIXEL * _MAX_PIXEL)  # widest row whose int32 sum of squares is exact
+_PLACEHOLDER_VOCABULARY = b"placeholder-before-analysis\n"  # the vocabulary file while the graph is traced
+_MAP_PARALLELISM = 16  # images decoded at the same time inside one batch
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformSpec:
+    """What the preprocessing_fn needs to know about the stored images; fixed for a run."""
+
+    channels: int = 3
+    image_size: Optional[Tuple[int, int]] = None  # (height, width) of every stored image; None: sizes vary
+    raw_pixels: bool = False  # image/encoded holds uint8 pixels (--format raw), not JPEG/PNG bytes
+    labeled: bool = True  # the records carry image/class/text and image/class/label
+
+    @classmethod
+    def from_options(cls, image: ImageOptions, labeled: bool = True) -> "TransformSpec":
+        size = (image.size[1], image.size[0]) if image.size else None  # options are (width, height)
+        return cls(channels=image.channels, image_size=size, raw_pixels=image.format == "raw", labeled=labeled)
+
+
+# ---------------------------------------------------------------------------
+# The graph.
+
+
+def _decode(spec: TransformSpec, fields: Sequence[tf.Tensor]) -> tf.Tensor:
+    """One stored image -> uint8 [H, W, C]."""
+    if spec.raw_pixels:
+        encoded, height, width = fields
+        shape = tf.cast(tf.stack([height, width, tf.constant(spec.channels, tf.int64)]), tf.int32)
+        image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), shape)
+    else:
+        image = tf.io.decode_image(fields[0], channels=spec.channels, dtype=tf.uint8, expand_animations=False)
+    if spec.image_size is not None:
+        return tf.ensure_shape(image, [*spec.image_size, spec.channels])
+    image.set_shape([None, None, spec.channels])
+    return image
+
+
+def _image_fields(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> Tuple[tf.Tensor, ...]:
+    # Only what decoding needs, so a serving call can pass image/encoded alone.
+    if spec.raw_pixels:
+        return inputs[keys.IMAGE_ENCODED], inputs[keys.IMAGE_HEIGHT], inputs[keys.IMAGE_WIDTH]
+    return (inputs[keys.IMAGE_ENCODED],)
+
+
+def _image_sums(spec: TransformSpec, fields) -> Tuple[tf.Tensor, ...]:
+    """Per image: channel sums [C], channel sums of squares [C], height, width (all int64)."""
+    image = _decode(spec, fields)
+    shape = tf.shape(image, out_type=tf.int64)
+
+    def sums(dtype):
+        # Row sums first, in ``dtype``; then int64 across rows. int32 arithmetic costs about half
+        # of int64 and stays exact while a row's sum of squares fits: width * 255^2 < 2^31.
+        pixels = tf.cast(image, dtype)
+        row_sums = tf.cast(tf.reduce_sum(pixels, 1), tf.int64)
+        row_squares = tf.cast(tf.reduce_sum(pixels * pixels, 1), tf.int64)
+        return tf.reduce_sum(row_sums, 0), tf.reduce_sum(row_squares, 0)
+
+    channel_sums, channel_squares = tf.cond(
+        shape[1] <= _MAX_INT32_ROW, lambda: sums(tf.int32), lambda: sums(tf.int64)
+    )
+    return channel_sums, channel_squares, shape[0], shape[1]
+
+
+def _batch_totals(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> List[tf.Tensor]:
+    """The analyzer's inputs: one batch reduced to a few numbers (see ``_Totals``)."""
+    c = spec.channels
+    sums, squares, heights, widths = tf.map_fn(
+        lambda f: _image_sums(spec, f),
+        _image_fields(spec, inputs),
+        fn_output_signature=(
+            tf.TensorSpec([c], tf.int64), tf.TensorSpec([c], tf.int64), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64),
+        ),
+        parallel_iterations=_MAP_PARALLELISM,
+    )
+    totals = [
+        tf.size(heights, out_type=tf.int64),
+        tf.reduce_sum(heights * widths),
+        tf.reduce_sum(sums, 0),
+        tf.reduce_sum(squares, 0),
+        tf.reduce_min(heights),
+        tf.reduce_max(heights),
+        tf.reduce_min(widths),
+        tf.reduce_max(widths),
+    ]
+    if spec.labeled:
+        classes, _, counts = tf.unique_with_counts(inputs[keys.CLASS_TEXT])
+        totals += [classes, tf.cast(counts, tf.int64)]
+    return totals
+
+
+def _normalised_images(spec: TransformSpec, inputs, mean: tf.Tensor, std: tf.Tensor):
+    scale = 1.0 / _MAX_PIXEL
+
+    def normalise(pixels):
+        return (tf.cast(pixels, tf.float32) * scale - mean) / std
+
+    fields = _image_fields(spec, inputs)
+    if spec.image_size is not None:
+        images = tf.map_fn(
+            lambda f: _decode(spec, f),
+            fields,
+            fn_output_signature=tf.TensorSpec([*spec.image_size, spec.channels], tf.uint8),
+            parallel_iterations=_MAP_PARALLELISM,
+        )
+        return normalise(images)
+    images = tf.map_fn(
+        lambda f: tf.RaggedTensor.from_tensor(_decode(spec, f)),
+        fields,
+        fn_output_signature=tf.RaggedTensorSpec([None, None, spec.channels], tf.uint8, ragged_rank=1),
+        parallel_iterations=_MAP_PARALLELISM,
+    )
+    return tf.ragged.map_flat_values(normalise, images)
+
+
+def make_preprocessing_fn(
+    spec: TransformSpec,
+    statistics: Optional[beam.PTransform] = None,
+    vocabulary: Optional[beam.PTransform] = None,
+):
+    """The tf.Transform ``preprocessing_fn`` of a run (see the module docstring).
+
+    ``statistics`` and ``vocabulary`` are the analyzers' PTransforms
+    (``_TrainStatistics``, ``_LabelVocabulary``); made here when not given
+    (the run totals are then out of reach, and the vocabulary is the sorted
+    train classes).
+    """
+    statistics = statistics if statistics is not None else _TrainStatistics(spec)
+    vocabulary = vocabulary if vocabulary is not None else _LabelVocabulary(None)
+
+    def preprocessing_fn(inputs: Dict[str, tf.Tensor]) -> Dict[str, Any]:
+        totals = _batch_totals(spec, inputs)
+        mean, std = tft.experimental.ptransform_analyzer(
+            inputs=totals,
+            ptransform=statistics,
+            output_dtypes=[tf.float32, tf.float32],
+            output_shapes=[[spec.channels], [spec.channels]],
+            name="train_statistics",
+        )
+        result = {names.IMAGE: _normalised_images(spec, inputs, mean, std)}
+        if spec.labeled:
+            # A separate analyzer: TFT takes either all or none of one analyzer's outputs as assets.
+            (vocabulary_file,) = tft.experimental.ptransform_analyzer(
+                inputs=[totals[_CLASSES]],
+                ptransform=vocabulary,
+                output_dtypes=[tf.string],
+                output_shapes=[[]],
+                output_asset_default_values=[_PLACEHOLDER_VOCABULARY],
+                name="label_vocabulary",
+            )
+            result[names.LABEL] = tft.apply_vocabulary(inputs[keys.CLASS_TEXT], vocabulary_file, default_value=-1)
+        return result
+
+    return preprocessing_fn
+
+
+# ---------------------------------------------------------------------------
+# The analyzer's Beam side: totals of the batch totals, then the outputs.
+
+_IMAGES, _PIXELS, _SUM, _SQUARES, _HMIN, _HMAX, _WMIN, _WMAX, _CLASSES = range(9)
+
+
+class _Totals(beam.CombineFn):
+    """Batch totals -> run totals. Python ints: exact at any size."""
+
+    def __init__(self, channels: int):
+        self._channels = channels
+
+    def create_accumulator(self):
+        c = self._channels
+        return [0, 0, [0] * c, [0] * c, None, None, None, None, {}]
+
+    def add_input(self, acc, batch):
+        images = int(batch[0])
+        if images == 0:
+            return acc
+        acc[_IMAGES] += images
+        acc[_PIXELS] += int(batch[1])
+        acc[_SUM] = [a + int(b) for a, b in zip(acc[_SUM], batch[2])]
+        acc[_SQUARES] = [a + int(b) for a, b in zip(acc[_SQUARES], batch[3])]
+        for i, pick in ((_HMIN, min), (_HMAX, max), (_WMIN, min), (_WMAX, max)):
+            value = int(batch[i])
+            acc[i] = value if acc[i] is None else pick(acc[i], value)
+        if len(batch) > _CLASSES:
+            classes = acc[_CLASSES]
+            for name, n in zip(batch[8].tolist(), batch[9].tolist()):
+                classes[name] = classes.get(name, 0) + n
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        out = self.create_accumulator()
+        for acc in accumulators:
+            if not acc[_IMAGES]:
+                continue
+            out[_IMAGES] += acc[_IMAGES]
+            out[_PIXELS] += acc[_PIXELS]
+            out[_SUM] = [a + b for a, b in zip(out[_SUM], acc[_SUM])]
+            out[_SQUARES] = [a + b for a, b in zip(out[_SQUARES], acc[_SQUARES])]
+            for i, pick in ((_HMIN, min), (_HMAX, max), (_WMIN, min), (_WMAX, max)):
+                out[i] = acc[i] if out[i] is None else pick(out[i], acc[i])
+            for name, n in acc[_CLASSES].items():
+                out[_CLASSES][name] = out[_CLASSES].get(name, 0) + n
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+def pixel_moments(pixels: int, sums: Sequence[int], squares: Sequence[int]) -> Tuple[List[float], List[float]]:
+    """Per-channel mean and (population) standard deviation in [0, 1] units, from exact uint8 totals."""
+    if not pixels:
+        return [0.0] * len(sums), [0.0] * len(sums)
+    mean = [s / (pixels * _MAX_PIXEL) for s in sums]
+    # n^2 var = n * sum(x^2) - sum(x)^2, exact in integers.
+    std = [math.sqrt(max(0, pixels * q - s * s)) / (pixels * _MAX_PIXEL) for s, q in zip(sums, squares)]
+    return mean, std
+
+
+def statistics_json(totals, label_names: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The ``statistics`` block of ``dataset.json`` from the run totals (``_Totals``).
+
+    ``examples_per_class`` follows ``label_names`` (the vocabulary order,
+    zeros included) when given, else the sorted train classes; absent for
+    records without labels.
+    """
+    mean, std = pixel_moments(totals[_PIXELS], totals[_SUM], totals[_SQUARES])
+    stats: Dict[str, Any] = {
+        "split": names.ANALYZED_SPLIT,
+        "num_examples": totals[_IMAGES],
+        "pixel_mean": mean,
+        "pixel_std": std,
+        "image_height": {"min": totals[_HMIN], "max": totals[_HMAX]},
+        "image_width": {"min": totals[_WMIN], "max": totals[_WMAX]},
+    }
+    counts = {name.decode("utf-8") if isinstance(name, bytes) else name: n for name, n in totals[_CLASSES].items()}
+    if label_names is not None:
+        stats["examples_per_class"] = {name: counts.get(name, 0) for name in label_names}
+        stats["label_vocabulary"] = names.LABEL_VOCABULARY
+    elif counts:
+        stats["examples_per_class"] = dict(sorted(counts.items()))
+    stats["files"] = {
+        "transform_fn": manifest.TRANSFORM_FN_DIR,
+        "transformed_metadata": manifest.TRANSFORMED_METADATA_DIR,
+        "raw_metadata": manifest.RAW_METADATA_DIR,
+        "schema": manifest.SCHEMA_FILE,
+    }
+    return stats
+
+
+class _TrainStatistics(beam.PTransform):
+    """The statistics analyzer: batch totals -> (mean [C], std [C]), plus the run totals on the side.
+
+    ``totals`` is set to the one-element PCollection of the run totals when
+    TFT applies this transform inside ``AnalyzeDataset`` (once: it is one
+    analyzer node of the graph).
+    """
+
+    def __init__(self, spec: TransformSpec):
+        super().__init__()
+        self._spec = spec
+        self.totals: Optional[beam.PCollection] = None
+
+    def expand(self, batches):
+        self.totals = batches | "Totals" >> beam.CombineGlobally(_Totals(self._spec.channels))
+        outputs = self.totals | "Moments" >> beam.FlatMap(_moments).with_outputs("mean", "std")
+        return outputs.mean, outputs.std
+
+
+def _moments(totals):
+    mean, std = pixel_moments(totals[_PIXELS], totals[_SUM], totals[_SQUARES])
+    # A channel without variance (e.g. all black) is only shifted, never divided by 0.
+    yield beam.pvalue.TaggedOutput("mean", np.array(mean, np.float32))
+    yield beam.pvalue.TaggedOutput("std", np.array([s if s > 0 else 1.0 for s in std], np.float32))
+
+
+class _LabelVocabulary(tft_beam.experimental.PTransformAnalyzer):
+    """The vocabulary analyzer: -> path of the ``label`` vocabulary file (a TF asset).
+
+    The file holds the run's sorted class list (``label_names``, the list
+    ``labels.txt`` holds), so ids agree with the records' image/class/label
+    even for a class without train images; the train classes are checked
+    to be in it.
+    """
+
+    def __init__(self, label_names: Optional[beam.PCollection]):
+        super().__init__()
+        self._label_names = label_names
+
+    def expand(self, batches):
+        side = {} if self._label_names is None else {"label_names": beam.pvalue.AsSingleton(self._label_names)}
+        return (
+            batches
+            | "TrainClasses" >> beam.CombineGlobally(_ClassSet())
+            | "WriteVocabulary" >> beam.Map(_write_vocabulary, self.base_temp_dir, **side)
+        )
+
+
+class _ClassSet(beam.CombineFn):
+    def create_accumulator(self):
+        return set()
+
+    def add_input(self, acc, batch):
+        acc.update(batch[0].tolist())
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        return set().union(*accumulators)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _write_vocabulary(train_classes, temp_dir: str, label_names: Optional[List[str]] = None):
+    """Write the vocabulary file; without ``label_names`` (outside ``convert``): the sorted train classes."""
+    train_names = {c.decode("utf-8") for c in train_classes}
+    if label_names is None:
+        label_names = label_map.label_names(train_names)
+    unknown = train_names - set(label_names)
+    if unknown:
+        raise ValueError(f"train records of classes missing from the label map: {sorted(unknown)[:5]}")
+    tf.io.gfile.makedirs(temp_dir)  # unique to this analyzer (set by TFT)
+    path = posixpath.join(temp_dir, names.LABEL_VOCABULARY)
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(label_map.labels_text(label_names))
+    return np.array(path)
+
+
+# ---------------------------------------------------------------------------
+# The composite transform.
+
+
+def raw_schema(spec_json: Optional[Mapping[str, Any]] = None):
+    """The records' tensorflow_metadata Schema, from the ``feature_spec`` of ``dataset.json``."""
+    return schema_utils.schema_from_feature_spec(keys.feature_spec(dict(spec_json) if spec_json else None))
+
+
+def temp_dir_for(output_dir: str, temp_location: Optional[str], dry_run: bool = False) -> str:
+    """tf.Transform's temp dir: under ``--temp_location`` when given, else inside the output.
+
+    TFT creates it (and traces into it) while the graph is built, so a dry
+    run, which must write nothing, gets a local throw-away folder instead.
+    """
+    if dry_run:
+        path = tempfile.mkdtemp(prefix="img2tfrecord-tft-")
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        return path
+    if temp_location:
+        return FileSystems.join(temp_location, f"img2tfrecord-tft-{uuid.uuid4().hex}")
+    return FileSystems.join(output_dir, manifest.ANALYSIS_TEMP_DIR)
+
+
+def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, totals, label_names=None):
+    """After WriteTransformFn: the raw schema files, the temp dir removed, the statistics out."""
+    metadata_dir = FileSystems.join(output_dir, manifest.RAW_METADATA_DIR)
+    tf.io.gfile.makedirs(metadata_dir)
+    for path in (FileSystems.join(metadata_dir, manifest.SCHEMA_FILE), FileSystems.join(output_dir, manifest.SCHEMA_FILE)):
+        _write_text(path, schema_text)
+    if tf.io.gfile.exists(temp_dir):
+        tf.io.gfile.rmtree(temp_dir)
+    stats = statistics_json(totals, label_names)
+    if not stats["num_examples"]:
+        logging.warning("the %r split is empty: the transform only scales images to [0, 1]", names.ANALYZED_SPLIT)
+    return stats
+
+
+def _write_text(path: str, text: str) -> None:
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(text)
+
+
+def _train_example(record):
+    split, _, _, example = record
+    if split == names.ANALYZED_SPLIT:
+        yield example
+
+
+class AnalyzeTrainSplit(beam.PTransform):
+    """Serialized train examples -> one statistics dict, emitted once everything is written.
+
+    Writes ``transform_fn/``, ``transformed_metadata/``, ``metadata/schema.pbtxt``
+    and ``schema.pbtxt`` into ``output_dir``. ``label_names`` is the
+    one-element PCollection of the run's sorted class list.
+    """
+
+    def __init__(
+        self,
+        output_dir: str,
+        label_names: Optional[beam.PCollection],
+        spec: TransformSpec,
+        temp_dir: str,
+        spec_json: Optional[Mapping[str, Any]] = None,
+    ):
+        super().__init__()
+        self._output_dir = output_dir
+        self._label_names = label_names
+        self._spec = spec
+        self._temp_dir = temp_dir
+        self._spec_json = spec_json
+
+    def expand(self, examples):
+        schema = raw_schema(self._spec_json)
+        source = tfxio.TFExampleBeamRecord(physical_format="tfrecord", schema=schema)
+        statistics = _TrainStatistics(self._spec)
+        vocabulary = _LabelVocabulary(self._label_names)
+        with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
+            record_batches = examples | "ToRecordBatches" >> source.BeamSource()
+            transform_fn = (record_batches, source.TensorAdapterConfig()) | "Analyze" >> tft_beam.AnalyzeDataset(
+                make_preprocessing_fn(self._spec, statistics, vocabulary)
+            )
+            written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(self._output_dir)
+        if statistics.totals is None:
+            raise RuntimeError("tf.Transform did not apply the train statistics analyzer")
+        side = {"label_names": beam.pvalue.AsSingleton(self._label_names)} if self._spec.labeled else {}
+        return written | "Publish" >> beam.Map(
+            _publish,
+            self._output_dir,
+            text_format.MessageToString(schema),
+            self._temp_dir,
+            totals=beam.pvalue.AsSingleton(statistics.totals),
+            **side,
+        )
+
+
+def analyze_train_split(records, label_names, config, plan) -> Optional[beam.PCollection]:
+    """The statistics PCollection of a run, or None (logged) when there is nothing to analyse.
+
+    ``records`` are ConvertImageFn's ``(split, key, class, example)``;
+    ``label_names`` the one-element PCollection of the sorted class list.
+    """
+    split_names = list(plan.split_names)
+    if getattr(config, "sequence", False):
+        logging.warning("--sequence records are SequenceExamples: skipping the tf.Transform analysis")
+        return None
+    if names.ANALYZED_SPLIT not in split_names:
+        logging.warning(
+            "no %r split (splits: %s): skipping the tf.Transform analysis; no transform_fn is written",
+            names.ANALYZED_SPLIT, ", ".join(split_names),
+        )
+        return None
+    logging.info(
+        "analysing the %r split with tf.Transform: pixel statistics, label vocabulary, %s/ (skip with --no-analyze)",
+        names.ANALYZED_SPLIT, manifest.TRANSFORM_FN_DIR,
+    )
+    labeled = getattr(plan, "labeled", True)
+    spec_json = keys.feature_spec_json() if labeled else keys.feature_spec_json(labeled=False)
+    options = records.pipeline.options.get_all_options()
+    return (
+        records
+        | "TrainExamples" >> beam.FlatMap(_train_example)
+        | "AnalyzeTrainSplit"
+        >> AnalyzeTrainSplit(
+            config.output,
+            label_names,
+            TransformSpec.from_options(config.image, labeled=labeled),
+            temp_dir_for(config.output, options.get("temp_location"), bool(options.get("dry_run"))),
+            spec_json,
+        )
+    )

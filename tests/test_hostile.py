@@ -1,0 +1,563 @@
+"""Hostile inputs through the real ``img2tfrecord convert`` CLI.
+
+One conversion of a corpus of every kind of bad, odd and dangerous input
+(``hostile_output``), then a few targeted runs. For each file the test knows
+the outcome: the right record (format, size, kept bytes or the right pixels,
+decodable by TensorFlow) or one line of ``errors.jsonl`` with the right
+reason; junk is skipped and counted; and ``inputs = written + rejected``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple, Union
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import images as I
+from conftest import ROOT, convert
+from img2tfrecord import schemas
+from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.image import ImageError, ImageOptions, convert_image
+from test_convert_cli import read_records
+
+tf = pytest.importorskip("tensorflow")
+
+WHITE_BR = {**I.QUADRANTS, "br": I.WHITE}  # the bottom-right block was transparent
+
+
+def _known_flags(*flags: str) -> Tuple[str, ...]:
+    """``flags`` that this version of ``convert`` has (analysis is not what these tests are about)."""
+    from img2tfrecord.cli import build_parser
+
+    parser = build_parser()
+    convert_parser = parser._subparsers._group_actions[0].choices["convert"]  # pylint: disable=protected-access
+    known = {o for a in convert_parser._actions for o in a.option_strings}  # pylint: disable=protected-access
+    return tuple(f for f in flags if f in known)
+
+
+FAST = _known_flags("--no-analyze")
+
+
+@dataclass(frozen=True)
+class Record:
+    fmt: str
+    size: Tuple[int, int]  # (width, height) of the stored image
+    kept: bool = False  # the original bytes are stored
+    colors: Optional[Dict[str, Union[int, Tuple[int, int, int]]]] = None  # quadrant centres, RGB
+    tol: int = 24  # JPEG: encoded by the test, then again by the conversion
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+
+
+def gray3(level: int) -> Tuple[int, int, int]:
+    return (level, level, level)
+
+
+def _noise_png(w: int, h: int) -> bytes:
+    return I.png(w, h, I.noise(w, h))
+
+
+def _corrupt_bmp_header() -> bytes:
+    data = bytearray(I.bmp(64, 48, I.noise(64, 48)))
+    data[28:30] = (7).to_bytes(2, "little")  # 7 bits per pixel does not exist
+    return bytes(data)
+
+
+def _webp_bad_version() -> bytes:
+    data = bytearray(I.webp(64, 48, I.noise(64, 48)))
+    data[24] |= 0xE0  # VP8L version bits must be 0
+    return bytes(data)
+
+
+NAMES = (
+    "café ☕ 日本語.jpg",
+    "emoji 👍🏽 family 👨‍👩‍👧.jpg",
+    "  leading and trailing spaces  .jpg",
+    "line\nbreak.jpg",
+    "carriage\rreturn.jpg",
+    "tab\there.jpg",
+    "[glob]*?{a,b}.jpg",
+    "-rf --help.jpg",
+    "q\"uote'back\\slash.jpg",
+    "%2F%00 not escapes.jpg",
+    "n" * 251 + ".jpg",  # 255 bytes, the longest name most filesystems allow
+)
+
+
+def hostile_corpus() -> Dict[str, Tuple[bytes, Union[Record, Rejected]]]:
+    """relpath -> (bytes, expected outcome) of every regular file of the corpus."""
+    q, g = I.QUADRANTS, I.GRAY_QUADRANTS
+    files: Dict[str, Tuple[bytes, Union[Record, Rejected]]] = {
+        # Good files, kept byte for byte.
+        "good/plain.jpg": (I.jpeg(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
+        "good/plain.png": (I.png(40, 30), Record("png", (40, 30), kept=True, colors=q, tol=0)),
+        # Colour spaces, bit depths, transparency, deep and float pixels.
+        "formats/cmyk.jpg": (I.cmyk_jpeg(40, 30), Record("jpeg", (40, 30), colors=q)),
+        "formats/ycck.jpg": (I.ycck_jpeg(40, 30), Record("jpeg", (40, 30), colors=q)),
+        "formats/rgba16.png": (I.png16_rgba(40, 30), Record("png", (40, 30), colors=WHITE_BR, tol=1)),
+        "formats/rgb_trns.png": (I.png_rgb_trns(40, 30), Record("png", (40, 30), colors=WHITE_BR, tol=0)),
+        "formats/rgb16_trns.png": (I.png_rgb_trns(40, 30, 16), Record("png", (40, 30), colors=WHITE_BR, tol=0)),
+        "formats/gray16_trns.png": (
+            I.png16_gray_trns(40, 30),
+            Record("png", (40, 30), colors={"tl": gray3(0x12), "tr": gray3(0x56), "bl": gray3(0x9A), "br": I.WHITE}, tol=0),
+        ),
+        "formats/palette_trns.png": (I.png(40, 30, mode="P"), Record("png", (40, 30), colors=WHITE_BR, tol=0)),
+        "formats/la.png": (
+            I.png(40, 30, mode="LA"),
+            Record("png", (40, 30), colors={**{k: gray3(v) for k, v in g.items()}, "br": I.WHITE}, tol=0),
+        ),
+        "formats/bilevel.png": (
+            I.png(40, 30, mode="1"),
+            Record("png", (40, 30), colors={"tl": I.WHITE, "tr": I.BLACK, "bl": I.WHITE, "br": I.BLACK}, tol=0),
+        ),
+        "formats/int32.tif": (
+            I.tiff_int32(40, 30, [0, 100, 200, 255]),
+            Record("png", (40, 30), colors={"tl": gray3(0), "tr": gray3(100), "bl": gray3(200), "br": gray3(255)}, tol=0),
+        ),
+        "formats/float.tif": (
+            I.tiff_float(40, 30, [0.0, 0.25, 0.5, 1.0]),
+            Record("png", (40, 30), colors={"tl": gray3(0), "tr": gray3(64), "bl": gray3(128), "br": gray3(255)}, tol=1),
+        ),
+        "formats/still.gif": (I.gif(40, 30), Record("png", (40, 30), colors=q, tol=0)),
+        "formats/lossless.webp": (I.webp(40, 30), Record("png", (40, 30), colors=q, tol=0)),
+        "formats/plain.bmp": (I.bmp(40, 30), Record("png", (40, 30), colors=q, tol=0)),
+        "formats/plain.tif": (I.tiff(40, 30), Record("png", (40, 30), colors=q, tol=0)),
+        # Animations: the first frame (quadrants), never the second (blue).
+        "animated/two_frames.gif": (I.gif_animated(40, 30), Record("png", (40, 30), colors=q, tol=0)),
+        "animated/two_frames.webp": (I.webp_animated(40, 30), Record("png", (40, 30), colors=q, tol=0)),
+        # An APNG is a valid PNG: kept as it is, PNG decoders that ignore animation see frame one.
+        "animated/two_frames.png": (I.apng(40, 30), Record("png", (40, 30), kept=True, colors=q, tol=0)),
+        # EXIF: turned upright; broken or out-of-range EXIF is ignored.
+        **{
+            f"exif/orientation_{o}.jpg": (
+                I.jpeg(40, 30, exif_orientation=o),
+                Record("jpeg", (30, 40) if o >= 5 else (40, 30), kept=o == 1, colors=q),
+            )
+            for o in range(1, 9)
+        },
+        "exif/broken.jpg": (I.jpeg_broken_exif(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
+        "exif/orientation_9.jpg": (I.jpeg_exif_value(40, 30, 9), Record("jpeg", (40, 30), kept=True, colors=q)),
+        "exif/orientation_0.jpg": (I.jpeg_exif_value(40, 30, 0), Record("jpeg", (40, 30), kept=True, colors=q)),
+        # Extreme shapes.
+        "shapes/one_pixel.png": (I.png(1, 1, I.RED), Record("png", (1, 1), kept=True)),
+        "shapes/one_pixel.jpg": (I.jpeg(1, 1, I.RED), Record("jpeg", (1, 1), kept=True)),
+        "shapes/tall.png": (I.png(1, 20000, I.RED), Record("png", (1, 20000), kept=True)),
+        "shapes/wide.png": (I.png(20000, 1, I.RED), Record("png", (20000, 1), kept=True)),
+        "shapes/wide.jpg": (I.jpeg(20000, 2, I.RED), Record("jpeg", (20000, 2), kept=True)),
+        # Extensions that lie: the content decides.
+        "lies/png_named.jpg": (I.png(40, 30), Record("png", (40, 30), kept=True, colors=q, tol=0)),
+        "lies/jpeg_named.png": (I.jpeg(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
+        "lies/webp_named.gif": (I.webp(40, 30), Record("png", (40, 30), colors=q, tol=0)),
+        "lies/no_extension": (I.jpeg(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
+        "lies/SHOUTING.JPEG": (I.jpeg(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
+        # Pixel data damaged in a format without checksums decodes: a record (documented).
+        "damaged/pixels.bmp": (I.corrupted(I.bmp(64, 48, I.noise(64, 48))), Record("png", (64, 48))),
+        # Decoded whole, but TensorFlow's decoders would refuse the file as it is: stored re-encoded.
+        "damaged/bad_crc.png": (I.png_bad_crc(40, 30), Record("png", (40, 30), colors=q, tol=0)),
+        "damaged/no_iend.png": (I.png(40, 30)[:-12], Record("png", (40, 30), colors=q, tol=0)),
+        "damaged/bogus_end.jpg": (I.jpeg(40, 30)[:-2] + b"\xff\xdb", Record("jpeg", (40, 30), colors=q)),
+        # Empty, truncated and corrupt files of every format.
+        "broken/empty.jpg": (I.empty(), Rejected("empty_file")),
+        "broken/empty.png": (I.empty(), Rejected("empty_file")),
+        "broken/truncated.jpg": (I.truncated_jpeg(), Rejected("truncated")),
+        "broken/truncated.png": (I.truncated_png(), Rejected("truncated")),
+        "broken/truncated.gif": (I.truncated(I.gif(64, 48, I.noise(64, 48))), Rejected("truncated")),
+        "broken/truncated.tif": (I.truncated(I.tiff(64, 48, I.noise(64, 48))), Rejected("truncated")),
+        "broken/truncated.webp": (I.truncated(I.save(I.noise(64, 48), "WEBP")), Rejected("truncated")),
+        "broken/truncated.bmp": (I.truncated(I.bmp(64, 48, I.noise(64, 48))), Rejected("truncated")),
+        "broken/corrupt.jpg": (I.corrupt_jpeg(), Rejected("corrupt")),
+        "broken/corrupt.png": (I.corrupted(_noise_png(64, 48)), Rejected("corrupt")),
+        "broken/corrupt.gif": (I.corrupted(I.gif(64, 48, I.noise(64, 48))), Rejected("corrupt")),
+        "broken/bad_header.bmp": (_corrupt_bmp_header(), Rejected("corrupt")),
+        "broken/bad_header.webp": (_webp_bad_version(), Rejected("corrupt")),
+        "broken/notes.jpg": (I.text_as_jpg(), Rejected("not_an_image")),
+        "broken/page.jpg": (I.html_as_jpg(), Rejected("not_an_image")),
+        "broken/program.jpg": (I.eps(), Rejected("not_an_image")),
+        "broken/drawing.png": (b'<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"/>', Rejected("not_an_image")),
+        "broken/random.png": (np.random.default_rng(1).integers(0, 256, 1000, dtype=np.uint8).tobytes(), Rejected("not_an_image")),
+        # Decompression bombs: huge declared dimensions, tiny files.
+        "bombs/png.png": (I.png_bomb(), Rejected("too_many_pixels")),
+        "bombs/jpeg.jpg": (I.jpeg_bomb(), Rejected("too_many_pixels")),
+        "bombs/gif.gif": (I.gif_bomb(), Rejected("too_many_pixels")),
+        "bombs/bmp.bmp": (I.bmp_bomb(), Rejected("too_many_pixels")),
+        "bombs/tiff.tif": (I.tiff_bomb(), Rejected("too_many_pixels")),
+        "bombs/webp.webp": (I.webp_bomb(), Rejected("too_many_pixels")),
+        # Over --max-file-mb 1 (a valid image).
+        "big/noise.png": (_noise_png(700, 600), Rejected("file_too_large")),
+        # Not inside a class folder.
+        "stray.jpg": (I.jpeg(8, 8), Rejected("no_class_folder")),
+    }
+    for name in NAMES:
+        files[f"names/{name}"] = (I.jpeg(8, 8, I.BLUE), Record("jpeg", (8, 8), kept=True))
+    files[f"{ODD_CLASS}/a.jpg"] = (I.jpeg(8, 8, I.BLUE), Record("jpeg", (8, 8), kept=True))
+    return files
+
+
+ODD_CLASS = 'a "quoted" class, ünïcödé\ttab & \\ {json}'  # becomes a label: labels.txt and dataset.json
+
+
+JUNK = (  # skipped and counted, never errors
+    ".DS_Store",
+    "good/Thumbs.db",
+    "good/desktop.ini",
+    "good/._plain.jpg",
+    "good/.partial.jpg",
+    "__MACOSX/good/._plain.jpg",
+    ".hidden/secret.jpg",
+    "only_junk/.DS_Store",
+    "good/@eaDir/plain.jpg/SYNOPHOTO_THUMB_M.jpg",
+    "$RECYCLE.BIN/good/deleted.jpg",
+)
+
+
+def _write(root: str, relpath: str, data: bytes) -> None:
+    path = os.path.join(root, relpath)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+@pytest.fixture(scope="module")
+def hostile_input(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("hostile") / "in")
+    expected = hostile_corpus()
+    for relpath, (data, _) in expected.items():
+        _write(root, relpath, data)
+    for relpath in JUNK:
+        _write(root, relpath, b"junk")
+    os.makedirs(os.path.join(root, "empty_class"))
+    links = os.path.join(root, "links")
+    os.makedirs(links)
+    os.symlink("..", os.path.join(links, "loop"))  # a link loop: links/loop/links/loop/...
+    os.symlink(".", os.path.join(links, "self"))
+    os.symlink("does-not-exist.jpg", os.path.join(links, "dangling.jpg"))
+    os.symlink(os.path.join("..", "good", "plain.jpg"), os.path.join(links, "file_link.jpg"))
+    expected["links/file_link.jpg"] = expected["good/plain.jpg"]  # links to files are followed
+    special = os.path.join(root, "special")
+    os.makedirs(special)
+    os.mkfifo(os.path.join(special, "pipe.jpg"))  # a plain open() would block forever
+    expected["special/pipe.jpg"] = (b"", Rejected("unreadable"))
+    if os.path.exists("/proc/self/mem"):  # a regular file whose read fails with EIO, even for root
+        os.symlink("/proc/self/mem", os.path.join(special, "proc_mem.jpg"))
+        expected["special/proc_mem.jpg"] = (b"", Rejected("unreadable"))
+    return root, expected
+
+
+@pytest.fixture(scope="module")
+def hostile_output(hostile_input, tmp_path_factory):
+    root, _ = hostile_input
+    out = str(tmp_path_factory.mktemp("hostile_out") / "records")
+    start = time.monotonic()
+    proc = convert(root, out, "--num-shards", "2", "--max-file-mb", "1", "--decode-timeout-s", "20", *FAST, runner=())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert time.monotonic() - start < 240
+    return out, proc
+
+
+def _quadrants(img: Image.Image) -> Dict[str, Tuple[int, int, int]]:
+    w, h = img.size
+    points = {"tl": (w // 4, h // 4), "tr": (3 * w // 4, h // 4), "bl": (w // 4, 3 * h // 4), "br": (3 * w // 4, 3 * h // 4)}
+    rgb = img.convert("RGB")
+    return {k: rgb.getpixel(p) for k, p in points.items()}
+
+
+def test_every_hostile_file_is_a_record_or_an_error_line(hostile_input, hostile_output):
+    root, expected = hostile_input
+    out, proc = hostile_output
+    doc, records = read_records(out)
+    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8")]
+
+    by_name = {}
+    for split_records in records.values():
+        for r in split_records:
+            name = r[schemas.FILENAME].decode("utf-8")
+            assert name not in by_name, f"{name!r} written twice"
+            by_name[name] = r
+    rejected = {}
+    for e in errors:
+        assert e["relpath"] not in rejected, f"{e['relpath']!r} rejected twice"
+        assert e["error"] and e["path"] == os.path.join(root, e["relpath"])
+        rejected[e["relpath"]] = e["reason"]
+
+    want_records = {k: v for k, (_, v) in expected.items() if isinstance(v, Record)}
+    want_errors = {k: v.reason for k, (_, v) in expected.items() if isinstance(v, Rejected)}
+    assert sorted(by_name) == sorted(want_records)
+    assert rejected == want_errors
+
+    acc = doc["accounting"]
+    assert acc["inputs"] == len(expected) == acc["written"] + acc["rejected"]
+    assert acc["written"] == len(want_records) and acc["rejected"] == len(want_errors)
+    assert acc["skipped"] == len(JUNK)
+    reasons = sorted(set(want_errors.values()))
+    assert acc["rejected_by_reason"] == {r: list(want_errors.values()).count(r) for r in reasons}
+    assert doc["options"]["decode_timeout_s"] == 20
+    assert ODD_CLASS in doc["labels"]
+    with open(os.path.join(out, manifest.LABELS_FILE), encoding="utf-8") as f:
+        assert f.read() == "".join(name + "\n" for name in doc["labels"])
+    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)]
+
+
+def test_hostile_records_hold_the_right_image(hostile_input, hostile_output):
+    _, expected = hostile_input
+    out, _ = hostile_output
+    _, records = read_records(out)
+    for split_records in records.values():
+        for r in split_records:
+            name = r[schemas.FILENAME].decode("utf-8")
+            data, want = expected[name]
+            encoded = r[schemas.IMAGE_ENCODED]
+            assert r[schemas.IMAGE_FORMAT].decode() == want.fmt, name
+            assert (r[schemas.IMAGE_WIDTH], r[schemas.IMAGE_HEIGHT]) == want.size, name
+            assert r[schemas.IMAGE_CHANNELS] == 3
+            assert (encoded == data) == want.kept, name
+            # TensorFlow decodes every stored image to the declared shape.
+            decoded = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+            assert tuple(decoded.shape) == (want.size[1], want.size[0], 3), name
+            if want.colors:
+                got = _quadrants(Image.fromarray(decoded.numpy()))
+                for corner, color in want.colors.items():
+                    assert np.abs(np.subtract(got[corner], color)).max() <= want.tol, (name, corner, got[corner], color)
+
+
+def test_file_names_are_escaped_in_errors_jsonl(hostile_output):
+    out, _ = hostile_output
+    raw = open(os.path.join(out, manifest.ERRORS_FILE), "rb").read()
+    lines = raw.split(b"\n")
+    assert lines[-1] == b""
+    for line in lines[:-1]:
+        assert line.isascii() and b"\r" not in line and b"\t" not in line
+        json.loads(line)
+
+
+def test_launch_warns_about_what_is_not_an_input(hostile_output):
+    _, proc = hostile_output
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("WARNING")]
+    empty = next(w for w in warnings if "empty class folder" in w)
+    assert "'empty_class'" in empty and "'only_junk'" in empty
+    links = next(w for w in warnings if "link(s) to folders are not followed" in w)
+    assert "'links/loop'" in links and "'links/self'" in links
+    assert any("broken link" in w and "'links/dangling.jpg'" in w for w in warnings)
+
+
+def test_summary_counts_junk_and_reasons(hostile_input, hostile_output):
+    _, expected = hostile_input
+    _, proc = hostile_output
+    assert f"{len(JUNK)} junk files skipped" in proc.stdout
+    for reason in ("too_many_pixels", "truncated", "unreadable", "not_an_image", "file_too_large"):
+        assert f"  {reason}: " in proc.stdout
+
+
+# -- targeted runs ---------------------------------------------------------------------------------
+
+
+def test_resize_of_extreme_shapes_orientations_and_animations(tmp_path):
+    root = str(tmp_path / "in")
+    files = {
+        "shapes/one_pixel.png": I.png(1, 1, I.RED),
+        "shapes/tall.png": I.png(1, 20000, I.RED),
+        "shapes/wide.jpg": I.jpeg(20000, 2, I.RED),
+        "shapes/wide_big.jpg": I.jpeg(8000, 200),
+        "animated/two_frames.gif": I.gif_animated(64, 48),
+        "animated/two_frames.webp": I.webp_animated(64, 48),
+        "animated/two_frames.png": I.apng(64, 48),
+        "colour/ycck.jpg": I.ycck_jpeg(64, 48),
+        "colour/cmyk.jpg": I.cmyk_jpeg(64, 48),
+        **{f"exif/{o}.jpg": I.jpeg(64, 48, exif_orientation=o) for o in (3, 6, 8)},
+    }
+    for relpath, data in files.items():
+        _write(root, relpath, data)
+    out = str(tmp_path / "out")
+    for resize in ("fit", "fill"):
+        target = f"{out}-{resize}"
+        proc = convert(root, target, "--image-size", "32x24", "--resize", resize, *FAST)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        doc, records = read_records(target)
+        assert doc["accounting"]["written"] == len(files) and doc["accounting"]["rejected"] == 0
+        for r in records["train"]:
+            name = r[schemas.FILENAME].decode()
+            decoded = tf.io.decode_image(r[schemas.IMAGE_ENCODED], channels=3, expand_animations=False).numpy()
+            assert decoded.shape == (24, 32, 3), name
+            if name.startswith(("animated/", "colour/", "exif/")) and resize == "fill":
+                got = _quadrants(Image.fromarray(decoded))
+                for corner, color in I.QUADRANTS.items():
+                    assert np.abs(np.subtract(got[corner], color)).max() <= 40, (name, corner, got[corner])
+
+
+def test_names_that_are_not_utf8_stop_the_run_at_launch(tmp_path):
+    root = str(tmp_path / "in")
+    _write(root, "cat/fine.jpg", I.jpeg(8, 8))
+    with open(os.path.join(os.fsencode(root), b"cat", b"caf\xe9 latin-1.jpg"), "wb") as f:
+        f.write(I.jpeg(8, 8))
+    out = str(tmp_path / "out")
+    proc = convert(root, out, *FAST)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("img2tfrecord:")]
+    assert len(lines) == 1 and "not valid UTF-8" in lines[0] and "caf\\\\xe9 latin-1.jpg" in lines[0]
+    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+
+
+def test_class_folder_with_a_line_break_stops_the_run_at_launch(tmp_path):
+    root = str(tmp_path / "in")
+    _write(root, "good/a.jpg", I.jpeg(8, 8))
+    _write(root, "two\nlines/b.jpg", I.jpeg(8, 8))
+    proc = convert(root, str(tmp_path / "out"), *FAST)
+    assert proc.returncode == 2 and "line break" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_output_through_a_file_exits_2_with_one_line(tmp_path):
+    root = str(tmp_path / "in")
+    _write(root, "cat/a.jpg", I.jpeg(8, 8))
+    blocker = tmp_path / "a_file"
+    blocker.write_bytes(b"")
+    proc = convert(root, str(blocker / "out"), *FAST)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("img2tfrecord:")]
+    assert len(lines) == 1 and "is not writable" in lines[0] and "Not a directory" in lines[0], proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits; see the test above for a real refusal")
+def test_read_only_output_folder_exits_2(tmp_path):
+    root = str(tmp_path / "in")
+    _write(root, "cat/a.jpg", I.jpeg(8, 8))
+    parent = tmp_path / "locked"
+    parent.mkdir()
+    parent.chmod(0o555)
+    try:
+        proc = convert(root, str(parent / "out"), *FAST)
+    finally:
+        parent.chmod(0o755)
+    assert proc.returncode == 2 and "is not writable: Permission denied" in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads through permission bits (the FIFO and /proc/self/mem in the corpus are real unreadable files)")
+def test_permission_denied_file_is_an_unreadable_error(tmp_path):
+    root = str(tmp_path / "in")
+    _write(root, "cat/a.jpg", I.jpeg(8, 8))
+    _write(root, "cat/secret.jpg", I.jpeg(8, 8))
+    os.chmod(os.path.join(root, "cat", "secret.jpg"), 0)
+    out = str(tmp_path / "out")
+    proc = convert(root, out, *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
+    assert [(e["relpath"], e["reason"]) for e in errors] == [("cat/secret.jpg", "unreadable")]
+    assert "Permission denied" in errors[0]["error"]
+
+
+# -- limits, without the CLI -----------------------------------------------------------------------
+
+
+def test_launch_scan_of_a_split_layout(tmp_path):
+    from img2tfrecord.pipeline.inputs import scan_local_input
+
+    root = str(tmp_path / "in")
+    for relpath in ("train/cat/a.jpg", "train/dog/b.jpg", "val/cat/c.jpg", "train/@eaDir/a.jpg/thumb.jpg"):
+        _write(root, relpath, b"x")
+    os.makedirs(os.path.join(root, "val", "dog"))
+    os.makedirs(os.path.join(root, "__MACOSX"))
+    open(os.path.join(os.fsencode(root), b"__MACOSX", b"._\xff.jpg"), "wb").close()  # junk, but not text
+    report = scan_local_input(root + "/", root + "/**", "split")
+    assert report.files == 3
+    assert report.empty_class_folders == ["val/dog"]
+    assert report.bad_names == ["__MACOSX/._\\xff.jpg"]
+
+
+def test_beam_listing_does_not_follow_folder_links(tmp_path):
+    """What the pipeline's MatchFiles sees: link loops are not followed, so listing ends."""
+    from apache_beam.io.filesystems import FileSystems
+
+    root = tmp_path / "in"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "a.jpg").write_bytes(I.jpeg(8, 8))
+    os.symlink("..", root / "cat" / "loop")
+    os.symlink(str(root), root / "cat" / "root")
+    os.symlink("a.jpg", root / "cat" / "b.jpg")
+    start = time.monotonic()
+    found = FileSystems.match([f"{root}/**"])[0].metadata_list
+    assert time.monotonic() - start < 5
+    assert sorted(os.path.relpath(m.path, root) for m in found) == ["cat/a.jpg", "cat/b.jpg"]
+
+
+def test_decode_timeout_stops_work_on_a_slow_image():
+    # 6 MP of JPEG to PNG takes about a second; with a 20 ms limit the work stops at the next read.
+    data = I.jpeg(3000, 2000, I.noise(150, 100).resize((3000, 2000)))
+    slow = ImageOptions(format="png")
+    start = time.monotonic()
+    convert_image(data, slow)
+    full = time.monotonic() - start
+    start = time.monotonic()
+    with pytest.raises(ImageError) as info:
+        convert_image(data, ImageOptions(format="png", decode_timeout_s=0.02))
+    limited = time.monotonic() - start
+    assert info.value.reason == "decode_timeout" and "--decode-timeout-s" in info.value.message
+    assert limited < full / 4, (limited, full)
+
+
+class Decoded(BaseException):
+    """Raised by a patched decoder: a BaseException, so no error mapping can hide it."""
+
+
+def test_bombs_are_never_decoded(monkeypatch):
+    from PIL import ImageFile, WebPImagePlugin
+
+    def no_decode(self):
+        raise Decoded(f"a {self.size} {self.format} image was decoded")
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", no_decode)
+    monkeypatch.setattr(WebPImagePlugin.WebPImageFile, "load", no_decode)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)
+    for bomb in (I.png_bomb(), I.jpeg_bomb(), I.gif_bomb(), I.bmp_bomb(), I.tiff_bomb(), I.webp_bomb()):
+        for options in (ImageOptions(), ImageOptions(size=(32, 32), format="png")):
+            with pytest.raises(ImageError) as info:
+                convert_image(bomb, options)
+            assert info.value.reason == "too_many_pixels"
+
+
+def test_jpeg_is_decoded_at_reduced_scale(monkeypatch):
+    """``draft`` before ``load``: a big JPEG to be shrunk (or only validated) is never decoded whole."""
+    from PIL import ImageFile
+
+    loaded = []
+    real_load = ImageFile.ImageFile.load
+
+    def spy(self):
+        loaded.append(self.size)
+        return real_load(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", spy)
+    data = I.jpeg(4000, 3000, I.RED)
+    convert_image(data, ImageOptions(size=(224, 224)))
+    convert_image(data, ImageOptions())  # kept as it is: validated at 1/8 scale
+    assert loaded and all(w * h <= 4000 * 3000 // 16 for w, h in loaded), loaded
+
+
+def test_peak_memory_of_a_bomb_is_small():
+    """In a fresh process: rejecting bombs of billions of pixels costs no pixel memory."""
+    code = (
+        "import resource, sys; sys.path.insert(0, 'tests'); import images as I\n"
+        "from img2tfrecord.transforms.image import ImageError, ImageOptions, convert_image\n"
+        "bombs = [I.png_bomb(), I.jpeg_bomb(), I.gif_bomb(), I.bmp_bomb(), I.tiff_bomb(), I.webp_bomb()]\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "for b in bombs:\n"
+        "    for o in (ImageOptions(), ImageOptions(size=(32, 32), format='png')):\n"
+        "        try:\n"
+        "            convert_image(b, o)\n"
+        "        except ImageError:\n"
+        "            pass\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grown_kb = int(proc.stdout.strip().splitlines()[-1])
+    assert grown_kb < 64 * 1024, f"peak RSS grew by {grown_kb} KB"

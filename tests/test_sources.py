@@ -1,0 +1,286 @@
+"""Archives (zip, tar, tar.gz) and manifests (CSV, JSONL) as inputs: the records of the equivalent folder."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import tarfile
+import zipfile
+
+import pytest
+
+import images as I
+from conftest import IN_MEMORY, convert
+from img2tfrecord import records as rec
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.plan import make_plan
+from img2tfrecord.pipeline.run import run
+from img2tfrecord.schemas import example_proto, manifest
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.transforms import sources
+from img2tfrecord.transforms.image import ImageOptions
+from img2tfrecord.transforms.split import parse_splits
+
+SPLITS = "train=0.5,validation=0.25,test=0.25"
+SEED = 5
+
+
+def dataset_files():
+    """relpath -> bytes of a small class-folder dataset: JPEG and PNG, several sizes, one nested file."""
+    files = {}
+    for ci, name in enumerate(("cat", "dog", "emu")):
+        for i in range(5):
+            rel = f"{name}/{name}_{i}.{'png' if i % 2 else 'jpg'}"
+            files[rel] = I.png(12 + i, 10 + ci) if i % 2 else I.jpeg(16 + 2 * i, 12 + ci)
+    files["dog/sub/deep.jpg"] = I.jpeg(20, 14)
+    return files
+
+
+JUNK = {".DS_Store": b"junk", "cat/Thumbs.db": b"junk", "__MACOSX/cat/._cat_0.jpg": b"junk"}
+
+
+def write_tree(root, files):
+    for rel, data in files.items():
+        path = os.path.join(root, *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+def write_zip(path, files, top=""):
+    with zipfile.ZipFile(path, "w") as z:
+        if top:
+            z.writestr(top + "/", b"")  # a directory entry
+        for i, (rel, data) in enumerate(sorted(files.items())):
+            z.writestr(top + ("/" if top else "") + rel, data, zipfile.ZIP_DEFLATED if i % 2 else zipfile.ZIP_STORED)
+
+
+def write_tar(path, files, top="", mode="w"):
+    with tarfile.open(path, mode) as t:
+        for rel, data in sorted(files.items()):
+            info = tarfile.TarInfo((top + "/" if top else "") + rel)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def convert_in_process(input_path, output, **options):
+    config = ConvertConfig(input=input_path, output=str(output), analyze=False, **options)
+    doc = run(config, list(IN_MEMORY))
+    assert doc is not None
+    return doc
+
+
+def record_set(output):
+    """{(filename, sha256, label, class, split)} of every record, read without TensorFlow."""
+    doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
+    out = set()
+    for split, info in doc["splits"].items():
+        for shard in info["shards"]:
+            for _, _, data in rec.iter_records(os.path.join(output, shard["file"]), doc["compression"]):
+                f = example_proto.Example.FromString(data).features.feature
+                label = f[keys.CLASS_LABEL].int64_list.value[0] if keys.CLASS_LABEL in f else None
+                text = f[keys.CLASS_TEXT].bytes_list.value[0].decode() if keys.CLASS_TEXT in f else None
+                encoded = f[keys.IMAGE_ENCODED].bytes_list.value[0]
+                assert f[keys.KEY_SHA256].bytes_list.value[0].decode() == hashlib.sha256(encoded).hexdigest()
+                out.add((f[keys.FILENAME].bytes_list.value[0].decode(), hashlib.sha256(encoded).hexdigest(), label, text, split))
+    return out
+
+
+def error_rows(output):
+    with open(os.path.join(output, manifest.ERRORS_FILE)) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sources")
+    files = dataset_files()
+    root = str(base / "flowers")
+    write_tree(root, {**files, **JUNK})
+    with open(os.path.join(root, "labels.csv"), "w", newline="") as f:  # at the root: relpaths as the folder's
+        w = csv.writer(f)
+        w.writerow(["path", "label"])
+        for rel in sorted(files):
+            w.writerow(["./" + rel if rel.startswith("emu") else rel, rel.split("/")[0]])
+    archives = str(base / "archives")
+    os.makedirs(archives)
+    write_zip(os.path.join(archives, "flowers.zip"), {**files, **JUNK}, top="flowers")
+    write_tar(os.path.join(archives, "flowers.tar"), {"./" + rel: data for rel, data in {**files, **JUNK}.items()})
+    write_tar(os.path.join(archives, "flowers.tar.gz"), files, top="flowers", mode="w:gz")
+    return {"files": files, "root": root, "archives": archives, "base": base}
+
+
+@pytest.fixture(scope="module")
+def folder_records(inputs):
+    out = inputs["base"] / "out_folder"
+    # The folder conversion sees labels.csv too: a file outside any class folder, one error row.
+    convert_in_process(inputs["root"], out, splits=parse_splits(SPLITS), seed=SEED)
+    got = record_set(out)
+    assert {r[0] for r in got} == set(inputs["files"])
+    assert [e["relpath"] for e in error_rows(out)] == ["labels.csv"]
+    return got
+
+
+@pytest.mark.parametrize("name", ["flowers.zip", "flowers.tar", "flowers.tar.gz"])
+def test_an_archive_gives_the_records_of_its_folder(inputs, folder_records, name, tmp_path):
+    out = tmp_path / "out"
+    doc = convert_in_process(os.path.join(inputs["archives"], name), out, splits=parse_splits(SPLITS), seed=SEED)
+    assert record_set(out) == folder_records
+    acc = doc["accounting"]
+    assert acc["inputs"] == acc["written"] == len(inputs["files"]) and acc["rejected"] == 0
+    assert acc["skipped"] == (0 if name.endswith(".gz") else len(JUNK))
+    assert error_rows(out) == []
+    # --format keep: the stored bytes are the members' bytes.
+    assert {r[1] for r in folder_records} == {hashlib.sha256(d).hexdigest() for d in inputs["files"].values()}
+
+
+def test_a_csv_manifest_gives_the_records_of_its_folder(inputs, folder_records, tmp_path):
+    out = tmp_path / "out"
+    doc = convert_in_process(os.path.join(inputs["root"], "labels.csv"), out, splits=parse_splits(SPLITS), seed=SEED)
+    assert record_set(out) == folder_records
+    assert doc["labeled"] is True and doc["accounting"]["rejected"] == 0
+
+
+def test_zip_through_the_cli(inputs, folder_records, tmp_path):
+    out = str(tmp_path / "out")
+    proc = convert(os.path.join(inputs["archives"], "flowers.zip"), out, "--splits", SPLITS, "--seed", str(SEED), "--no-analyze")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert record_set(out) == folder_records
+
+
+def test_bad_archives_are_reported_and_the_others_converted(inputs, tmp_path):
+    files = inputs["files"]
+    cats = {k: v for k, v in files.items() if k.startswith("cat/")}
+    dogs = {k: v for k, v in files.items() if k.startswith("dog/")}
+    emus = {k: v for k, v in files.items() if k.startswith("emu/")}
+    folder = tmp_path / "shards"
+    os.makedirs(folder)
+    write_zip(str(folder / "part-0.zip"), cats)
+    write_tar(str(folder / "part-1.tar.gz"), dogs, mode="w:gz")
+    with open(folder / "part-2.zip", "wb") as f:
+        f.write(b"PK\x03\x04" + b"this is not a zip archive" * 20)
+    write_tar(str(folder / "part-3.tar"), emus)
+    data = (folder / "part-3.tar").read_bytes()
+    # Cut inside the data of the third member: two members survive whole.
+    with tarfile.open(folder / "part-3.tar") as t:
+        third = t.getmembers()[2]
+    cut = third.offset_data + third.size // 2
+    (folder / "part-3.tar").write_bytes(data[:cut])
+
+    out = tmp_path / "out"
+    doc = convert_in_process(str(folder / "*"), out)
+    written = {r[0] for r in record_set(out)}
+    survivors = set(sorted(emus)[:2])
+    assert written == set(cats) | set(dogs) | survivors
+    errors = {(os.path.basename(e["path"].split(sources.MEMBER_SEPARATOR)[0]), e["reason"]) for e in error_rows(out)}
+    assert errors == {("part-2.zip", "corrupt_archive"), ("part-3.tar", "truncated_archive")}
+    third_name = sorted(emus)[2]
+    assert any(e["relpath"] == third_name for e in error_rows(out))
+    acc = doc["accounting"]
+    assert acc["inputs"] == acc["written"] + acc["rejected"] == len(written) + 2
+
+
+def test_a_truncated_tar_gz_keeps_the_members_before_the_cut(inputs, tmp_path):
+    files = inputs["files"]
+    path = tmp_path / "cut.tar.gz"
+    write_tar(str(path), files, mode="w:gz")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    out = tmp_path / "out"
+    doc = convert_in_process(str(path), out)
+    rows = error_rows(out)
+    assert [e["reason"] for e in rows] == ["truncated_archive"]
+    assert rows[0]["path"].startswith(str(path))
+    written = {r[0] for r in record_set(out)}
+    assert written and written < set(files)
+    assert doc["accounting"]["inputs"] == len(written) + 1
+
+
+def test_manifest_rows_with_splits_missing_files_and_bad_rows(inputs, tmp_path):
+    files = inputs["files"]
+    root = inputs["root"]
+    manifest_path = tmp_path / "list.jsonl"
+    rows = []
+    expected = {}
+    for i, rel in enumerate(sorted(files)):
+        split = ("train", "val", "test")[i % 3]
+        label = "feline" if rel.startswith("cat") else "other"
+        # Absolute paths: the manifest lives outside the dataset.
+        rows.append({"path": os.path.join(root, rel), "label": label, "split": split})
+        expected[os.path.join(root, rel)] = (label, {"val": "validation"}.get(split, split))
+    rows.append({"path": os.path.join(root, "cat", "missing.jpg"), "label": "feline", "split": "train"})
+    rows.append({"path": os.path.join(root, "dog", "dog_0.jpg"), "split": "train"})  # no label
+    rows.append({"label": "feline", "split": "train"})  # no path
+    manifest_path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
+
+    out = tmp_path / "out"
+    doc = convert_in_process(str(manifest_path), out, splits=parse_splits("train=0.5,test=0.5"))
+    assert sorted(doc["splits"]) == ["test", "train", "validation"]  # the manifest's splits, not --splits
+    assert doc["labels"] == ["feline", "other"]
+    got = {(r[0], r[3], r[4]) for r in record_set(out)}
+    assert got == {(path, label, split) for path, (label, split) in expected.items()}
+    assert all(r[2] == doc["labels"].index(r[3]) for r in record_set(out))
+    reasons = sorted(e["reason"] for e in error_rows(out))
+    assert reasons == ["bad_manifest_row", "bad_manifest_row", "missing_label", "not_found"]
+    missing = [e for e in error_rows(out) if e["reason"] == "not_found"][0]
+    assert missing["path"].endswith("missing.jpg")
+    acc = doc["accounting"]
+    assert acc["inputs"] == len(files) + 4 and acc["rejected"] == 4
+
+
+def test_unlabeled_manifest(inputs, tmp_path):
+    pytest.importorskip("tensorflow")
+    import img2tfrecord
+    from img2tfrecord import verification
+
+    files = inputs["files"]
+    manifest_path = os.path.join(inputs["root"], "unlabeled.csv")
+    with open(manifest_path, "w") as f:
+        f.write("path\n" + "".join(rel + "\n" for rel in sorted(files)))
+    try:
+        out = tmp_path / "out"
+        doc = convert_in_process(manifest_path, out, image=ImageOptions(size=(8, 8), format="jpeg"))
+    finally:
+        os.remove(manifest_path)
+    assert doc["labeled"] is False and doc["labels"] == [] and doc["num_classes"] == 0
+    assert keys.CLASS_LABEL not in doc["feature_spec"] and keys.CLASS_TEXT not in doc["feature_spec"]
+    assert doc["splits"]["train"]["num_examples"] == len(files)
+    assert doc["splits"]["train"]["examples_per_class"] == {}
+    assert {r[2] for r in record_set(out)} == {None}
+    images = img2tfrecord.load(str(out), batch_size=4)
+    batch = next(iter(images))
+    assert tuple(batch.shape) == (4, 8, 8, 3)  # images only
+    assert verification.verify(str(out)).ok
+
+
+def test_plan_of_inputs(inputs, tmp_path):
+    archives = inputs["archives"]
+    plan = make_plan(ConvertConfig(input=os.path.join(archives, "flowers.zip"), output=str(tmp_path / "o")))
+    assert plan.input_kind == sources.INPUT_ARCHIVES and plan.layout == "class" and plan.num_files == len(inputs["files"])
+    split_zip = tmp_path / "split.zip"
+    write_zip(str(split_zip), {"train/cat/a.jpg": I.jpeg(8, 8), "val/cat/b.jpg": I.jpeg(8, 8)}, top="data")
+    plan = make_plan(ConvertConfig(input=str(split_zip), output=str(tmp_path / "o")))
+    assert plan.layout == "split" and plan.split_names == ("train", "validation")
+    plan = make_plan(ConvertConfig(input=os.path.join(inputs["root"], "labels.csv"), output=str(tmp_path / "o")))
+    assert plan.input_kind == sources.INPUT_MANIFEST and plan.labeled and not plan.has_split_column
+    bad = tmp_path / "bad.csv"
+    bad.write_text("path,label,split\ncat/a.jpg,cat,tr-ain\n")
+    from img2tfrecord.pipeline.plan import PlanError
+
+    with pytest.raises(PlanError, match="tr-ain"):
+        make_plan(ConvertConfig(input=str(bad), output=str(tmp_path / "o")))
+    with pytest.raises(PlanError, match="no archives"):
+        make_plan(ConvertConfig(input=str(tmp_path / "none-*.zip"), output=str(tmp_path / "o")))
+
+
+def test_top_folder_rule():
+    strip = sources.top_folder_to_strip
+    assert strip(["flowers/cat/a.jpg", "flowers/dog/b.jpg", "flowers/LICENSE"]) == "flowers/"
+    assert strip(["cat/a.jpg", "cat/b.jpg"]) == ""  # one class, no wrapper
+    assert strip(["train/cat/a.jpg", "train/dog/b.jpg"]) == ""  # a split folder is never a wrapper
+    assert strip(["a/cat/x.jpg", "b/dog/y.jpg"]) == ""
+    assert strip(["clips/run/c1/f1.png", "clips/run/c1/f2.png"], sources.MIN_DEPTH_SEQUENCES) == "clips/"
+    assert strip(["run/c1/f1.png", "run/c1/f2.png"], sources.MIN_DEPTH_SEQUENCES) == ""
+    assert sources.normalise_member_name("./a//b/./c.jpg") == "a/b/c.jpg"

@@ -1,0 +1,354 @@
+"""The tf.Transform analysis of ``convert`` (transforms/analyze.py) and ``load(..., transform=True)``.
+
+Real CLI runs on the generated sample dataset; every expectation is
+recomputed here with NumPy from the records themselves.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import convert
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import labels as label_map
+from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import transformed as names
+
+tf = pytest.importorskip("tensorflow")
+tft = pytest.importorskip("tensorflow_transform")
+
+HEIGHT, WIDTH = 32, 40  # --image-size 40x32 is width x height
+
+
+def read_doc(out):
+    with open(os.path.join(out, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def parsed_split(out, split):
+    """Every record of ``split`` as one batch parsed with the raw feature spec (dict of tensors)."""
+    doc = read_doc(out)
+    files = [os.path.join(out, s["file"]) for s in doc["splits"][split]["shards"]]
+    serialized = list(tf.data.TFRecordDataset(files))
+    assert serialized, f"no {split} records"
+    return tf.io.parse_example(tf.stack(serialized), keys.feature_spec())
+
+
+def decoded(parsed, channels=3):
+    """The stored images as uint8 arrays, decoded the way TensorFlow readers decode them."""
+    images = []
+    for encoded, fmt, h, w in zip(
+        parsed[keys.IMAGE_ENCODED].numpy(), parsed[keys.IMAGE_FORMAT].numpy(),
+        parsed[keys.IMAGE_HEIGHT].numpy(), parsed[keys.IMAGE_WIDTH].numpy(),
+    ):
+        if fmt == keys.FORMAT_RAW.encode():
+            images.append(np.frombuffer(encoded, np.uint8).reshape(h, w, channels))
+        else:
+            images.append(tf.io.decode_image(encoded, channels=channels, expand_animations=False).numpy())
+    return images
+
+
+def moments(images):
+    """Per-channel mean and std in [0, 1] over every pixel of every image (float64)."""
+    pixels = np.concatenate([im.reshape(-1, im.shape[-1]) for im in images]).astype(np.float64) / 255.0
+    return pixels.mean(0), pixels.std(0)
+
+
+def flat_pixels(image_tensor):
+    values = image_tensor.flat_values if isinstance(image_tensor, tf.RaggedTensor) else image_tensor
+    values = values.numpy()
+    return values.reshape(-1, values.shape[-1]).astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def analysed(sample_dir, tmp_path_factory):
+    """The sample dataset at 40x32 JPEG, three splits, two shards each, analysed (convert's default)."""
+    out = str(tmp_path_factory.mktemp("tft") / "out")
+    proc = convert(
+        sample_dir, out, "--image-size", f"{WIDTH}x{HEIGHT}", "--format", "jpeg",
+        "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def layer(analysed):
+    return tft.TFTransformOutput(analysed).transform_features_layer()
+
+
+def test_tft_output_loads(analysed):
+    for path in (
+        os.path.join(manifest.TRANSFORM_FN_DIR, "saved_model.pb"),
+        manifest.TRANSFORMED_METADATA_DIR,
+        os.path.join(manifest.RAW_METADATA_DIR, manifest.SCHEMA_FILE),
+        manifest.SCHEMA_FILE,
+        manifest.SUCCESS_FILE,
+    ):
+        assert os.path.exists(os.path.join(analysed, path)), path
+    # Temp and staging folders are gone; everything left is a name --overwrite may delete.
+    for name in os.listdir(analysed):
+        assert manifest.is_output_file(name) and not name.startswith(manifest.TEMP_PREFIXES), name
+    assert manifest.TRANSFORM_STAGING_DIR not in os.listdir(analysed)
+
+    output = tft.TFTransformOutput(analysed)
+    assert output.raw_feature_spec() == keys.feature_spec()
+    assert output.transformed_feature_spec() == {
+        names.IMAGE: tf.io.FixedLenFeature([HEIGHT, WIDTH, 3], tf.float32),
+        names.LABEL: tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    with open(os.path.join(analysed, manifest.SCHEMA_FILE), encoding="utf-8") as f:
+        text = f.read()
+    schema = text_format.Parse(text, schema_pb2.Schema())
+    assert sorted(f.name for f in schema.feature) == sorted(keys.FEATURES)
+    with open(os.path.join(analysed, manifest.RAW_METADATA_DIR, manifest.SCHEMA_FILE), encoding="utf-8") as f:
+        assert f.read() == text
+
+    doc = read_doc(analysed)
+    assert doc["options"]["analyze"] is True
+    stats = doc["statistics"]
+    assert stats["split"] == "train" and stats["label_vocabulary"] == names.LABEL_VOCABULARY
+    assert stats["files"]["transform_fn"] == manifest.TRANSFORM_FN_DIR
+
+
+def test_label_vocabulary_equals_labels_txt(analysed, layer):
+    with open(os.path.join(analysed, manifest.LABELS_FILE), encoding="utf-8") as f:
+        labels_txt = label_map.parse_labels_text(f.read())
+    vocabulary = tft.TFTransformOutput(analysed).vocabulary_by_name(names.LABEL_VOCABULARY)
+    assert [v.decode("utf-8") for v in vocabulary] == labels_txt == read_doc(analysed)["labels"]
+    for split in ("train", "validation", "test"):
+        parsed = parsed_split(analysed, split)
+        labels = layer(parsed)[names.LABEL].numpy()
+        np.testing.assert_array_equal(labels, parsed[keys.CLASS_LABEL].numpy())
+        texts = [t.decode("utf-8") for t in parsed[keys.CLASS_TEXT].numpy()]
+        assert [labels_txt[i] for i in labels] == texts
+
+
+def test_statistics_agree_with_numpy(analysed):
+    doc = read_doc(analysed)
+    stats = doc["statistics"]
+    parsed = parsed_split(analysed, "train")
+    images = decoded(parsed)
+    mean, std = moments(images)
+    np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(stats["pixel_std"], std, rtol=0, atol=1e-9)
+    assert stats["num_examples"] == len(images) == doc["splits"]["train"]["num_examples"]
+    assert stats["image_height"] == {"min": HEIGHT, "max": HEIGHT}
+    assert stats["image_width"] == {"min": WIDTH, "max": WIDTH}
+    expected = {name: 0 for name in doc["labels"]}
+    expected.update(doc["splits"]["train"]["examples_per_class"])
+    assert stats["examples_per_class"] == expected
+    assert list(stats["examples_per_class"]) == doc["labels"]  # vocabulary order
+
+
+def test_transformed_train_images_are_standardised(analysed, layer):
+    image = layer(parsed_split(analysed, "train"))[names.IMAGE]
+    assert image.dtype == tf.float32 and image.shape[1:] == (HEIGHT, WIDTH, 3)
+    pixels = flat_pixels(image)
+    np.testing.assert_allclose(pixels.mean(0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(pixels.std(0), 1.0, atol=1e-4)
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_other_splits_use_the_train_statistics(analysed, layer, split):
+    stats = read_doc(analysed)["statistics"]
+    parsed = parsed_split(analysed, split)
+    images = np.stack(decoded(parsed)).astype(np.float64) / 255.0
+    got = layer(parsed)[names.IMAGE].numpy()
+    with_train = (images - np.array(stats["pixel_mean"])) / np.array(stats["pixel_std"])
+    np.testing.assert_allclose(got, with_train, atol=1e-5)
+    own_mean, own_std = moments(decoded(parsed))
+    with_own = (images - own_mean) / own_std
+    assert np.abs(got - with_own).max() > 1e-3  # not the split's own statistics
+
+
+def test_load_with_transform(analysed, layer):
+    import img2tfrecord
+
+    parsed = parsed_split(analysed, "validation")
+    expected = layer(parsed)[names.IMAGE].numpy()
+    by_key = {k.decode(): i for i, k in enumerate(parsed[keys.KEY_SHA256].numpy())}
+
+    ds = img2tfrecord.load(analysed, split="validation", batch_size=4, transform=True, shuffle=False, as_dict=True)
+    seen = 0
+    for batch in ds:
+        assert batch[names.IMAGE].shape[1:] == (HEIGHT, WIDTH, 3)
+        np.testing.assert_array_equal(batch[names.LABEL].numpy(), batch[keys.CLASS_LABEL].numpy())
+        for key, image in zip(batch[keys.KEY_SHA256].numpy(), batch[names.IMAGE].numpy()):
+            np.testing.assert_allclose(image, expected[by_key[key.decode()]], atol=1e-6)
+            seen += 1
+    assert seen == len(expected)
+
+    images, labels = next(iter(img2tfrecord.load(analysed, split="train", batch_size=None, transform=True)))
+    assert images.shape == (HEIGHT, WIDTH, 3) and labels.dtype == tf.int64
+    images, _ = next(iter(img2tfrecord.load(analysed, split="train", batch_size=2, image_size=16, transform=True)))
+    assert images.shape == (2, 16, 16, 3)
+
+
+def test_serving_needs_only_the_encoded_image(analysed, layer):
+    parsed = parsed_split(analysed, "test")
+    full = layer(parsed)[names.IMAGE].numpy()
+    served = layer({keys.IMAGE_ENCODED: parsed[keys.IMAGE_ENCODED]})
+    assert set(served) == {names.IMAGE}
+    np.testing.assert_array_equal(served[names.IMAGE].numpy(), full)
+
+
+def test_mixed_sizes_raw_pixels_then_overwrite_without_analysis(sample_dir, tmp_path):
+    """No --image-size: a ragged ``image``; statistics over every pixel; then --overwrite --no-analyze."""
+    import img2tfrecord
+
+    out = str(tmp_path / "out")
+    proc = convert(sample_dir, out, "--format", "raw")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = read_doc(out)["statistics"]
+    parsed = parsed_split(out, "train")
+    images = decoded(parsed)
+    mean, std = moments(images)
+    np.testing.assert_allclose(stats["pixel_mean"], mean, atol=1e-9)
+    np.testing.assert_allclose(stats["pixel_std"], std, atol=1e-9)
+    heights = [im.shape[0] for im in images]
+    widths = [im.shape[1] for im in images]
+    assert stats["image_height"] == {"min": min(heights), "max": max(heights)}
+    assert stats["image_width"] == {"min": min(widths), "max": max(widths)}
+
+    output = tft.TFTransformOutput(out)
+    assert isinstance(output.transformed_feature_spec()[names.IMAGE], tf.io.RaggedFeature)
+    image = output.transform_features_layer()(parsed)[names.IMAGE]
+    assert isinstance(image, tf.RaggedTensor) and image.shape[0] == len(images)
+    pixels = flat_pixels(image)
+    np.testing.assert_allclose(pixels.mean(0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(pixels.std(0), 1.0, atol=1e-4)
+
+    shapes = sorted(tuple(im.shape) for im in images)
+    single = img2tfrecord.load(out, batch_size=None, transform=True, shuffle=False)
+    assert sorted(tuple(im.shape) for im, _ in single) == shapes
+    resized, _ = next(iter(img2tfrecord.load(out, batch_size=4, image_size=(24, 20), transform=True)))
+    assert resized.shape == (4, 24, 20, 3)
+
+    proc = convert(sample_dir, out, "--format", "raw", "--overwrite", "--no-analyze")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = read_doc(out)
+    assert doc["options"]["analyze"] is False and "statistics" not in doc
+    left = set(os.listdir(out))
+    assert not left & set(manifest.ANALYSIS_FILE_NAMES), left
+    with pytest.raises(ValueError, match="--no-analyze"):
+        img2tfrecord.load(out, batch_size=None, transform=True)
+    img2tfrecord.load(out, batch_size=None)  # the records themselves are as before
+
+
+def test_no_train_split_skips_the_analysis(tmp_path):
+    root = tmp_path / "in"
+    rng = random.Random(0)
+    for split in ("validation", "test"):
+        for name in ("a", "b"):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (20, 16), tuple(rng.randrange(256) for _ in range(3))).save(folder / f"{i}.png")
+    out = str(tmp_path / "out")
+    proc = convert(str(root), out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "skipping the tf.Transform analysis" in proc.stderr
+    doc = read_doc(out)
+    assert "statistics" not in doc and sorted(doc["splits"]) == ["test", "validation"]
+    assert not set(os.listdir(out)) & set(manifest.ANALYSIS_FILE_NAMES)
+
+
+# ---------------------------------------------------------------------------
+# The statistics arithmetic, without a pipeline.
+
+
+def test_pixel_moments_are_exact():
+    from img2tfrecord.transforms.analyze import pixel_moments
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(100_000, 3))
+    sums = [int(v) for v in pixels.sum(0)]
+    squares = [int(v) for v in (pixels * pixels).sum(0)]
+    mean, std = pixel_moments(len(pixels), sums, squares)
+    np.testing.assert_allclose(mean, (pixels / 255.0).mean(0), rtol=1e-12)
+    np.testing.assert_allclose(std, (pixels / 255.0).std(0), rtol=1e-12)
+    assert pixel_moments(0, [0], [0]) == ([0.0], [0.0])
+    assert pixel_moments(4, [40], [400]) == ([40 / (4 * 255)], [0.0])  # a constant channel
+
+
+def test_totals_do_not_depend_on_batching():
+    from img2tfrecord.transforms.analyze import _Totals, statistics_json
+
+    rng = np.random.default_rng(1)
+
+    def batch(n):
+        h, w = rng.integers(1, 50, n), rng.integers(1, 50, n)
+        sums = rng.integers(0, 10_000, (n, 3))
+        classes = rng.choice([b"x", b"y"], n)
+        names_, counts = np.unique(classes, return_counts=True)
+        return [
+            np.int64(n), np.int64((h * w).sum()), sums.sum(0), (sums * 3).sum(0),
+            h.min(), h.max(), w.min(), w.max(), names_.astype(object), counts,
+        ]
+
+    batches = [batch(n) for n in (3, 1, 7, 2)] + [[np.int64(0), np.int64(0), np.zeros(3), np.zeros(3), 0, 0, 0, 0,
+                                                    np.array([], object), np.array([], np.int64)]]
+    combine = _Totals(3)
+    one = combine.create_accumulator()
+    for b in batches:
+        one = combine.add_input(one, b)
+    left, right = combine.create_accumulator(), combine.create_accumulator()
+    for i, b in enumerate(batches):
+        if i % 2:
+            left = combine.add_input(left, b)
+        else:
+            right = combine.add_input(right, b)
+    merged = combine.merge_accumulators([right, combine.create_accumulator(), left])
+    assert statistics_json(one, ["w", "x", "y"]) == statistics_json(merged, ["w", "x", "y"])
+    stats = statistics_json(merged, ["w", "x", "y"])
+    assert stats["num_examples"] == 13 and stats["examples_per_class"]["w"] == 0
+    assert sum(stats["examples_per_class"].values()) == 13
+
+
+def test_preprocessing_fn_alone_unlabeled_mixed_sizes(tmp_path):
+    """The preprocessing_fn outside convert: records without labels, images of different sizes."""
+    import io
+
+    import apache_beam as beam
+    import tensorflow_transform.beam as tft_beam
+
+    from img2tfrecord.transforms.analyze import TransformSpec, make_preprocessing_fn
+
+    rng = np.random.default_rng(2)
+    arrays = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((5, 7), (6, 4), (3, 3))]
+
+    def png(array):
+        buf = io.BytesIO()
+        Image.fromarray(array).save(buf, format="PNG")
+        return buf.getvalue()
+
+    metadata = tft.DatasetMetadata.from_feature_spec({keys.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string)})
+    mean, std = moments(arrays)
+    by_height = {a.shape[0]: (a.reshape(-1, 3) / 255.0 - mean) / std for a in arrays}
+
+    def check(rows):  # runs inside the pipeline
+        assert len(rows) == 3
+        for row in rows:
+            assert set(row) == {f"{names.IMAGE}$ragged_values", f"{names.IMAGE}$row_lengths_1"}
+            height = int(np.asarray(row[f"{names.IMAGE}$row_lengths_1"]).shape[0])
+            values = np.asarray(row[f"{names.IMAGE}$ragged_values"]).reshape(-1, 3)
+            np.testing.assert_allclose(values, by_height[height], atol=1e-5)
+
+    from apache_beam.testing.util import assert_that
+
+    with beam.Pipeline() as p, tft_beam.Context(temp_dir=str(tmp_path)):
+        (transformed, _), _ = (
+            (p | beam.Create([{keys.IMAGE_ENCODED: png(a)} for a in arrays]), metadata)
+            | tft_beam.AnalyzeAndTransformDataset(make_preprocessing_fn(TransformSpec(labeled=False)))
+        )
+        assert_that(transformed, check)
