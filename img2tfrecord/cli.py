@@ -255,7 +255,8 @@ def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequ
     # So do those of tf.Transform's libraries (the analysis, transforms/analyze.py).
     for name in ("absl", "tensorflow"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ start-up lines (no GPU found, cuInit failed) say nothing about the run.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # tf.Transform runs on Keras 2 and sets this itself, but only after TensorFlow is
     # imported, which then has loaded Keras 3 as well (~0.5 s); set before the import.
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
