@@ -185,6 +185,38 @@ def check_image(encoded: bytes, fmt: str, width: int, height: int, channels: int
     return None
 
 
+def _declared_image(values: Mapping[str, Any], ctx: _Context, noun: str):
+    """(format, width, height, channels, class name, problems) declared by a record's features.
+
+    The problems compare the declared image with what the conversion options promise;
+    ``noun`` names the image in the messages ("image is", "frames are").
+    """
+    fmt = records.decode_text(values.get(keys.IMAGE_FORMAT, b""))
+    width, height = int(values.get(keys.IMAGE_WIDTH, 0)), int(values.get(keys.IMAGE_HEIGHT, 0))
+    channels = int(values.get(keys.IMAGE_CHANNELS, 0))
+    class_name = records.decode_text(values[keys.CLASS_TEXT]) if keys.CLASS_TEXT in values else None
+    problems = []
+    if ctx.formats is not None and fmt not in ctx.formats:
+        problems.append(f"image/format {fmt!r}, but the conversion options allow only {', '.join(ctx.formats)}")
+    if ctx.channels is not None and channels != ctx.channels:
+        problems.append(f"image/channels is {channels}, the conversion used {ctx.channels}")
+    if ctx.size is not None and (width, height) != ctx.size:
+        problems.append(f"{noun} {width}x{height}, the conversion resized to {ctx.size[0]}x{ctx.size[1]} (WxH)")
+    return fmt, width, height, channels, class_name, problems
+
+
+def _label_problems(values: Mapping[str, Any], ctx: _Context, class_name: Optional[str]) -> List[str]:
+    """The label id must be in range and name the record's class text in dataset.json's labels."""
+    if keys.CLASS_LABEL not in values:
+        return []
+    label = int(values[keys.CLASS_LABEL])
+    if not 0 <= label < len(ctx.labels):
+        return [f"label {label} out of range 0..{len(ctx.labels) - 1}"]
+    if class_name is not None and ctx.labels[label] != class_name:
+        return [f"label {label} is {ctx.labels[label]!r} in dataset.json, record says {class_name!r}"]
+    return []
+
+
 def check_record(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str]]:
     """(problems, class name) of one serialized record."""
     if ctx.sequence:
@@ -193,31 +225,15 @@ def check_record(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str]]:
         values = records.parse_example(data, ctx.spec)
     except records.ExampleError as e:
         return [str(e)], None
-    problems = []
     encoded = values.get(keys.IMAGE_ENCODED, b"")
-    fmt = records.decode_text(values.get(keys.IMAGE_FORMAT, b""))
-    width, height = int(values.get(keys.IMAGE_WIDTH, 0)), int(values.get(keys.IMAGE_HEIGHT, 0))
-    channels = int(values.get(keys.IMAGE_CHANNELS, 0))
-    class_name = records.decode_text(values[keys.CLASS_TEXT]) if keys.CLASS_TEXT in values else None
-
-    if ctx.formats is not None and fmt not in ctx.formats:
-        problems.append(f"image/format {fmt!r}, but the conversion options allow only {', '.join(ctx.formats)}")
-    if ctx.channels is not None and channels != ctx.channels:
-        problems.append(f"image/channels is {channels}, the conversion used {ctx.channels}")
-    if ctx.size is not None and (width, height) != ctx.size:
-        problems.append(f"image is {width}x{height}, the conversion resized to {ctx.size[0]}x{ctx.size[1]} (WxH)")
+    fmt, width, height, channels, class_name, problems = _declared_image(values, ctx, "image is")
     if width <= 0 or height <= 0:
         problems.append(f"invalid declared size {width}x{height}")
     else:
         image_problem = check_image(encoded, fmt, width, height, channels)
         if image_problem:
             problems.append(image_problem)
-    if keys.CLASS_LABEL in values:
-        label = int(values[keys.CLASS_LABEL])
-        if not 0 <= label < len(ctx.labels):
-            problems.append(f"label {label} out of range 0..{len(ctx.labels) - 1}")
-        elif class_name is not None and ctx.labels[label] != class_name:
-            problems.append(f"label {label} is {ctx.labels[label]!r} in dataset.json, record says {class_name!r}")
+    problems += _label_problems(values, ctx, class_name)
     if keys.KEY_SHA256 in values:
         digest = hashlib.sha256(encoded).hexdigest()
         if records.decode_text(values[keys.KEY_SHA256]) != digest:
@@ -238,17 +254,7 @@ def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Option
         return [str(e)], None
     except Exception as e:
         return [f"not a tf.train.SequenceExample: {e}"], None
-    problems = []
-    fmt = records.decode_text(values.get(keys.IMAGE_FORMAT, b""))
-    width, height = int(values.get(keys.IMAGE_WIDTH, 0)), int(values.get(keys.IMAGE_HEIGHT, 0))
-    channels = int(values.get(keys.IMAGE_CHANNELS, 0))
-    class_name = records.decode_text(values[keys.CLASS_TEXT]) if keys.CLASS_TEXT in values else None
-    if ctx.formats is not None and fmt not in ctx.formats:
-        problems.append(f"image/format {fmt!r}, but the conversion options allow only {', '.join(ctx.formats)}")
-    if ctx.channels is not None and channels != ctx.channels:
-        problems.append(f"image/channels is {channels}, the conversion used {ctx.channels}")
-    if ctx.size is not None and (width, height) != ctx.size:
-        problems.append(f"frames are {width}x{height}, the conversion resized to {ctx.size[0]}x{ctx.size[1]} (WxH)")
+    fmt, width, height, channels, class_name, problems = _declared_image(values, ctx, "frames are")
     for key in list_spec:
         lists = seq.feature_lists.feature_list
         if key not in lists:
@@ -269,12 +275,7 @@ def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Option
             if problem:
                 problems.append(f"frame {i}: {problem}")
                 break
-    if keys.CLASS_LABEL in values:
-        label = int(values[keys.CLASS_LABEL])
-        if not 0 <= label < len(ctx.labels):
-            problems.append(f"label {label} out of range 0..{len(ctx.labels) - 1}")
-        elif class_name is not None and ctx.labels[label] != class_name:
-            problems.append(f"label {label} is {ctx.labels[label]!r} in dataset.json, record says {class_name!r}")
+    problems += _label_problems(values, ctx, class_name)
     return problems, class_name
 
 
