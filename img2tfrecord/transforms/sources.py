@@ -218,6 +218,17 @@ def _next_member(tar: tarfile.TarFile) -> Optional[tarfile.TarInfo]:
     return info
 
 
+def _classify_tar_member(info: tarfile.TarInfo) -> Tuple[str, str]:
+    """``(name, action)`` of a tar member: ``member`` to convert, ``skip`` (counted as
+    skipped: junk, links, devices, unusable names) or ``ignore`` (directories)."""
+    name = normalise_member_name(info.name)
+    if not info.isfile() or info.issparse():
+        return name or info.name, "ignore" if info.isdir() else "skip"
+    if not name or is_junk(name):
+        return name or info.name, "skip"
+    return name, "member"
+
+
 def _list_tar(path: str, size: int) -> Iterator[tuple]:
     """An uncompressed tar: only the member headers are read (the data is seeked over)."""
     truncated = False
@@ -232,13 +243,10 @@ def _list_tar(path: str, size: int) -> Iterator[tuple]:
                 info = _next_member(tar)
                 if info is None:
                     break
-                name = normalise_member_name(info.name)
-                if not info.isfile() or info.issparse():
-                    if not info.isdir():
-                        yield "skipped", name or info.name  # links, devices: nothing to convert
-                    continue
-                if not name or is_junk(name):
-                    yield "skipped", name or info.name
+                name, action = _classify_tar_member(info)
+                if action != "member":
+                    if action == "skip":
+                        yield "skipped", name
                     continue
                 if info.offset_data + info.size > size:
                     truncated = True
@@ -271,13 +279,10 @@ def _list_tgz(path: str, limit: int) -> Iterator[tuple]:
                 info = _next_member(tar)
                 if info is None:
                     break
-                name = normalise_member_name(info.name)
-                if not info.isfile() or info.issparse():
-                    if not info.isdir():
-                        yield "skipped", name or info.name
-                    continue
-                if not name or is_junk(name):
-                    yield "skipped", name or info.name
+                name, action = _classify_tar_member(info)
+                if action != "member":
+                    if action == "skip":
+                        yield "skipped", name
                     continue
                 if info.size > limit:
                     yield "error", name, "file_too_large", (
