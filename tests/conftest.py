@@ -1,6 +1,7 @@
 """Shared fixtures: the real CLI in a subprocess and one converted sample dataset per session."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +27,22 @@ def run_cli(*args: str, timeout: float = 300, env=None) -> subprocess.CompletedP
         env=full_env,
         cwd=ROOT,
     )
+
+
+def manifest_doc(output_dir: str) -> dict:
+    """The ``dataset.json`` of an output directory, as plain JSON."""
+    from img2tfrecord.schemas import manifest
+
+    with open(os.path.join(output_dir, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_manifest_doc(output_dir: str, doc: dict) -> None:
+    """Replace the ``dataset.json`` of an output directory (tests that corrupt it)."""
+    from img2tfrecord.schemas import manifest
+
+    with open(os.path.join(output_dir, manifest.MANIFEST_FILE), "w", encoding="utf-8") as f:
+        f.write(manifest.dumps(doc))
 
 
 def convert(input_dir: str, output_dir: str, *extra: str, runner: Sequence[str] = IN_MEMORY) -> subprocess.CompletedProcess:

@@ -7,19 +7,15 @@ import shutil
 
 from PIL import Image
 
-from conftest import run_cli
+from conftest import run_cli, manifest_doc
 from img2tfrecord.schemas import manifest
 
-
-def _doc(path):
-    with open(os.path.join(path, manifest.MANIFEST_FILE), encoding="utf-8") as f:
-        return json.load(f)
 
 
 def test_summary_lists_splits_classes_shards_and_sizes(converted_sample):
     proc = run_cli("inspect", converted_sample)
     assert proc.returncode == 0, proc.stderr
-    doc = _doc(converted_sample)
+    doc = manifest_doc(converted_sample)
     out = proc.stdout
     for split, info in doc["splits"].items():
         assert f"{split}: {info['num_examples']} examples in {len(info['shards'])} shard(s)" in out
@@ -37,7 +33,7 @@ def test_json_matches_the_manifest(converted_sample):
     proc = run_cli("inspect", converted_sample, "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    doc = _doc(converted_sample)
+    doc = manifest_doc(converted_sample)
     assert summary["labels"] == doc["labels"]
     assert summary["complete"] is True
     for split, info in doc["splits"].items():
@@ -73,7 +69,7 @@ def test_mixed_sizes_and_formats(converted_keep):
 def test_rejected_inputs_by_reason(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
-    doc = _doc(out)
+    doc = manifest_doc(out)
     row = {"path": "/in/circle/broken.jpg", "relpath": "circle/broken.jpg", "reason": "truncated", "error": "image file is truncated"}
     with open(out / manifest.ERRORS_FILE, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
@@ -95,7 +91,7 @@ def test_grid_and_class_chart(converted_sample, tmp_path):
     grid, chart = tmp_path / "grid.png", tmp_path / "chart.png"
     proc = run_cli("inspect", converted_sample, "--grid", str(grid), "--n", "10", "--split", "validation", "--class-chart", str(chart))
     assert proc.returncode == 0, proc.stderr
-    n = min(10, _doc(converted_sample)["splits"]["validation"]["num_examples"])
+    n = min(10, manifest_doc(converted_sample)["splits"]["validation"]["num_examples"])
     with Image.open(grid) as img:
         assert img.format == "PNG"
         # 10 images: 4 columns x 3 rows of 128 px cells with captions
@@ -137,7 +133,7 @@ def test_usage_errors(converted_sample, tmp_path):
 def test_unreadable_shard_is_reported_not_raised(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
-    shard = _doc(out)["splits"]["train"]["shards"][0]["file"]
+    shard = manifest_doc(out)["splits"]["train"]["shards"][0]["file"]
     path = out / shard
     path.write_bytes(path.read_bytes()[:100])
     os.remove(out / manifest.SUCCESS_FILE)

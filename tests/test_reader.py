@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import collections
 import gzip
-import json
 import os
 import shutil
 import subprocess
@@ -18,22 +17,14 @@ import img2tfrecord  # noqa: E402
 from img2tfrecord.schemas import features as keys  # noqa: E402
 from img2tfrecord.schemas import manifest  # noqa: E402
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, manifest_doc, write_manifest_doc  # noqa: E402
 
 
-def _doc(path):
-    with open(os.path.join(path, manifest.MANIFEST_FILE), encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _write_doc(path, doc):
-    with open(os.path.join(path, manifest.MANIFEST_FILE), "w", encoding="utf-8") as f:
-        f.write(manifest.dumps(doc))
 
 
 def _plain_read(path, split):
     """(sha256, label, class text) of every record, read without img2tfrecord.load."""
-    doc = _doc(path)
+    doc = manifest_doc(path)
     files = [os.path.join(path, s["file"]) for s in doc["splits"][split]["shards"]]
     spec = keys.feature_spec()
     out = []
@@ -66,7 +57,7 @@ def test_import_is_light_and_load_is_exported():
 
 
 def test_shapes_dtypes_and_ranges(converted_sample):
-    doc = _doc(converted_sample)
+    doc = manifest_doc(converted_sample)
     ds = img2tfrecord.load(converted_sample, split="train", batch_size=8, seed=1)
     images_spec, labels_spec = ds.element_spec
     assert images_spec.shape.as_list() == [None, 64, 64, 3] and images_spec.dtype == tf.float32
@@ -84,7 +75,7 @@ def test_shapes_dtypes_and_ranges(converted_sample):
 
 @pytest.mark.parametrize("split", ["train", "validation", "test"])
 def test_exact_records_per_split(converted_sample, split):
-    doc = _doc(converted_sample)
+    doc = manifest_doc(converted_sample)
     plain = _plain_read(converted_sample, split)
     loaded = _load_all(converted_sample, split, batch_size=5, shuffle=False)
     shuffled = _load_all(converted_sample, split, batch_size=7, seed=3)
@@ -96,7 +87,7 @@ def test_exact_records_per_split(converted_sample, split):
 
 
 def test_labels_match_class_text(converted_sample):
-    labels = _doc(converted_sample)["labels"]
+    labels = manifest_doc(converted_sample)["labels"]
     rows = _load_all(converted_sample, "train", batch_size=16)
     assert rows and all(labels[label] == text for _, label, text in rows)
 
@@ -117,7 +108,7 @@ def test_same_seed_same_order(converted_sample):
 
 
 def test_unbatched_and_repeat(converted_sample):
-    n = _doc(converted_sample)["splits"]["test"]["num_examples"]
+    n = manifest_doc(converted_sample)["splits"]["test"]["num_examples"]
     ds = img2tfrecord.load(converted_sample, split="test", batch_size=None)
     assert ds.element_spec[0].shape.as_list() == [64, 64, 3]
     assert sum(1 for _ in ds) == n
@@ -128,7 +119,7 @@ def test_unbatched_and_repeat(converted_sample):
 def test_mixed_sizes_need_image_size(converted_keep):
     with pytest.raises(ValueError, match="image_size"):
         img2tfrecord.load(converted_keep)
-    doc = _doc(converted_keep)
+    doc = manifest_doc(converted_keep)
     total = 0
     for images, labels in img2tfrecord.load(converted_keep, batch_size=16, image_size=(40, 56)):
         assert images.shape[1:] == (40, 56, 3) and images.dtype == tf.float32
@@ -171,18 +162,18 @@ def test_bad_calls(converted_sample, tmp_path):
 def test_empty_shards_are_skipped(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
-    doc = _doc(out)
+    doc = manifest_doc(out)
     empty = "train-00002-of-00003.tfrecord"
     open(out / empty, "wb").close()
     doc["splits"]["train"]["shards"].append({"file": empty, "num_records": 0, "num_bytes": 0})
-    _write_doc(out, doc)
+    write_manifest_doc(out, doc)
     assert len(_load_all(str(out), "train", batch_size=8)) == doc["splits"]["train"]["num_examples"]
 
 
 def _gzip_copy(src, dst):
     """A copy of an output directory with every shard gzip-compressed, as --compression gzip writes it."""
     shutil.copytree(src, dst)
-    doc = _doc(dst)
+    doc = manifest_doc(dst)
     for info in doc["splits"].values():
         for shard in info["shards"]:
             plain = os.path.join(dst, shard["file"])
@@ -193,7 +184,7 @@ def _gzip_copy(src, dst):
             shard["num_bytes"] = os.path.getsize(os.path.join(dst, shard["file"]))
         info["num_bytes"] = sum(s["num_bytes"] for s in info["shards"])
     doc["compression"] = doc["options"]["compression"] = "gzip"
-    _write_doc(dst, doc)
+    write_manifest_doc(dst, doc)
 
 
 def test_gzip_shards(converted_sample, tmp_path):
@@ -249,7 +240,7 @@ def _write_dataset(out, images, fmt_option, size):
                                       "num_bytes": os.path.getsize(os.path.join(out, shard))}]}},
         accounting={"inputs": len(images), "written": len(images), "rejected": 0, "skipped": 0, "rejected_by_reason": {}},
     )
-    _write_doc(out, doc)
+    write_manifest_doc(out, doc)
     open(os.path.join(out, manifest.SUCCESS_FILE), "wb").close()
     with open(os.path.join(out, manifest.LABELS_FILE), "w") as f:
         f.write("a\nb\n")
@@ -287,7 +278,7 @@ def test_format_decided_per_record(tmp_path):
 def test_keras_model_learns(converted_sample):
     keras = pytest.importorskip("keras")
     keras.utils.set_random_seed(0)
-    doc = _doc(converted_sample)
+    doc = manifest_doc(converted_sample)
     model = keras.Sequential(
         [
             keras.Input((64, 64, 3)),
@@ -315,9 +306,9 @@ def test_keras_model_learns(converted_sample):
 def test_manifest_count_is_enforced(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
-    doc = _doc(out)
+    doc = manifest_doc(out)
     doc["splits"]["test"]["shards"][0]["num_records"] += 1
-    _write_doc(out, doc)
+    write_manifest_doc(out, doc)
     ds = img2tfrecord.load(str(out), split="test", batch_size=4)
     assert len(ds) == -(-(doc["splits"]["test"]["num_examples"] + 1) // 4)
     with pytest.raises(tf.errors.FailedPreconditionError, match="expected to contain"):

@@ -10,20 +10,12 @@ import struct
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, manifest_doc, write_manifest_doc
 from img2tfrecord import records, verification
 from img2tfrecord.schemas import example_proto, manifest
 from img2tfrecord.schemas import features as keys
 
 
-def _doc(path):
-    with open(os.path.join(path, manifest.MANIFEST_FILE), encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _write_doc(path, doc):
-    with open(os.path.join(path, manifest.MANIFEST_FILE), "w", encoding="utf-8") as f:
-        f.write(manifest.dumps(doc))
 
 
 def _copy(src, tmp_path, name="out"):
@@ -33,7 +25,7 @@ def _copy(src, tmp_path, name="out"):
 
 
 def _first_shard(path, split="train"):
-    return _doc(path)["splits"][split]["shards"][0]["file"]
+    return manifest_doc(path)["splits"][split]["shards"][0]["file"]
 
 
 def _verify(path, *extra):
@@ -62,7 +54,7 @@ def _frame(data: bytes) -> bytes:
 
 def test_framing_reader_agrees_with_tensorflow(converted_sample):
     tf = pytest.importorskip("tensorflow")
-    doc = _doc(converted_sample)
+    doc = manifest_doc(converted_sample)
     for split in doc["splits"]:
         for path, count in records.shard_paths(converted_sample, doc, split):
             ours = [data for _, _, data in records.iter_records(path)]
@@ -94,7 +86,7 @@ def test_good_outputs_pass(converted_sample, converted_keep):
     for path in (converted_sample, converted_keep):
         proc = _verify(path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        doc = _doc(path)
+        doc = manifest_doc(path)
         total = sum(info["num_examples"] for info in doc["splits"].values())
         shards = sum(len(info["shards"]) for info in doc["splits"].values())
         assert proc.stdout.strip().splitlines()[0].startswith(f"OK: {path}: {total} records in {shards} shards verified")
@@ -104,12 +96,12 @@ def test_json_report(converted_sample):
     proc = _verify(converted_sample, "--json")
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and report["ok"] is True and report["problems"] == []
-    assert report["records_checked"] == sum(i["num_examples"] for i in _doc(converted_sample)["splits"].values())
+    assert report["records_checked"] == sum(i["num_examples"] for i in manifest_doc(converted_sample)["splits"].values())
 
 
 def test_gzip_output_passes_and_truncation_is_caught(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    doc = _doc(out)
+    doc = manifest_doc(out)
     for info in doc["splits"].values():
         for shard in info["shards"]:
             plain = out / shard["file"]
@@ -120,7 +112,7 @@ def test_gzip_output_passes_and_truncation_is_caught(converted_sample, tmp_path)
             shard["num_bytes"] = os.path.getsize(out / shard["file"])
         info["num_bytes"] = sum(s["num_bytes"] for s in info["shards"])
     doc["compression"] = doc["options"]["compression"] = "gzip"
-    _write_doc(out, doc)
+    write_manifest_doc(out, doc)
     assert _verify(out).returncode == 0
     shard = out / doc["splits"]["train"]["shards"][1]["file"]
     shard.write_bytes(shard.read_bytes()[:-200])
@@ -177,11 +169,11 @@ def test_shard_on_disk_not_in_manifest(converted_sample, tmp_path):
 
 def test_manifest_count_mismatch(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    doc = _doc(out)
+    doc = manifest_doc(out)
     shard = doc["splits"]["train"]["shards"][1]
     actual = shard["num_records"]
     shard["num_records"] += 1
-    _write_doc(out, doc)
+    write_manifest_doc(out, doc)
     _failed(
         out,
         f"{shard['file']}: record count mismatch: shard holds {actual} record(s), dataset.json lists {actual + 1}",
@@ -198,7 +190,7 @@ def test_missing_success_file(converted_sample, tmp_path):
 def test_record_contents(converted_sample, tmp_path):
     """Records with intact checksums but wrong contents: sha256 key, label, image bytes, size, missing feature."""
     out = _copy(converted_sample, tmp_path)
-    doc = _doc(out)
+    doc = manifest_doc(out)
     name = _first_shard(out)
     path = out / name
     originals = [data for _, _, data in records.iter_records(str(path))]
@@ -225,7 +217,7 @@ def test_record_contents(converted_sample, tmp_path):
         changed.append(ex.SerializeToString())
     path.write_bytes(b"".join(_frame(d) for d in changed))
     doc["splits"]["train"]["shards"][0]["num_bytes"] = os.path.getsize(path)
-    _write_doc(out, doc)
+    write_manifest_doc(out, doc)
     _failed(
         out,
         f"{name}: record 0 (byte 0): image/key/sha256 does not match the image bytes",
@@ -241,12 +233,12 @@ def test_record_contents(converted_sample, tmp_path):
 
 def test_manifest_class_counts_mismatch(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    doc = _doc(out)
+    doc = manifest_doc(out)
     per_class = doc["splits"]["validation"]["examples_per_class"]
     a, b = sorted(per_class)[:2]
     per_class[a] += 1
     per_class[b] -= 1
-    _write_doc(out, doc)
+    write_manifest_doc(out, doc)
     _failed(out, "dataset: split validation: examples per class differ from dataset.json", f"{a}: {per_class[a] - 1} found, {per_class[a]} listed")
 
 
