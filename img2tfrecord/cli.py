@@ -229,23 +229,16 @@ def format_summary(doc) -> str:
     return "\n".join(lines)
 
 
-def manifest_file(kind: str) -> str:
-    from img2tfrecord.schemas import manifest
-
-    return {"success": manifest.SUCCESS_FILE, "manifest": manifest.MANIFEST_FILE}[kind]
-
-
 def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     from img2tfrecord.pipeline import OutputNotEmpty, PlanError
     from img2tfrecord.pipeline.outputs import OutputNotWritable
-    from img2tfrecord.pipeline.run import is_dry_run, read_manifest
+    from img2tfrecord.pipeline.run import default_threads, is_dry_run, read_manifest
     from img2tfrecord.pipeline.run import run as run_pipeline
-    from img2tfrecord.transforms.report import ErrorBudgetExceeded, error_budget_exceeded
+    from img2tfrecord.schemas import manifest
+    from img2tfrecord.transforms.report import ErrorBudgetExceeded
 
     check_pipeline_args(pipeline_args, own_options)
     config = config_from_args(ns)
-    from img2tfrecord.pipeline.run import default_threads
-
     config = dataclasses.replace(
         config, threads=ns.threads or default_threads(pipeline_args), max_error_rate=ns.max_error_rate
     )
@@ -260,12 +253,13 @@ def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequ
     # tf.Transform runs on Keras 2 and sets this itself, but only after TensorFlow is
     # imported, which then has loaded Keras 3 as well (~0.5 s); set before the import.
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    # The job itself enforces --max-error-rate: it writes everything, then fails.
     budget_exceeded = None
     try:
         doc = run_pipeline(config, pipeline_args, wait=not ns.no_wait)
     except (PlanError, OutputNotEmpty, OutputNotWritable) as e:
         raise UsageError(str(e)) from None
-    except Exception as e:  # the job writes everything, then fails past the error budget
+    except Exception as e:
         # Runners re-raise the job's exception as it was or wrapped in their own.
         if not isinstance(e, ErrorBudgetExceeded) and ErrorBudgetExceeded.__name__ not in str(e):
             raise
@@ -277,14 +271,12 @@ def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequ
         if is_dry_run(pipeline_args):
             print("dry run: the job was built and translated; nothing ran and nothing was written")
         else:
-            print(f"submitted: {config.output}/{manifest_file('success')} appears when the job completes")
+            print(f"submitted: {config.output}/{manifest.SUCCESS_FILE} appears when the job completes")
         return EXIT_OK
     print(format_summary(doc))
     print(f"output: {config.output}")
-    acc = doc["accounting"]
-    message = error_budget_exceeded(acc["inputs"], acc["rejected"], ns.max_error_rate)
-    if message or budget_exceeded:
-        print(f"img2tfrecord: {message or budget_exceeded}", file=sys.stderr)
+    if budget_exceeded:
+        print(f"img2tfrecord: {budget_exceeded}", file=sys.stderr)
         return EXIT_ERROR_BUDGET
     return EXIT_OK
 
