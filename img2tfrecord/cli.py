@@ -102,7 +102,7 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-file-mb", type=_positive(float), default=DEFAULT_MAX_FILE_MB, help=f"reject files larger than this (default {DEFAULT_MAX_FILE_MB:g})")
     p.add_argument("--decode-timeout-s", type=_positive(float), default=DEFAULT_DECODE_TIMEOUT_S, metavar="S", help=f"reject an image whose decoding and resizing take longer (default {DEFAULT_DECODE_TIMEOUT_S:g})")
     p.add_argument("--max-error-rate", type=_fraction, default=None, metavar="F", help="exit 3 when more than this fraction of inputs is rejected (default: no limit)")
-    p.add_argument("--threads", type=_positive(int), default=None, help="images converted at the same time per worker (default: one per core on the local runner, 1 on distributed runners)")
+    p.add_argument("--processes", type=_positive(int), default=None, metavar="N", help="local processes converting images (default: one per core on the local runner; 1 on distributed runners, whose workers are the parallelism)")
     p.add_argument("--no-analyze", dest="analyze", action="store_false", help="skip the tf.Transform analysis of the train split (no transform_fn/, no statistics in dataset.json)")
     p.add_argument("--no-wait", action="store_true", help="submit the job and exit (remote runners); the job writes _SUCCESS when done")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
@@ -232,7 +232,7 @@ def format_summary(doc) -> str:
 def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     from img2tfrecord.pipeline import OutputNotEmpty, PlanError
     from img2tfrecord.pipeline.outputs import OutputNotWritable
-    from img2tfrecord.pipeline.run import default_threads, is_dry_run, read_manifest
+    from img2tfrecord.pipeline.run import default_processes, is_dry_run, read_manifest
     from img2tfrecord.pipeline.run import run as run_pipeline
     from img2tfrecord.schemas import manifest
     from img2tfrecord.transforms.report import ErrorBudgetExceeded
@@ -240,7 +240,7 @@ def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequ
     check_pipeline_args(pipeline_args, own_options)
     config = config_from_args(ns)
     config = dataclasses.replace(
-        config, threads=ns.threads or default_threads(pipeline_args), max_error_rate=ns.max_error_rate
+        config, processes=ns.processes or default_processes(pipeline_args), max_error_rate=ns.max_error_rate
     )
     logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(levelname)s %(message)s")
     # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.

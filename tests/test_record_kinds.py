@@ -15,8 +15,8 @@ from img2tfrecord import records as rec
 from img2tfrecord import verification
 from img2tfrecord.schemas import example_proto, manifest
 from img2tfrecord.schemas import features as keys
+from img2tfrecord.transforms.converter import natural_key
 from img2tfrecord.transforms.image import ImageOptions
-from img2tfrecord.transforms.sequence import natural_key
 from test_sources import convert_in_process, error_rows, write_tar, write_tree
 
 tf = pytest.importorskip("tensorflow")

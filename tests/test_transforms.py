@@ -19,7 +19,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 import images as I
 from img2tfrecord import schemas
 from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
-from img2tfrecord.transforms.discover import LAYOUT_CLASS, LAYOUT_SPLIT, SKIPPED, DiscoverClasses, DiscoverImages
+from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
+from img2tfrecord.transforms.layout import LAYOUT_CLASS, LAYOUT_SPLIT
 from img2tfrecord.transforms.image import ImageOptions, convert_image
 from img2tfrecord.transforms.shuffle import ShuffleSplits
 from img2tfrecord.transforms.split import assign_split, shuffle_key

@@ -12,10 +12,10 @@ import img2tfrecord
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import Plan
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
-from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages  # noqa: F401
+from img2tfrecord.transforms.converter import ERRORS, ImageConverter
+from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
 from img2tfrecord.transforms.sources import DiscoverSources
-from img2tfrecord.transforms.parallel import ParDoInThreads
+from img2tfrecord.transforms.parallel import ConvertInParallel
 from img2tfrecord.transforms.report import FinalizeOutput, WriteErrorReport
 from img2tfrecord.transforms.shuffle import ShuffleSplits
 from img2tfrecord.transforms.split import DEFAULT_SPLIT
@@ -58,7 +58,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
         from img2tfrecord.transforms.sequence import ConvertClips
 
         converted = files | "ConvertClips" >> ConvertClips(
-            config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, config.threads, label_names
+            config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, config.processes, label_names
         )
         inputs = converted["inputs"]
     else:
@@ -66,11 +66,9 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
             files
             | "FusionBreak" >> beam.Reshuffle()
             | "ConvertImage"
-            >> ParDoInThreads(
-                ConvertImageFn(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed),
-                threads=config.threads,
-                errors_tag=ERRORS,
-                main="records",
+            >> ConvertInParallel(
+                ImageConverter(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed),
+                processes=config.processes,
                 label_names=beam.pvalue.AsSingleton(label_names),
             )
         )

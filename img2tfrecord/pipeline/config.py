@@ -23,7 +23,7 @@ class ConvertConfig:
     overwrite: bool = False
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
     max_error_rate: Optional[float] = None  # the job fails (after writing everything) past this rejected fraction
-    threads: int = 1  # images converted at the same time in each worker (see transforms/parallel.py)
+    processes: int = 1  # local conversion worker processes; 1: convert in the runner's worker (transforms/parallel.py)
     sequence: bool = False  # SRC/<class>/<clip>/<frames> -> one tf.train.SequenceExample per clip
 
     def options_json(self) -> Dict[str, Any]:

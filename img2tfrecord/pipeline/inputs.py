@@ -33,6 +33,7 @@ from apache_beam.io.filesystem import FileSystem
 
 from img2tfrecord.pipeline.plan import PlanError
 from img2tfrecord.transforms import discover
+from img2tfrecord.transforms import layout as layouts
 from img2tfrecord.transforms.split import split_of_folder
 
 _EXAMPLES = 3  # names quoted per kind of problem
@@ -69,7 +70,7 @@ def _is_utf8(name: str) -> bool:
 def _class_folder(relpath: str, layout: str) -> Optional[str]:
     """The class folder (relative to the input root) a path under the root belongs to."""
     parts = relpath.split("/")
-    depth = 2 if layout == discover.LAYOUT_SPLIT else 1
+    depth = 2 if layout == layouts.LAYOUT_SPLIT else 1
     return "/".join(parts[:depth]) if len(parts) > depth else None
 
 
@@ -93,7 +94,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
                 if whole_folder and not discover.is_junk(relpath):
                     report.folder_links.append(printable(relpath))
             elif whole_folder and not discover.is_junk(relpath):
-                if relpath.count("/") + 1 == (2 if layout == discover.LAYOUT_SPLIT else 1):
+                if relpath.count("/") + 1 == (2 if layout == layouts.LAYOUT_SPLIT else 1):
                     files_per_class.setdefault(relpath, 0)
         for name in filenames:
             path = os.path.join(dirpath, name)
@@ -109,14 +110,14 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
                 report.broken_links.append(relpath)
                 continue
             report.files += 1
-            class_name = discover.class_of(relpath, layout)
+            class_name = layouts.class_of(relpath, layout)
             if class_name is not None and ("\n" in class_name or "\r" in class_name):
                 if class_name not in report.bad_class_names:
                     report.bad_class_names.append(class_name)
             folder = _class_folder(relpath, layout)
             if folder is not None:
                 files_per_class[folder] = files_per_class.get(folder, 0) + 1
-    if layout == discover.LAYOUT_SPLIT:  # only folders inside split folders are class folders
+    if layout == layouts.LAYOUT_SPLIT:  # only folders inside split folders are class folders
         files_per_class = {
             k: n for k, n in files_per_class.items() if split_of_folder(k.split("/", 1)[0]) is not None
         }

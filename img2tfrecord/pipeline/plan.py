@@ -31,7 +31,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.transforms import discover, sources
-from img2tfrecord.transforms.convert import read_file
+from img2tfrecord.transforms import layout as layouts
+from img2tfrecord.transforms.reading import read_source
 from img2tfrecord.transforms.image import ImageError, convert_image
 from img2tfrecord.transforms.split import (
     DEFAULT_SPLIT,
@@ -117,7 +118,7 @@ def _estimate_size_ratio(config: ConvertConfig, files: List[Tuple[str, str, int]
     for source in files[::step][:_SAMPLE_SIZE]:
         size = source[2]
         try:
-            converted = convert_image(sources.read_source(source, image.max_file_bytes, read_file), image)
+            converted = convert_image(read_source(source, image.max_file_bytes), image)
         except (ImageError, OSError):
             continue
         in_bytes += size
@@ -169,14 +170,14 @@ def _layout(config: ConvertConfig, files) -> Tuple[str, Tuple[str, ...]]:
     """``(layout, split names)`` from the relpaths of (some of) the input files."""
     top_folders = sorted({f[1].split("/", 1)[0] for f in files if "/" in f[1]})
     if is_split_layout(top_folders):
-        layout = discover.LAYOUT_SPLIT
+        layout = layouts.LAYOUT_SPLIT
         split_names = tuple(sorted({split_of_folder(f) for f in top_folders}))
         if config.splits:
             logging.warning(
                 "input has split folders (%s); --splits is ignored", ", ".join(top_folders)
             )
     else:
-        layout = discover.LAYOUT_CLASS
+        layout = layouts.LAYOUT_CLASS
         split_names = tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
     return layout, split_names
 
@@ -186,7 +187,7 @@ def _split_bytes(config: ConvertConfig, layout: str, split_names, files, ratio: 
     split_bytes = {name: 0.0 for name in split_names}
     for source in files:
         relpath, size = source[1], source[2]
-        if layout == discover.LAYOUT_SPLIT:
+        if layout == layouts.LAYOUT_SPLIT:
             folder = split_of_folder(relpath.split("/", 1)[0]) if "/" in relpath else None
             split = folder if folder in split_bytes else None
         else:
@@ -229,7 +230,7 @@ def _plan_archives(config: ConvertConfig) -> Plan:
             files.append((sources.member_path(path, name), name[len(prefix):], member_size, member, None))
     files.sort(key=lambda f: f[1])
     layout, split_names = _layout(config, files)
-    if layout == discover.LAYOUT_SPLIT and not complete:
+    if layout == layouts.LAYOUT_SPLIT and not complete:
         split_names = tuple(sorted(set(SPLIT_FOLDERS.values())))
     ratio = _estimate_size_ratio(config, files)
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
@@ -315,7 +316,7 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
     return Plan(
         base=base,
         pattern=pattern,
-        layout=discover.LAYOUT_MANIFEST,
+        layout=layouts.LAYOUT_MANIFEST,
         split_names=split_names,
         num_shards=_num_shards(config, split_names, split_bytes),
         num_files=len(rows),

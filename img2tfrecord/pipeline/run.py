@@ -58,7 +58,7 @@ def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
             logging.warning(
                 "--direct_running_mode=%s: Beam's local runner was seen to drop elements in this mode "
                 "(every record is still accounted for: the run fails instead of writing an incomplete output); "
-                "the default in_memory mode with --threads is safe and as fast", mode,
+                "the default in_memory mode with --processes is safe and faster", mode,
             )
     return PipelineOptions(args)
 
@@ -68,9 +68,14 @@ def is_dry_run(pipeline_args: Sequence[str]) -> bool:
     return value is not None and value.lower() in ("true", "1", "yes")
 
 
-def default_threads(pipeline_args: Sequence[str]) -> int:
-    """Conversion threads per worker: every core locally, one on distributed runners."""
-    return (os.cpu_count() or 1) if is_local_runner(pipeline_args) else 1
+def default_processes(pipeline_args: Sequence[str]) -> int:
+    """Conversion processes: one per usable core locally; 1 (the worker itself) on distributed runners."""
+    if not is_local_runner(pipeline_args):
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def read_manifest(output_dir: str) -> Dict[str, Any]:

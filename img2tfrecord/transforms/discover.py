@@ -8,18 +8,12 @@ that operating systems leave in folders (``.DS_Store``, ``Thumbs.db``,
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
 
-from img2tfrecord.transforms.split import split_of_folder
+from img2tfrecord.transforms.layout import PlacementError, SourceFile, placement
 
-LAYOUT_CLASS = "class"  # SRC/<class>/<file>
-LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>
-LAYOUT_MANIFEST = "manifest"  # label and split come from the rows of a CSV/JSONL manifest
-LAYOUTS = (LAYOUT_CLASS, LAYOUT_SPLIT)
 SKIPPED = "skipped"
 # Files and folders that operating systems, file managers and NAS boxes leave next to
 # pictures (compared lower-case). "@eadir" is where Synology keeps thumbnails of every
@@ -28,16 +22,6 @@ _JUNK_NAMES = {
     "thumbs.db", "ehthumbs.db", "ehthumbs_vista.db", "desktop.ini", "icon\r", "__macosx",
     "@eadir", "$recycle.bin", "system volume information", "lost+found",
 }
-
-SourceFile = Tuple[str, str, int]  # (path, path relative to the input root, size in bytes)
-# Archive members and manifest rows extend it (transforms/sources.py):
-# (path, relpath, size, member locator or None, (split, label) of a manifest row or None).
-
-
-class PlacementError(ValueError):
-    """A file that is not inside a class folder of the expected layout."""
-
-    reason = "no_class_folder"
 
 
 def relative_path(base: str, path: str) -> str:
@@ -49,38 +33,6 @@ def relative_path(base: str, path: str) -> str:
 
 def is_junk(relpath: str) -> bool:
     return any(part.startswith(".") or part.lower() in _JUNK_NAMES for part in relpath.split("/"))
-
-
-def parse_relpath(relpath: str, layout: str) -> Tuple[Optional[str], str]:
-    """``(split folder or None, class name)`` of a file, or PlacementError."""
-    parts = relpath.split("/")
-    if layout == LAYOUT_SPLIT:
-        if len(parts) < 3:
-            raise PlacementError(f"{relpath!r} is not inside SRC/<split>/<class>/")
-        split = split_of_folder(parts[0])
-        if split is None:
-            raise PlacementError(f"{parts[0]!r} is not a split folder (train, validation/val, test)")
-        return split, parts[1]
-    if len(parts) < 2:
-        raise PlacementError(f"{relpath!r} is not inside a class folder SRC/<class>/")
-    return None, parts[0]
-
-
-def class_of(relpath: str, layout: str) -> Optional[str]:
-    try:
-        return parse_relpath(relpath, layout)[1]
-    except PlacementError:
-        return None
-
-
-def placement(source: SourceFile, layout: str) -> Tuple[Optional[str], Optional[str]]:
-    """``(split or None, class name)`` of any source: from a manifest row, else from its relpath.
-
-    The class name is None only for a row of an unlabeled manifest.
-    """
-    if len(source) > 4 and source[4] is not None:
-        return source[4]
-    return parse_relpath(source[1], layout)
 
 
 def _classes_of_file(source: SourceFile, layout: str):

@@ -25,7 +25,7 @@ def encode_example(image: ConvertedImage, label: Optional[int], class_name: Opti
         feature[keys.CLASS_TEXT].bytes_list.value.append(class_name.encode("utf-8"))
     feature[keys.FILENAME].bytes_list.value.append(relpath.encode("utf-8"))
     feature[keys.KEY_SHA256].bytes_list.value.append(image.sha256.encode())
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)  # map keys sorted: the same bytes in every process
 
 
 def encode_sequence_example(
@@ -50,4 +50,4 @@ def encode_sequence_example(
     steps = seq.feature_lists.feature_list[keys.IMAGE_ENCODED].feature
     for frame in frames:
         steps.add().bytes_list.value.append(frame.encoded)
-    return seq.SerializeToString()
+    return seq.SerializeToString(deterministic=True)

@@ -9,7 +9,7 @@ folder's ``SourceFile``::
 * ``path`` -- the file, or ``ARCHIVE!/MEMBER`` for an archive member (what
   ``errors.jsonl`` names);
 * ``member`` -- None for a file, else how to get the member's bytes
-  (:func:`read_source`): a zip member is read by seeking to its local
+  (``reading.read_source``): a zip member is read by seeking to its local
   header (offsets come from the central directory), an uncompressed tar
   member by seeking to its data (offsets come from the member headers),
   and a tar.gz member, which cannot be seeked to, carries its bytes: the
@@ -26,7 +26,6 @@ records, of its unpacked folder.
 """
 from __future__ import annotations
 
-import bz2
 import csv
 import io
 import json
@@ -36,19 +35,18 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
-from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverImages, is_junk
-from img2tfrecord.transforms.image import ImageError
+from img2tfrecord.transforms.converter import ERRORS, error_row
+from img2tfrecord.transforms.reading import open_raw
 from img2tfrecord.transforms.split import split_of_folder
 
-ERRORS = "errors"  # the same tag as transforms.convert.ERRORS
 
 INPUT_FOLDER = "folder"
 INPUT_ARCHIVES = "archives"
@@ -63,17 +61,7 @@ MEMBER_SEPARATOR = "!/"
 MIN_DEPTH_IMAGES = 3
 MIN_DEPTH_SEQUENCES = 4
 
-_ZIP_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
-_ZIP_LOCAL_SIGNATURE = b"PK\x03\x04"
-_ZIP_STORED, _ZIP_DEFLATED, _ZIP_BZIP2 = 0, 8, 12
 _TAR_BLOCK = tarfile.BLOCKSIZE
-
-Member = Tuple  # ("zip", archive, header offset, method, compressed size, size, crc, flags) | ("tar", archive, offset, size) | ("data", bytes)
-
-
-def _error_row(path: str, relpath: str, reason: str, message: str) -> Dict[str, str]:
-    # The shape of transforms.convert.error_row (importing it here would be circular).
-    return {"path": path, "relpath": relpath, "reason": reason, "error": message}
 
 
 # ---------------------------------------------------------------------------
@@ -188,13 +176,8 @@ class _CommonTopFolder(beam.CombineFn):
 # | ("error", name or "", reason, message). Names are normalised.
 
 
-def _open_raw(path: str):
-    # Never Beam's AUTO compression: a .tar.gz must not be gunzipped behind our back.
-    return FileSystems.open(path, compression_type="uncompressed")
-
-
 def _list_zip(path: str) -> Iterator[tuple]:
-    with _open_raw(path) as f:
+    with open_raw(path) as f:
         try:
             infos = zipfile.ZipFile(f).infolist()
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, struct.error) as e:
@@ -232,7 +215,7 @@ def _classify_tar_member(info: tarfile.TarInfo) -> Tuple[str, str]:
 def _list_tar(path: str, size: int) -> Iterator[tuple]:
     """An uncompressed tar: only the member headers are read (the data is seeked over)."""
     truncated = False
-    with _open_raw(path) as f:
+    with open_raw(path) as f:
         try:
             tar = tarfile.open(fileobj=f, mode="r:")
         except (tarfile.TarError, EOFError, OSError) as e:
@@ -271,7 +254,7 @@ def _list_tar(path: str, size: int) -> Iterator[tuple]:
 def _list_tgz(path: str, limit: int) -> Iterator[tuple]:
     """A compressed tar, streamed once: every member comes with its bytes."""
     current = ""
-    with _open_raw(path) as f:
+    with open_raw(path) as f:
         try:
             tar = tarfile.open(fileobj=f, mode="r|*")
             while True:
@@ -338,93 +321,6 @@ def _printable(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Reading one work item.
-
-
-def _too_large(size: int, limit: int) -> ImageError:
-    return ImageError("file_too_large", f"member is {size} bytes, over the limit of {limit} bytes (--max-file-mb)")
-
-
-def _read_zip_member(member: Member, limit: int) -> bytes:
-    _, archive, offset, method, compressed_size, size, crc, flags = member
-    if flags & 0x1:
-        raise ImageError("unsupported_member", "encrypted zip member")
-    if method not in (_ZIP_STORED, _ZIP_DEFLATED, _ZIP_BZIP2):
-        raise ImageError("unsupported_member", f"zip compression method {method} is not supported (stored, deflate, bzip2 are)")
-    if size > limit:
-        raise _too_large(size, limit)
-    with _open_raw(archive) as f:
-        f.seek(offset)
-        header = f.read(_ZIP_LOCAL_HEADER.size)
-        if len(header) < _ZIP_LOCAL_HEADER.size or header[:4] != _ZIP_LOCAL_SIGNATURE:
-            raise ImageError("corrupt_archive", f"no zip local header at byte {offset}")
-        fields = _ZIP_LOCAL_HEADER.unpack(header)
-        f.seek(offset + _ZIP_LOCAL_HEADER.size + fields[10] + fields[11])
-        raw = f.read(compressed_size)
-    if len(raw) < compressed_size:
-        raise ImageError("truncated_archive", f"archive ends inside this member ({len(raw)} of {compressed_size} bytes)")
-    try:
-        if method == _ZIP_STORED:
-            data = raw
-        elif method == _ZIP_DEFLATED:
-            data = zlib.decompressobj(-15).decompress(raw, limit + 1)
-        else:
-            data = bz2.BZ2Decompressor().decompress(raw, max_length=limit + 1)
-    except (zlib.error, OSError, ValueError, EOFError) as e:
-        raise ImageError("corrupt_archive", f"member does not decompress: {e}") from None
-    if len(data) > limit:
-        raise _too_large(len(data), limit)
-    if len(data) != size or zlib.crc32(data) != crc:
-        raise ImageError("corrupt_archive", "member fails its zip CRC-32 check")
-    return data
-
-
-def _read_tar_member(member: Member, limit: int) -> bytes:
-    _, archive, offset, size = member
-    if size > limit:
-        raise _too_large(size, limit)
-    with _open_raw(archive) as f:
-        f.seek(offset)
-        data = f.read(size)
-    if len(data) < size:
-        raise ImageError("truncated_archive", f"archive ends inside this member ({len(data)} of {size} bytes)")
-    return data
-
-
-def read_source(source: tuple, limit: int, read_path: Callable[[str, int], bytes]) -> bytes:
-    """The bytes of a work item; ``read_path(path, limit)`` reads a plain file.
-
-    Raises ImageError (a reason for ``errors.jsonl``) or OSError.
-    """
-    member = source[3] if len(source) > 3 else None
-    if member is None:
-        if len(source) > 4 and source[4] is not None:  # a manifest row: the file may not exist
-            try:
-                return read_path(source[0], limit)
-            except FileNotFoundError:
-                raise ImageError("not_found", "no such file (named by the manifest)") from None
-            except Exception:  # e.g. a cloud client's "not found": look before calling it unreadable
-                try:
-                    missing = not FileSystems.exists(source[0])
-                except Exception:  # pylint: disable=broad-except
-                    missing = False
-                if missing:
-                    raise ImageError("not_found", "no such file (named by the manifest)") from None
-                raise
-        return read_path(source[0], limit)
-    kind = member[0]
-    if kind == "data":
-        if len(member[1]) > limit:
-            raise _too_large(len(member[1]), limit)
-        return member[1]
-    if kind == "zip":
-        return _read_zip_member(member, limit)
-    if kind == "tar":
-        return _read_tar_member(member, limit)
-    raise ValueError(f"unknown member kind {kind!r}")
-
-
-# ---------------------------------------------------------------------------
 # Manifests.
 
 
@@ -436,7 +332,7 @@ MANIFEST_COLUMNS = ("path", "label", "split")
 
 
 def _text_lines(path: str) -> Iterator[str]:
-    with _open_raw(path) as f:
+    with open_raw(path) as f:
         yield from io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
 
 
@@ -526,24 +422,24 @@ def row_to_source(
     """A work item for one manifest row, or an error row (as ``(False, row)``)."""
     where = f"{manifest_path}:{number}"
     if "error" in row:
-        return False, _error_row(where, "", "bad_manifest_row", row["error"])
+        return False, error_row(where, "", "bad_manifest_row", row["error"])
     value = row.get("path", "")
     if not value:
-        return False, _error_row(where, "", "bad_manifest_row", "row has no path")
+        return False, error_row(where, "", "bad_manifest_row", "row has no path")
     path, relpath = resolve_row_path(manifest_path, value)
     label = row.get("label") if labeled else None
     if labeled and not label:
-        return False, _error_row(path, relpath, "missing_label", f"{where}: row has no label")
+        return False, error_row(path, relpath, "missing_label", f"{where}: row has no label")
     if label is not None and ("\n" in label or "\r" in label):
-        return False, _error_row(path, relpath, "bad_label", f"{where}: label contains a line break")
+        return False, error_row(path, relpath, "bad_label", f"{where}: label contains a line break")
     split = None
     if has_split:
         raw = row.get("split", "")
         if not raw:
-            return False, _error_row(path, relpath, "missing_split", f"{where}: row has no split")
+            return False, error_row(path, relpath, "missing_split", f"{where}: row has no split")
         split = canonical_split(raw)
         if split not in split_names:
-            return False, _error_row(
+            return False, error_row(
                 path, relpath, "unknown_split", f"{where}: split {raw!r} is not one of {', '.join(split_names)}"
             )
     return True, (path, relpath, 0, None, (split, label))
@@ -580,7 +476,7 @@ class _ListArchiveFn(beam.DoFn):
             else:
                 _, name, reason, message = entry
                 yield beam.pvalue.TaggedOutput(
-                    ERRORS, _error_row(member_path(archive, name) if name else archive, name, reason, message)
+                    ERRORS, error_row(member_path(archive, name) if name else archive, name, reason, message)
                 )
 
 

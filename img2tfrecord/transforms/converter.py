@@ -1,0 +1,188 @@
+"""One work item -> one record, or one row of the error report.
+
+``ImageConverter`` turns one source file (or archive member, or manifest
+row) into ``(split, shuffle key, class name, serialized tf.train.Example)``;
+``ClipConverter`` turns one clip folder of frames into a
+``tf.train.SequenceExample`` record the same way. Each call gives exactly
+one output: ``(None, record)`` or ``(ERRORS, error row)``.
+
+No Beam and no TensorFlow: these objects are pickled into the conversion
+worker processes (transforms/parallel.py), which then import only this
+module, Pillow and protobuf and start in a tenth of a second. The Beam
+DoFns in ``convert.py`` wrap them for in-process use.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from img2tfrecord.schemas import labels as label_map
+from img2tfrecord.transforms.encode import encode_example, encode_sequence_example
+from img2tfrecord.transforms.image import ImageError, ImageOptions, convert_image
+from img2tfrecord.transforms.layout import PlacementError, SourceFile, placement
+from img2tfrecord.transforms.reading import is_permanent_read_error, read_source
+from img2tfrecord.transforms.split import Splits, assign_split, shuffle_key
+
+ERRORS = "errors"  # the tag of error rows (and of the error output of the conversion step)
+
+# Main output element: (split, shuffle key, class name, serialized record).
+Record = tuple
+Output = Tuple[Optional[str], Any]  # (None, Record) | (ERRORS, error row)
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def error_row(path: str, relpath: str, reason: str, message: str) -> Dict[str, str]:
+    return {"path": path, "relpath": relpath, "reason": reason, "error": message}
+
+
+def _rejected(path: str, relpath: str, reason: str, message: str) -> Output:
+    return ERRORS, error_row(path, relpath, reason, message)
+
+
+def natural_key(name: str):
+    """Sort key putting ``frame_2`` before ``frame_10`` (digit runs compare as numbers)."""
+    parts = _DIGITS.split(name)
+    return [int(p) if i % 2 else p.lower() for i, p in enumerate(parts)], name
+
+
+class ImageConverter:
+    """SourceFile -> ``(None, Record)`` or ``(ERRORS, error row)``.
+
+    ``label_names`` is the sorted class list of the whole input, so a class
+    seen only in one split still gets its id from the one list. Thread-safe.
+    A non-permanent read failure (a cloud storage hiccup) is raised, not
+    reported: the runner retries the bundle.
+    """
+
+    def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int):
+        self.options = options
+        self.layout = layout
+        self.splits = splits
+        self.seed = seed
+        self._ids: Optional[Dict[str, int]] = None
+        self._ids_of: Optional[List[str]] = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_ids"] = state["_ids_of"] = None  # a cache, rebuilt where it is unpickled
+        return state
+
+    def label_ids(self, names: List[str]) -> Dict[str, int]:
+        ids, ids_of = self._ids, self._ids_of
+        if ids is None or (ids_of is not names and ids_of != names):
+            ids = label_map.label_ids(names)
+            self._ids, self._ids_of = ids, names
+        return ids
+
+    def read_and_convert(self, source: SourceFile):
+        """The converted image, or ImageError; a transient read failure is raised as it is."""
+        try:
+            return convert_image(read_source(source, self.options.max_file_bytes), self.options)
+        except ImageError:
+            raise
+        except Exception as e:  # pylint: disable=broad-except
+            if not is_permanent_read_error(e):
+                raise  # a transient fault: the runner retries the bundle
+            raise ImageError("unreadable", f"{type(e).__name__}: {e}") from None
+
+    def crashed(self, source: SourceFile, message: str) -> Output:
+        """The error output for a work item whose conversion killed its worker process."""
+        return _rejected(source[0], source[1], "worker_crashed", message)
+
+    def __call__(self, source: SourceFile, label_names: List[str]) -> Output:
+        path, relpath = source[0], source[1]  # archive members and manifest rows carry more (sources.py)
+        try:
+            split_folder, class_name = placement(source, self.layout)
+        except PlacementError as e:
+            return _rejected(path, relpath, e.reason, str(e))
+        try:
+            image = self.read_and_convert(source)
+        except ImageError as e:
+            return _rejected(path, relpath, e.reason, e.message)
+        ids = self.label_ids(label_names)
+        if class_name is not None and class_name not in ids:  # the file appeared after classes were listed
+            return _rejected(path, relpath, "unknown_class", f"class {class_name!r} is not in the label map")
+        split = split_folder or assign_split(relpath, self.seed, self.splits)
+        return None, (
+            split,
+            shuffle_key(relpath, self.seed),
+            class_name,
+            encode_example(image, ids.get(class_name), class_name, relpath),  # class None: an unlabeled row
+        )
+
+
+class ClipConverter(ImageConverter):
+    """``((clip relpath, is_clip), frames)`` -> one SequenceExample record, or one error row.
+
+    See ``transforms/sequence.py`` for the layout and the rules.
+    """
+
+    def crashed(self, element, message: str) -> Output:
+        (clip, _), frames = element
+        return _rejected(posixpath.dirname(frames[0][0]), clip, "worker_crashed", message)
+
+    def __call__(self, element, label_names: List[str]) -> Output:
+        (clip, is_clip), frames = element
+        frames: Sequence[SourceFile] = sorted(frames, key=lambda s: natural_key(posixpath.basename(s[1])))
+        first = frames[0]
+        try:
+            split_folder, class_name = placement(first, self.layout)
+        except PlacementError as e:
+            return _rejected(first[0], first[1], e.reason, str(e))
+        if not is_clip:
+            return _rejected(
+                first[0], first[1], "no_clip_folder", f"{first[1]!r} is not inside a clip folder SRC/<class>/<clip>/"
+            )
+        for source in frames[1:]:
+            if placement(source, self.layout) != (split_folder, class_name):
+                return _rejected(
+                    source[0], clip, "inconsistent_clip",
+                    f"frame {posixpath.basename(source[1])}: its label/split differ from the clip's other frames",
+                )
+        converted = []
+        for source in frames:
+            try:
+                converted.append(self.read_and_convert(source))
+            except ImageError as e:
+                return _rejected(source[0], clip, e.reason, f"frame {posixpath.basename(source[1])}: {e.message}")
+        shape = lambda image: (image.width, image.height, image.channels, image.format)  # noqa: E731
+        for source, image in zip(frames, converted):
+            if shape(image) != shape(converted[0]):
+                w, h, c, f = shape(image)
+                w0, h0, c0, f0 = shape(converted[0])
+                return _rejected(
+                    source[0], clip, "inconsistent_frames",
+                    f"frame {posixpath.basename(source[1])} is {w}x{h}x{c} {f}, the first frame {w0}x{h0}x{c0} {f0} "
+                    f"(convert with --image-size and a fixed --format)",
+                )
+        ids = self.label_ids(label_names)
+        if class_name is not None and class_name not in ids:
+            clip_path = posixpath.dirname(first[0])
+            return _rejected(clip_path, clip, "unknown_class", f"class {class_name!r} is not in the label map")
+        split = split_folder or assign_split(clip, self.seed, self.splits)
+        return None, (
+            split,
+            shuffle_key(clip, self.seed),
+            class_name,
+            encode_sequence_example(converted, ids.get(class_name), class_name, clip),
+        )
+
+
+# -- in a conversion worker process (transforms/parallel.py) -------------------------------------
+# The pool's functions live here, not in parallel.py, so that unpickling them
+# in a worker imports no Beam.
+
+_worker_converter: Optional[ImageConverter] = None
+
+
+def install_converter(converter: ImageConverter) -> None:
+    """The pool's initializer: the converter every task of this process uses."""
+    global _worker_converter  # pylint: disable=global-statement
+    _worker_converter = converter
+
+
+def convert_batch(batch: List[Any], label_names: List[str]) -> List[Output]:
+    convert = _worker_converter
+    return [convert(element, label_names) for element in batch]

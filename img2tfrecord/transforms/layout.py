@@ -1,0 +1,57 @@
+"""Where a work item belongs: its class and, for the split layout, its split.
+
+No Beam import: conversion worker processes (transforms/parallel.py) load
+this module, and start faster without Beam.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from img2tfrecord.transforms.split import split_of_folder
+
+LAYOUT_CLASS = "class"  # SRC/<class>/<file>
+LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>
+LAYOUT_MANIFEST = "manifest"  # label and split come from the rows of a CSV/JSONL manifest
+LAYOUTS = (LAYOUT_CLASS, LAYOUT_SPLIT)
+
+SourceFile = Tuple[str, str, int]  # (path, path relative to the input root, size in bytes)
+# Archive members and manifest rows extend it (transforms/sources.py):
+# (path, relpath, size, member locator or None, (split, label) of a manifest row or None).
+
+
+class PlacementError(ValueError):
+    """A file that is not inside a class folder of the expected layout."""
+
+    reason = "no_class_folder"
+
+
+def parse_relpath(relpath: str, layout: str) -> Tuple[Optional[str], str]:
+    """``(split folder or None, class name)`` of a file, or PlacementError."""
+    parts = relpath.split("/")
+    if layout == LAYOUT_SPLIT:
+        if len(parts) < 3:
+            raise PlacementError(f"{relpath!r} is not inside SRC/<split>/<class>/")
+        split = split_of_folder(parts[0])
+        if split is None:
+            raise PlacementError(f"{parts[0]!r} is not a split folder (train, validation/val, test)")
+        return split, parts[1]
+    if len(parts) < 2:
+        raise PlacementError(f"{relpath!r} is not inside a class folder SRC/<class>/")
+    return None, parts[0]
+
+
+def class_of(relpath: str, layout: str) -> Optional[str]:
+    try:
+        return parse_relpath(relpath, layout)[1]
+    except PlacementError:
+        return None
+
+
+def placement(source: SourceFile, layout: str) -> Tuple[Optional[str], Optional[str]]:
+    """``(split or None, class name)`` of any source: from a manifest row, else from its relpath.
+
+    The class name is None only for a row of an unlabeled manifest.
+    """
+    if len(source) > 4 and source[4] is not None:
+        return source[4]
+    return parse_relpath(source[1], layout)

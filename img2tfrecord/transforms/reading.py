@@ -1,0 +1,179 @@
+"""The bytes of one work item: a local or remote file, or a member of an archive.
+
+No Beam import at module level: conversion worker processes
+(transforms/parallel.py) load this module and start faster without Beam.
+Paths with a scheme (``gs://...``) go through Beam's FileSystems, imported
+on first use; local paths are opened directly.
+"""
+from __future__ import annotations
+
+import bz2
+import os
+import stat
+import struct
+import zlib
+from typing import Callable, Tuple
+
+from img2tfrecord.transforms.image import ImageError
+
+_ZIP_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_ZIP_LOCAL_SIGNATURE = b"PK\x03\x04"
+_ZIP_STORED, _ZIP_DEFLATED, _ZIP_BZIP2 = 0, 8, 12
+
+Member = Tuple  # ("zip", archive, header offset, method, compressed size, size, crc, flags) | ("tar", archive, offset, size) | ("data", bytes)
+
+
+
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+
+    return FileSystems
+
+
+def open_raw(path: str):
+    """``path`` opened for binary reading, on any Beam filesystem.
+
+    Never with Beam's AUTO compression: a .tar.gz must not be gunzipped behind our back.
+    """
+    if "://" not in path:
+        return open(path, "rb")
+    return _filesystems().open(path, compression_type="uncompressed")
+
+
+def _open_local(path: str, limit: int):
+    """A local file opened for reading, refused (ImageError) unless it is a regular file within ``limit``.
+
+    Opened without blocking and checked on the open descriptor: a named pipe
+    would block a plain ``open`` forever, and a device (``/dev/zero``) never
+    ends. A regular file over the limit is refused without reading it.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ImageError("unreadable", "not a regular file (a named pipe, socket or device)")
+        if st.st_size > limit:
+            raise ImageError(
+                "file_too_large", f"file is {st.st_size} bytes, over the limit of {limit} bytes (--max-file-mb)"
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_file(path: str, limit: int) -> bytes:
+    """All bytes of ``path`` on any Beam filesystem; ImageError past ``limit`` bytes."""
+    if "://" not in path:
+        opened = _open_local(path, limit)
+    else:
+        opened = _filesystems().open(path, compression_type="uncompressed")
+    with opened as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ImageError(
+            "file_too_large", f"file is over the limit of {limit} bytes (--max-file-mb)"
+        )
+    return data
+
+
+def is_permanent_read_error(e: Exception) -> bool:
+    """True for a read failure that retrying cannot fix: the file becomes an ``unreadable`` error row.
+
+    Local files raise OSError (permission denied, gone since the listing,
+    I/O error). Cloud storage raises its client's 4xx errors (forbidden, not
+    found), except "too many requests", which is transient like any 5xx error,
+    lost connection or time-out: those propagate and the runner retries the bundle.
+    """
+    if isinstance(e, OSError):
+        return not isinstance(e, (ConnectionError, TimeoutError))
+    try:
+        from google.api_core import exceptions as google_errors
+    except ImportError:  # pragma: no cover - apache-beam[gcp] is a dependency
+        return False
+    return isinstance(e, google_errors.ClientError) and not isinstance(e, google_errors.TooManyRequests)
+
+
+def _too_large(size: int, limit: int) -> ImageError:
+    return ImageError("file_too_large", f"member is {size} bytes, over the limit of {limit} bytes (--max-file-mb)")
+
+
+def _read_zip_member(member: Member, limit: int) -> bytes:
+    _, archive, offset, method, compressed_size, size, crc, flags = member
+    if flags & 0x1:
+        raise ImageError("unsupported_member", "encrypted zip member")
+    if method not in (_ZIP_STORED, _ZIP_DEFLATED, _ZIP_BZIP2):
+        raise ImageError("unsupported_member", f"zip compression method {method} is not supported (stored, deflate, bzip2 are)")
+    if size > limit:
+        raise _too_large(size, limit)
+    with open_raw(archive) as f:
+        f.seek(offset)
+        header = f.read(_ZIP_LOCAL_HEADER.size)
+        if len(header) < _ZIP_LOCAL_HEADER.size or header[:4] != _ZIP_LOCAL_SIGNATURE:
+            raise ImageError("corrupt_archive", f"no zip local header at byte {offset}")
+        fields = _ZIP_LOCAL_HEADER.unpack(header)
+        f.seek(offset + _ZIP_LOCAL_HEADER.size + fields[10] + fields[11])
+        raw = f.read(compressed_size)
+    if len(raw) < compressed_size:
+        raise ImageError("truncated_archive", f"archive ends inside this member ({len(raw)} of {compressed_size} bytes)")
+    try:
+        if method == _ZIP_STORED:
+            data = raw
+        elif method == _ZIP_DEFLATED:
+            data = zlib.decompressobj(-15).decompress(raw, limit + 1)
+        else:
+            data = bz2.BZ2Decompressor().decompress(raw, max_length=limit + 1)
+    except (zlib.error, OSError, ValueError, EOFError) as e:
+        raise ImageError("corrupt_archive", f"member does not decompress: {e}") from None
+    if len(data) > limit:
+        raise _too_large(len(data), limit)
+    if len(data) != size or zlib.crc32(data) != crc:
+        raise ImageError("corrupt_archive", "member fails its zip CRC-32 check")
+    return data
+
+
+def _read_tar_member(member: Member, limit: int) -> bytes:
+    _, archive, offset, size = member
+    if size > limit:
+        raise _too_large(size, limit)
+    with open_raw(archive) as f:
+        f.seek(offset)
+        data = f.read(size)
+    if len(data) < size:
+        raise ImageError("truncated_archive", f"archive ends inside this member ({len(data)} of {size} bytes)")
+    return data
+
+
+def read_source(source: tuple, limit: int, read_path: Callable[[str, int], bytes] = None) -> bytes:
+    """The bytes of a work item; ``read_path(path, limit)`` reads a plain file (default: read_file).
+
+    Raises ImageError (a reason for ``errors.jsonl``) or OSError.
+    """
+    read_path = read_path or read_file
+    member = source[3] if len(source) > 3 else None
+    if member is None:
+        if len(source) > 4 and source[4] is not None:  # a manifest row: the file may not exist
+            try:
+                return read_path(source[0], limit)
+            except FileNotFoundError:
+                raise ImageError("not_found", "no such file (named by the manifest)") from None
+            except Exception:  # e.g. a cloud client's "not found": look before calling it unreadable
+                try:
+                    missing = not _filesystems().exists(source[0])
+                except Exception:  # pylint: disable=broad-except
+                    missing = False
+                if missing:
+                    raise ImageError("not_found", "no such file (named by the manifest)") from None
+                raise
+        return read_path(source[0], limit)
+    kind = member[0]
+    if kind == "data":
+        if len(member[1]) > limit:
+            raise _too_large(len(member[1]), limit)
+        return member[1]
+    if kind == "zip":
+        return _read_zip_member(member, limit)
+    if kind == "tar":
+        return _read_tar_member(member, limit)
+    raise ValueError(f"unknown member kind {kind!r}")
