@@ -42,7 +42,7 @@ from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
 from img2tfrecord.transforms.discover import DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.image import ImageOptions
 from img2tfrecord.transforms.report import WriteErrorReport
-from img2tfrecord.transforms.shuffle import ShuffleSplits
+from img2tfrecord.transforms.shuffle import ShuffleItems
 from img2tfrecord.transforms.write import WriteSplit
 from test_convert_cli import read_records
 from test_hostile import FAST
@@ -144,13 +144,12 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
         labels = discovered.files | "Classes" >> DiscoverClasses("class")
         converted = (
             discovered.files
-            | "Reshuffle" >> beam.Reshuffle()
+            | "Shuffle" >> ShuffleItems(seed=0, buckets=2)
             | "Convert" >> beam.ParDo(fn, label_names=beam.pvalue.AsSingleton(labels)).with_outputs(ERRORS, main="records")
         )
         _ = (
             converted.records
-            | "Shuffle" >> ShuffleSplits({"train": 2})
-            | "Example" >> beam.Map(lambda e: e[1])
+            | "Example" >> beam.Map(lambda record: record[3])
             | "Write" >> WriteSplit(out, "train", 2, "none")
         )
         _ = converted[ERRORS] | "Errors" >> WriteErrorReport(out)

@@ -111,7 +111,7 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
     job = p.runner.job
     top_level = {t.unique_name for t in job.proto_pipeline.components.transforms.values() if "/" not in t.unique_name}
     for step in (
-        "DiscoverImages", "DiscoverClasses", "FusionBreak", "ConvertImage", "ShuffleSplits", "PartitionSplits",
+        "DiscoverImages", "DiscoverClasses", "ShuffleItems", "ConvertImage", "PartitionSplits",
         "Write[train]", "Write[validation]", "CountRecords", "ErrorReport", "FinalizeOutput",
     ):
         assert step in top_level, sorted(top_level)

@@ -22,7 +22,8 @@ from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.layout import LAYOUT_CLASS, LAYOUT_SPLIT
 from img2tfrecord.transforms.image import ImageOptions, convert_image
-from img2tfrecord.transforms.shuffle import ShuffleSplits
+from img2tfrecord.transforms.sequence import clip_relpath
+from img2tfrecord.transforms.shuffle import ITEMS_PER_BUCKET, ShuffleItems, num_buckets
 from img2tfrecord.transforms.split import assign_split, shuffle_key
 from img2tfrecord.transforms.write import WriteSplit, count_records
 
@@ -297,7 +298,7 @@ def test_records_parse_with_the_declared_feature_spec(tmp_path):
         assert int(parsed[schemas.CLASS_LABEL]) == ["cat", "dog"].index(class_name)
 
 
-# -- ShuffleSplits -------------------------------------------------------------------------------
+# -- ShuffleItems --------------------------------------------------------------------------------
 
 
 class _BundleInOrder(beam.DoFn):
@@ -313,18 +314,14 @@ class _BundleInOrder(beam.DoFn):
         yield WindowedValue(self._seen, MIN_TIMESTAMP, [GlobalWindow()])
 
 
-def _key_of(example: bytes) -> int:
-    return int(example.split(b":")[1])
-
-
-def _check_bucket_order(buckets):
+def _check_bucket_order(buckets, seed):
     def check(bundles):
         checked = 0
         for bundle in bundles:
             last = {}
-            for split, example in bundle:
-                key = _key_of(example)
-                bucket = (split, key % buckets[split])
+            for source in bundle:
+                key = shuffle_key(source[1], seed)
+                bucket = key % buckets
                 if bucket in last and last[bucket] > key:
                     raise BeamAssertException(f"bucket {bucket}: key {key} after {last[bucket]}")
                 last[bucket] = key
@@ -335,22 +332,29 @@ def _check_bucket_order(buckets):
     return check
 
 
-def test_shuffle_splits_keeps_records_and_orders_buckets_by_key():
-    rng = np.random.default_rng(3)
-    buckets = {"train": 3, "test": 2}
-    records = []
-    for split, n in (("train", 150), ("test", 60)):
-        for key in sorted(int(k) for k in rng.integers(0, 2**63, n)):
-            records.append((split, key, "cls", f"{split}:{key}".encode()))
-    records.append(("train", 12345, "dup", b"train:12345"))  # two records with the same payload stay two
-    records.append(("train", 12345, "dup", b"train:12345"))
-    records.reverse()  # arrive in descending key order
-    expected = [(split, example) for split, _, _, example in records]
+def test_shuffle_items_keeps_every_item_and_orders_buckets_by_seeded_key():
+    sources = [(f"/in/c{i % 4}/img_{i:03d}.jpg", f"c{i % 4}/img_{i:03d}.jpg", i) for i in range(210)]
+    sources.append(sources[5])  # a duplicate stays two items
     with pipeline() as p:
-        shuffled = p | beam.Create(records, reshuffle=False) | ShuffleSplits(buckets)
-        assert_that(shuffled, equal_to(expected), label="same records")
+        shuffled = p | beam.Create(sources, reshuffle=False) | ShuffleItems(seed=SEED, buckets=3)
+        assert_that(shuffled, equal_to(sources), label="same items")
         in_order = shuffled | beam.ParDo(_BundleInOrder())
-        assert_that(in_order, _check_bucket_order(buckets), label="ordered")
+        assert_that(in_order, _check_bucket_order(3, SEED), label="ordered")
+
+
+def test_shuffle_items_orders_clips_by_their_folder():
+    clips = [((f"c{i % 3}/clip_{i:02d}", True), [(f"/in/c{i % 3}/clip_{i:02d}/f.png", "x", 1)]) for i in range(40)]
+    with pipeline() as p:
+        shuffled = p | beam.Create(clips, reshuffle=False) | ShuffleItems(seed=SEED, buckets=1, relpath_of=clip_relpath)
+        in_order = shuffled | beam.ParDo(_BundleInOrder())
+        expected = sorted(clips, key=lambda c: shuffle_key(c[0][0], SEED))
+        assert_that(in_order, equal_to([expected]), label="one bucket, in key order")
+
+
+def test_buckets_grow_with_the_input():
+    assert [num_buckets(n) for n in (0, 1, ITEMS_PER_BUCKET, ITEMS_PER_BUCKET + 1, 100 * ITEMS_PER_BUCKET)] == [1, 1, 1, 2, 100]
+    with pytest.raises(ValueError, match="buckets must be at least 1"):
+        ShuffleItems(seed=1, buckets=0)
 
 
 # -- WriteSplit / count_records ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The Beam graph of a conversion, built from a config and a launch plan.
 
-    MatchFiles -> Reshuffle -> ConvertImage (read, decode, resize, encode, split)
-        -> ShuffleSplits -> per split: WriteToTFRecord -> CountRecords
+    MatchFiles -> ShuffleItems (seeded order; the fusion break) -> ConvertImage (read, decode, resize,
+        encode, split; local worker processes) -> per split: WriteToTFRecord -> CountRecords
     errors -> errors.jsonl;  counts + shard files -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS)
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
 from img2tfrecord.transforms.sources import DiscoverSources
 from img2tfrecord.transforms.parallel import ConvertInParallel
 from img2tfrecord.transforms.report import FinalizeOutput, WriteErrorReport
-from img2tfrecord.transforms.shuffle import ShuffleSplits
+from img2tfrecord.transforms.shuffle import ShuffleItems, num_buckets
 from img2tfrecord.transforms.split import DEFAULT_SPLIT
 from img2tfrecord.transforms.write import WriteSplit, count_records
 
@@ -35,8 +35,8 @@ def _split_index(element, num_partitions, split_names):
     return split_names.index(element[0])
 
 
-def _example(element):
-    return element[1]
+def _example(record):
+    return record[3]
 
 
 def _one(unused_element):
@@ -58,13 +58,14 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
         from img2tfrecord.transforms.sequence import ConvertClips
 
         converted = files | "ConvertClips" >> ConvertClips(
-            config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, config.processes, label_names
+            config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, config.processes,
+            label_names, num_buckets(plan.num_files),
         )
         inputs = converted["inputs"]
     else:
         converted = (
             files
-            | "FusionBreak" >> beam.Reshuffle()
+            | "ShuffleItems" >> ShuffleItems(config.seed, num_buckets(plan.num_files))
             | "ConvertImage"
             >> ConvertInParallel(
                 ImageConverter(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed),
@@ -77,11 +78,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
     errors = (converted[ERRORS], discovered[ERRORS]) | "AllErrors" >> beam.Flatten()
 
     split_names = list(plan.split_names)
-    by_split = (
-        records
-        | "ShuffleSplits" >> ShuffleSplits(plan.num_shards)
-        | "PartitionSplits" >> beam.Partition(_split_index, len(split_names), split_names)
-    )
+    by_split = records | "PartitionSplits" >> beam.Partition(_split_index, len(split_names), split_names)
     shard_files = []
     for split, examples in zip(split_names, by_split):
         shard_files.append(

@@ -14,7 +14,7 @@ import struct
 import time
 import warnings
 import zlib
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from PIL import Image, UnidentifiedImageError
 
@@ -312,9 +312,19 @@ def _read_error_reason(e: Exception, data: bytes = b"") -> str:
     return "corrupt"
 
 
-def _openable_formats():
-    Image.init()
-    return [name for name in Image.ID if name not in NEVER_OPENED_FORMATS]
+_OPENABLE: Optional[List[str]] = None
+
+
+def _openable_formats(data: bytes) -> List[str]:
+    """The formats Pillow may try, the one the file's signature names first (the rest are not tried then)."""
+    global _OPENABLE  # pylint: disable=global-statement
+    if _OPENABLE is None:
+        Image.init()
+        _OPENABLE = [name for name in Image.ID if name not in NEVER_OPENED_FORMATS]
+    likely = _signature(data)
+    if likely is None or likely not in _OPENABLE:
+        return _OPENABLE
+    return [likely] + [name for name in _OPENABLE if name != likely]
 
 
 def _open(data: bytes, max_pixels: int, deadline: Optional[_Deadline] = None) -> Image.Image:
@@ -325,7 +335,7 @@ def _open(data: bytes, max_pixels: int, deadline: Optional[_Deadline] = None) ->
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(fp, formats=_openable_formats())
+            img = Image.open(fp, formats=_openable_formats(data))
     except ImageError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:

@@ -12,7 +12,7 @@ import os
 import stat
 import struct
 import zlib
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 from img2tfrecord.transforms.image import ImageError
 
@@ -67,15 +67,42 @@ def read_file(path: str, limit: int) -> bytes:
     """All bytes of ``path`` on any Beam filesystem; ImageError past ``limit`` bytes."""
     if "://" not in path:
         opened = _open_local(path, limit)
+        size_hint = os.fstat(opened.fileno()).st_size
     else:
         opened = _filesystems().open(path, compression_type="uncompressed")
+        size_hint = None
     with opened as f:
-        data = f.read(limit + 1)
+        data = read_capped(f, limit, size_hint)
     if len(data) > limit:
         raise ImageError(
             "file_too_large", f"file is over the limit of {limit} bytes (--max-file-mb)"
         )
     return data
+
+
+_CHUNK = 1 << 20
+
+
+def read_capped(f, limit: int, size_hint: Optional[int] = None) -> bytes:
+    """The bytes of an open file up to ``limit + 1`` (more than ``limit``: the caller refuses it).
+
+    Never asks for ``limit`` bytes at once: a buffered read allocates what it
+    is asked for, and doing that per file (with limits of many MB) costs more
+    than reading a photo. With ``size_hint`` (the file's size) one read does.
+    """
+    chunks = []
+    total = 0
+    want = size_hint + 1 if size_hint is not None else _CHUNK
+    while total <= limit:
+        request = min(want, limit + 1 - total)
+        chunk = f.read(request)
+        if chunk:
+            chunks.append(chunk)
+            total += len(chunk)
+        if len(chunk) < request:  # a buffered read returns less only at the end of the file
+            break
+        want = _CHUNK
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def is_permanent_read_error(e: Exception) -> bool:

@@ -27,6 +27,7 @@ from img2tfrecord.transforms.converter import ERRORS, ClipConverter
 from img2tfrecord.transforms.image import ImageOptions
 from img2tfrecord.transforms.layout import LAYOUT_MANIFEST, LAYOUT_SPLIT
 from img2tfrecord.transforms.parallel import ConvertInParallel
+from img2tfrecord.transforms.shuffle import ShuffleItems
 from img2tfrecord.transforms.split import Splits
 
 
@@ -43,14 +44,24 @@ def clip_key(source, layout: str) -> Tuple[Tuple[str, bool], tuple]:
     return (posixpath.dirname(relpath), True), source
 
 
+def clip_relpath(element) -> str:
+    """The relpath a clip's record is keyed by: its folder."""
+    (clip, _), _ = element
+    return clip
+
+
 class ConvertClips(beam.PTransform):
     """Work items (frames) -> ``{"records", "errors", "inputs"}``; ``inputs`` has one element per clip.
 
     A frame outside any clip folder is an input of its own (rejected).
     """
 
-    def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int, processes: int, label_names):
+    def __init__(
+        self, options: ImageOptions, layout: str, splits: Splits, seed: int, processes: int, label_names, buckets: int,
+    ):
         super().__init__()
+        self._seed = seed
+        self._buckets = buckets
         self._converter = ClipConverter(options, layout, splits, seed)
         self._layout = layout
         self._processes = processes
@@ -62,10 +73,15 @@ class ConvertClips(beam.PTransform):
             | "KeyByClip" >> beam.Map(clip_key, self._layout)
             | "GroupFrames" >> beam.GroupByKey()
         )
-        converted = clips | "ConvertClip" >> ConvertInParallel(
-            self._converter,
-            processes=self._processes,
-            batch_size=1,  # a clip is many frames: one clip per task
-            label_names=beam.pvalue.AsSingleton(self._label_names),
+        converted = (
+            clips
+            | "ShuffleClips" >> ShuffleItems(self._seed, self._buckets, clip_relpath)
+            | "ConvertClip"
+            >> ConvertInParallel(
+                self._converter,
+                processes=self._processes,
+                batch_size=1,  # a clip is many frames: one clip per task
+                label_names=beam.pvalue.AsSingleton(self._label_names),
+            )
         )
         return {"records": converted.records, ERRORS: converted[ERRORS], "inputs": clips}
