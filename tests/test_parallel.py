@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import apache_beam as beam
 import pytest
@@ -10,6 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 import images as I
+from conftest import ROOT
 from crashing import CrashingConverter, FlakyStorageConverter
 from img2tfrecord.transforms.converter import ERRORS, ImageConverter
 from img2tfrecord.transforms.image import ImageOptions
@@ -93,3 +98,36 @@ def test_a_transient_read_failure_in_a_worker_fails_the_bundle_instead_of_reject
 def test_processes_must_be_positive():
     with pytest.raises(ValueError, match="processes must be at least 1"):
         ConvertInParallel(ImageConverter(OPTIONS, "class", SPLITS, seed=3), 0)
+
+
+_KILLED_PARENT = """
+import os, signal
+from img2tfrecord.transforms.converter import ImageConverter
+from img2tfrecord.transforms.image import ImageOptions
+from img2tfrecord.transforms.parallel import _ConvertInProcesses
+fn = _ConvertInProcesses(ImageConverter(ImageOptions(), "class", (("train", 1.0),), 0), 2)
+fn.setup()
+for future in [fn._pool.submit(os.getpid) for _ in range(4)]:
+    future.result()  # both workers are up
+print(" ".join(str(pid) for pid in fn._pool._processes), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_exit_when_the_process_that_started_them_is_killed():
+    proc = subprocess.run([sys.executable, "-c", _KILLED_PARENT], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)], "conversion processes outlived the killed runner"

@@ -13,8 +13,11 @@ DoFns in ``convert.py`` wrap them for in-process use.
 """
 from __future__ import annotations
 
+import os
 import posixpath
 import re
+import threading
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from img2tfrecord.schemas import labels as label_map
@@ -175,12 +178,26 @@ class ClipConverter(ImageConverter):
 # in a worker imports no Beam.
 
 _worker_converter: Optional[ImageConverter] = None
+_PARENT_CHECK_S = 1.0
 
 
-def install_converter(converter: ImageConverter) -> None:
-    """The pool's initializer: the converter every task of this process uses."""
+def install_converter(converter: ImageConverter, parent_pid: Optional[int] = None) -> None:
+    """The pool's initializer: the converter every task of this process uses.
+
+    With ``parent_pid``, the process also exits on its own when that parent
+    is gone (killed, or ended without shutting the pool down), instead of
+    waiting for work forever.
+    """
     global _worker_converter  # pylint: disable=global-statement
     _worker_converter = converter
+    if parent_pid is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="img2tfrecord-parent", daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(_PARENT_CHECK_S)
+    os._exit(1)  # pylint: disable=protected-access
 
 
 def convert_batch(batch: List[Any], label_names: List[str]) -> List[Output]:

@@ -31,6 +31,7 @@ import collections
 import concurrent.futures
 import logging
 import multiprocessing
+import os
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, List, NamedTuple, Optional
 
@@ -71,7 +72,7 @@ class _ConvertInProcesses(beam.DoFn):
             self._processes,
             mp_context=multiprocessing.get_context("spawn"),  # never fork the runner's threads
             initializer=install_converter,
-            initargs=(self._converter,),
+            initargs=(self._converter, os.getpid()),  # workers exit if this process dies
         )
         self._generation += 1
 
