@@ -1,6 +1,6 @@
 """Cost of the tf.Transform analysis: ``convert`` with and without ``--no-analyze``.
 
-    .venv/bin/python benchmarks/bench_analyze.py [--images 2000] [--runs 3]
+    .venv/bin/python benchmarks/bench_analyze.py [--images 2000 | --corpus DIR] [--runs 3]
 
 The corpus is photo-like JPEGs from ``benchmarks/corpus.py`` (ImageNet-sized,
 ~45 KB), written once into ``benchmarks/results/analyze-corpus-<images>/images``
@@ -70,10 +70,12 @@ def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=2000, help="corpus size (default 2000)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per mode (default 3)")
+    parser.add_argument("--corpus", default=None, help="an existing corpus folder (SRC/<class>/<file>) instead of --images")
     args = parser.parse_args(argv)
 
-    src = build_corpus(args.images)
-    outs = {mode: os.path.join(RESULTS, f"analyze-corpus-{args.images}", f"out-{i}") for i, mode in enumerate(MODES)}
+    src = os.path.abspath(args.corpus) if args.corpus else build_corpus(args.images)
+    work = os.path.join(RESULTS, f"analyze-corpus-{args.images}" if not args.corpus else "analyze-outputs")
+    outs = {mode: os.path.join(work, f"out-{i}") for i, mode in enumerate(MODES)}
     load_before = os.getloadavg()
     runs: Dict[str, List[Dict[str, float]]] = {mode: [] for mode in MODES}
     for r in range(args.runs):
