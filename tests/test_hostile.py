@@ -394,17 +394,31 @@ def test_resize_of_extreme_shapes_orientations_and_animations(tmp_path):
                     assert np.abs(np.subtract(got[corner], color)).max() <= 40, (name, corner, got[corner])
 
 
-def test_names_that_are_not_utf8_stop_the_run_at_launch(tmp_path):
+def test_names_that_are_not_utf8_become_bad_name_rows(tmp_path):
     root = str(tmp_path / "in")
     _write(root, "cat/fine.jpg", I.jpeg(8, 8))
-    with open(os.path.join(os.fsencode(root), b"cat", b"caf\xe9 latin-1.jpg"), "wb") as f:
-        f.write(I.jpeg(8, 8))
+    _write(root, "dog/fine.jpg", I.jpeg(8, 8))
+    os.makedirs(os.path.join(os.fsencode(root), b"r\xe9sum\xe9"))
+    os.makedirs(os.path.join(os.fsencode(root), b"__MACOSX"))
+    open(os.path.join(os.fsencode(root), b"__MACOSX", b"._\xff.jpg"), "wb").close()  # junk: skipped
+    for folder, name in ((b"cat", b"caf\xe9 latin-1.jpg"), (b"r\xe9sum\xe9", b"a.jpg")):
+        with open(os.path.join(os.fsencode(root), folder, name), "wb") as f:
+            f.write(I.jpeg(8, 8))
     out = str(tmp_path / "out")
     proc = convert(root, out, *FAST)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("img2tfrecord:")]
-    assert len(lines) == 1 and "not valid UTF-8" in lines[0] and "caf\\\\xe9 latin-1.jpg" in lines[0]
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 file name(s) are not valid UTF-8" in proc.stderr
+    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8")]
+    assert sorted((e["relpath"], e["reason"]) for e in errors) == [
+        ("cat/caf\\xe9 latin-1.jpg", "bad_name"), ("r\\xe9sum\\xe9/a.jpg", "bad_name"),
+    ]
+    assert all(e["path"].endswith(e["relpath"]) and "convmv" in e["error"] for e in errors)
+    doc, records = read_records(out)
+    assert doc["labels"] == ["cat", "dog"]  # a class folder whose name is not text is no class
+    assert doc["accounting"]["inputs"] == 4 and doc["accounting"]["written"] == 2 and doc["accounting"]["rejected"] == 2
+    assert doc["accounting"]["skipped"] == 1
+    assert sorted(r[schemas.FILENAME].decode() for r in records["train"]) == ["cat/fine.jpg", "dog/fine.jpg"]
+    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
 
 
 def test_class_folder_with_a_line_break_stops_the_run_at_launch(tmp_path):
@@ -465,11 +479,12 @@ def test_launch_scan_of_a_split_layout(tmp_path):
         _write(root, relpath, b"x")
     os.makedirs(os.path.join(root, "val", "dog"))
     os.makedirs(os.path.join(root, "__MACOSX"))
-    open(os.path.join(os.fsencode(root), b"__MACOSX", b"._\xff.jpg"), "wb").close()  # junk, but not text
+    open(os.path.join(os.fsencode(root), b"__MACOSX", b"._\xff.jpg"), "wb").close()  # junk: skipped, name unread
+    open(os.path.join(os.fsencode(root), b"train", b"cat", b"\xfe.jpg"), "wb").close()  # an input, rejected later
     report = scan_local_input(root + "/", root + "/**", "split")
-    assert report.files == 3
+    assert report.files == 4
     assert report.empty_class_folders == ["val/dog"]
-    assert report.bad_names == ["__MACOSX/._\\xff.jpg"]
+    assert report.bad_names == ["train/cat/\\xfe.jpg"]
 
 
 def test_beam_listing_does_not_follow_folder_links(tmp_path):

@@ -7,10 +7,9 @@ listed are left out without a word, and an empty folder has no file to list.
 This module walks the input once, the same way, before the pipeline starts,
 and says what it finds:
 
-* file names that are not valid UTF-8 stop the run (exit 2): a name is
-  carried through the pipeline, stored in records and written to
-  ``errors.jsonl`` as text, so such a file could become neither a record
-  nor an error line;
+* file names that are not valid UTF-8 are warned about: a record stores its
+  name as text, so each such file becomes an ``errors.jsonl`` row (reason
+  ``bad_name``, the name with its other bytes shown as ``\\xNN``);
 * class folder names holding a line break stop the run: ``labels.txt`` is
   one class name per line;
 * empty class folders (none or only junk files), links to folders (not
@@ -34,6 +33,7 @@ from apache_beam.io.filesystem import FileSystem
 from img2tfrecord.pipeline.plan import PlanError
 from img2tfrecord.transforms import discover
 from img2tfrecord.transforms import layout as layouts
+from img2tfrecord.transforms.layout import is_text, printable
 from img2tfrecord.transforms.split import split_of_folder
 
 _EXAMPLES = 3  # names quoted per kind of problem
@@ -52,19 +52,6 @@ class LocalInputReport:
     folder_links: List[str] = dataclasses.field(default_factory=list)
     broken_links: List[str] = dataclasses.field(default_factory=list)
     unlistable: List[str] = dataclasses.field(default_factory=list)
-
-
-def printable(name: str) -> str:
-    """``name`` with bytes that are not UTF-8 shown as ``\\xNN`` (never raises)."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
-
-
-def _is_utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _class_folder(relpath: str, layout: str) -> Optional[str]:
@@ -101,13 +88,12 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
             relpath = f"{rel_dir}/{name}" if rel_dir else name
             if not matches(path):
                 continue
-            if not _is_utf8(relpath):  # junk too: even a skipped name is carried as text
-                report.bad_names.append(printable(relpath))
-                continue
             if discover.is_junk(relpath):
                 continue
+            if not is_text(relpath):
+                report.bad_names.append(printable(relpath))
             if not os.path.exists(path):
-                report.broken_links.append(relpath)
+                report.broken_links.append(printable(relpath))
                 continue
             report.files += 1
             class_name = layouts.class_of(relpath, layout)
@@ -134,9 +120,10 @@ def check_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
     """Log a warning for each kind of left-out entry; InputProblem for names that cannot be converted."""
     report = scan_local_input(base, pattern, layout)
     if report.bad_names:
-        raise InputProblem(
-            f"{len(report.bad_names)} file name(s) under {base} are not valid UTF-8 ({_examples(report.bad_names)}); "
-            "rename them (e.g. with convmv): names are stored as text in records and errors.jsonl"
+        logging.warning(
+            "%d file name(s) are not valid UTF-8 and will be rejected as bad_name: %s; "
+            "rename them (e.g. with convmv) to convert them",
+            len(report.bad_names), _examples(report.bad_names),
         )
     if report.bad_class_names:
         raise InputProblem(

@@ -12,9 +12,11 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
 
-from img2tfrecord.transforms.layout import PlacementError, SourceFile, placement
+from img2tfrecord.transforms.converter import ERRORS, error_row
+from img2tfrecord.transforms.layout import PlacementError, SourceFile, is_text, placement, printable
 
 SKIPPED = "skipped"
+BAD_NAME = "file name is not valid UTF-8; rename it (e.g. with convmv) to convert it"
 # Files and folders that operating systems, file managers and NAS boxes leave next to
 # pictures (compared lower-case). "@eadir" is where Synology keeps thumbnails of every
 # photo: JPEGs that would otherwise become duplicate records.
@@ -50,17 +52,22 @@ class _ToSourceFile(beam.DoFn):
         self._inputs = beam.metrics.Metrics.counter("img2tfrecord", "inputs")
 
     def process(self, metadata):
-        relpath = relative_path(self._base, metadata.path)
+        path = metadata.path
+        relpath = relative_path(self._base, path)
         if is_junk(relpath):
             self._skipped.inc()
-            yield beam.pvalue.TaggedOutput(SKIPPED, relpath)
+            yield beam.pvalue.TaggedOutput(SKIPPED, printable(relpath))
             return
         self._inputs.inc()
-        yield metadata.path, relpath, metadata.size_in_bytes
+        if not is_text(path):  # a local name of other bytes: records and errors.jsonl hold names as text
+            yield beam.pvalue.TaggedOutput(ERRORS, error_row(printable(path), printable(relpath), "bad_name", BAD_NAME))
+            return
+        yield path, relpath, metadata.size_in_bytes
 
 
 class DiscoverImages(beam.PTransform):
-    """``pattern`` -> main output of SourceFile tuples, tagged output ``skipped`` of relpaths.
+    """``pattern`` -> main output of SourceFile tuples, tagged outputs ``skipped`` (relpaths of junk)
+    and ``errors`` (``bad_name`` rows for local names that are not UTF-8).
 
     ``base`` is the input root every match is made relative to.
     """
@@ -74,7 +81,7 @@ class DiscoverImages(beam.PTransform):
         return (
             pbegin
             | "MatchFiles" >> fileio.MatchFiles(self._pattern, empty_match_treatment=EmptyMatchTreatment.ALLOW)
-            | "ToSourceFile" >> beam.ParDo(_ToSourceFile(self._base)).with_outputs(SKIPPED, main="files")
+            | "ToSourceFile" >> beam.ParDo(_ToSourceFile(self._base)).with_outputs(SKIPPED, ERRORS, main="files")
         )
 
 

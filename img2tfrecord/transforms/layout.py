@@ -5,6 +5,7 @@ this module, and start faster without Beam.
 """
 from __future__ import annotations
 
+import os
 from typing import Optional, Tuple
 
 from img2tfrecord.transforms.split import split_of_folder
@@ -17,6 +18,20 @@ LAYOUTS = (LAYOUT_CLASS, LAYOUT_SPLIT)
 SourceFile = Tuple[str, str, int]  # (path, path relative to the input root, size in bytes)
 # Archive members and manifest rows extend it (transforms/sources.py):
 # (path, relpath, size, member locator or None, (split, label) of a manifest row or None).
+
+
+def is_text(name: str) -> bool:
+    """True when ``name`` is valid UTF-8 text (a local name of other bytes holds surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable(name: str) -> str:
+    """``name`` with bytes that are not UTF-8 shown as ``\\xNN`` (never raises)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 class PlacementError(ValueError):

@@ -534,7 +534,7 @@ class DiscoverSources(beam.PTransform):
     def expand(self, pbegin):
         if self._kind == INPUT_FOLDER:
             found = pbegin | "ListFiles" >> DiscoverImages(self._pattern, self._base)
-            return {"files": found.files, SKIPPED: found[SKIPPED], ERRORS: pbegin | "NoErrors" >> beam.Create([])}
+            return {"files": found.files, SKIPPED: found[SKIPPED], ERRORS: found[ERRORS]}
         matched = pbegin | "MatchInputs" >> fileio.MatchFiles(self._pattern, empty_match_treatment=EmptyMatchTreatment.ALLOW)
         if self._kind == INPUT_MANIFEST:
             rows = matched | "ReadManifest" >> beam.ParDo(

@@ -51,7 +51,8 @@ def parse_splits(text: str) -> Splits:
 
 
 def _unit_hash(tag: str, seed: int, relpath: str) -> int:
-    digest = hashlib.sha256(f"{tag}\0{seed}\0{relpath}".encode("utf-8")).digest()
+    # surrogateescape: a local name that is not UTF-8 hashes by its bytes (it is rejected later, not lost)
+    digest = hashlib.sha256(f"{tag}\0{seed}\0{relpath}".encode("utf-8", "surrogateescape")).digest()
     return int.from_bytes(digest[:8], "big")
 
 
