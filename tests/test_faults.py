@@ -149,7 +149,7 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
         )
         _ = (
             converted.records
-            | "Example" >> beam.Map(lambda record: record[3])
+            | "Example" >> beam.Map(lambda record: record[2])
             | "Write" >> WriteSplit(out, "train", 2, "none")
         )
         _ = converted[ERRORS] | "Errors" >> WriteErrorReport(out)

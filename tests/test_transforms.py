@@ -130,7 +130,7 @@ def test_discover_classes_of_nothing():
 
 def summarize_record(record):
     """A comparable view of one output record, with the Example parsed by TensorFlow."""
-    split, key, class_name, serialized = record
+    split, class_name, serialized = record
     example = tf.train.Example.FromString(serialized)
     feature = example.features.feature
     encoded = feature[schemas.IMAGE_ENCODED].bytes_list.value[0]
@@ -141,7 +141,6 @@ def summarize_record(record):
         assert len(feature[name].bytes_list.value) == 1, name
     return (
         split,
-        key,
         class_name,
         tuple(sorted(feature.keys())),
         feature[schemas.CLASS_LABEL].int64_list.value[0],
@@ -181,7 +180,6 @@ def expected_record(rel, data, class_name, label, height, width, fmt, split=None
     sha = convert_image(data, options).sha256
     return (
         split or assign_split(rel, SEED, SPLITS),
-        shuffle_key(rel, SEED),
         class_name,
         ALL_KEYS,
         label,
@@ -291,7 +289,7 @@ def test_records_parse_with_the_declared_feature_spec(tmp_path):
     records = [r for s in sources for r in fn.process(s, ["cat", "dog"])]
     assert len(records) == 2
     spec = schemas.feature_spec()
-    for (_, _, class_name, serialized), (_, rel, _) in zip(records, sources):
+    for (_, class_name, serialized), (_, rel, _) in zip(records, sources):
         parsed = tf.io.parse_single_example(serialized, spec)
         assert parsed[schemas.FILENAME].numpy().decode() == rel
         assert parsed[schemas.CLASS_TEXT].numpy().decode() == class_name

@@ -23,7 +23,7 @@ from img2tfrecord.transforms.write import WriteSplit, count_records
 
 
 def _split_and_class(record):
-    split, _, class_name, _ = record
+    split, class_name, _ = record
     return split, class_name
 
 
@@ -36,7 +36,7 @@ def _split_index(element, num_partitions, split_names):
 
 
 def _example(record):
-    return record[3]
+    return record[2]
 
 
 def _one(unused_element):

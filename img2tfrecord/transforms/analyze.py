@@ -448,7 +448,7 @@ def _write_text(path: str, text: str) -> None:
 
 
 def _train_example(record):
-    split, _, _, example = record
+    split, _, example = record
     if split == names.ANALYZED_SPLIT:
         yield example
 
@@ -503,7 +503,7 @@ class AnalyzeTrainSplit(beam.PTransform):
 def analyze_train_split(records, label_names, config, plan) -> Optional[beam.PCollection]:
     """The statistics PCollection of a run, or None (logged) when there is nothing to analyse.
 
-    ``records`` are ConvertImageFn's ``(split, key, class, example)``;
+    ``records`` are the converter's ``(split, class, example)``;
     ``label_names`` the one-element PCollection of the sorted class list.
     """
     split_names = list(plan.split_names)

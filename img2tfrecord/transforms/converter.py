@@ -1,7 +1,7 @@
 """One work item -> one record, or one row of the error report.
 
 ``ImageConverter`` turns one source file (or archive member, or manifest
-row) into ``(split, shuffle key, class name, serialized tf.train.Example)``;
+row) into ``(split, class name, serialized tf.train.Example)``;
 ``ClipConverter`` turns one clip folder of frames into a
 ``tf.train.SequenceExample`` record the same way. Each call gives exactly
 one output: ``(None, record)`` or ``(ERRORS, error row)``.
@@ -25,11 +25,11 @@ from img2tfrecord.transforms.encode import encode_example, encode_sequence_examp
 from img2tfrecord.transforms.image import ImageError, ImageOptions, convert_image
 from img2tfrecord.transforms.layout import PlacementError, SourceFile, placement
 from img2tfrecord.transforms.reading import is_permanent_read_error, read_source
-from img2tfrecord.transforms.split import Splits, assign_split, shuffle_key
+from img2tfrecord.transforms.split import Splits, assign_split
 
 ERRORS = "errors"  # the tag of error rows (and of the error output of the conversion step)
 
-# Main output element: (split, shuffle key, class name, serialized record).
+# Main output element: (split, class name, serialized record). The order is set before conversion (shuffle.py).
 Record = tuple
 Output = Tuple[Optional[str], Any]  # (None, Record) | (ERRORS, error row)
 
@@ -110,7 +110,6 @@ class ImageConverter:
         split = split_folder or assign_split(relpath, self.seed, self.splits)
         return None, (
             split,
-            shuffle_key(relpath, self.seed),
             class_name,
             encode_example(image, ids.get(class_name), class_name, relpath),  # class None: an unlabeled row
         )
@@ -167,7 +166,6 @@ class ClipConverter(ImageConverter):
         split = split_folder or assign_split(clip, self.seed, self.splits)
         return None, (
             split,
-            shuffle_key(clip, self.seed),
             class_name,
             encode_sequence_example(converted, ids.get(class_name), class_name, clip),
         )

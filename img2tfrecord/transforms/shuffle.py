@@ -1,7 +1,7 @@
 """Shuffle the work items by their seeded keys, before they are converted.
 
 Each work item (a source file, or a clip of frames) gets the seeded 64-bit
-key of its relpath (``split.shuffle_key``, the key its record carries).
+key of its relpath (``split.shuffle_key``).
 Items are grouped into buckets by ``key % buckets`` and each bucket is
 emitted in key order, so records are converted, and reach the shard
 writers, in a seeded order that mixes the classes even when the input was
