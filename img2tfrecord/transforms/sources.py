@@ -44,6 +44,7 @@ from apache_beam.io.fileio import EmptyMatchTreatment
 from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverImages, is_junk
 from img2tfrecord.transforms.converter import ERRORS, error_row
+from img2tfrecord.transforms.layout import is_text
 from img2tfrecord.transforms.reading import open_raw
 from img2tfrecord.transforms.split import split_of_folder
 
@@ -309,9 +310,7 @@ def _name_problem(name: str) -> Optional[str]:
     """Why a member name cannot be carried as text (records, labels.txt, errors.jsonl), or None."""
     if "\n" in name or "\r" in name:
         return "member name contains a line break"
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # tar names that are not UTF-8 decode to surrogates
+    if not is_text(name):  # tar names that are not UTF-8 decode to surrogates
         return "member name is not valid UTF-8"
     return None
 
