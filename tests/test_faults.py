@@ -38,7 +38,8 @@ import images as I
 from conftest import ROOT, convert
 from img2tfrecord import schemas
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
+from img2tfrecord.transforms.convert import ERRORS, ConvertFn
+from img2tfrecord.transforms.converter import ImageConverter
 from img2tfrecord.transforms.discover import DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.image import ImageOptions
 from img2tfrecord.transforms.report import WriteErrorReport
@@ -95,8 +96,8 @@ def assert_exact_output(out: str, files: dict) -> None:
 # -- a worker failing mid-bundle, retried ---------------------------------------------------------
 
 
-class FlakyConvertImageFn(ConvertImageFn):
-    """ConvertImageFn whose first attempt at some files fails after the file's record was emitted."""
+class FlakyConvertFn(ConvertFn):
+    """ConvertFn whose first attempt at some files fails after the file's record was emitted."""
 
     def __init__(self, *args, marks: str, fail: frozenset, **kwargs):
         super().__init__(*args, **kwargs)
@@ -138,7 +139,7 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
                         _flaky_write(tfrecordio._TFRecordSink.write_encoded_record))  # pylint: disable=protected-access
     _WRITES.update(failed=0, count=0)
     out = str(tmp_path / "out")
-    fn = FlakyConvertImageFn(ImageOptions(), "class", (("train", 1.0),), 0, marks=str(marks), fail=fail)
+    fn = FlakyConvertFn(ImageConverter(ImageOptions(), "class", (("train", 1.0),), 0), marks=str(marks), fail=fail)
     with beam.Pipeline(options=PipelineOptions(["--runner=BundleBasedDirectRunner"])) as p:
         discovered = p | "Discover" >> DiscoverImages(root + "/**", root + "/")
         labels = discovered.files | "Classes" >> DiscoverClasses("class")

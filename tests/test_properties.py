@@ -3,7 +3,7 @@
 The inputs are random bytes and valid images of every format damaged the
 way files get damaged: bits flipped, cut short, bytes overwritten, spliced
 with another file's bytes, a stretch repeated. ``convert_image`` must return
-an image or raise ``ImageError`` with a known reason, and ``ConvertImageFn``
+an image or raise ``ImageError`` with a known reason, and ``ConvertFn``
 must emit exactly one record or one error row for a file, never raise.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from PIL import Image
 import images as I
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.example_proto import Example
-from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
+from img2tfrecord.transforms.convert import ERRORS, ConvertFn
+from img2tfrecord.transforms.converter import ImageConverter
 from img2tfrecord.transforms.image import ConvertedImage, ImageError, ImageOptions, convert_image
 
 # Every reason convert_image (and reading a file) may give.
@@ -162,7 +163,7 @@ def test_convert_fn_emits_one_record_or_one_error_row(input_root, data, options,
             f.write(data)
     except OSError:  # a name this filesystem refuses (too long in bytes, ...)
         return
-    fn = ConvertImageFn(options, "class", (("train", 1.0),), seed=0)
+    fn = ConvertFn(ImageConverter(options, "class", (("train", 1.0),), seed=0))
     fn.setup()
     try:
         outputs = list(fn.process((path, relpath, len(data)), label_names=["cat", "dog"]))

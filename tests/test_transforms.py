@@ -18,7 +18,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 import images as I
 from img2tfrecord import schemas
-from img2tfrecord.transforms.convert import ERRORS, ConvertImageFn
+from img2tfrecord.transforms.convert import ERRORS, ConvertFn
+from img2tfrecord.transforms.converter import ImageConverter
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.layout import LAYOUT_CLASS, LAYOUT_SPLIT
 from img2tfrecord.transforms.image import ImageOptions, convert_image
@@ -125,7 +126,7 @@ def test_discover_classes_of_nothing():
         assert_that(classes, equal_to([[]]))
 
 
-# -- ConvertImageFn ------------------------------------------------------------------------------
+# -- ConvertFn ----------------------------------------------------------------------------------
 
 
 def summarize_record(record):
@@ -161,13 +162,13 @@ def summarize_error(row):
 
 
 def convert_pipeline(p, sources, labels, layout, options=ImageOptions(), splits=SPLITS):
-    """(record summaries, error summaries) of ConvertImageFn over ``sources``."""
+    """(record summaries, error summaries) of ConvertFn over ``sources``."""
     label_names = p | "Labels" >> beam.Create([labels])
     out = (
         p
         | "Sources" >> beam.Create(sources)
         | "Convert"
-        >> beam.ParDo(ConvertImageFn(options, layout, splits, SEED), label_names=beam.pvalue.AsSingleton(label_names))
+        >> beam.ParDo(ConvertFn(ImageConverter(options, layout, splits, SEED)), label_names=beam.pvalue.AsSingleton(label_names))
         .with_outputs(ERRORS, main="records")
     )
     return out.records | "Summarize" >> beam.Map(summarize_record), out[ERRORS] | "Errors" >> beam.Map(summarize_error)
@@ -284,7 +285,7 @@ def test_convert_image_fn_unknown_class_unreadable_and_too_large(tmp_path):
 def test_records_parse_with_the_declared_feature_spec(tmp_path):
     # The same records through tf.io.parse_single_example with the schema's spec.
     sources = source_files(tmp_path, {"cat/a.jpg": I.jpeg(40, 30), "dog/b.png": I.png(12, 8)})
-    fn = ConvertImageFn(ImageOptions(), LAYOUT_CLASS, SPLITS, SEED)
+    fn = ConvertFn(ImageConverter(ImageOptions(), LAYOUT_CLASS, SPLITS, SEED))
     fn.setup()
     records = [r for s in sources for r in fn.process(s, ["cat", "dog"])]
     assert len(records) == 2

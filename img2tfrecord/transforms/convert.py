@@ -7,13 +7,11 @@ local processes: on distributed runners, whose workers are the parallelism.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import apache_beam as beam
 
-from img2tfrecord.transforms.converter import ERRORS, ImageConverter, Output
-from img2tfrecord.transforms.image import ImageOptions
-from img2tfrecord.transforms.split import Splits
+from img2tfrecord.transforms.converter import ERRORS, ImageConverter
 
 NAMESPACE = "img2tfrecord"
 
@@ -26,15 +24,18 @@ class OutputCounter:
         self._written = beam.metrics.Metrics.counter(NAMESPACE, "images_written")
         self._rejected = beam.metrics.Metrics.counter(NAMESPACE, "images_rejected")
 
-    def __call__(self, output: Output):
-        """The Beam output of a converter output, counted."""
-        tag, value = output
+    def __call__(self, tag: Optional[str], value) -> None:
+        """Count one converter output ``(tag, value)``."""
         if tag == ERRORS:
             self._rejected.inc()
             beam.metrics.Metrics.counter(NAMESPACE, f"rejected_{value['reason']}").inc()
-            return beam.pvalue.TaggedOutput(ERRORS, value)
-        self._written.inc()
-        return value
+        else:
+            self._written.inc()
+
+
+def beam_output(tag: Optional[str], value):
+    """A converter output as a DoFn yields it: the record, or the error row on the ``errors`` output."""
+    return beam.pvalue.TaggedOutput(tag, value) if tag else value
 
 
 class ConvertFn(beam.DoFn):
@@ -45,11 +46,6 @@ class ConvertFn(beam.DoFn):
         self._count = OutputCounter()
 
     def process(self, element, label_names: List[str]):
-        yield self._count(self.converter(element, label_names))
-
-
-class ConvertImageFn(ConvertFn):
-    """SourceFile -> Record, or an error row on the ``errors`` output."""
-
-    def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int):
-        super().__init__(ImageConverter(options, layout, splits, seed))
+        tag, value = self.converter(element, label_names)
+        self._count(tag, value)
+        yield beam_output(tag, value)

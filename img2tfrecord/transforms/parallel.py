@@ -38,7 +38,7 @@ from typing import Any, Deque, List, NamedTuple, Optional
 import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 
-from img2tfrecord.transforms.convert import ConvertFn, OutputCounter
+from img2tfrecord.transforms.convert import ConvertFn, OutputCounter, beam_output
 from img2tfrecord.transforms.converter import ERRORS, ImageConverter, Output, convert_batch, install_converter
 
 _IN_FLIGHT_PER_PROCESS = 2  # batches queued per worker process, so none waits between batches
@@ -105,12 +105,9 @@ class _ConvertInProcesses(beam.DoFn):
             yield from self._outputs(self._in_flight.popleft())
 
     def _outputs(self, entry: _InFlight):
-        for output in self._results(entry):
-            out = self._count(output)
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, entry.timestamp, (entry.window,)))
-            else:
-                yield WindowedValue(out, entry.timestamp, (entry.window,))
+        for tag, value in self._results(entry):
+            self._count(tag, value)
+            yield beam_output(tag, WindowedValue(value, entry.timestamp, (entry.window,)))
 
     def _results(self, entry: _InFlight) -> List[Output]:
         try:
