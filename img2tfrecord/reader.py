@@ -154,8 +154,19 @@ def _plan(
 # per batch: -> float32 in [0, 1].
 
 
-def _decode_encoded(encoded: tf.Tensor, channels: int) -> tf.Tensor:
-    return tf.io.decode_image(encoded, channels=channels, dtype=tf.uint8, expand_animations=False)
+def decode_encoded(encoded: tf.Tensor, channels: int) -> tf.Tensor:
+    """Stored JPEG/PNG bytes -> uint8 [H, W, C].
+
+    JPEG with libjpeg's accurate integer DCT, not TensorFlow's default fast
+    one: that decode is bit for bit Pillow's, so the pixels equal the ones
+    ``convert`` computed the train statistics from (``image.pixel_sums``),
+    and the exported tf.Transform graph decodes the same way.
+    """
+    return tf.cond(
+        tf.io.is_jpeg(encoded),
+        lambda: tf.io.decode_jpeg(encoded, channels=channels, dct_method="INTEGER_ACCURATE"),
+        lambda: tf.io.decode_png(encoded, channels=channels, dtype=tf.uint8),
+    )
 
 
 def _decode_raw(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor, channels: tf.Tensor) -> tf.Tensor:
@@ -167,14 +178,14 @@ def _decode_raw(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor, channel
 def _decode_one(plan: _Plan, encoded, fmt, height, width, channels) -> tf.Tensor:
     """One stored image -> [H, W, C], C = the dataset's channel count."""
     if plan.decoder == "encoded":
-        image = _decode_encoded(encoded, plan.channels)
+        image = decode_encoded(encoded, plan.channels)
     elif plan.decoder == "raw":
         image = _decode_raw(encoded, height, width, channels)
     else:  # format decided per record: the branch point for stored formats beyond jpeg/png
         image = tf.cond(
             tf.equal(fmt, keys.FORMAT_RAW),
             lambda: _decode_raw(encoded, height, width, channels),
-            lambda: _decode_encoded(encoded, plan.channels),
+            lambda: decode_encoded(encoded, plan.channels),
         )
     if plan.target_size is not None:
         image.set_shape([None, None, plan.channels])

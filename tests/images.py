@@ -338,6 +338,12 @@ def png16_rgba(w: int, h: int) -> bytes:
     return png_chunks(w, h, 16, 6, np.concatenate([rgb, alpha], -1).astype(">u2").tobytes())
 
 
+def png16_rgb(w: int, h: int, seed: int = 0) -> bytes:
+    """16-bit RGB noise, no alpha: Pillow reads it as 8-bit RGB (the top bytes), so keep stores it as it is."""
+    rng = np.random.default_rng(seed)
+    return png_chunks(w, h, 16, 2, rng.integers(0, 65536, (h, w, 3), dtype=np.uint16).astype(">u2").tobytes())
+
+
 def png16_gray_trns(w: int, h: int) -> bytes:
     """16-bit grayscale (``GRAY16_QUADRANTS``) whose bottom-right level is declared transparent (tRNS)."""
     arr = np.asarray(gray16(w, h), dtype=np.uint16)

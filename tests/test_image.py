@@ -386,6 +386,49 @@ def test_output_decodes_as_declared(source, channels, fmt):
     assert pixels.dtype == tf.uint8
 
 
+def _noise_jpeg(subsampling: int, progressive: bool = False) -> bytes:
+    return I.save(I.noise(61, 47, seed=subsampling), "JPEG", quality=87, subsampling=subsampling, progressive=progressive)
+
+
+PIXEL_SUM_SOURCES = {
+    **SOURCES,
+    "jpeg-noise-444": lambda: _noise_jpeg(0),
+    "jpeg-noise-422": lambda: _noise_jpeg(1),
+    "jpeg-noise-420-progressive": lambda: _noise_jpeg(2, progressive=True),
+    "png-16-rgb-kept": lambda: I.png16_rgb(37, 29),
+}
+
+
+@pytest.mark.parametrize("fmt", ["keep", "jpeg", "png", "raw"])
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("source", sorted(PIXEL_SUM_SOURCES))
+def test_pixel_sums_are_those_of_the_pixels_load_decodes(source, channels, fmt):
+    """The worker's exact sums (Pillow) equal NumPy sums over the pixels TensorFlow decodes for a reader."""
+    import tensorflow as tf
+
+    from img2tfrecord.reader import decode_encoded
+    from img2tfrecord.transforms.image import pixel_sums
+
+    c = convert_image(PIXEL_SUM_SOURCES[source](), ImageOptions(channels=channels, format=fmt, size=None))
+    if c.format == "raw":
+        pixels = np.frombuffer(c.encoded, np.uint8).reshape(c.height, c.width, c.channels)
+    else:
+        pixels = decode_encoded(tf.constant(c.encoded), channels).numpy()
+    assert pixels.shape == (c.height, c.width, channels)
+    flat = pixels.reshape(-1, channels).astype(np.int64)
+    sums, squares = pixel_sums(c)
+    assert sums == flat.sum(0).tolist()
+    assert squares == (flat * flat).sum(0).tolist()
+
+
+def test_pixel_sums_reject_a_stored_image_that_is_not_what_it_claims():
+    from img2tfrecord.transforms.image import pixel_sums
+
+    gray = convert_image(I.jpeg(16, 12, mode="L"), ImageOptions(channels=1, format="jpeg"))
+    with pytest.raises(ImageError, match="decodes as L 16x12, not RGB 16x12"):
+        pixel_sums(ConvertedImage(gray.encoded, "jpeg", 12, 16, 3))
+
+
 def test_jpeg_quality_is_used():
     src = I.noise(64, 64)
     data = I.png(64, 64, src)

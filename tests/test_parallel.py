@@ -49,8 +49,8 @@ def _expected(sources, converter):
 
 def _summary(record):
     """A record with the sha256 of its serialized bytes in place of the bytes."""
-    split, class_name, serialized = record
-    return split, class_name, hashlib.sha256(serialized).hexdigest()
+    split, class_name, serialized, sums = record
+    return split, class_name, hashlib.sha256(serialized).hexdigest(), sums
 
 
 def _check(sources, converter, processes, records, errors, batch_size=3):

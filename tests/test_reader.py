@@ -93,11 +93,17 @@ def test_labels_match_class_text(converted_sample):
 
 
 def test_pixels_equal_a_plain_decode(converted_sample):
+    """load() decodes JPEG with the accurate integer DCT: exactly Pillow's pixels (and the statistics')."""
+    import io
+
+    from PIL import Image
+
     for batch in img2tfrecord.load(converted_sample, split="validation", batch_size=4, as_dict=True):
         images = batch[keys.DECODED_IMAGE].numpy()
         for encoded, image in zip(batch[keys.IMAGE_ENCODED].numpy(), images):
-            expected = tf.io.decode_jpeg(encoded, channels=3).numpy().astype(np.float32) / 255.0
-            np.testing.assert_allclose(image, expected, atol=1e-6)
+            accurate = tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE").numpy()
+            np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(encoded)).convert("RGB")), accurate)
+            np.testing.assert_allclose(image, accurate.astype(np.float32) / 255.0, atol=1e-6)
         assert set(batch) == set(keys.FEATURES) | {keys.DECODED_IMAGE}
 
 

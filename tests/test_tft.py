@@ -22,6 +22,8 @@ from img2tfrecord.schemas import transformed as names
 tf = pytest.importorskip("tensorflow")
 tft = pytest.importorskip("tensorflow_transform")
 
+from img2tfrecord.reader import decode_encoded  # noqa: E402  (after the TensorFlow skip)
+
 HEIGHT, WIDTH = 32, 40  # --image-size 40x32 is width x height
 
 
@@ -40,7 +42,7 @@ def parsed_split(out, split):
 
 
 def decoded(parsed, channels=3):
-    """The stored images as uint8 arrays, decoded the way TensorFlow readers decode them."""
+    """The stored images as uint8 arrays, decoded the way ``load`` decodes them (accurate-DCT JPEG)."""
     images = []
     for encoded, fmt, h, w in zip(
         parsed[keys.IMAGE_ENCODED].numpy(), parsed[keys.IMAGE_FORMAT].numpy(),
@@ -49,7 +51,7 @@ def decoded(parsed, channels=3):
         if fmt == keys.FORMAT_RAW.encode():
             images.append(np.frombuffer(encoded, np.uint8).reshape(h, w, channels))
         else:
-            images.append(tf.io.decode_image(encoded, channels=channels, expand_animations=False).numpy())
+            images.append(decode_encoded(encoded, channels).numpy())
     return images
 
 
@@ -323,6 +325,7 @@ def test_preprocessing_fn_alone_unlabeled_mixed_sizes(tmp_path):
     import tensorflow_transform.beam as tft_beam
 
     from img2tfrecord.transforms.analyze import TransformSpec, make_preprocessing_fn
+    from img2tfrecord.transforms.image import ConvertedImage, pixel_sums
 
     rng = np.random.default_rng(2)
     arrays = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((5, 7), (6, 4), (3, 3))]
@@ -332,7 +335,22 @@ def test_preprocessing_fn_alone_unlabeled_mixed_sizes(tmp_path):
         Image.fromarray(array).save(buf, format="PNG")
         return buf.getvalue()
 
-    metadata = tft.DatasetMetadata.from_feature_spec({keys.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string)})
+    metadata = tft.DatasetMetadata.from_feature_spec({
+        keys.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+        keys.IMAGE_HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+        keys.IMAGE_WIDTH: tf.io.FixedLenFeature([], tf.int64),
+        names.PIXEL_SUM: tf.io.FixedLenFeature([3], tf.int64),
+        names.PIXEL_SQUARE_SUM: tf.io.FixedLenFeature([3], tf.int64),
+    })
+
+    def row(array):  # what the analysis reads: the record's features and the image's pixel sums
+        h, w, _ = array.shape
+        sums, squares = pixel_sums(ConvertedImage(png(array), "png", h, w, 3))
+        return {
+            keys.IMAGE_ENCODED: png(array), keys.IMAGE_HEIGHT: h, keys.IMAGE_WIDTH: w,
+            names.PIXEL_SUM: sums, names.PIXEL_SQUARE_SUM: squares,
+        }
+
     mean, std = moments(arrays)
     by_height = {a.shape[0]: (a.reshape(-1, 3) / 255.0 - mean) / std for a in arrays}
 
@@ -348,7 +366,7 @@ def test_preprocessing_fn_alone_unlabeled_mixed_sizes(tmp_path):
 
     with beam.Pipeline() as p, tft_beam.Context(temp_dir=str(tmp_path)):
         (transformed, _), _ = (
-            (p | beam.Create([{keys.IMAGE_ENCODED: png(a)} for a in arrays]), metadata)
+            (p | beam.Create([row(a) for a in arrays]), metadata)
             | tft_beam.AnalyzeAndTransformDataset(make_preprocessing_fn(TransformSpec(labeled=False)))
         )
         assert_that(transformed, check)

@@ -131,7 +131,7 @@ def test_discover_classes_of_nothing():
 
 def summarize_record(record):
     """A comparable view of one output record, with the Example parsed by TensorFlow."""
-    split, class_name, serialized = record
+    split, class_name, serialized, _ = record
     example = tf.train.Example.FromString(serialized)
     feature = example.features.feature
     encoded = feature[schemas.IMAGE_ENCODED].bytes_list.value[0]
@@ -231,6 +231,39 @@ def test_convert_image_fn_class_layout(tmp_path):
         assert_that(errors, equal_to(expected_errors), label="errors")
 
 
+def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path):
+    """Records of ``sums_split`` carry the analysis features, which merge into the Example when appended."""
+    from img2tfrecord.schemas import transformed as names
+    from img2tfrecord.transforms.image import pixel_sums
+
+    files = {f"cat/{i}.jpg": I.jpeg(40 + i, 30) for i in range(12)}
+    sources = source_files(tmp_path, files)
+    options = ImageOptions(size=(24, 16), format="jpeg")
+    converter = ImageConverter(options, LAYOUT_CLASS, SPLITS, SEED, sums_split="train")
+    plain = ImageConverter(options, LAYOUT_CLASS, SPLITS, SEED)
+    splits = set()
+    for source in sources:
+        tag, (split, class_name, serialized, sums) = converter(source, ["cat"])
+        assert tag is None and class_name == "cat"
+        assert plain(source, ["cat"]) == (None, (split, class_name, serialized, None))
+        splits.add(split)
+        if split != "train":
+            assert sums is None
+            continue
+        example = tf.train.Example.FromString(serialized)
+        stored = example.features.feature[schemas.IMAGE_ENCODED].bytes_list.value[0]
+        expected_sums, expected_squares = pixel_sums(convert_image(files[source[1]], options))
+        merged = tf.train.Example.FromString(serialized + sums).features.feature
+        assert merged[names.PIXEL_SUM].int64_list.value == expected_sums
+        assert merged[names.PIXEL_SQUARE_SUM].int64_list.value == expected_squares
+        pixels = tf.io.decode_jpeg(stored, dct_method="INTEGER_ACCURATE").numpy().reshape(-1, 3).astype(np.int64)
+        assert list(merged[names.PIXEL_SUM].int64_list.value) == pixels.sum(0).tolist()
+        for key in example.features.feature:  # the record's own features are untouched
+            assert merged[key] == example.features.feature[key]
+        assert set(merged) == set(example.features.feature) | set(names.ANALYSIS_FEATURES)
+    assert "train" in splits and len(splits) > 1
+
+
 def test_convert_image_fn_split_layout_resized_gray(tmp_path):
     files = {
         "train/cat/1.jpg": I.jpeg(64, 48),
@@ -290,7 +323,7 @@ def test_records_parse_with_the_declared_feature_spec(tmp_path):
     records = [r for s in sources for r in fn.process(s, ["cat", "dog"])]
     assert len(records) == 2
     spec = schemas.feature_spec()
-    for (_, class_name, serialized), (_, rel, _) in zip(records, sources):
+    for (_, class_name, serialized, _), (_, rel, _) in zip(records, sources):
         parsed = tf.io.parse_single_example(serialized, spec)
         assert parsed[schemas.FILENAME].numpy().decode() == rel
         assert parsed[schemas.CLASS_TEXT].numpy().decode() == class_name

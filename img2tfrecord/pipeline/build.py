@@ -12,6 +12,7 @@ import img2tfrecord
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import Plan
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import transformed as names
 from img2tfrecord.transforms.converter import ERRORS, ImageConverter
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
 from img2tfrecord.transforms.sources import DiscoverSources
@@ -23,8 +24,7 @@ from img2tfrecord.transforms.write import WriteSplit, count_records
 
 
 def _split_and_class(record):
-    split, class_name, _ = record
-    return split, class_name
+    return record[0], record[1]
 
 
 def _reason(row):
@@ -63,12 +63,16 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
         )
         inputs = converted["inputs"]
     else:
+        # The analysed split's records carry their pixel sums for tf.Transform (transforms/analyze.py).
+        sums_split = names.ANALYZED_SPLIT if config.analyze else None
         converted = (
             files
             | "ShuffleItems" >> ShuffleItems(config.seed, num_buckets(plan.num_files))
             | "ConvertImage"
             >> ConvertInParallel(
-                ImageConverter(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed),
+                ImageConverter(
+                    config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, sums_split
+                ),
                 processes=config.processes,
                 label_names=beam.pvalue.AsSingleton(label_names),
             )

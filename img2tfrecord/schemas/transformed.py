@@ -11,6 +11,14 @@ from __future__ import annotations
 IMAGE = "image"  # float32 [H, W, C]: decoded, scaled to [0, 1], normalised with the train mean/std
 LABEL = "label"  # int64: the class id, looked up in the LABEL_VOCABULARY
 
+# Inputs of the analysis only, never in a record: per train image, the exact per-channel
+# sum and sum of squares of its uint8 pixels (int64 [C]), computed where it is converted.
+# Added to the train examples on their way to tf.Transform; the exported transform does
+# not use them, so readers and serving never pass them.
+PIXEL_SUM = "analysis/pixel_sum"
+PIXEL_SQUARE_SUM = "analysis/pixel_square_sum"
+ANALYSIS_FEATURES = (PIXEL_SUM, PIXEL_SQUARE_SUM)
+
 # Vocabulary files of the transform (``TFTransformOutput.vocabulary_by_name``).
 LABEL_VOCABULARY = "label"  # line i is the class name of id i: the same list as labels.txt
 

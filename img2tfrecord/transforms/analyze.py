@@ -1,8 +1,8 @@
 """Full-pass analysis of the train split with tf.Transform, and the exported transform.
 
-    train records (serialized tf.train.Example)
+    train records (serialized tf.train.Example + the worker's pixel sums appended)
       -> Arrow RecordBatches (tfx_bsl's C++ Example decoder, TFExampleBeamRecord)
-      -> tft_beam.AnalyzeDataset(preprocessing_fn)    one pass: every train image decoded once
+      -> tft_beam.AnalyzeDataset(preprocessing_fn)    one pass over the sums; no image decoded here
       -> tft_beam.WriteTransformFn(<output dir>)       transform_fn/, transformed_metadata/
       -> metadata/schema.pbtxt and schema.pbtxt; the temp dir is removed
       -> one statistics dict, copied into dataset.json by FinalizeOutput
@@ -19,16 +19,26 @@ The ``preprocessing_fn`` turns raw records (parsed with
   (line i = the class of id i = line i of ``labels.txt``). Left out for
   records without label features.
 
-The statistics need one pass and no equal image sizes: for each image the
-graph computes per-channel sums and sums of squares of its uint8 pixels
-(exact integers: row sums in int32, totals in int64) and its height and
-width; each batch is reduced to totals in the graph, so the Beam side only
+The statistics need one pass, no equal image sizes and no image decoding
+here: each train record arrives with the exact per-channel sums and sums of
+squares of its uint8 pixels (``schemas.transformed.ANALYSIS_FEATURES``),
+which the conversion workers computed from the stored bytes in parallel
+with the conversion (``image.pixel_sums``), plus its image/height and
+image/width. The graph reduces each batch to totals, so the Beam side only
 adds a few numbers per batch (``_Totals``, a CombineFn in the
 ``tft.experimental.ptransform_analyzer`` ``_TrainStatistics``). Mean and
 variance come from the exact integer totals, with no float round-off
-however many images; they are of the stored images as TensorFlow decodes
-them, i.e. what a reader sees. Images are weighted by their pixel count
-when sizes differ.
+however many images; they are of the stored images as a reader decodes
+them: Pillow's full JPEG decode is bit for bit TensorFlow's accurate
+integer DCT, with which both ``load()`` and this graph decode. Images are
+weighted by their pixel count when sizes differ.
+
+The analysis features are inputs of the analysis only. The train examples
+reach TFT with them appended (serialized messages merge when concatenated),
+the transform is traced with the records' schema plus these two features,
+and ``metadata/schema.pbtxt`` (``raw_feature_spec()``) is the records' own
+schema: no output depends on the sums, so ``transform_features_layer()``
+prunes them and readers and serving never pass them.
 
 The ``label`` vocabulary is a second ptransform analyzer
 (``_LabelVocabulary``) writing the run's sorted class list, the one
@@ -70,6 +80,7 @@ from google.protobuf import text_format
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
+from img2tfrecord.reader import decode_encoded
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
@@ -77,7 +88,6 @@ from img2tfrecord.schemas import transformed as names
 from img2tfrecord.transforms.image import ImageOptions
 
 _MAX_PIXEL = 255
-_MAX_INT32_ROW = (2**31 - 1) // (_MAX_PIXEL * _MAX_PIXEL)  # widest row whose int32 sum of squares is exact
 _PLACEHOLDER_VOCABULARY = b"placeholder-before-analysis\n"  # the vocabulary file while the graph is traced
 _MAP_PARALLELISM = 16  # images decoded at the same time inside one batch
 
@@ -102,13 +112,13 @@ class TransformSpec:
 
 
 def _decode(spec: TransformSpec, fields: Sequence[tf.Tensor]) -> tf.Tensor:
-    """One stored image -> uint8 [H, W, C]."""
+    """One stored image -> uint8 [H, W, C], decoded as ``img2tfrecord.load`` decodes it."""
     if spec.raw_pixels:
         encoded, height, width = fields
         shape = tf.cast(tf.stack([height, width, tf.constant(spec.channels, tf.int64)]), tf.int32)
         image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), shape)
     else:
-        image = tf.io.decode_image(fields[0], channels=spec.channels, dtype=tf.uint8, expand_animations=False)
+        image = decode_encoded(fields[0], spec.channels)
     if spec.image_size is not None:
         return tf.ensure_shape(image, [*spec.image_size, spec.channels])
     image.set_shape([None, None, spec.channels])
@@ -122,41 +132,14 @@ def _image_fields(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> Tuple
     return (inputs[keys.IMAGE_ENCODED],)
 
 
-def _image_sums(spec: TransformSpec, fields) -> Tuple[tf.Tensor, ...]:
-    """Per image: channel sums [C], channel sums of squares [C], height, width (all int64)."""
-    image = _decode(spec, fields)
-    shape = tf.shape(image, out_type=tf.int64)
-
-    def sums(dtype):
-        # Row sums first, in ``dtype``; then int64 across rows. int32 arithmetic costs about half
-        # of int64 and stays exact while a row's sum of squares fits: width * 255^2 < 2^31.
-        pixels = tf.cast(image, dtype)
-        row_sums = tf.cast(tf.reduce_sum(pixels, 1), tf.int64)
-        row_squares = tf.cast(tf.reduce_sum(pixels * pixels, 1), tf.int64)
-        return tf.reduce_sum(row_sums, 0), tf.reduce_sum(row_squares, 0)
-
-    channel_sums, channel_squares = tf.cond(
-        shape[1] <= _MAX_INT32_ROW, lambda: sums(tf.int32), lambda: sums(tf.int64)
-    )
-    return channel_sums, channel_squares, shape[0], shape[1]
-
-
 def _batch_totals(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> List[tf.Tensor]:
     """The analyzer's inputs: one batch reduced to a few numbers (see ``_Totals``)."""
-    c = spec.channels
-    sums, squares, heights, widths = tf.map_fn(
-        lambda f: _image_sums(spec, f),
-        _image_fields(spec, inputs),
-        fn_output_signature=(
-            tf.TensorSpec([c], tf.int64), tf.TensorSpec([c], tf.int64), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64),
-        ),
-        parallel_iterations=_MAP_PARALLELISM,
-    )
+    heights, widths = inputs[keys.IMAGE_HEIGHT], inputs[keys.IMAGE_WIDTH]
     totals = [
         tf.size(heights, out_type=tf.int64),
         tf.reduce_sum(heights * widths),
-        tf.reduce_sum(sums, 0),
-        tf.reduce_sum(squares, 0),
+        tf.reduce_sum(inputs[names.PIXEL_SUM], 0),
+        tf.reduce_sum(inputs[names.PIXEL_SQUARE_SUM], 0),
         tf.reduce_min(heights),
         tf.reduce_max(heights),
         tf.reduce_min(widths),
@@ -413,6 +396,14 @@ def raw_schema(spec_json: Optional[Mapping[str, Any]] = None):
     return schema_utils.schema_from_feature_spec(keys.feature_spec(dict(spec_json) if spec_json else None))
 
 
+def analysis_schema(spec_json: Optional[Mapping[str, Any]] = None, channels: int = 3):
+    """What the analysis reads: the records' schema plus the per-image pixel sums (int64 [C])."""
+    spec = keys.feature_spec(dict(spec_json) if spec_json else None)
+    for key in names.ANALYSIS_FEATURES:
+        spec[key] = tf.io.FixedLenFeature([channels], tf.int64)
+    return schema_utils.schema_from_feature_spec(spec)
+
+
 def temp_dir_for(output_dir: str, temp_location: Optional[str], dry_run: bool = False) -> str:
     """tf.Transform's temp dir: under ``--temp_location`` when given, else inside the output.
 
@@ -448,13 +439,17 @@ def _write_text(path: str, text: str) -> None:
 
 
 def _train_example(record):
-    split, _, example = record
+    """A train record -> its example with the analysis features appended (the converter's pixel sums)."""
+    split, _, example, sums = record
     if split == names.ANALYZED_SPLIT:
-        yield example
+        if sums is None:
+            raise ValueError("a train record without pixel sums: the converter was built without sums_split")
+        yield example + sums
 
 
 class AnalyzeTrainSplit(beam.PTransform):
-    """Serialized train examples -> one statistics dict, emitted once everything is written.
+    """Serialized train examples with their analysis features -> one statistics dict, emitted once
+    everything is written.
 
     Writes ``transform_fn/``, ``transformed_metadata/``, ``metadata/schema.pbtxt``
     and ``schema.pbtxt`` into ``output_dir``. ``label_names`` is the
@@ -478,7 +473,9 @@ class AnalyzeTrainSplit(beam.PTransform):
 
     def expand(self, examples):
         schema = raw_schema(self._spec_json)
-        source = tfxio.TFExampleBeamRecord(physical_format="tfrecord", schema=schema)
+        source = tfxio.TFExampleBeamRecord(
+            physical_format="tfrecord", schema=analysis_schema(self._spec_json, self._spec.channels)
+        )
         statistics = _TrainStatistics(self._spec)
         vocabulary = _LabelVocabulary(self._label_names)
         with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
@@ -503,7 +500,7 @@ class AnalyzeTrainSplit(beam.PTransform):
 def analyze_train_split(records, label_names, config, plan) -> Optional[beam.PCollection]:
     """The statistics PCollection of a run, or None (logged) when there is nothing to analyse.
 
-    ``records`` are the converter's ``(split, class, example)``;
+    ``records`` are the converter's ``(split, class, example, pixel sums)``;
     ``label_names`` the one-element PCollection of the sorted class list.
     """
     split_names = list(plan.split_names)

@@ -1,10 +1,15 @@
 """One work item -> one record, or one row of the error report.
 
 ``ImageConverter`` turns one source file (or archive member, or manifest
-row) into ``(split, class name, serialized tf.train.Example)``;
-``ClipConverter`` turns one clip folder of frames into a
+row) into a record ``(split, class name, serialized tf.train.Example,
+pixel sums)``; ``ClipConverter`` turns one clip folder of frames into a
 ``tf.train.SequenceExample`` record the same way. Each call gives exactly
 one output: ``(None, record)`` or ``(ERRORS, error row)``.
+
+The pixel sums are for the tf.Transform analysis (``transforms/analyze.py``):
+for an image of the analysed split, the serialized analysis features
+(``encode_pixel_sums``), computed here, in parallel with the conversion;
+else None.
 
 No Beam and no TensorFlow: these objects are pickled into the conversion
 worker processes (transforms/parallel.py), which then import only this
@@ -21,15 +26,16 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.transforms.encode import encode_example, encode_sequence_example
-from img2tfrecord.transforms.image import ImageError, ImageOptions, convert_image
+from img2tfrecord.transforms.encode import encode_example, encode_pixel_sums, encode_sequence_example
+from img2tfrecord.transforms.image import ImageError, ImageOptions, convert_image, pixel_sums
 from img2tfrecord.transforms.layout import PlacementError, SourceFile, placement
 from img2tfrecord.transforms.reading import is_permanent_read_error, read_source
 from img2tfrecord.transforms.split import Splits, assign_split
 
 ERRORS = "errors"  # the tag of error rows (and of the error output of the conversion step)
 
-# Main output element: (split, class name, serialized record). The order is set before conversion (shuffle.py).
+# Main output element: (split, class name, serialized record, pixel sums or None).
+# The order is set before conversion (shuffle.py).
 Record = tuple
 Output = Tuple[Optional[str], Any]  # (None, Record) | (ERRORS, error row)
 
@@ -56,14 +62,16 @@ class ImageConverter:
     ``label_names`` is the sorted class list of the whole input, so a class
     seen only in one split still gets its id from the one list. Thread-safe.
     A non-permanent read failure (a cloud storage hiccup) is raised, not
-    reported: the runner retries the bundle.
+    reported: the runner retries the bundle. ``sums_split`` names the split
+    whose records carry pixel sums (the analysed one), None for none.
     """
 
-    def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int):
+    def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int, sums_split: Optional[str] = None):
         self.options = options
         self.layout = layout
         self.splits = splits
         self.seed = seed
+        self.sums_split = sums_split
         self._ids: Optional[Dict[str, int]] = None
         self._ids_of: Optional[List[str]] = None
 
@@ -108,10 +116,17 @@ class ImageConverter:
         if class_name is not None and class_name not in ids:  # the file appeared after classes were listed
             return _rejected(path, relpath, "unknown_class", f"class {class_name!r} is not in the label map")
         split = split_folder or assign_split(relpath, self.seed, self.splits)
+        sums = None
+        if split == self.sums_split:
+            try:
+                sums = encode_pixel_sums(*pixel_sums(image))
+            except ImageError as e:
+                return _rejected(path, relpath, e.reason, e.message)
         return None, (
             split,
             class_name,
             encode_example(image, ids.get(class_name), class_name, relpath),  # class None: an unlabeled row
+            sums,
         )
 
 
@@ -168,6 +183,7 @@ class ClipConverter(ImageConverter):
             split,
             class_name,
             encode_sequence_example(converted, ids.get(class_name), class_name, clip),
+            None,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.example_proto import Example, SequenceExample
 from img2tfrecord.transforms.image import ConvertedImage
 
@@ -26,6 +27,20 @@ def encode_example(image: ConvertedImage, label: Optional[int], class_name: Opti
     feature[keys.FILENAME].bytes_list.value.append(relpath.encode("utf-8"))
     feature[keys.KEY_SHA256].bytes_list.value.append(image.sha256.encode())
     return example.SerializeToString(deterministic=True)  # map keys sorted: the same bytes in every process
+
+
+def encode_pixel_sums(sums: Sequence[int], squares: Sequence[int]) -> bytes:
+    """An Example holding only the analysis features of one image (``schemas.transformed``).
+
+    Serialized protobuf messages merge when concatenated, so ``record + this``
+    parses as the record with these two features added: how the train
+    examples reach tf.Transform (``transforms/analyze.py``).
+    """
+    example = Example()
+    feature = example.features.feature
+    feature[names.PIXEL_SUM].int64_list.value.extend(sums)
+    feature[names.PIXEL_SQUARE_SUM].int64_list.value.extend(squares)
+    return example.SerializeToString(deterministic=True)
 
 
 def encode_sequence_example(

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import operator
 import struct
 import time
 import warnings
@@ -35,6 +36,8 @@ _REDUCING_GAP = 2.0  # resize via Image.reduce() first when shrinking a lot (muc
 _PAD_COLOR = 0  # --resize fit pads with black
 _ALPHA_BACKGROUND = 255  # transparent pixels are composited onto white
 _TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
+_LEVELS = tuple(range(256))
+_SQUARED_LEVELS = tuple(k * k for k in _LEVELS)
 
 
 class ImageError(Exception):
@@ -558,3 +561,35 @@ def convert_image(data: bytes, options: ImageOptions) -> ConvertedImage:
         width=img.width,
         channels=options.channels,
     )
+
+
+def pixel_sums(image: ConvertedImage) -> Tuple[List[int], List[int]]:
+    """Per-channel sum and sum of squares of a stored image's uint8 pixels, as exact integers.
+
+    The stored bytes are decoded again: a JPEG is lossy, and what counts is
+    what a reader decodes, not what was encoded. Pillow's full JPEG decode is
+    libjpeg's accurate integer DCT with fancy upsampling, bit for bit what
+    ``tf.io.decode_jpeg(..., dct_method="INTEGER_ACCURATE")`` returns, which
+    is how ``img2tfrecord.load`` and the exported tf.Transform graph decode;
+    PNG and raw pixels are lossless. The sums come from Pillow's histogram
+    (256 counts per channel), so no pixel array is built.
+    """
+    mode = "RGB" if image.channels == 3 else "L"
+    if image.format == "raw":
+        img = Image.frombuffer(mode, (image.width, image.height), image.encoded, "raw", mode, 0, 1)
+    else:
+        with _decoding(image.encoded, image.format):
+            img = Image.open(io.BytesIO(image.encoded), formats=["JPEG", "PNG"])
+            img.load()
+        if img.mode != mode or img.size != (image.width, image.height):
+            raise ImageError(
+                "corrupt", f"the stored image decodes as {img.mode} {img.width}x{img.height}, "
+                f"not {mode} {image.width}x{image.height}",
+            )
+    histogram = img.histogram()
+    sums, squares = [], []
+    for band in range(image.channels):
+        counts = histogram[band * 256: (band + 1) * 256]
+        sums.append(sum(map(operator.mul, _LEVELS, counts)))
+        squares.append(sum(map(operator.mul, _SQUARED_LEVELS, counts)))
+    return sums, squares
