@@ -284,3 +284,20 @@ def test_top_folder_rule():
     assert strip(["clips/run/c1/f1.png", "clips/run/c1/f2.png"], sources.MIN_DEPTH_SEQUENCES) == "clips/"
     assert strip(["run/c1/f1.png", "run/c1/f2.png"], sources.MIN_DEPTH_SEQUENCES) == ""
     assert sources.normalise_member_name("./a//b/./c.jpg") == "a/b/c.jpg"
+
+
+def test_archive_member_names_that_are_not_text_become_bad_name_entries(tmp_path):
+    """A tar member name of Latin-1 bytes or with a line break: a bad_name entry shown as local names are."""
+    path = str(tmp_path / "names.tar")
+    good = I.jpeg(8, 8)
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT, encoding="utf-8", errors="surrogateescape") as t:
+        for name in ("cat/ok.jpg", "cat/caf\udce9.jpg", "cat/two\nlines.jpg"):
+            info = tarfile.TarInfo(name)
+            info.size = len(good)
+            t.addfile(info, io.BytesIO(good))
+    entries = list(sources.list_archive(path, os.path.getsize(path), 1 << 30))
+    assert [e[:2] for e in entries if e[0] == "member"] == [("member", "cat/ok.jpg")]
+    assert [e[:3] for e in entries if e[0] == "error"] == [
+        ("error", "cat/caf\\xe9.jpg", "bad_name"),
+        ("error", "cat/two\\nlines.jpg", "bad_name"),
+    ]

@@ -5,7 +5,6 @@ this module, and start faster without Beam.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional, Tuple
 
 from img2tfrecord.transforms.split import split_of_folder
@@ -30,8 +29,15 @@ def is_text(name: str) -> bool:
 
 
 def printable(name: str) -> str:
-    """``name`` with bytes that are not UTF-8 shown as ``\\xNN`` (never raises)."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
+    """``name`` as one line of text: bytes that are not UTF-8 shown as ``\\xNN``, line breaks as ``\\n``/``\\r``.
+
+    Local names and tar member names carry such bytes as surrogates; never raises.
+    """
+    try:
+        text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte (e.g. from a manifest): \udNNN
+        text = name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\n", "\\n").replace("\r", "\\r")
 
 
 class PlacementError(ValueError):

@@ -44,7 +44,7 @@ from apache_beam.io.fileio import EmptyMatchTreatment
 from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverImages, is_junk
 from img2tfrecord.transforms.converter import ERRORS, error_row
-from img2tfrecord.transforms.layout import is_text
+from img2tfrecord.transforms.layout import is_text, printable
 from img2tfrecord.transforms.reading import open_raw
 from img2tfrecord.transforms.split import split_of_folder
 
@@ -196,10 +196,20 @@ def _list_zip(path: str) -> Iterator[tuple]:
         )
 
 
-def _next_member(tar: tarfile.TarFile) -> Optional[tarfile.TarInfo]:
-    info = tar.next()
-    tar.members = []  # TarFile keeps every header it reads; a big archive must not fill memory
-    return info
+def _tar_members(tar: tarfile.TarFile) -> Iterator[Tuple[str, str, tarfile.TarInfo]]:
+    """``(action, name, info)`` of each member to convert (``member``) or count as skipped (``skip``), in order.
+
+    Directories are left out. Headers are read one at a time, as the
+    caller asks for the next one, so a streamed archive is read once.
+    """
+    while True:
+        info = tar.next()
+        tar.members = []  # TarFile keeps every header it reads; a big archive must not fill memory
+        if info is None:
+            return
+        name, action = _classify_tar_member(info)
+        if action != "ignore":
+            yield action, name, info
 
 
 def _classify_tar_member(info: tarfile.TarInfo) -> Tuple[str, str]:
@@ -223,14 +233,9 @@ def _list_tar(path: str, size: int) -> Iterator[tuple]:
             yield "error", "", "corrupt_archive", f"not a readable tar archive: {type(e).__name__}: {e}"
             return
         try:
-            while True:
-                info = _next_member(tar)
-                if info is None:
-                    break
-                name, action = _classify_tar_member(info)
-                if action != "member":
-                    if action == "skip":
-                        yield "skipped", name
+            for action, name, info in _tar_members(tar):
+                if action == "skip":
+                    yield "skipped", name
                     continue
                 if info.offset_data + info.size > size:
                     truncated = True
@@ -258,15 +263,9 @@ def _list_tgz(path: str, limit: int) -> Iterator[tuple]:
     with open_raw(path) as f:
         try:
             tar = tarfile.open(fileobj=f, mode="r|*")
-            while True:
-                current = ""
-                info = _next_member(tar)
-                if info is None:
-                    break
-                name, action = _classify_tar_member(info)
-                if action != "member":
-                    if action == "skip":
-                        yield "skipped", name
+            for action, name, info in _tar_members(tar):
+                if action == "skip":
+                    yield "skipped", name
                     continue
                 if info.size > limit:
                     yield "error", name, "file_too_large", (
@@ -278,6 +277,7 @@ def _list_tgz(path: str, limit: int) -> Iterator[tuple]:
                 if len(data) != info.size:
                     raise EOFError(f"member data ends after {len(data)} of {info.size} bytes")
                 yield "member", name, info.size, ("data", data)
+                current = ""  # a failure from here on is in the next header, not in this member
         except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
             text = str(e).lower()
             cut = isinstance(e, EOFError) or "end of" in text or "ended before" in text or "truncated" in text
@@ -297,9 +297,9 @@ def list_archive(path: str, size: int, limit: int) -> Iterator[tuple]:
         for entry in listers[kind]():
             problem = _name_problem(entry[1])
             if problem and entry[0] == "member":
-                yield "error", _printable(entry[1]), "bad_name", problem
+                yield "error", printable(entry[1]), "bad_name", problem
             elif problem:
-                yield (entry[0], _printable(entry[1])) + tuple(entry[2:])
+                yield (entry[0], printable(entry[1])) + tuple(entry[2:])
             else:
                 yield entry
     except (OSError, EOFError) as e:  # the archive itself cannot be opened
@@ -313,10 +313,6 @@ def _name_problem(name: str) -> Optional[str]:
     if not is_text(name):  # tar names that are not UTF-8 decode to surrogates
         return "member name is not valid UTF-8"
     return None
-
-
-def _printable(name: str) -> str:
-    return name.encode("utf-8", "backslashreplace").decode("utf-8").replace("\n", "\\n").replace("\r", "\\r")
 
 
 # ---------------------------------------------------------------------------
