@@ -247,6 +247,19 @@ def test_mixed_sizes_raw_pixels_then_overwrite_without_analysis(sample_dir, tmp_
     img2tfrecord.load(out, batch_size=None)  # the records themselves are as before
 
 
+def test_kept_originals_statistics_are_exact(sample_dir, tmp_path):
+    """--format keep stores the original JPEG/PNG files; their statistics are exact for what load decodes."""
+    out = str(tmp_path / "out")
+    proc = convert(sample_dir, out, "--format", "keep", "--splits", "train=0.7,test=0.3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parsed = parsed_split(out, "train")
+    assert set(parsed[keys.IMAGE_FORMAT].numpy()) == {b"jpeg", b"png"}  # both kinds of original kept
+    mean, std = moments(decoded(parsed))
+    stats = read_doc(out)["statistics"]
+    np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(stats["pixel_std"], std, rtol=0, atol=1e-9)
+
+
 def test_no_train_split_skips_the_analysis(tmp_path):
     root = tmp_path / "in"
     rng = random.Random(0)
