@@ -22,3 +22,19 @@ class FlakyStorageConverter(ImageConverter):
         if "flaky" in os.path.basename(source[1]):
             raise ConnectionResetError("connection reset by peer (simulated)")
         return super().__call__(source, label_names)
+
+
+class CountingConverter(ImageConverter):
+    """Appends the relpath of every item it converts to ``log_path``, one line each, from any process."""
+
+    def __init__(self, *args, log_path: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.log_path = log_path
+
+    def __call__(self, source, label_names):
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (source[1] + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+        return super().__call__(source, label_names)

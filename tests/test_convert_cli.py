@@ -177,6 +177,34 @@ def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output
     assert split_membership(read_records(other)[1]) != split_membership(first)
 
 
+def test_converting_ahead_changes_nothing_in_the_output(messy_input, messy_output, tmp_path):
+    """The default run converts its first items ahead while the pipeline starts; --processes 1 does not:
+    the same records in each split, byte for byte, and the same error report."""
+    root, _, _ = messy_input
+    out, proc = messy_output
+    assert "items were converted ahead while the pipeline started" in proc.stderr
+    one = str(tmp_path / "one")
+    single = convert(root, one, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2",
+                     "--processes", "1", runner=())
+    assert single.returncode == 0, single.stderr[-4000:]
+    assert "converted ahead" not in single.stderr
+
+    def content(output):
+        doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
+        by_split = {
+            split: sorted(
+                hashlib.sha256(r.numpy()).hexdigest()
+                for r in tf.data.TFRecordDataset([os.path.join(output, s["file"]) for s in info["shards"]])
+            )
+            for split, info in doc["splits"].items()
+        }
+        with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
+            errors = sorted(f.read().splitlines())
+        return by_split, errors, doc["labels"], doc["accounting"], doc["statistics"]
+
+    assert content(out) == content(one)
+
+
 def test_records_are_shuffled_within_shards(tmp_path):
     root = str(tmp_path / "in")
     make_dataset(root, classes=("a", "b", "c", "d"), per_class=15)

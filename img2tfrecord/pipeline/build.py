@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import apache_beam as beam
 
 import img2tfrecord
@@ -43,8 +45,17 @@ def _one(unused_element):
     return 1
 
 
-def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
-    """Add the conversion of ``config`` to pipeline ``p``."""
+def image_converter(config: ConvertConfig, plan: Plan) -> ImageConverter:
+    """The converter of a run's images; the analysed split's records carry their pixel sums (transforms/analyze.py)."""
+    sums_split = names.ANALYZED_SPLIT if config.analyze else None
+    return ImageConverter(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, sums_split)
+
+
+def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, ahead: Optional[str] = None) -> None:
+    """Add the conversion of ``config`` to pipeline ``p``.
+
+    ``ahead``: the token of a ``ConvertAhead`` already converting the plan's first items (run.py).
+    """
     # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
     discovered = p | "DiscoverImages" >> DiscoverSources(
         plan.input_kind, plan.pattern, plan.base, config.image.max_file_bytes, config.sequence,
@@ -63,17 +74,14 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan) -> None:
         )
         inputs = converted["inputs"]
     else:
-        # The analysed split's records carry their pixel sums for tf.Transform (transforms/analyze.py).
-        sums_split = names.ANALYZED_SPLIT if config.analyze else None
         converted = (
             files
             | "ShuffleItems" >> ShuffleItems(config.seed, num_buckets(plan.num_files))
             | "ConvertImage"
             >> ConvertInParallel(
-                ImageConverter(
-                    config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, sums_split
-                ),
+                image_converter(config, plan),
                 processes=config.processes,
+                ahead=ahead,
                 label_names=beam.pvalue.AsSingleton(label_names),
             )
         )

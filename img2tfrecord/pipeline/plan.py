@@ -7,7 +7,11 @@ sizes, nothing is read), which also detects the split-folder layout and
 reports "no matches" before any pipeline starts, and converts a small
 sample to measure the output/input size ratio when images are re-encoded.
 The pipeline lists the input again itself and discovers the classes there;
-nothing from this listing is shipped into the graph.
+nothing from this listing is shipped into the graph. For a local conversion
+in several processes, the plan also picks the first items of the seeded
+order, with the class list, to convert ahead while the pipeline starts
+(``Plan.ahead``; ``transforms/parallel.py``): the pipeline uses those
+results only if its own items and class list are equal.
 
 Archives (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``) are peeked at: a zip's
 central directory is read whole, a tar's first members (a tar.gz is
@@ -39,6 +43,7 @@ from img2tfrecord.transforms.split import (
     SPLIT_FOLDERS,
     assign_split,
     is_split_layout,
+    shuffle_key,
     split_of_folder,
 )
 
@@ -50,6 +55,9 @@ _PEEK_ARCHIVES = 4  # archives of a glob looked into at launch
 _PEEK_MEMBERS = 2000  # members of a tar / tar.gz looked at (a zip's central directory is read whole)
 _PEEK_ZIP_MEMBERS = 10_000_000
 _PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launch, at most
+_AHEAD_ITEMS = 2048  # items converted ahead while the pipeline starts, at most
+_AHEAD_BYTES = 128 * MIB  # and their records' estimated size, at most
+_AHEAD_MAX_FILES = 100_000  # past this, choosing them costs more launch time than converting ahead saves
 
 
 class PlanError(ValueError):
@@ -69,6 +77,8 @@ class Plan:
     input_kind: str = sources.INPUT_FOLDER  # folder (or glob of images), archives, manifest
     labeled: bool = True  # False: a manifest without a label column
     has_split_column: bool = False  # a manifest whose rows name their split
+    # (work items, sorted class names) to convert ahead; () when not worth it (see _ahead)
+    ahead: tuple = dataclasses.field(default=(), repr=False, compare=False)
 
 
 def _is_uri(path: str) -> bool:
@@ -154,6 +164,7 @@ def make_plan(config: ConvertConfig) -> Plan:
     layout, split_names = _layout(config, files)
     ratio = _estimate_size_ratio(config, files)
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
+    ahead = _ahead(config, layout, files, ratio)
     return Plan(
         base=base,
         pattern=pattern,
@@ -163,7 +174,33 @@ def make_plan(config: ConvertConfig) -> Plan:
         num_files=len(files),
         input_bytes=sum(f[2] for f in files),
         size_ratio=ratio,
+        ahead=ahead,
     )
+
+
+def _ahead(config: ConvertConfig, layout: str, files, ratio: float) -> tuple:
+    """``(items, class names)`` to convert ahead: the first items of the seeded order, as the pipeline sees them.
+
+    Only for images (not clips) converted in several local processes. The
+    items are ``(path, relpath, size)`` as the pipeline's listing makes them
+    (names that are not text are left out: the pipeline rejects them);
+    the class names are those the pipeline discovers from the same files.
+    """
+    if config.processes < 2 or config.sequence or len(files) > _AHEAD_MAX_FILES:
+        return ()
+    usable = [f for f in files if layouts.is_text(f[0])]
+    classes = set()
+    for source in usable:
+        try:
+            name = layouts.placement(source, layout)[1]
+        except layouts.PlacementError:
+            continue
+        if name is not None:
+            classes.add(name)
+    record_bytes = max(1.0, ratio * sum(f[2] for f in usable) / max(1, len(usable)))
+    count = min(_AHEAD_ITEMS, int(_AHEAD_BYTES / record_bytes))
+    first = sorted(usable, key=lambda f: shuffle_key(f[1], config.seed))[:count]
+    return tuple(first), tuple(sorted(classes))
 
 
 def _layout(config: ConvertConfig, files) -> Tuple[str, Tuple[str, ...]]:

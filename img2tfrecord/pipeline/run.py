@@ -9,12 +9,13 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from img2tfrecord.pipeline.build import build_pipeline
+from img2tfrecord.pipeline.build import build_pipeline, image_converter
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
 from img2tfrecord.pipeline.outputs import prepare_output
 from img2tfrecord.pipeline.plan import Plan, make_plan
 from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.parallel import ConvertAhead
 
 # The local default: Beam's FnApiRunner (what the DirectRunner falls back to
 # offline) in_memory, with the images of each bundle converted by a thread
@@ -108,14 +109,24 @@ def run(
         "input: %d files, %.1f MB, layout %s; shards per split: %s",
         plan.num_files, plan.input_bytes / 1e6, plan.layout, plan.num_shards,
     )
-    p = beam.Pipeline(options=options)
-    build_pipeline(p, config, plan)
-    result = p.run()
-    if not wait and not dry_run:
-        job_id = getattr(result, "job_id", None)
-        logging.info("submitted%s; %s appears in %s when it completes", f" job {job_id()}" if callable(job_id) else "", manifest.SUCCESS_FILE, config.output)
-        return None
-    result.wait_until_finish()
+    # Convert the first items while Beam (and TensorFlow) start up; the pipeline's DoFn adopts the pool.
+    ahead = None
+    in_process = is_local_runner(pipeline_args) and _flag_value(pipeline_args, "--direct_running_mode") in (None, "in_memory")
+    if plan.ahead and in_process and not dry_run and wait and "://" not in plan.base:
+        items, class_names = plan.ahead
+        ahead = ConvertAhead(image_converter(config, plan), config.processes, items, class_names)
+    try:
+        p = beam.Pipeline(options=options)
+        build_pipeline(p, config, plan, ahead.token if ahead else None)
+        result = p.run()
+        if not wait and not dry_run:
+            job_id = getattr(result, "job_id", None)
+            logging.info("submitted%s; %s appears in %s when it completes", f" job {job_id()}" if callable(job_id) else "", manifest.SUCCESS_FILE, config.output)
+            return None
+        result.wait_until_finish()
+    finally:
+        if ahead is not None:
+            ahead.close()  # a no-op once the pipeline adopted it
     if dry_run:
         return None
     return read_manifest(config.output)
