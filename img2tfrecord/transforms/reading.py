@@ -12,7 +12,7 @@ import os
 import stat
 import struct
 import zlib
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 from img2tfrecord.transforms.image import ImageError
 
@@ -172,17 +172,16 @@ def _read_tar_member(member: Member, limit: int) -> bytes:
     return data
 
 
-def read_source(source: tuple, limit: int, read_path: Callable[[str, int], bytes] = None) -> bytes:
-    """The bytes of a work item; ``read_path(path, limit)`` reads a plain file (default: read_file).
+def read_source(source: tuple, limit: int) -> bytes:
+    """The bytes of a work item (a plain file is read with :func:`read_file`).
 
     Raises ImageError (a reason for ``errors.jsonl``) or OSError.
     """
-    read_path = read_path or read_file
     member = source[3] if len(source) > 3 else None
     if member is None:
         if len(source) > 4 and source[4] is not None:  # a manifest row: the file may not exist
             try:
-                return read_path(source[0], limit)
+                return read_file(source[0], limit)
             except FileNotFoundError:
                 raise ImageError("not_found", "no such file (named by the manifest)") from None
             except Exception:  # e.g. a cloud client's "not found": look before calling it unreadable
@@ -193,7 +192,7 @@ def read_source(source: tuple, limit: int, read_path: Callable[[str, int], bytes
                 if missing:
                     raise ImageError("not_found", "no such file (named by the manifest)") from None
                 raise
-        return read_path(source[0], limit)
+        return read_file(source[0], limit)
     kind = member[0]
     if kind == "data":
         if len(member[1]) > limit:
