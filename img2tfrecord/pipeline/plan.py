@@ -164,7 +164,7 @@ def make_plan(config: ConvertConfig) -> Plan:
     layout, split_names = _layout(config, files)
     ratio = _estimate_size_ratio(config, files)
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
-    ahead = _ahead(config, layout, files, ratio)
+    ahead = _ahead(config, base, layout, files, ratio)
     return Plan(
         base=base,
         pattern=pattern,
@@ -178,25 +178,18 @@ def make_plan(config: ConvertConfig) -> Plan:
     )
 
 
-def _ahead(config: ConvertConfig, layout: str, files, ratio: float) -> tuple:
+def _ahead(config: ConvertConfig, base: str, layout: str, files, ratio: float) -> tuple:
     """``(items, class names)`` to convert ahead: the first items of the seeded order, as the pipeline sees them.
 
-    Only for images (not clips) converted in several local processes. The
+    Only for images (not clips) of a local folder converted in several local processes. The
     items are ``(path, relpath, size)`` as the pipeline's listing makes them
     (names that are not text are left out: the pipeline rejects them);
     the class names are those the pipeline discovers from the same files.
     """
-    if config.processes < 2 or config.sequence or len(files) > _AHEAD_MAX_FILES:
+    if config.processes < 2 or config.sequence or "://" in base or len(files) > _AHEAD_MAX_FILES:
         return ()
     usable = [f for f in files if layouts.is_text(f[0])]
-    classes = set()
-    for source in usable:
-        try:
-            name = layouts.placement(source, layout)[1]
-        except layouts.PlacementError:
-            continue
-        if name is not None:
-            classes.add(name)
+    classes = {name for source in usable for name in discover.classes_of_file(source, layout)}
     record_bytes = max(1.0, ratio * sum(f[2] for f in usable) / max(1, len(usable)))
     count = min(_AHEAD_ITEMS, int(_AHEAD_BYTES / record_bytes))
     first = sorted(usable, key=lambda f: shuffle_key(f[1], config.seed))[:count]

@@ -112,7 +112,7 @@ def run(
     # Convert the first items while Beam (and TensorFlow) start up; the pipeline's DoFn adopts the pool.
     ahead = None
     in_process = is_local_runner(pipeline_args) and _flag_value(pipeline_args, "--direct_running_mode") in (None, "in_memory")
-    if plan.ahead and in_process and not dry_run and wait and "://" not in plan.base:
+    if plan.ahead and in_process and not dry_run and wait:
         items, class_names = plan.ahead
         ahead = ConvertAhead(image_converter(config, plan), config.processes, items, class_names)
     try:

@@ -37,7 +37,8 @@ def is_junk(relpath: str) -> bool:
     return any(part.startswith(".") or part.lower() in _JUNK_NAMES for part in relpath.split("/"))
 
 
-def _classes_of_file(source: SourceFile, layout: str):
+def classes_of_file(source: SourceFile, layout: str):
+    """``[class name]`` of a work item, or ``[]`` when it has none (the label map is built from these)."""
     try:
         name = placement(source, layout)[1]
     except PlacementError:
@@ -95,7 +96,7 @@ class DiscoverClasses(beam.PTransform):
     def expand(self, files):
         return (
             files
-            | "ClassOfFile" >> beam.FlatMap(_classes_of_file, self._layout)
+            | "ClassOfFile" >> beam.FlatMap(classes_of_file, self._layout)
             | "DistinctClasses" >> beam.Distinct()
             | "CollectClasses" >> beam.combiners.ToList()
             | "SortClasses" >> beam.Map(sorted)
