@@ -169,7 +169,8 @@ def decode_encoded(encoded: tf.Tensor, channels: int) -> tf.Tensor:
     )
 
 
-def _decode_raw(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor, channels: tf.Tensor) -> tf.Tensor:
+def decode_raw(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor, channels: tf.Tensor) -> tf.Tensor:
+    """Stored raw bytes (``--format raw``: uint8, row-major) -> uint8 [height, width, channels]."""
     pixels = tf.io.decode_raw(encoded, tf.uint8)
     shape = tf.cast(tf.stack([height, width, channels]), tf.int32)
     return tf.reshape(pixels, shape)
@@ -180,11 +181,11 @@ def _decode_one(plan: _Plan, encoded, fmt, height, width, channels) -> tf.Tensor
     if plan.decoder == "encoded":
         image = decode_encoded(encoded, plan.channels)
     elif plan.decoder == "raw":
-        image = _decode_raw(encoded, height, width, channels)
+        image = decode_raw(encoded, height, width, channels)
     else:  # format decided per record: the branch point for stored formats beyond jpeg/png
         image = tf.cond(
             tf.equal(fmt, keys.FORMAT_RAW),
-            lambda: _decode_raw(encoded, height, width, channels),
+            lambda: decode_raw(encoded, height, width, channels),
             lambda: decode_encoded(encoded, plan.channels),
         )
     if plan.target_size is not None:

@@ -80,7 +80,7 @@ from google.protobuf import text_format
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
-from img2tfrecord.reader import decode_encoded
+from img2tfrecord.reader import decode_encoded, decode_raw
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
@@ -115,8 +115,7 @@ def _decode(spec: TransformSpec, fields: Sequence[tf.Tensor]) -> tf.Tensor:
     """One stored image -> uint8 [H, W, C], decoded as ``img2tfrecord.load`` decodes it."""
     if spec.raw_pixels:
         encoded, height, width = fields
-        shape = tf.cast(tf.stack([height, width, tf.constant(spec.channels, tf.int64)]), tf.int32)
-        image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), shape)
+        image = decode_raw(encoded, height, width, tf.constant(spec.channels, tf.int64))
     else:
         image = decode_encoded(fields[0], spec.channels)
     if spec.image_size is not None:
