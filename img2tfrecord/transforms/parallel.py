@@ -84,8 +84,9 @@ _AHEAD: Dict[str, "ConvertAhead"] = {}
 class ConvertAhead:
     """A pool started before the pipeline runs, converting ``items`` ahead (see the module docstring).
 
-    A feeder thread keeps two batches per process in flight until every item
-    is submitted or :meth:`adopt` stops it. :meth:`close` shuts the pool down
+    A feeder thread keeps two batches in flight for every process but one
+    (one core stays with the launcher, busy starting the pipeline) until
+    every item is submitted or :meth:`adopt` stops it. :meth:`close` shuts the pool down
     when no DoFn adopted it (a failed or dry run).
     """
 
@@ -97,7 +98,6 @@ class ConvertAhead:
         self.converter = converter
         self.label_names = list(label_names)
         self._processes = processes
-        # One core stays with the launcher, which is busy starting the pipeline meanwhile.
         self._in_flight_limit = _IN_FLIGHT_PER_PROCESS * max(1, processes - 1)
         self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = _new_pool(converter, processes)
         self._results: Dict[Any, Tuple[concurrent.futures.Future, int]] = {}
