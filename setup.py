@@ -53,7 +53,7 @@ setuptools.setup(
     },
     entry_points={
         "console_scripts": [
-            "img2tfrecord=img2tfrecord.cli:main",
+            "img2tfrecord=img2tfrecord.cli:run",
         ],
     },
     classifiers=[

@@ -1,6 +1,4 @@
-import sys
-
-from img2tfrecord.cli import main
+from img2tfrecord.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
