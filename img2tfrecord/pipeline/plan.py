@@ -55,7 +55,7 @@ _PEEK_ARCHIVES = 4  # archives of a glob looked into at launch
 _PEEK_MEMBERS = 2000  # members of a tar / tar.gz looked at (a zip's central directory is read whole)
 _PEEK_ZIP_MEMBERS = 10_000_000
 _PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launch, at most
-_AHEAD_ITEMS = 2048  # items converted ahead while the pipeline starts, at most
+_AHEAD_ITEMS = 4096  # items converted ahead while the pipeline starts, at most
 _AHEAD_BYTES = 128 * MIB  # and their records' estimated size, at most
 _AHEAD_MAX_FILES = 100_000  # past this, choosing them costs more launch time than converting ahead saves
 
