@@ -1,6 +1,7 @@
 """End-to-end: the real ``img2tfrecord convert`` CLI on generated images, read back with TensorFlow."""
 from __future__ import annotations
 
+import gc
 import glob
 import hashlib
 import io
@@ -293,6 +294,21 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, message):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not os.path.exists(out)
+
+
+def test_the_program_exits_with_mains_code_after_freezing_the_heap(monkeypatch):
+    # ``run`` is the console script and ``python -m img2tfrecord``: main's code, and the objects left
+    # frozen so that interpreter shutdown does not collect them.
+    from img2tfrecord import cli
+
+    monkeypatch.setattr(cli, "main", lambda: 2)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.run()
+        assert exit_info.value.code == 2
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_no_matches_and_missing_input_exit_2(tmp_path):
