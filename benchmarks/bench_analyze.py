@@ -1,6 +1,6 @@
 """Cost of the tf.Transform analysis: ``convert`` with and without ``--no-analyze``.
 
-    .venv/bin/python benchmarks/bench_analyze.py [--images 12000 | --corpus DIR] [--runs 3]
+    .venv/bin/python benchmarks/bench_analyze.py [--images 12000 | --corpus DIR] [--runs 5]
 
 The corpus is photo-like JPEGs from ``benchmarks/corpus.py`` (ImageNet-sized,
 ~45 KB), written once into ``benchmarks/results/analyze-corpus-<images>/images``
@@ -69,7 +69,7 @@ def convert_once(src: str, out: str, extra: List[str]) -> Dict[str, float]:
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=12000, help="corpus size (default 12000, as bench_convert)")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs per mode (default 3)")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per mode (default 5; single runs drift by up to 10%%)")
     parser.add_argument("--corpus", default=None, help="an existing corpus folder (SRC/<class>/<file>) instead of --images")
     args = parser.parse_args(argv)
 
