@@ -88,8 +88,9 @@ class ConvertAhead:
     every item is submitted or :meth:`adopt` stops it; the launcher shares
     the cores meanwhile, so none waits. Batches are large (64 items) because
     the pool hands work to its processes from a thread of this process,
-    which gets the GIL only between the launcher's imports and graph
-    building: small batches left the processes idle for most of a second.
+    which needs the GIL while the launcher's imports and graph building
+    hold it for long stretches: with batches of 8 the two cores were only
+    75-85% busy while the launcher started.
     :meth:`close` shuts the pool down when no DoFn adopted it (a failed or
     dry run).
     """
