@@ -98,8 +98,10 @@ def main(argv: List[str] | None = None) -> int:
     base, analysed = summary["--no-analyze"], summary["analyze (default)"]
     added_wall = analysed["median_wall_s"] / base["median_wall_s"] - 1
     added_cpu = analysed["median_cpu_s"] / base["median_cpu_s"] - 1
-    with open(os.path.join(outs["analyze (default)"], "dataset.json"), encoding="utf-8") as f:
-        stats = json.load(f).get("statistics")
+    from img2tfrecord.schemas import manifest
+
+    with open(os.path.join(outs["analyze (default)"], manifest.MANIFEST_FILE), encoding="utf-8") as f:
+        stats = json.load(f).get(manifest.STATISTICS)
 
     print()
     print(f"{'mode':<20}{'wall s (median)':>18}{'cpu s (median)':>18}")

@@ -204,6 +204,9 @@ def _local_abs(path: str) -> str:
 
 
 def format_summary(doc) -> str:
+    from img2tfrecord import inspection
+    from img2tfrecord.schemas import manifest
+
     lines = []
     acc = doc["accounting"]
     lines.append(
@@ -218,15 +221,9 @@ def format_summary(doc) -> str:
         lines.append("rejected by reason (details in errors.jsonl):")
         for reason, n in acc["rejected_by_reason"].items():
             lines.append(f"  {reason}: {n}")
-    stats = doc.get("statistics")
+    stats = doc.get(manifest.STATISTICS)
     if stats:
-        def channels(values):
-            return "[" + ", ".join(f"{v:.4f}" for v in values) + "]"
-
-        lines.append(
-            f"{stats['split']} pixel mean {channels(stats['pixel_mean'])}, std {channels(stats['pixel_std'])} "
-            f"(tf.Transform output: {stats['files']['transform_fn']}/)"
-        )
+        lines.append(f"{inspection.statistics_line(stats)} (tf.Transform output: {stats['files']['transform_fn']}/)")
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 Prints the splits, examples per split and class, every shard with its size
 and record count, the stored image sizes, formats and channels (read from
 the records themselves, at most :data:`MAX_RECORDS_PER_SPLIT` per split),
-and the rejected inputs by reason. ``--json`` prints the same as one JSON
+the tf.Transform analysis of the train split (from ``dataset.json``) and
+the rejected inputs by reason. ``--json`` prints the same as one JSON
 document; ``--grid`` draws a contact sheet of sample images and
 ``--class-chart`` a bar chart of examples per class and split (both PNG,
 drawn with Pillow).
@@ -188,6 +189,7 @@ def summarise(directory: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, A
         "accounting": doc.get("accounting", {}),
         "splits": splits,
         "rejected": error_report(directory, doc),
+        "statistics": doc.get(manifest.STATISTICS),  # the tf.Transform analysis; None without one
     }
 
 
@@ -211,6 +213,46 @@ def _counts(counter: Mapping[str, int], top: int = TOP_SIZES) -> str:
     if len(items) > top:
         text += f", ... {len(items) - top} more"
     return text or "-"
+
+
+def _channels(values: Sequence[float]) -> str:
+    return "[" + ", ".join(f"{v:.4f}" for v in values) + "]"
+
+
+def statistics_line(stats: Mapping[str, Any]) -> str:
+    """``train pixel mean [...], std [...]``: the analysis' per-channel statistics, in [0, 1] units."""
+    return f"{stats['split']} pixel mean {_channels(stats['pixel_mean'])}, std {_channels(stats['pixel_std'])}"
+
+
+def _analysis_lines(summary: Mapping[str, Any]) -> List[str]:
+    """The tf.Transform analysis of ``dataset.json``, or why there is none."""
+    stats = summary.get("statistics")
+    opts = summary["options"] or {}
+    if not stats:
+        if opts.get("analyze") is False:
+            why = " (converted with --no-analyze)"
+        elif opts.get("sequence"):
+            why = " (--sequence records are not analysed)"
+        elif opts.get("analyze"):
+            why = " (no train split)"
+        else:
+            why = ""
+        return [f"tf.Transform analysis: none{why}"]
+    transform_fn = stats.get("files", {}).get("transform_fn", manifest.TRANSFORM_FN_DIR)
+    lines = [
+        f"tf.Transform analysis of the {stats['split']} split ({transform_fn}/, applied by load(..., transform=True)):",
+        f"  {statistics_line(stats)} (per channel, pixels scaled to [0, 1])",
+    ]
+    height, width = stats["image_height"], stats["image_width"]
+    sizes = (
+        f"; height {height['min']}..{height['max']}, width {width['min']}..{width['max']}"
+        if stats["num_examples"] else ""
+    )
+    lines.append(f"  {stats['num_examples']} images{sizes}")
+    if stats.get("label_vocabulary"):
+        classes = len(stats.get("examples_per_class", {}))
+        lines.append(f"  label vocabulary {stats['label_vocabulary']!r}: {classes} classes, in the order of {manifest.LABELS_FILE}")
+    return lines
 
 
 def _class_table(summary: Mapping[str, Any]) -> List[str]:
@@ -286,6 +328,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             out.append(f"    mean stored image: {human_bytes(img['mean_encoded_bytes'])}")
         for problem in img["problems"]:
             out.append(f"    cannot read: {problem} (run img2tfrecord verify)")
+    out.append("")
+    out.extend(_analysis_lines(summary))
     rej = summary["rejected"]
     out.append("")
     if rej["rejected_by_reason"]:

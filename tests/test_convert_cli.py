@@ -115,6 +115,8 @@ def test_every_input_is_a_record_or_an_error(messy_input, messy_output):
     assert acc["rejected_by_reason"] == {r: list(bad.values()).count(r) for r in set(bad.values())}
     assert sorted(f for split in split_membership(records).values() for f in split) == sorted(good)
     assert "records written" in proc.stdout and "rejected" in proc.stdout
+    mean = ", ".join(f"{v:.4f}" for v in doc[manifest.STATISTICS]["pixel_mean"])
+    assert f"train pixel mean [{mean}], std [" in proc.stdout and "(tf.Transform output: transform_fn/)" in proc.stdout
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     assert not glob.glob(os.path.join(out, "beam-temp-*"))
 

@@ -7,7 +7,7 @@ import shutil
 
 from PIL import Image
 
-from conftest import run_cli, manifest_doc
+from conftest import convert, run_cli, manifest_doc
 from img2tfrecord.schemas import manifest
 
 
@@ -47,6 +47,30 @@ def test_json_matches_the_manifest(converted_sample):
         assert images["sizes"] == {"64x64": info["num_examples"]}
         assert images["formats"] == {"jpeg": info["num_examples"]}
         assert images["channels"] == {"3": info["num_examples"]}
+
+
+def test_summary_shows_the_tf_transform_analysis(converted_sample):
+    doc = manifest_doc(converted_sample)
+    stats = doc[manifest.STATISTICS]
+    out = run_cli("inspect", converted_sample).stdout
+    mean = ", ".join(f"{v:.4f}" for v in stats["pixel_mean"])
+    std = ", ".join(f"{v:.4f}" for v in stats["pixel_std"])
+    assert "tf.Transform analysis of the train split (transform_fn/" in out
+    assert f"train pixel mean [{mean}], std [{std}]" in out
+    assert f"{doc['splits']['train']['num_examples']} images; height 64..64, width 64..64" in out
+    assert f"label vocabulary 'label': {len(doc['labels'])} classes" in out
+    summary = json.loads(run_cli("inspect", converted_sample, "--json").stdout)
+    assert summary["statistics"] == stats
+
+
+def test_an_output_without_the_analysis_says_why(sample_dir, tmp_path):
+    out = str(tmp_path / "out")
+    proc = convert(sample_dir, out, "--image-size", "32", "--no-analyze")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pixel mean" not in proc.stdout
+    text = run_cli("inspect", out).stdout
+    assert "tf.Transform analysis: none (converted with --no-analyze)" in text
+    assert json.loads(run_cli("inspect", out, "--json").stdout)["statistics"] is None
 
 
 def test_record_reads_are_capped_and_say_sampled(converted_sample):

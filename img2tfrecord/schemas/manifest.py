@@ -41,6 +41,7 @@ _SHARD_FILE_RE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<
 
 # The tf.Transform analysis of the train split (skipped with --no-analyze):
 # ``tft.TFTransformOutput(<output dir>)`` reads the first three folders.
+STATISTICS = "statistics"  # the tf.Transform analysis of the train split; absent without one
 TRANSFORM_FN_DIR = "transform_fn"  # the exported transform (a SavedModel)
 TRANSFORMED_METADATA_DIR = "transformed_metadata"  # schema of the transformed features
 RAW_METADATA_DIR = "metadata"  # metadata/schema.pbtxt: the records' schema, for raw_feature_spec()
@@ -127,7 +128,7 @@ def build_manifest(
         "accounting": dict(accounting),
         "files": {"labels": LABELS_FILE, "errors": ERRORS_FILE, "success": SUCCESS_FILE},
         # The tf.Transform analysis of the train split (transforms/analyze.py); absent with --no-analyze.
-        **({"statistics": dict(statistics)} if statistics is not None else {}),
+        **({STATISTICS: dict(statistics)} if statistics is not None else {}),
     }
 
 

@@ -24,6 +24,3 @@ LABEL_VOCABULARY = "label"  # line i is the class name of id i: the same list as
 
 # The split whose statistics the transform applies to every split.
 ANALYZED_SPLIT = "train"
-
-# Key of the statistics block in dataset.json.
-STATISTICS = "statistics"
