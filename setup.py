@@ -41,6 +41,7 @@ setuptools.setup(
         "apache-beam[gcp]>=2.77,<2.78",
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
+        "tensorflow-metadata>=1.21,<1.22",  # verify reads the schema files
         "pillow>=11,<13",
         "google-crc32c>=1.5",
     ],

@@ -12,7 +12,14 @@ Checks, reading every record of every shard listed in ``dataset.json``:
   range and names ``image/class/text`` in ``dataset.json``'s labels;
   ``image/key/sha256`` is the SHA-256 of ``image/encoded``;
 * the accounting: per-split and per-class counts found in the records
-  against ``dataset.json``, and the rejected inputs against ``errors.jsonl``.
+  against ``dataset.json``, and the rejected inputs against ``errors.jsonl``;
+* the tf.Transform analysis, when ``dataset.json`` has its statistics: the
+  exported transform (``transform_fn/saved_model.pb``) and
+  ``transformed_metadata/`` present; ``schema.pbtxt`` and
+  ``metadata/schema.pbtxt`` parse as tensorflow_metadata Schemas naming
+  exactly the manifest's features; the ``label`` vocabulary asset equal to
+  ``labels.txt``; the statistics' example counts equal to their split's, one
+  mean and one standard deviation per channel, within [0, 1].
 
 Exit codes: 0 all checks hold (one OK line), 1 some do not (a report naming
 shard, record and problem, at most :data:`MAX_PROBLEMS_PER_SCOPE` per shard
@@ -40,6 +47,7 @@ from img2tfrecord.schemas import manifest
 MAX_PROBLEMS_PER_SCOPE = 20
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DATASET_SCOPE = "dataset"
+_SAVED_MODEL_FILE = "saved_model.pb"
 
 _PIL_FORMATS = {keys.FORMAT_JPEG: "JPEG", keys.FORMAT_PNG: "PNG"}
 _MODE_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "F": 1, "LA": 2, "P": 3, "RGB": 3, "YCbCr": 3, "RGBA": 4, "CMYK": 4}
@@ -77,6 +85,7 @@ class Report:
     notes: List[str] = dataclasses.field(default_factory=list)
     records_checked: int = 0
     shards_checked: int = 0
+    analysis_checked: bool = False  # dataset.json has tf.Transform statistics and their files were checked
     _per_scope: Dict[str, int] = dataclasses.field(default_factory=lambda: collections.defaultdict(int))
 
     def add(self, scope: str, message: str, record: Optional[int] = None, offset: Optional[int] = None) -> None:
@@ -100,6 +109,7 @@ class Report:
             "ok": self.ok,
             "records_checked": self.records_checked,
             "shards_checked": self.shards_checked,
+            "analysis_checked": self.analysis_checked,
             "num_problems": self.num_problems,
             "problems": [dataclasses.asdict(p) for p in self.problems],
             "omitted_problems": dict(self.omitted),
@@ -110,7 +120,8 @@ class Report:
         if self.ok:
             lines = [
                 f"OK: {self.path}: {self.records_checked} records in {self.shards_checked} shards verified "
-                f"(framing, checksums, counts, schema, images, labels, sha256 keys)"
+                f"(framing, checksums, counts, schema, images, labels, sha256 keys"
+                + (", tf.Transform output)" if self.analysis_checked else ")")
             ]
             return "\n".join(lines + [f"note: {n}" for n in self.notes])
         lines = [f"FAILED: {self.path}: {self.num_problems} problem(s)"]
@@ -431,6 +442,78 @@ def _check_accounting(directory: str, doc: Mapping[str, Any], report: Report) ->
         )
 
 
+def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> None:
+    """The tf.Transform outputs that ``dataset.json``'s statistics promise (``transforms/analyze.py``)."""
+    stats = doc.get(manifest.STATISTICS)
+    if not stats:
+        return
+    report.analysis_checked = True
+    files = stats.get("files") or {}
+    transform_fn = files.get("transform_fn", manifest.TRANSFORM_FN_DIR)
+    transformed_metadata = files.get("transformed_metadata", manifest.TRANSFORMED_METADATA_DIR)
+    for folder, inside in ((transform_fn, _SAVED_MODEL_FILE), (transformed_metadata, manifest.SCHEMA_FILE)):
+        if not records.exists(records.join(records.join(directory, folder), inside)):
+            report.add(folder, f"no {inside}: the exported tf.Transform output is incomplete")
+    raw_metadata = files.get("raw_metadata", manifest.RAW_METADATA_DIR)
+    schema_file = files.get("schema", manifest.SCHEMA_FILE)
+    for name in (schema_file, f"{raw_metadata}/{schema_file}"):
+        problem = _schema_problem(records.join(directory, name), set(doc.get("feature_spec") or {}))
+        if problem:
+            report.add(name, problem)
+    vocabulary = stats.get("label_vocabulary")
+    if vocabulary:
+        name = f"{transform_fn}/assets/{vocabulary}"
+        path = records.join(directory, name)
+        if not records.exists(path):
+            report.add(name, "missing: the label vocabulary of the exported transform")
+        else:
+            try:
+                names = label_map.parse_labels_text(records.read_text(path))
+            except (OSError, ValueError) as e:
+                names = None
+                report.add(name, f"unreadable: {type(e).__name__}: {e}")
+            if names is not None and names != list(doc.get("labels", [])):
+                report.add(name, f"differs from {manifest.LABELS_FILE}: the transform's label ids would not be the records'")
+    info = doc.get("splits", {}).get(stats.get("split"))
+    scope = f"{manifest.MANIFEST_FILE} {manifest.STATISTICS}"
+    if info is None:
+        report.add(scope, f"describe split {stats.get('split')!r}, which the output does not have")
+    else:
+        if int(stats.get("num_examples", -1)) != int(info.get("num_examples", 0)):
+            report.add(scope, f"count {stats.get('num_examples')} examples, split {stats['split']} holds {info.get('num_examples')}")
+        per_class = {k: int(v) for k, v in (stats.get("examples_per_class") or {}).items() if int(v)}
+        declared = {k: int(v) for k, v in info.get("examples_per_class", {}).items() if int(v)}
+        if "examples_per_class" in stats and per_class != declared:
+            report.add(scope, f"examples per class differ from split {stats['split']}'s")
+    channels = (doc.get("options") or {}).get("channels")
+    for key in ("pixel_mean", "pixel_std"):
+        values = stats.get(key)
+        if not isinstance(values, list) or (channels and len(values) != channels) or not all(
+            isinstance(v, (int, float)) and 0 <= v <= 1 for v in values
+        ):
+            report.add(scope, f"{key} is {values!r}, not one value in [0, 1] per channel ({channels})")
+
+
+def _schema_problem(path: str, features: set) -> Optional[str]:
+    """What is wrong with a tensorflow_metadata Schema file that should name exactly ``features``."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    if not records.exists(path):
+        return "missing"
+    try:
+        schema = text_format.Parse(records.read_text(path), schema_pb2.Schema())
+    except (text_format.ParseError, OSError, ValueError) as e:
+        return f"not a tensorflow_metadata Schema: {e}"
+    names = {feature.name for feature in schema.feature}
+    problems = []
+    if names - features:
+        problems.append(f"names features not in dataset.json's feature_spec: {sorted(names - features)[:5]}")
+    if features - names:
+        problems.append(f"lacks features of dataset.json's feature_spec: {sorted(features - names)[:5]}")
+    return "; ".join(problems) or None
+
+
 def verify(directory: str, max_problems_per_scope: int = MAX_PROBLEMS_PER_SCOPE) -> Report:
     """Check an output directory; the :class:`Report` says what holds.
 
@@ -481,6 +564,7 @@ def _verify(directory: str, doc: Mapping[str, Any], report: Report) -> None:
                 complete = complete and shard_complete
             _check_split_counts(split, info, found, report, complete)
         _check_accounting(directory, doc, report)
+        _check_analysis(directory, doc, report)
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a manifest missing fields or of the wrong shape
         report.add(manifest.MANIFEST_FILE, f"malformed: {type(e).__name__}: {e}")
 
@@ -495,7 +579,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "verify",
         help="check every record of a converted output directory",
         description="Read every record of every shard: framing and CRC32C checksums, record counts, "
-        "schema, image decoding, labels and sha256 keys. Exit 0 when all hold, 1 otherwise.",
+        "schema, image decoding, labels and sha256 keys; and the tf.Transform output (transform_fn/, schema files, "
+        "label vocabulary, statistics) when the conversion analysed the train split. Exit 0 when all hold, 1 otherwise.",
     )
     p.add_argument("directory", metavar="DIR", help="output directory of convert (local or gs://)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

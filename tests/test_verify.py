@@ -96,6 +96,7 @@ def test_json_report(converted_sample):
     proc = _verify(converted_sample, "--json")
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and report["ok"] is True and report["problems"] == []
+    assert report["analysis_checked"] is True
     assert report["records_checked"] == sum(i["num_examples"] for i in manifest_doc(converted_sample)["splits"].values())
 
 
@@ -179,6 +180,43 @@ def test_manifest_count_mismatch(converted_sample, tmp_path):
         f"{shard['file']}: record count mismatch: shard holds {actual} record(s), dataset.json lists {actual + 1}",
         "split train: num_examples is",
     )
+
+
+def test_tf_transform_output_is_checked(converted_sample, tmp_path):
+    assert "tf.Transform output)" in _verify(converted_sample).stdout
+    out = _copy(converted_sample, tmp_path)
+    os.remove(out / manifest.TRANSFORM_FN_DIR / "saved_model.pb")
+    with open(out / manifest.TRANSFORM_FN_DIR / "assets" / "label", "a", encoding="utf-8") as f:
+        f.write("not_a_class\n")
+    schema = (out / manifest.SCHEMA_FILE).read_text(encoding="utf-8")
+    (out / manifest.SCHEMA_FILE).write_text(schema.replace('"image/width"', '"image/wide"'), encoding="utf-8")
+    (out / manifest.RAW_METADATA_DIR / manifest.SCHEMA_FILE).write_text("garbage {\n", encoding="utf-8")
+    doc = manifest_doc(out)
+    stats = doc[manifest.STATISTICS]
+    stats["num_examples"] += 1
+    stats["pixel_std"] = [0.2, 1.5]
+    write_manifest_doc(out, doc)
+    _failed(
+        out,
+        "transform_fn: no saved_model.pb: the exported tf.Transform output is incomplete",
+        "transform_fn/assets/label: differs from labels.txt",
+        "schema.pbtxt: names features not in dataset.json's feature_spec: ['image/wide']; "
+        "lacks features of dataset.json's feature_spec: ['image/width']",
+        "metadata/schema.pbtxt: not a tensorflow_metadata Schema",
+        f"dataset.json statistics: count {stats['num_examples']} examples, split train holds {stats['num_examples'] - 1}",
+        "dataset.json statistics: pixel_std is [0.2, 1.5], not one value in [0, 1] per channel (3)",
+    )
+
+
+def test_output_without_statistics_skips_the_tf_transform_checks(converted_sample, tmp_path):
+    out = _copy(converted_sample, tmp_path)
+    shutil.rmtree(out / manifest.TRANSFORM_FN_DIR)
+    doc = manifest_doc(out)
+    del doc[manifest.STATISTICS]
+    write_manifest_doc(out, doc)
+    proc = _verify(out)
+    assert proc.returncode == 0, proc.stdout
+    assert "sha256 keys)" in proc.stdout and "tf.Transform" not in proc.stdout
 
 
 def test_missing_success_file(converted_sample, tmp_path):
