@@ -46,4 +46,4 @@ def translate(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(cli.main(translate(sys.argv[1:])))
+    cli.run(translate(sys.argv[1:]))

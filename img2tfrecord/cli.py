@@ -310,15 +310,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_FAILURE
 
 
-def run() -> None:
-    """The program: ``main``, then exit with its code.
+def run(argv: Optional[Sequence[str]] = None) -> None:
+    """The program: ``main(argv)``, then exit with its code.
 
     The objects TensorFlow and Beam leave behind are frozen first, so the
     interpreter's final garbage collection skips them: that collection
     alone took about 1 s after a run with tf.Transform. Everything is
     written and closed by then, and exit handlers still run.
     """
-    code = main()
+    code = main(argv)
     gc.freeze()
     sys.exit(code)
 

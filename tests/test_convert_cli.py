@@ -303,11 +303,12 @@ def test_the_program_exits_with_mains_code_after_freezing_the_heap(monkeypatch):
     # frozen so that interpreter shutdown does not collect them.
     from img2tfrecord import cli
 
-    monkeypatch.setattr(cli, "main", lambda: 2)
+    seen = []
+    monkeypatch.setattr(cli, "main", lambda argv=None: seen.append(argv) or 2)
     try:
         with pytest.raises(SystemExit) as exit_info:
-            cli.run()
-        assert exit_info.value.code == 2
+            cli.run(["inspect", "somewhere"])
+        assert exit_info.value.code == 2 and seen == [["inspect", "somewhere"]]
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
