@@ -102,11 +102,10 @@ class ConvertAhead:
         self.token = uuid.uuid4().hex
         self.converter = converter
         self.label_names = list(label_names)
-        self._processes = processes
         self._in_flight_limit = _IN_FLIGHT_PER_PROCESS * processes
         self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = _new_pool(converter, processes)
+        # Written by the feeder thread only; read once that thread has ended (adopt() joins it).
         self._results: Dict[Any, Tuple[concurrent.futures.Future, int]] = {}
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         batches = [list(items[i: i + batch_size]) for i in range(0, len(items), batch_size)]
         self._thread = threading.Thread(target=self._feed, args=(batches,), name="img2tfrecord-ahead", daemon=True)
@@ -128,9 +127,8 @@ class ConvertAhead:
                 future = self._pool.submit(convert_batch, batch, self.label_names)
             except (BrokenProcessPool, RuntimeError):  # broken, or shut down: the DoFn converts the rest
                 return
-            with self._lock:
-                for index, item in enumerate(batch):
-                    self._results[item] = (future, index)
+            for index, item in enumerate(batch):
+                self._results[item] = (future, index)
             in_flight.append(future)
 
     def adopt(self) -> Tuple[concurrent.futures.ProcessPoolExecutor, Dict[Any, Tuple[concurrent.futures.Future, int]]]:
