@@ -384,6 +384,11 @@ def _check_files(directory: str, doc: Mapping[str, Any], report: Report) -> set:
     return {name for name in listed if name in on_disk}
 
 
+def _nonzero_counts(counts: Mapping[str, Any]) -> Dict[str, int]:
+    """``{name: count}`` without the zero counts (dataset.json lists classes without examples)."""
+    return {k: int(v) for k, v in counts.items() if int(v)}
+
+
 def _check_split_counts(
     split: str, info: Mapping[str, Any], found: collections.Counter, report: Report, complete: bool
 ) -> None:
@@ -396,8 +401,8 @@ def _check_split_counts(
         )
     if not complete:
         return
-    declared = {k: int(v) for k, v in info.get("examples_per_class", {}).items() if int(v)}
-    actual = {k: v for k, v in found.items() if v}
+    declared = _nonzero_counts(info.get("examples_per_class", {}))
+    actual = _nonzero_counts(found)
     if declared != actual:
         diffs = [
             f"{c}: {actual.get(c, 0)} found, {declared.get(c, 0)} listed"
@@ -481,9 +486,8 @@ def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> N
     else:
         if int(stats.get("num_examples", -1)) != int(info.get("num_examples", 0)):
             report.add(scope, f"count {stats.get('num_examples')} examples, split {stats['split']} holds {info.get('num_examples')}")
-        per_class = {k: int(v) for k, v in (stats.get("examples_per_class") or {}).items() if int(v)}
-        declared = {k: int(v) for k, v in info.get("examples_per_class", {}).items() if int(v)}
-        if "examples_per_class" in stats and per_class != declared:
+        per_class = _nonzero_counts(stats.get("examples_per_class") or {})
+        if "examples_per_class" in stats and per_class != _nonzero_counts(info.get("examples_per_class", {})):
             report.add(scope, f"examples per class differ from split {stats['split']}'s")
     channels = (doc.get("options") or {}).get("channels")
     for key in ("pixel_mean", "pixel_std"):

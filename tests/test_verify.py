@@ -194,6 +194,7 @@ def test_tf_transform_output_is_checked(converted_sample, tmp_path):
     doc = manifest_doc(out)
     stats = doc[manifest.STATISTICS]
     stats["num_examples"] += 1
+    stats["examples_per_class"][doc["labels"][0]] += 1
     stats["pixel_std"] = [0.2, 1.5]
     write_manifest_doc(out, doc)
     _failed(
@@ -204,6 +205,7 @@ def test_tf_transform_output_is_checked(converted_sample, tmp_path):
         "lacks features of dataset.json's feature_spec: ['image/width']",
         "metadata/schema.pbtxt: not a tensorflow_metadata Schema",
         f"dataset.json statistics: count {stats['num_examples']} examples, split train holds {stats['num_examples'] - 1}",
+        "dataset.json statistics: examples per class differ from split train's",
         "dataset.json statistics: pixel_std is [0.2, 1.5], not one value in [0, 1] per channel (3)",
     )
 
