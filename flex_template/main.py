@@ -26,7 +26,9 @@ PARAMETERS = {
     "compression": "--compression",
     "max_error_rate": "--max-error-rate",
     "overwrite": "--overwrite",
+    "exact_statistics": "--exact-statistics",
 }
+SWITCHES = {"overwrite", "exact_statistics"}  # true/false parameters: the option or nothing
 
 
 def translate(argv):
@@ -35,7 +37,7 @@ def translate(argv):
     for arg in argv:
         name, sep, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
         if name in PARAMETERS:
-            if name == "overwrite":
+            if name in SWITCHES:
                 if value.lower() in ("", "true", "1", "yes"):
                     out.append(PARAMETERS[name])
                 continue

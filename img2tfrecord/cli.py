@@ -105,6 +105,7 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-error-rate", type=_fraction, default=None, metavar="F", help="exit 3 when more than this fraction of inputs is rejected (default: no limit)")
     p.add_argument("--processes", type=_positive(int), default=None, metavar="N", help="local processes converting images (default: one per core on the local runner; 1 on distributed runners, whose workers are the parallelism)")
     p.add_argument("--no-analyze", dest="analyze", action="store_false", help="skip the tf.Transform analysis of the train split (no transform_fn/, no statistics in dataset.json)")
+    p.add_argument("--exact-statistics", action="store_true", help="compute the train statistics of images stored as re-encoded JPEG from their stored bytes, decoded as readers decode them, not from the pixels given to the JPEG encoder (about 9%% more conversion CPU at 224x224)")
     p.add_argument("--no-wait", action="store_true", help="submit the job and exit (remote runners); the job writes _SUCCESS when done")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
@@ -172,6 +173,10 @@ def config_from_args(ns: argparse.Namespace):
         fmt = "keep" if ns.image_size is None and ns.channels == 3 else "jpeg"
     if ns.input.rstrip("/") == ns.output.rstrip("/"):
         raise UsageError("--output must differ from --input")
+    if ns.exact_statistics and not ns.analyze:
+        raise UsageError("--exact-statistics applies to the analysis, which --no-analyze skips")
+    if ns.exact_statistics and ns.sequence:
+        raise UsageError("--exact-statistics applies to the analysis, and --sequence records are not analysed")
     image = ImageOptions(
         size=ns.image_size,
         resize=ns.resize,
@@ -193,6 +198,7 @@ def config_from_args(ns: argparse.Namespace):
         compression=ns.compression,
         overwrite=ns.overwrite,
         analyze=ns.analyze,
+        exact_statistics=ns.exact_statistics,
         sequence=ns.sequence,
     )
 

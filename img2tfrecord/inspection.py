@@ -243,6 +243,10 @@ def _analysis_lines(summary: Mapping[str, Any]) -> List[str]:
         f"tf.Transform analysis of the {stats['split']} split ({transform_fn}/, applied by load(..., transform=True)):",
         f"  {statistics_line(stats)} (per channel, pixels scaled to [0, 1])",
     ]
+    if stats.get("exact") is True:
+        lines.append("  of the stored pixels, as load() decodes them")
+    elif stats.get("exact") is False:
+        lines.append("  images re-encoded as JPEG counted with the pixels given to the encoder (exact: --exact-statistics)")
     height, width = stats["image_height"], stats["image_width"]
     sizes = (
         f"; height {height['min']}..{height['max']}, width {width['min']}..{width['max']}"

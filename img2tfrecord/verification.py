@@ -489,7 +489,11 @@ def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> N
         per_class = _nonzero_counts(stats.get("examples_per_class") or {})
         if "examples_per_class" in stats and per_class != _nonzero_counts(info.get("examples_per_class", {})):
             report.add(scope, f"examples per class differ from split {stats['split']}'s")
-    channels = (doc.get("options") or {}).get("channels")
+    options = doc.get("options") or {}
+    exact = stats.get("exact", True)  # absent in outputs of versions that always decoded
+    if not isinstance(exact, bool) or (options.get("exact_statistics") and exact is not True):
+        report.add(scope, f"exact is {exact!r}, not what the options ({'' if options.get('exact_statistics') else 'no '}--exact-statistics) give")
+    channels = options.get("channels")
     for key in ("pixel_mean", "pixel_std"):
         values = stats.get(key)
         if not isinstance(values, list) or (channels and len(values) != channels) or not all(

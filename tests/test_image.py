@@ -420,6 +420,20 @@ def test_pixel_sums_are_those_of_the_pixels_load_decodes(source, channels, fmt):
     assert sums == flat.sum(0).tolist()
     assert squares == (flat * flat).sum(0).tolist()
 
+    # With the encoded pixels kept (how the converter calls it): exact wherever the format is
+    # lossless or the original file is stored; a re-encoded JPEG gives its encoder's input.
+    data = PIXEL_SUM_SOURCES[source]()
+    kept = convert_image(data, ImageOptions(channels=channels, format=fmt, size=None), keep_pixels=True)
+    assert kept.encoded == c.encoded
+    assert kept.pixels is not None or kept.encoded == data  # none kept only for an original stored as it is
+    assert kept.pixels is not None or fmt == "keep"  # any other format is always encoded here
+    assert pixel_sums(kept, exact=True) == (sums, squares)
+    if kept.format == "jpeg" and kept.pixels is not None:
+        encoder_input = np.asarray(kept.pixels).reshape(-1, channels).astype(np.int64)
+        assert pixel_sums(kept) == (encoder_input.sum(0).tolist(), (encoder_input * encoder_input).sum(0).tolist())
+    else:
+        assert pixel_sums(kept) == (sums, squares)
+
 
 def test_pixel_sums_reject_a_stored_image_that_is_not_what_it_claims():
     from img2tfrecord.transforms.image import pixel_sums

@@ -59,6 +59,8 @@ def test_summary_shows_the_tf_transform_analysis(converted_sample):
     assert f"train pixel mean [{mean}], std [{std}]" in out
     assert f"{doc['splits']['train']['num_examples']} images; height 64..64, width 64..64" in out
     assert f"label vocabulary 'label': {len(doc['labels'])} classes" in out
+    assert stats["exact"] is False  # 64x64 JPEGs re-encoded, without --exact-statistics
+    assert "images re-encoded as JPEG counted with the pixels given to the encoder (exact: --exact-statistics)" in out
     summary = json.loads(run_cli("inspect", converted_sample, "--json").stdout)
     assert summary["statistics"] == stats
 

@@ -25,6 +25,8 @@ def test_flex_template_parameters_map_to_convert_options():
         "--max-error-rate=0.01", "--runner=DataflowRunner", "--project=p", "--no-wait",
     ]
     assert "--overwrite" in flex_main.translate(["--overwrite=true"])
+    assert "--exact-statistics" in flex_main.translate(["--exact_statistics=true"])
+    assert "--exact-statistics" not in flex_main.translate(["--exact_statistics=false"])
 
 
 def test_flex_template_metadata_names_every_parameter_the_entry_point_knows():

@@ -231,15 +231,19 @@ def test_convert_image_fn_class_layout(tmp_path):
         assert_that(errors, equal_to(expected_errors), label="errors")
 
 
-def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path):
-    """Records of ``sums_split`` carry the analysis features, which merge into the Example when appended."""
+@pytest.mark.parametrize("exact", [False, True], ids=["encoder_input", "exact"])
+def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path, exact):
+    """Records of ``sums_split`` carry the analysis features, which merge into the Example when appended.
+
+    The sums of a re-encoded JPEG are those of the pixels given to the encoder, or with
+    ``exact_sums`` those of its stored bytes as TensorFlow decodes them.
+    """
     from img2tfrecord.schemas import transformed as names
-    from img2tfrecord.transforms.image import pixel_sums
 
     files = {f"cat/{i}.jpg": I.jpeg(40 + i, 30) for i in range(12)}
     sources = source_files(tmp_path, files)
     options = ImageOptions(size=(24, 16), format="jpeg")
-    converter = ImageConverter(options, LAYOUT_CLASS, SPLITS, SEED, sums_split="train")
+    converter = ImageConverter(options, LAYOUT_CLASS, SPLITS, SEED, sums_split="train", exact_sums=exact)
     plain = ImageConverter(options, LAYOUT_CLASS, SPLITS, SEED)
     splits = set()
     for source in sources:
@@ -252,12 +256,15 @@ def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path):
             continue
         example = tf.train.Example.FromString(serialized)
         stored = example.features.feature[schemas.IMAGE_ENCODED].bytes_list.value[0]
-        expected_sums, expected_squares = pixel_sums(convert_image(files[source[1]], options))
         merged = tf.train.Example.FromString(serialized + sums).features.feature
-        assert merged[names.PIXEL_SUM].int64_list.value == expected_sums
-        assert merged[names.PIXEL_SQUARE_SUM].int64_list.value == expected_squares
-        pixels = tf.io.decode_jpeg(stored, dct_method="INTEGER_ACCURATE").numpy().reshape(-1, 3).astype(np.int64)
+        decoded = tf.io.decode_jpeg(stored, dct_method="INTEGER_ACCURATE").numpy().reshape(-1, 3).astype(np.int64)
+        encoded = np.asarray(convert_image(files[source[1]], options, keep_pixels=True).pixels).reshape(-1, 3)
+        pixels = decoded if exact else encoded.astype(np.int64)
         assert list(merged[names.PIXEL_SUM].int64_list.value) == pixels.sum(0).tolist()
+        assert list(merged[names.PIXEL_SQUARE_SUM].int64_list.value) == (pixels * pixels).sum(0).tolist()
+        if not exact:  # the JPEG loss: the encoder's input and the stored image differ a little
+            assert not np.array_equal(encoded, decoded)
+            np.testing.assert_allclose(encoded.mean(0), decoded.mean(0), atol=2.0)
         for key in example.features.feature:  # the record's own features are untouched
             assert merged[key] == example.features.feature[key]
         assert set(merged) == set(example.features.feature) | set(names.ANALYSIS_FEATURES)

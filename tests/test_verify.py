@@ -196,6 +196,7 @@ def test_tf_transform_output_is_checked(converted_sample, tmp_path):
     stats["num_examples"] += 1
     stats["examples_per_class"][doc["labels"][0]] += 1
     stats["pixel_std"] = [0.2, 1.5]
+    doc["options"]["exact_statistics"] = True  # and the statistics say they are not exact
     write_manifest_doc(out, doc)
     _failed(
         out,
@@ -207,6 +208,7 @@ def test_tf_transform_output_is_checked(converted_sample, tmp_path):
         f"dataset.json statistics: count {stats['num_examples']} examples, split train holds {stats['num_examples'] - 1}",
         "dataset.json statistics: examples per class differ from split train's",
         "dataset.json statistics: pixel_std is [0.2, 1.5], not one value in [0, 1] per channel (3)",
+        "dataset.json statistics: exact is False, not what the options (--exact-statistics) give",
     )
 
 

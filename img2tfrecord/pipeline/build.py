@@ -48,7 +48,10 @@ def _one(unused_element):
 def image_converter(config: ConvertConfig, plan: Plan) -> ImageConverter:
     """The converter of a run's images; the analysed split's records carry their pixel sums (transforms/analyze.py)."""
     sums_split = names.ANALYZED_SPLIT if config.analyze else None
-    return ImageConverter(config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, sums_split)
+    return ImageConverter(
+        config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, sums_split,
+        config.exact_statistics,
+    )
 
 
 def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, ahead: Optional[str] = None) -> None:

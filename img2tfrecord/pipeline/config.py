@@ -22,6 +22,7 @@ class ConvertConfig:
     compression: str = "none"
     overwrite: bool = False
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
+    exact_statistics: bool = False  # re-encoded JPEGs' statistics from their stored bytes (image.pixel_sums)
     max_error_rate: Optional[float] = None  # the job fails (after writing everything) past this rejected fraction
     processes: int = 1  # local conversion worker processes; 1: convert in the runner's worker (transforms/parallel.py)
     sequence: bool = False  # SRC/<class>/<clip>/<frames> -> one tf.train.SequenceExample per clip
@@ -45,5 +46,6 @@ class ConvertConfig:
             "compression": self.compression,
             "max_error_rate": self.max_error_rate,
             "analyze": self.analyze,
+            "exact_statistics": self.exact_statistics,
             "sequence": self.sequence,
         }

@@ -22,16 +22,18 @@ The ``preprocessing_fn`` turns raw records (parsed with
 The statistics need one pass, no equal image sizes and no image decoding
 here: each train record arrives with the exact per-channel sums and sums of
 squares of its uint8 pixels (``schemas.transformed.ANALYSIS_FEATURES``),
-which the conversion workers computed from the stored bytes in parallel
-with the conversion (``image.pixel_sums``), plus its image/height and
-image/width. The graph reduces each batch to totals, so the Beam side only
-adds a few numbers per batch (``_Totals``, a CombineFn in the
-``tft.experimental.ptransform_analyzer`` ``_TrainStatistics``). Mean and
-variance come from the exact integer totals, with no float round-off
-however many images; they are of the stored images as a reader decodes
-them: Pillow's full JPEG decode is bit for bit TensorFlow's accurate
-integer DCT, with which both ``load()`` and this graph decode. Images are
-weighted by their pixel count when sizes differ.
+which the conversion workers computed in parallel with the conversion
+(``image.pixel_sums``), plus its image/height and image/width. The graph
+reduces each batch to totals, so the Beam side only adds a few numbers per
+batch (``_Totals``, a CombineFn in the ``tft.experimental.ptransform_analyzer``
+``_TrainStatistics``). Mean and variance come from the exact integer
+totals, with no float round-off however many images. They are of the
+stored images as a reader decodes them (Pillow's full JPEG decode is bit
+for bit TensorFlow's accurate integer DCT, with which both ``load()`` and
+this graph decode), except that an image re-encoded as JPEG contributes
+the pixels given to the JPEG encoder unless ``--exact-statistics`` asks
+for its stored bytes to be decoded again; ``statistics["exact"]`` says
+which. Images are weighted by their pixel count when sizes differ.
 
 The analysis features are inputs of the analysis only. The train examples
 reach TFT with them appended (serialized messages merge when concatenated),
@@ -277,12 +279,14 @@ def pixel_moments(pixels: int, sums: Sequence[int], squares: Sequence[int]) -> T
     return mean, std
 
 
-def statistics_json(totals, label_names: Optional[List[str]] = None) -> Dict[str, Any]:
+def statistics_json(totals, label_names: Optional[List[str]] = None, exact: bool = True) -> Dict[str, Any]:
     """The ``statistics`` block of ``dataset.json`` from the run totals (``_Totals``).
 
     ``examples_per_class`` follows ``label_names`` (the vocabulary order,
     zeros included) when given, else the sorted train classes; absent for
-    records without labels.
+    records without labels. ``exact``: every image's sums are of its
+    stored pixels; False when images re-encoded as JPEG may have
+    contributed the pixels given to the encoder (``image.pixel_sums``).
     """
     mean, std = pixel_moments(totals[_PIXELS], totals[_SUM], totals[_SQUARES])
     stats: Dict[str, Any] = {
@@ -290,6 +294,7 @@ def statistics_json(totals, label_names: Optional[List[str]] = None) -> Dict[str
         "num_examples": totals[_IMAGES],
         "pixel_mean": mean,
         "pixel_std": std,
+        "exact": exact,
         "image_height": {"min": totals[_HMIN], "max": totals[_HMAX]},
         "image_width": {"min": totals[_WMIN], "max": totals[_WMAX]},
     }
@@ -418,7 +423,7 @@ def temp_dir_for(output_dir: str, temp_location: Optional[str], dry_run: bool = 
     return FileSystems.join(output_dir, manifest.ANALYSIS_TEMP_DIR)
 
 
-def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, totals, label_names=None):
+def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, exact: bool, totals, label_names=None):
     """After WriteTransformFn: the raw schema files, the temp dir removed, the statistics out."""
     metadata_dir = FileSystems.join(output_dir, manifest.RAW_METADATA_DIR)
     tf.io.gfile.makedirs(metadata_dir)
@@ -426,7 +431,7 @@ def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, t
         _write_text(path, schema_text)
     if tf.io.gfile.exists(temp_dir):
         tf.io.gfile.rmtree(temp_dir)
-    stats = statistics_json(totals, label_names)
+    stats = statistics_json(totals, label_names, exact)
     if not stats["num_examples"]:
         logging.warning("the %r split is empty: the transform only scales images to [0, 1]", names.ANALYZED_SPLIT)
     return stats
@@ -452,7 +457,8 @@ class AnalyzeTrainSplit(beam.PTransform):
 
     Writes ``transform_fn/``, ``transformed_metadata/``, ``metadata/schema.pbtxt``
     and ``schema.pbtxt`` into ``output_dir``. ``label_names`` is the
-    one-element PCollection of the run's sorted class list.
+    one-element PCollection of the run's sorted class list; ``exact`` is
+    recorded in the statistics (see ``statistics_json``).
     """
 
     def __init__(
@@ -462,6 +468,7 @@ class AnalyzeTrainSplit(beam.PTransform):
         spec: TransformSpec,
         temp_dir: str,
         spec_json: Optional[Mapping[str, Any]] = None,
+        exact: bool = True,
     ):
         super().__init__()
         self._output_dir = output_dir
@@ -469,6 +476,7 @@ class AnalyzeTrainSplit(beam.PTransform):
         self._spec = spec
         self._temp_dir = temp_dir
         self._spec_json = spec_json
+        self._exact = exact
 
     def expand(self, examples):
         schema = raw_schema(self._spec_json)
@@ -491,6 +499,7 @@ class AnalyzeTrainSplit(beam.PTransform):
             self._output_dir,
             text_format.MessageToString(schema),
             self._temp_dir,
+            self._exact,
             totals=beam.pvalue.AsSingleton(statistics.totals),
             **side,
         )
@@ -529,5 +538,6 @@ def analyze_train_split(records, label_names, config, plan) -> Optional[beam.PCo
             TransformSpec.from_options(config.image, labeled=labeled),
             temp_dir_for(config.output, options.get("temp_location"), bool(options.get("dry_run"))),
             spec_json,
+            exact=config.exact_statistics or config.image.format in ("png", "raw"),  # lossless: encoded = stored
         )
     )

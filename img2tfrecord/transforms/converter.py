@@ -63,15 +63,21 @@ class ImageConverter:
     seen only in one split still gets its id from the one list. Thread-safe.
     A non-permanent read failure (a cloud storage hiccup) is raised, not
     reported: the runner retries the bundle. ``sums_split`` names the split
-    whose records carry pixel sums (the analysed one), None for none.
+    whose records carry pixel sums (the analysed one), None for none;
+    ``exact_sums``: those of a re-encoded JPEG come from its stored bytes
+    decoded again, not from the pixels given to the encoder (``image.pixel_sums``).
     """
 
-    def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int, sums_split: Optional[str] = None):
+    def __init__(
+        self, options: ImageOptions, layout: str, splits: Splits, seed: int, sums_split: Optional[str] = None,
+        exact_sums: bool = False,
+    ):
         self.options = options
         self.layout = layout
         self.splits = splits
         self.seed = seed
         self.sums_split = sums_split
+        self.exact_sums = exact_sums
         self._ids: Optional[Dict[str, int]] = None
         self._ids_of: Optional[List[str]] = None
 
@@ -87,10 +93,10 @@ class ImageConverter:
             self._ids, self._ids_of = ids, names
         return ids
 
-    def read_and_convert(self, source: SourceFile):
+    def read_and_convert(self, source: SourceFile, keep_pixels: bool = False):
         """The converted image, or ImageError; a transient read failure is raised as it is."""
         try:
-            return convert_image(read_source(source, self.options.max_file_bytes), self.options)
+            return convert_image(read_source(source, self.options.max_file_bytes), self.options, keep_pixels)
         except ImageError:
             raise
         except Exception as e:  # pylint: disable=broad-except
@@ -108,18 +114,19 @@ class ImageConverter:
             split_folder, class_name = placement(source, self.layout)
         except PlacementError as e:
             return _rejected(path, relpath, e.reason, str(e))
+        split = split_folder or assign_split(relpath, self.seed, self.splits)
+        with_sums = split == self.sums_split
         try:
-            image = self.read_and_convert(source)
+            image = self.read_and_convert(source, keep_pixels=with_sums)
         except ImageError as e:
             return _rejected(path, relpath, e.reason, e.message)
         ids = self.label_ids(label_names)
         if class_name is not None and class_name not in ids:  # the file appeared after classes were listed
             return _rejected(path, relpath, "unknown_class", f"class {class_name!r} is not in the label map")
-        split = split_folder or assign_split(relpath, self.seed, self.splits)
         sums = None
-        if split == self.sums_split:
+        if with_sums:
             try:
-                sums = encode_pixel_sums(*pixel_sums(image))
+                sums = encode_pixel_sums(*pixel_sums(image, self.exact_sums))
             except ImageError as e:
                 return _rejected(path, relpath, e.reason, e.message)
         return None, (
