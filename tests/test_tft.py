@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import convert
+from conftest import convert, run_cli
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
@@ -195,6 +195,7 @@ def test_exact_statistics_are_those_of_the_decoded_records(sample_dir, tmp_path)
     doc = read_doc(out)
     stats = doc["statistics"]
     assert stats["exact"] is True and doc["options"]["exact_statistics"] is True
+    assert "  of the stored pixels, as load() decodes them" in run_cli("inspect", out).stdout.splitlines()
     parsed = parsed_split(out, "train")
     mean, std = moments(decoded(parsed))
     np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)
