@@ -159,8 +159,10 @@ def decode_encoded(encoded: tf.Tensor, channels: int) -> tf.Tensor:
 
     JPEG with libjpeg's accurate integer DCT, not TensorFlow's default fast
     one: that decode is bit for bit Pillow's, so the pixels equal the ones
-    ``convert`` computed the train statistics from (``image.pixel_sums``),
-    and the exported tf.Transform graph decodes the same way.
+    ``convert`` computes the train statistics from whenever it decodes the
+    stored bytes (originals kept as they are, ``--exact-statistics``:
+    ``image.pixel_sums``), and the exported tf.Transform graph decodes the
+    same way.
     """
     return tf.cond(
         tf.io.is_jpeg(encoded),

@@ -93,7 +93,7 @@ def test_labels_match_class_text(converted_sample):
 
 
 def test_pixels_equal_a_plain_decode(converted_sample):
-    """load() decodes JPEG with the accurate integer DCT: exactly Pillow's pixels (and the statistics')."""
+    """load() decodes JPEG with the accurate integer DCT: exactly Pillow's pixels (those --exact-statistics sums)."""
     import io
 
     from PIL import Image
