@@ -12,6 +12,8 @@ import random
 
 from PIL import Image, ImageDraw, ImageFilter
 
+from img2tfrecord.sample import noise  # seeded grain: the same files on every run
+
 
 def photo_like(rng: random.Random, size=(500, 375)) -> Image.Image:
     w, h = size
@@ -25,7 +27,7 @@ def photo_like(rng: random.Random, size=(500, 375)) -> Image.Image:
         color = tuple(rng.randrange(256) for _ in range(3))
         (draw.ellipse if rng.random() < 0.5 else draw.rectangle)([x - r, y - r, x + r, y + r], fill=color)
     img = img.filter(ImageFilter.GaussianBlur(1.2))
-    grain = Image.effect_noise(size, 24).convert("RGB")
+    grain = noise(rng, size, 24).convert("RGB")
     return Image.blend(img, grain, 0.12)
 
 

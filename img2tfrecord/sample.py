@@ -19,11 +19,19 @@ CLASSES = ("circle", "square", "stripes", "triangle")
 DEFAULT_IMAGES_PER_CLASS = 75
 
 
+def noise(rng: random.Random, size, sigma: float) -> Image.Image:
+    """Grey noise around 128 with standard deviation ``sigma``, from ``rng`` (Pillow's own
+    ``effect_noise`` draws from C's unseeded generator, so its output differs between runs)."""
+    spread = min(127.5, sigma * 3 ** 0.5)  # a uniform distribution of that standard deviation
+    uniform = Image.frombytes("L", size, rng.randbytes(size[0] * size[1]))
+    return uniform.point(lambda v: round(127.5 + (v - 127.5) * spread / 127.5))
+
+
 def _background(rng: random.Random, size) -> Image.Image:
     base = tuple(rng.randrange(256) for _ in range(3))
-    noise = Image.effect_noise(size, rng.uniform(10, 40)).convert("RGB")
+    grain = noise(rng, size, rng.uniform(10, 40)).convert("RGB")
     solid = Image.new("RGB", size, base)
-    return Image.blend(solid, noise, 0.25)
+    return Image.blend(solid, grain, 0.25)
 
 
 def draw_shape(class_name: str, rng: random.Random, size) -> Image.Image:

@@ -45,3 +45,23 @@ def test_run_dataflow_needs_a_project():
     assert proc.stderr.strip().splitlines() == [
         "run_dataflow.sh: set PROJECT (or GOOGLE_CLOUD_PROJECT) to your Google Cloud project id"
     ]
+
+
+def test_the_sample_dataset_is_the_same_on_every_run(tmp_path):
+    """`img2tfrecord sample` writes byte-identical files for a seed (tests and examples rely on it)."""
+    import hashlib
+
+    from img2tfrecord import sample
+
+    def digest(directory):
+        files = sorted(os.path.relpath(os.path.join(root, name), directory)
+                       for root, _, names in os.walk(directory) for name in names)
+        return {name: hashlib.sha256(open(os.path.join(directory, name), "rb").read()).hexdigest() for name in files}
+
+    first, second, other = (str(tmp_path / name) for name in ("a", "b", "c"))
+    sample.generate(first, images_per_class=12, seed=5)
+    sample.generate(second, images_per_class=12, seed=5)
+    sample.generate(other, images_per_class=12, seed=6)
+    assert len(digest(first)) == 48
+    assert digest(first) == digest(second)
+    assert digest(first) != digest(other)
