@@ -161,10 +161,10 @@ def test_statistics_agree_with_numpy(analysed, sample_dir):
     images = decoded(parsed)
     stored_mean, stored_std = moments(images)
     # The sample's 40x32 images of flat shapes with hard colour edges are about the worst case
-    # for 4:2:0 chroma subsampling: std here is up to 4% above the decoded images' (0.45% on
-    # photo-like 224x224 images, benchmarks/bench_analyze.py).
+    # for 4:2:0 chroma subsampling: std here is 5% above the decoded images' in one channel
+    # (0.45% on photo-like 224x224 images, benchmarks/bench_analyze.py).
     np.testing.assert_allclose(stats["pixel_mean"], stored_mean, rtol=0, atol=2e-3)
-    np.testing.assert_allclose(stats["pixel_std"], stored_std, rtol=5e-2, atol=0)
+    np.testing.assert_allclose(stats["pixel_std"], stored_std, rtol=8e-2, atol=0)
     assert stats["num_examples"] == len(images) == doc["splits"]["train"]["num_examples"]
     assert stats["image_height"] == {"min": HEIGHT, "max": HEIGHT}
     assert stats["image_width"] == {"min": WIDTH, "max": WIDTH}
@@ -180,7 +180,7 @@ def test_transformed_train_images_are_standardised(analysed, layer):
     pixels = flat_pixels(image)
     # Within the JPEG loss (see test_statistics_agree_with_numpy); exactly with --exact-statistics.
     np.testing.assert_allclose(pixels.mean(0), 0.0, atol=1e-2)
-    np.testing.assert_allclose(pixels.std(0), 1.0, atol=5e-2)
+    np.testing.assert_allclose(pixels.std(0), 1.0, atol=8e-2)
 
 
 def test_exact_statistics_are_those_of_the_decoded_records(sample_dir, tmp_path):
@@ -321,9 +321,13 @@ def test_kept_originals_statistics(sample_dir, tmp_path, exact):
     mean, std = moments(decoded(parsed))
     stats = read_doc(out)["statistics"]
     assert stats["exact"] is exact
-    tolerance = 1e-9 if exact else 1e-4
-    np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=tolerance)
-    np.testing.assert_allclose(stats["pixel_std"], std, rtol=0, atol=tolerance)
+    if exact:
+        np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(stats["pixel_std"], std, rtol=0, atol=1e-9)
+    else:  # the re-encoded fifth of the sample (grayscale and EXIF-rotated JPEGs) within the JPEG loss
+        np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=2e-3)
+        np.testing.assert_allclose(stats["pixel_std"], std, rtol=2e-2, atol=0)
+        assert not np.allclose(stats["pixel_std"], std, rtol=0, atol=1e-9)  # they did count differently
 
 
 def test_no_train_split_skips_the_analysis(tmp_path):
