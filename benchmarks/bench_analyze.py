@@ -7,7 +7,7 @@ The corpus is photo-like JPEGs from ``benchmarks/corpus.py`` (ImageNet-sized,
 and reused. Each run is the real CLI in a fresh process, as a user runs it:
 
     python -m img2tfrecord convert --input <corpus> --output <out> \\
-        --image-size 224 --resize stretch --format jpeg --overwrite -q [--no-analyze]
+        --image-size 224 --resize stretch --format jpeg --overwrite -q [--no-analyze | --exact-statistics]
 
 with the default local runner, in three modes: ``--no-analyze``, the
 default analysis, and ``--exact-statistics`` (the stored JPEGs decoded
