@@ -87,7 +87,7 @@ from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
-from img2tfrecord.transforms.image import ImageOptions
+from img2tfrecord.transforms.image import LOSSLESS_FORMATS, ImageOptions
 
 _MAX_PIXEL = 255
 _PLACEHOLDER_VOCABULARY = b"placeholder-before-analysis\n"  # the vocabulary file while the graph is traced
@@ -538,6 +538,6 @@ def analyze_train_split(records, label_names, config, plan) -> Optional[beam.PCo
             TransformSpec.from_options(config.image, labeled=labeled),
             temp_dir_for(config.output, options.get("temp_location"), bool(options.get("dry_run"))),
             spec_json,
-            exact=config.exact_statistics or config.image.format in ("png", "raw"),  # lossless: encoded = stored
+            exact=config.exact_statistics or config.image.format in LOSSLESS_FORMATS,
         )
     )

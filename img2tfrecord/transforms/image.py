@@ -21,6 +21,7 @@ from PIL import Image, UnidentifiedImageError
 
 RESIZE_MODES = ("stretch", "fit", "fill")
 FORMATS = ("keep", "jpeg", "png", "raw")  # raw: uint8 pixels, row-major height x width x channels
+LOSSLESS_FORMATS = frozenset({"png", "raw"})  # stored formats whose decoded pixels are the encoded ones
 # Formats whose original bytes may be stored as they are (TensorFlow decodes them).
 # MPO is how Pillow names a JPEG carrying extra pictures (many phone and camera
 # photos): the file is a JPEG whose first picture is the one decoded.
@@ -596,7 +597,7 @@ def pixel_sums(image: ConvertedImage, exact: bool = False) -> Tuple[List[int], L
     pixel array is built.
     """
     mode = "RGB" if image.channels == 3 else "L"
-    if image.pixels is not None and (image.format != "jpeg" or not exact):
+    if image.pixels is not None and (image.format in LOSSLESS_FORMATS or not exact):
         img = image.pixels
         if img.mode != mode or img.size != (image.width, image.height):
             raise ValueError(f"the kept pixels are {img.mode} {img.width}x{img.height}, not {mode} {image.width}x{image.height}")
