@@ -8,6 +8,10 @@ compressed), plus:
 * ``labels.txt``   -- line i is the class name of id i;
 * ``errors.jsonl`` -- one JSON object per rejected input (``path``, ``reason``, ``error``);
 * ``_SUCCESS``     -- written last: the directory is complete only when it exists;
+* ``index/<shard file name>.idx`` -- for every uncompressed shard, one line
+  ``offset length`` per record (the format of NVIDIA DALI's ``tfrecord2idx``
+  and of the ``tfrecord`` package's ``create_index``; ``length`` counts the
+  record's whole framing), listed in the manifest as each shard's ``index``;
 * unless ``--no-analyze``, the tf.Transform output of the train split's analysis
   (``transform_fn/``, ``transformed_metadata/``, ``metadata/schema.pbtxt``,
   ``schema.pbtxt``; statistics in the manifest's ``statistics``), read with
@@ -52,9 +56,12 @@ ANALYSIS_FILE_NAMES = (
     TRANSFORM_FN_DIR, TRANSFORMED_METADATA_DIR, RAW_METADATA_DIR, SCHEMA_FILE, TRANSFORM_STAGING_DIR, ANALYSIS_TEMP_DIR,
 )
 
+INDEX_DIR = "index"  # per-shard record offsets of uncompressed outputs
+INDEX_SUFFIX = ".idx"
+
 # Every name convert may leave in an output directory (beam-temp-* are Beam's
 # write staging folders; they are removed when a write finalises).
-OUTPUT_FILE_NAMES = (MANIFEST_FILE, LABELS_FILE, ERRORS_FILE, SUCCESS_FILE) + ANALYSIS_FILE_NAMES
+OUTPUT_FILE_NAMES = (MANIFEST_FILE, LABELS_FILE, ERRORS_FILE, SUCCESS_FILE, INDEX_DIR) + ANALYSIS_FILE_NAMES
 TEMP_PREFIXES = ("beam-temp-", ".tmp-")
 
 
@@ -66,6 +73,11 @@ def shard_suffix(compression: str) -> str:
 
 def shard_file_name(split: str, index: int, count: int, compression: str = "none") -> str:
     return f"{split}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
+
+
+def index_file(shard_name: str) -> str:
+    """The index of a shard, relative to the output directory: ``index/<shard file name>.idx``."""
+    return f"{INDEX_DIR}/{shard_name}{INDEX_SUFFIX}"
 
 
 def parse_shard_file_name(name: str) -> Optional[Dict[str, Any]]:
