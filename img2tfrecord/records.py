@@ -1,6 +1,7 @@
 """Read an output directory without Beam or TensorFlow: files, manifest, TFRecord framing, Examples.
 
-Used by ``inspect`` and ``verify``. Local paths are read with plain Python
+Used by ``inspect``, ``verify`` and the TensorFlow-free readers of
+:mod:`img2tfrecord.datasource`. Local paths are read with plain Python
 file objects; paths with a scheme (``gs://...``) go through
 ``tf.io.gfile``, which is then the only reason TensorFlow gets imported.
 
@@ -13,6 +14,8 @@ TFRecord framing, per record::
 
 with ``masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (mod 2**32)``.
 A ``.tfrecord.gz`` shard is that byte stream gzip-compressed as a whole.
+An uncompressed shard's index file (DALI's ``tfrecord2idx`` format) holds
+one ``offset length`` line per record, ``length`` covering the whole framing.
 
 ``tf.train.Example`` messages are parsed with the TensorFlow-free message
 classes of :mod:`img2tfrecord.schemas.example_proto`.
@@ -24,8 +27,9 @@ import gzip
 import os
 import posixpath
 import struct
+import threading
 import zlib
-from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Mapping, Tuple
 
 import google_crc32c
 
@@ -143,6 +147,14 @@ class RecordError(Exception):
         self.message = message
 
 
+class TruncatedRecordError(RecordError):
+    """The shard ends inside this record: its header, data or footer is cut short."""
+
+
+class MisframedRecordError(RecordError):
+    """No record of the expected length starts at the given offset (an index that disagrees with its shard)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Record:
     index: int
@@ -193,22 +205,24 @@ def scan_records(path: str, compression: str = "none", check_crc: bool = True) -
                     if not header:
                         return
                     if len(header) < _HEADER.size:
-                        raise RecordError(index, offset, f"truncated header: {len(header)} of {_HEADER.size} bytes")
+                        raise TruncatedRecordError(index, offset, f"truncated header: {len(header)} of {_HEADER.size} bytes")
                     length, length_crc = _HEADER.unpack(header)
                     if check_crc and masked_crc32c(header[:8]) != length_crc:
                         raise RecordError(index, offset, "length checksum mismatch (corrupt record header)")
                     if size is not None and offset + _HEADER.size + length + _CRC.size > size:
-                        raise RecordError(
+                        raise TruncatedRecordError(
                             index, offset,
                             f"truncated: record of {length} bytes runs past the end of the file ({size} bytes)",
                         )
                     data = _read_exactly(stream, length)
                     if len(data) < length:
-                        raise RecordError(index, offset, f"truncated data: {len(data)} of {length} bytes")
+                        raise TruncatedRecordError(index, offset, f"truncated data: {len(data)} of {length} bytes")
                     footer = _read_exactly(stream, _CRC.size)
                     if len(footer) < _CRC.size:
-                        raise RecordError(index, offset, "truncated: data checksum missing")
-                except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+                        raise TruncatedRecordError(index, offset, "truncated: data checksum missing")
+                except EOFError as e:  # gzip: the compressed stream ends before its end marker
+                    raise TruncatedRecordError(index, offset, f"broken gzip stream: {e}") from None
+                except (zlib.error, gzip.BadGzipFile) as e:
                     raise RecordError(index, offset, f"broken gzip stream: {e}") from None
                 except OSError as e:
                     raise RecordError(index, offset, f"read error: {e}") from None
@@ -226,6 +240,141 @@ def iter_records(path: str, compression: str = "none", check_crc: bool = True) -
         if not record.data_crc_ok:
             raise RecordError(record.index, record.offset, "data checksum mismatch (corrupt record data)")
         yield record.index, record.offset, record.data
+
+
+# ---------------------------------------------------------------------------
+# Record offsets of uncompressed shards: index files and header walks.
+
+IndexEntry = Tuple[int, int]  # (offset of the record's header, length of its whole framing)
+
+
+def framed_length(data_length: int) -> int:
+    """Bytes one record of ``data_length`` data bytes takes in a shard (header, data, footer)."""
+    return _HEADER.size + data_length + _CRC.size
+
+
+def index_text(entries: Iterable[IndexEntry]) -> str:
+    """An index file's content: one ``offset length`` line per record, as DALI's ``tfrecord2idx`` writes it."""
+    return "".join(f"{offset} {length}\n" for offset, length in entries)
+
+
+def parse_index(text: str, path: str = "index") -> List[IndexEntry]:
+    """The entries of an index file; ValueError naming ``path`` and the line for anything but two integers per line."""
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        try:
+            offset, length = (int(v) for v in fields)
+        except ValueError:
+            raise ValueError(f"{path}: line {number} is not 'offset length': {line[:80]!r}") from None
+        if offset < 0 or length < framed_length(0):
+            raise ValueError(f"{path}: line {number} is not a record's offset and length: {line[:80]!r}")
+        entries.append((offset, length))
+    return entries
+
+
+class RandomAccessFile:
+    """Reads of byte ranges of one file, safe to share between threads.
+
+    Local files use ``os.pread`` (no shared file position); remote ones a
+    seek and read under a lock. Not picklable: each process opens its own.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._lock = threading.Lock()
+        if is_remote(path):
+            self._fd = -1
+            self._file: BinaryIO | None = _gfile().GFile(path, "rb")
+        else:
+            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            self._file = None
+        self.size = file_size(path)
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        """Up to ``n`` bytes from ``offset`` (fewer only at the end of the file)."""
+        if self._file is None:
+            chunks = []
+            while n > 0:
+                chunk = os.pread(self._fd, n, offset)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                offset += len(chunk)
+                n -= len(chunk)
+            return b"".join(chunks)
+        with self._lock:
+            self._file.seek(offset)
+            return _read_exactly(self._file, n)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        elif self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "RandomAccessFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def walk_offsets(path: str, check_crc: bool = True) -> List[IndexEntry]:
+    """``(offset, framed length)`` of every record of an uncompressed shard, reading only the headers.
+
+    Raises :class:`TruncatedRecordError` when the file ends inside a record,
+    :class:`RecordError` when a length fails its checksum.
+    """
+    entries: List[IndexEntry] = []
+    with RandomAccessFile(path) as f:
+        offset = 0
+        while offset < f.size:
+            index = len(entries)
+            header = f.read_at(offset, _HEADER.size)
+            if len(header) < _HEADER.size:
+                raise TruncatedRecordError(index, offset, f"truncated header: {len(header)} of {_HEADER.size} bytes")
+            length, length_crc = _HEADER.unpack(header)
+            if check_crc and masked_crc32c(header[:8]) != length_crc:
+                raise RecordError(index, offset, "length checksum mismatch (corrupt record header)")
+            framed = framed_length(length)
+            if offset + framed > f.size:
+                raise TruncatedRecordError(
+                    index, offset, f"truncated: record of {length} bytes runs past the end of the file ({f.size} bytes)"
+                )
+            entries.append((offset, framed))
+            offset += framed
+    return entries
+
+
+def read_record_at(f: RandomAccessFile, index: int, offset: int, length: int) -> bytes:
+    """The data of the record framed in ``length`` bytes at ``offset``, both checksums checked.
+
+    Raises :class:`TruncatedRecordError` when the file ends first,
+    :class:`MisframedRecordError` when no record of that length starts at
+    ``offset``, and :class:`RecordError` when the data fails its checksum
+    (``index`` numbers the record in the messages).
+    """
+    framed = f.read_at(offset, length)
+    if len(framed) < length:
+        raise TruncatedRecordError(
+            index, offset, f"truncated: {len(framed)} of the record's {length} bytes are in the file ({f.size} bytes)"
+        )
+    if length < framed_length(0):
+        raise MisframedRecordError(index, offset, f"a record takes at least {framed_length(0)} bytes, not {length}")
+    data_length, length_crc = _HEADER.unpack_from(framed)
+    if masked_crc32c(framed[:8]) != length_crc:
+        raise MisframedRecordError(index, offset, "no record header here (length checksum mismatch)")
+    if framed_length(data_length) != length:
+        raise MisframedRecordError(index, offset, f"the record here takes {framed_length(data_length)} bytes, not {length}")
+    data = framed[_HEADER.size:_HEADER.size + data_length]
+    if masked_crc32c(data) != _CRC.unpack_from(framed, _HEADER.size + data_length)[0]:
+        raise RecordError(index, offset, "data checksum mismatch (corrupt record data)")
+    return data
 
 
 def compression_of(doc: Mapping[str, Any]) -> str:
@@ -285,12 +434,20 @@ def decode_text(value: bytes) -> str:
 
 __all__ = [
     "ExampleError",
+    "MisframedRecordError",
+    "RandomAccessFile",
     "Record",
     "RecordError",
+    "TruncatedRecordError",
     "compression_of",
+    "framed_length",
+    "index_text",
     "iter_records",
     "masked_crc32c",
     "parse_example",
+    "parse_index",
     "read_manifest",
+    "read_record_at",
     "scan_records",
+    "walk_offsets",
 ]
