@@ -50,6 +50,9 @@ setuptools.setup(
             "pytest>=8",
             "pytest-timeout>=2.3",
             "hypothesis>=6.100",
+            "tensorflow-datasets>=4.9.10,<5",  # test_readers_tfds: TFDS reads a converted output
+            "grain>=0.2.18",  # test_readers_tf_free: grain reads through SplitDataSource
+            "tfrecord>=1.14.6",  # test_readers_tf_free: its tfrecord2idx writes DALI-format index files
         ],
     },
     entry_points={
