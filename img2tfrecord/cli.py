@@ -99,6 +99,7 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     shards.add_argument("--num-shards", type=_positive(int), default=None, help="fixed number of shards per split")
     p.add_argument("--compression", choices=("none", "gzip"), default="none", help="shard compression (default none)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier conversion in --output")
+    p.add_argument("--resume", action="store_true", help="finish an interrupted conversion of the same input, options and seed: shards it finished are kept, the rest converted")
     p.add_argument("--max-pixels", type=_positive(int), default=DEFAULT_MAX_PIXELS, help=f"reject images with more pixels (default {DEFAULT_MAX_PIXELS})")
     p.add_argument("--max-file-mb", type=_positive(float), default=DEFAULT_MAX_FILE_MB, help=f"reject files larger than this (default {DEFAULT_MAX_FILE_MB:g})")
     p.add_argument("--decode-timeout-s", type=_positive(float), default=DEFAULT_DECODE_TIMEOUT_S, metavar="S", help=f"reject an image whose decoding and resizing take longer (default {DEFAULT_DECODE_TIMEOUT_S:g})")
@@ -173,6 +174,8 @@ def config_from_args(ns: argparse.Namespace):
         fmt = "keep" if ns.image_size is None and ns.channels == 3 else "jpeg"
     if ns.input.rstrip("/") == ns.output.rstrip("/"):
         raise UsageError("--output must differ from --input")
+    if ns.resume and ns.overwrite:
+        raise UsageError("--resume keeps what an interrupted run finished, --overwrite replaces it: give one")
     if ns.exact_statistics and not ns.analyze:
         raise UsageError("--exact-statistics applies to the analysis, which --no-analyze skips")
     if ns.exact_statistics and ns.sequence:
@@ -197,6 +200,7 @@ def config_from_args(ns: argparse.Namespace):
         num_shards=ns.num_shards,
         compression=ns.compression,
         overwrite=ns.overwrite,
+        resume=ns.resume,
         analyze=ns.analyze,
         exact_statistics=ns.exact_statistics,
         sequence=ns.sequence,
@@ -235,7 +239,7 @@ def format_summary(doc) -> str:
 
 def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     from img2tfrecord.pipeline import OutputNotEmpty, PlanError
-    from img2tfrecord.pipeline.outputs import OutputNotWritable
+    from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotWritable
     from img2tfrecord.pipeline.run import default_processes, is_dry_run, read_manifest
     from img2tfrecord.pipeline.run import run as run_pipeline
     from img2tfrecord.schemas import manifest
@@ -261,6 +265,9 @@ def _convert(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequ
     budget_exceeded = None
     try:
         doc = run_pipeline(config, pipeline_args, wait=not ns.no_wait)
+    except AlreadyComplete as e:
+        logging.info("%s", e)
+        doc = read_manifest(config.output)
     except (PlanError, OutputNotEmpty, OutputNotWritable) as e:
         raise UsageError(str(e)) from None
     except Exception as e:

@@ -5,9 +5,9 @@ What is real here, locally:
 * Beam's ``BundleBasedDirectRunner`` retries a failed bundle (up to 4
   attempts) and throws away everything the failed attempt output, as
   Dataflow does. ``test_retried_bundles_neither_duplicate_nor_lose_records``
-  runs the conversion and writing transforms of the pipeline on it, with a
-  converter that fails the first attempt of some elements after emitting
-  records and a shard writer that fails once mid-shard. (The whole graph
+  runs the shard step of the pipeline (``WriteShards``) on it, with a
+  converter that fails the first attempt of some elements after converting
+  them and a shard writer that fails once mid-shard. (The whole graph
   does not run on that runner: it hands ``FinalizeOutput`` an empty list of
   shards, which the accounting check turns into a failed run rather than a
   wrong manifest.) The default local runner, FnApiRunner, does not retry:
@@ -22,6 +22,7 @@ What is real here, locally:
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import resource
@@ -35,16 +36,14 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import images as I
-from conftest import ROOT, convert
+from conftest import ROOT, convert, manifest_doc
 from img2tfrecord import schemas
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.convert import ERRORS, ConvertFn
-from img2tfrecord.transforms.converter import ImageConverter
+from img2tfrecord.transforms.converter import ERRORS, ImageConverter
 from img2tfrecord.transforms.discover import DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.image import ImageOptions
 from img2tfrecord.transforms.report import WriteErrorReport
-from img2tfrecord.transforms.shuffle import ShuffleItems
-from img2tfrecord.transforms.write import WriteSplit
+from img2tfrecord.transforms.write import ShardSink, WriteShards
 from test_convert_cli import read_records
 from test_hostile import FAST
 
@@ -96,21 +95,22 @@ def assert_exact_output(out: str, files: dict) -> None:
 # -- a worker failing mid-bundle, retried ---------------------------------------------------------
 
 
-class FlakyConvertFn(ConvertFn):
-    """ConvertFn whose first attempt at some files fails after the file's record was emitted."""
+class FlakyConverter(ImageConverter):
+    """Fails its first attempt at some files, as a lost worker would (the bundle is retried)."""
 
     def __init__(self, *args, marks: str, fail: frozenset, **kwargs):
         super().__init__(*args, **kwargs)
         self._marks = marks
         self._fail = fail
 
-    def process(self, source, label_names):
-        yield from super().process(source, label_names)
+    def __call__(self, source, label_names):
+        output = super().__call__(source, label_names)
         relpath = source[1]
         mark = os.path.join(self._marks, relpath.replace("/", "__"))
         if relpath in self._fail and not os.path.exists(mark):
             open(mark, "w").close()
             raise RuntimeError(f"simulated worker failure at {relpath}")
+        return output
 
 
 _WRITES = {"failed": 0, "count": 0}
@@ -128,32 +128,25 @@ def _flaky_write(original):
 
 
 def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatch):
-    from apache_beam.io import tfrecordio
-
+    """The shard step on a runner that retries failed bundles: every shard committed once, whole."""
     root = str(tmp_path / "in")
     files = make_images(root, classes=2, per_class=12, size=(32, 24), bad=1)
     marks = tmp_path / "marks"
     marks.mkdir()
-    fail = frozenset({"class0/img_0003.jpg", "class1/img_0007.jpg", "class1/broken_0.jpg"})
-    monkeypatch.setattr(tfrecordio._TFRecordSink, "write_encoded_record",  # pylint: disable=protected-access
-                        _flaky_write(tfrecordio._TFRecordSink.write_encoded_record))  # pylint: disable=protected-access
+    fail = frozenset({"class0/img_0003.jpg", "class1/broken_0.jpg"})  # with the failed write: 3 of 4 attempts
+    monkeypatch.setattr(ShardSink, "write_encoded_record", _flaky_write(ShardSink.write_encoded_record))
     _WRITES.update(failed=0, count=0)
     out = str(tmp_path / "out")
-    fn = FlakyConvertFn(ImageConverter(ImageOptions(), "class", (("train", 1.0),), 0), marks=str(marks), fail=fail)
+    run = os.path.join(out, manifest.run_folder("0000111122223333"))
+    sinks = {"train": ShardSink(out, "train", 2, "none", os.path.join(run, manifest.RUN_SHARDS_DIR, "train"))}
+    converter = FlakyConverter(ImageOptions(), "class", (("train", 1.0),), 0, marks=str(marks), fail=fail)
     with beam.Pipeline(options=PipelineOptions(["--runner=BundleBasedDirectRunner"])) as p:
         discovered = p | "Discover" >> DiscoverImages(root + "/**", root + "/")
         labels = discovered.files | "Classes" >> DiscoverClasses("class")
-        converted = (
-            discovered.files
-            | "Shuffle" >> ShuffleItems(seed=0, buckets=2)
-            | "Convert" >> beam.ParDo(fn, label_names=beam.pvalue.AsSingleton(labels)).with_outputs(ERRORS, main="records")
+        written = discovered.files | "WriteShards" >> WriteShards(
+            converter, sinks, run, seed=0, processes=1, label_names=beam.pvalue.AsSingleton(labels),
         )
-        _ = (
-            converted.records
-            | "Example" >> beam.Map(lambda record: record[2])
-            | "Write" >> WriteSplit(out, "train", 2, "none")
-        )
-        _ = converted[ERRORS] | "Errors" >> WriteErrorReport(out)
+        _ = written[ERRORS] | "Errors" >> WriteErrorReport(out)
 
     assert sorted(os.listdir(marks)) == sorted(f.replace("/", "__") for f in fail), "the failures did not happen"
     assert _WRITES["failed"] == 1
@@ -165,7 +158,7 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
     errors = [json.loads(line)["relpath"] for line in open(os.path.join(out, manifest.ERRORS_FILE))]
     assert sorted(errors) == ["class0/broken_0.jpg", "class1/broken_0.jpg"]
     assert final_shards(out) == [manifest.shard_file_name("train", i, 2) for i in range(2)]
-    assert not glob.glob(os.path.join(out, "beam-temp-*")), "a failed attempt's staging files were left"
+    assert not glob.glob(os.path.join(run, manifest.RUN_SHARDS_DIR, "train", "*")), "a failed attempt's staging files were left"
 
 
 # -- the whole process killed ---------------------------------------------------------------------
@@ -179,20 +172,25 @@ def _env():
     return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 
-def test_sigkill_mid_run_then_overwrite_gives_the_complete_output(tmp_path):
-    root = str(tmp_path / "in")
-    files = make_images(root, classes=4, per_class=150, size=(320, 240), bad=2)
-    out = str(tmp_path / "out")
-    args = ("convert", "--input", root, "--output", out, "--image-size", "96", "--format", "png", "--num-shards", "3", *FAST)
+def _run_folder(out: str):
+    found = glob.glob(os.path.join(out, manifest.RUN_FOLDER_PREFIX + "*"))
+    return found[0] if found else None
+
+
+def _done_files(out: str):
+    folder = _run_folder(out)
+    return sorted(glob.glob(os.path.join(folder, manifest.RUN_DONE_DIR, "*.json"))) if folder else []
+
+
+def _kill_when(args, ready, what: str):
+    """Start ``convert args``, SIGKILL it as soon as ``ready()`` holds; -> its return code."""
     proc = subprocess.Popen(_cli(*args), cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while not glob.glob(os.path.join(out, "beam-temp-*")):
+        deadline = time.monotonic() + 180
+        while not ready():
             assert proc.poll() is None, "the run ended before it could be killed: " + proc.stdout.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "no staging folder appeared"
-            time.sleep(0.01)
-        time.sleep(0.3)  # in the middle of converting
-        assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, f"never {what}"
+            time.sleep(0.005)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -200,17 +198,78 @@ def test_sigkill_mid_run_then_overwrite_gives_the_complete_output(tmp_path):
             proc.kill()
             proc.wait()
         proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    assert glob.glob(os.path.join(out, "beam-temp-*")), "the kill came after the run had finished writing"
-    assert_shards_complete(out)
+    return proc.returncode
 
-    again = convert(root, out, "--image-size", "96", "--format", "png", "--num-shards", "3", *FAST, runner=())
-    assert again.returncode == 2 and "--overwrite" in again.stderr  # an unfinished output is not silently reused
-    again = convert(root, out, "--image-size", "96", "--format", "png", "--num-shards", "3", "--overwrite", *FAST, runner=())
+
+def _shard_digests(out: str) -> dict:
+    found = {}
+    for name in final_shards(out) + sorted(os.listdir(os.path.join(out, manifest.INDEX_DIR))):
+        path = os.path.join(out, name) if manifest.parse_shard_file_name(name) else os.path.join(out, manifest.INDEX_DIR, name)
+        with open(path, "rb") as f:
+            found[name] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def _comparable(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "created"}
+
+
+KILL_ARGS = ("--image-size", "96", "--format", "png", "--num-shards", "8", "--splits", "train=0.5,test=0.5")
+
+
+def test_sigkill_mid_run_then_overwrite_gives_the_complete_output(tmp_path):
+    root = str(tmp_path / "in")
+    files = make_images(root, classes=4, per_class=80, size=(320, 240), bad=2)
+    out = str(tmp_path / "out")
+    args = ("convert", "--input", root, "--output", out, *KILL_ARGS, *FAST)
+    code = _kill_when(args, lambda: len(_done_files(out)) >= 2, "two shards finished")
+    assert code == -signal.SIGKILL
+    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert len(_done_files(out)) < 16, "the kill came after every shard was written"
+    assert final_shards(out) == [], "a shard got its final name before the commit"
+
+    again = convert(root, out, *KILL_ARGS, *FAST, runner=())
+    assert again.returncode == 2 and "--overwrite" in again.stderr and "--resume" in again.stderr
+    again = convert(root, out, *KILL_ARGS, "--overwrite", *FAST, runner=())
     assert again.returncode == 0, again.stderr[-3000:]
     assert_exact_output(out, files)
-    assert final_shards(out) == [manifest.shard_file_name("train", i, 3) for i in range(3)]
+    assert len(final_shards(out)) == 16
+
+
+def test_sigkill_mid_run_then_resume_converts_only_the_rest_and_gives_the_same_bytes(tmp_path):
+    root = str(tmp_path / "in")
+    files = make_images(root, classes=4, per_class=80, size=(320, 240), bad=2)
+    reference = str(tmp_path / "reference")
+    done = convert(root, reference, *KILL_ARGS, *FAST, runner=())
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    out = str(tmp_path / "out")
+    args = ("convert", "--input", root, "--output", out, *KILL_ARGS, *FAST)
+    assert _kill_when(args, lambda: len(_done_files(out)) >= 3, "three shards finished") == -signal.SIGKILL
+    finished = _done_files(out)
+    assert 3 <= len(finished) < 16, "the kill came after every shard was written"
+    stamps = {path: os.stat(path).st_mtime_ns for path in finished}
+
+    # Other options, seed or input: refused, and nothing is touched.
+    before = sorted(os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs)
+    other = convert(root, out, *KILL_ARGS, "--seed", "1", "--resume", *FAST, runner=())
+    assert other.returncode == 2 and "other options, seed or input" in other.stderr, other.stderr[-2000:]
+    assert len(other.stderr.strip().splitlines()) == 1
+    assert sorted(os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs) == before
+
+    resumed = convert(root, out, *KILL_ARGS, "--resume", *FAST, runner=())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    kept = int(resumed.stderr.split(" finished shard(s) kept")[0].rsplit(" ", 1)[-1])
+    assert kept >= len(finished)
+    assert not any(os.path.exists(p) and os.stat(p).st_mtime_ns != t for p, t in stamps.items())
+    assert_exact_output(out, files)
+    assert _shard_digests(out) == _shard_digests(reference)
+    assert _comparable(manifest_doc(out)) == _comparable(manifest_doc(reference))
+
+    # Resuming a finished output of the same run does nothing and says so.
+    again = convert(root, out, *KILL_ARGS, "--resume", *FAST, runner=())
+    assert again.returncode == 0 and "nothing to resume" in again.stderr
+    assert _shard_digests(out) == _shard_digests(reference)
 
 
 # -- the disk full ---------------------------------------------------------------------------------

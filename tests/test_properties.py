@@ -21,7 +21,7 @@ from PIL import Image
 import images as I
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.example_proto import Example
-from img2tfrecord.transforms.convert import ERRORS, ConvertFn
+from convert_fn import ERRORS, ConvertFn
 from img2tfrecord.transforms.converter import ImageConverter
 from img2tfrecord.transforms.image import ConvertedImage, ImageError, ImageOptions, convert_image
 

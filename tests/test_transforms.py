@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 
 import apache_beam as beam
 import numpy as np
@@ -11,22 +10,16 @@ import pytest
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline
-from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
+from apache_beam.testing.util import assert_that, equal_to
 
 import images as I
 from img2tfrecord import schemas
-from img2tfrecord.transforms.convert import ERRORS, ConvertFn
+from convert_fn import ERRORS, ConvertFn
 from img2tfrecord.transforms.converter import ImageConverter
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.layout import LAYOUT_CLASS, LAYOUT_SPLIT
 from img2tfrecord.transforms.image import ImageOptions, convert_image
-from img2tfrecord.transforms.sequence import clip_relpath
-from img2tfrecord.transforms.shuffle import ITEMS_PER_BUCKET, ShuffleItems, num_buckets
-from img2tfrecord.transforms.split import assign_split, shuffle_key
-from img2tfrecord.transforms.write import WriteSplit, count_records
+from img2tfrecord.transforms.split import assign_split
 
 SPLITS = (("train", 0.6), ("validation", 0.2), ("test", 0.2))
 SEED = 11
@@ -233,7 +226,7 @@ def test_convert_image_fn_class_layout(tmp_path):
 
 @pytest.mark.parametrize("exact", [False, True], ids=["encoder_input", "exact"])
 def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path, exact):
-    """Records of ``sums_split`` carry the analysis features, which merge into the Example when appended.
+    """Records of ``sums_split`` carry an analysis row: the Example without its image bytes, plus the sums.
 
     The sums of a re-encoded JPEG are those of the pixels given to the encoder, or with
     ``exact_sums`` those of its stored bytes as TensorFlow decodes them.
@@ -247,16 +240,16 @@ def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path, exac
     plain = ImageConverter(options, LAYOUT_CLASS, SPLITS, SEED)
     splits = set()
     for source in sources:
-        tag, (split, class_name, serialized, sums) = converter(source, ["cat"])
+        tag, (split, class_name, serialized, analysis) = converter(source, ["cat"])
         assert tag is None and class_name == "cat"
         assert plain(source, ["cat"]) == (None, (split, class_name, serialized, None))
         splits.add(split)
         if split != "train":
-            assert sums is None
+            assert analysis is None
             continue
         example = tf.train.Example.FromString(serialized)
         stored = example.features.feature[schemas.IMAGE_ENCODED].bytes_list.value[0]
-        merged = tf.train.Example.FromString(serialized + sums).features.feature
+        merged = tf.train.Example.FromString(analysis).features.feature  # the record without its image bytes
         decoded = tf.io.decode_jpeg(stored, dct_method="INTEGER_ACCURATE").numpy().reshape(-1, 3).astype(np.int64)
         encoded = np.asarray(convert_image(files[source[1]], options, keep_pixels=True).pixels).reshape(-1, 3)
         pixels = decoded if exact else encoded.astype(np.int64)
@@ -265,8 +258,10 @@ def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path, exac
         if not exact:  # the JPEG loss: the encoder's input and the stored image differ a little
             assert not np.array_equal(encoded, decoded)
             np.testing.assert_allclose(encoded.mean(0), decoded.mean(0), atol=2.0)
-        for key in example.features.feature:  # the record's own features are untouched
-            assert merged[key] == example.features.feature[key]
+        assert merged[schemas.IMAGE_ENCODED].bytes_list.value == [b""]
+        for key in example.features.feature:  # the record's other features are untouched
+            if key != schemas.IMAGE_ENCODED:
+                assert merged[key] == example.features.feature[key]
         assert set(merged) == set(example.features.feature) | set(names.ANALYSIS_FEATURES)
     assert "train" in splits and len(splits) > 1
 
@@ -335,136 +330,3 @@ def test_records_parse_with_the_declared_feature_spec(tmp_path):
         assert parsed[schemas.FILENAME].numpy().decode() == rel
         assert parsed[schemas.CLASS_TEXT].numpy().decode() == class_name
         assert int(parsed[schemas.CLASS_LABEL]) == ["cat", "dog"].index(class_name)
-
-
-# -- ShuffleItems --------------------------------------------------------------------------------
-
-
-class _BundleInOrder(beam.DoFn):
-    """Emits, per bundle, the list of elements in the order they were processed."""
-
-    def start_bundle(self):
-        self._seen = []
-
-    def process(self, element):
-        self._seen.append(element)
-
-    def finish_bundle(self):
-        yield WindowedValue(self._seen, MIN_TIMESTAMP, [GlobalWindow()])
-
-
-def _check_bucket_order(buckets, seed):
-    def check(bundles):
-        checked = 0
-        for bundle in bundles:
-            last = {}
-            for source in bundle:
-                key = shuffle_key(source[1], seed)
-                bucket = key % buckets
-                if bucket in last and last[bucket] > key:
-                    raise BeamAssertException(f"bucket {bucket}: key {key} after {last[bucket]}")
-                last[bucket] = key
-                checked += 1
-        if checked == 0:
-            raise BeamAssertException("no elements")
-
-    return check
-
-
-def test_shuffle_items_keeps_every_item_and_orders_buckets_by_seeded_key():
-    sources = [(f"/in/c{i % 4}/img_{i:03d}.jpg", f"c{i % 4}/img_{i:03d}.jpg", i) for i in range(210)]
-    sources.append(sources[5])  # a duplicate stays two items
-    with pipeline() as p:
-        shuffled = p | beam.Create(sources, reshuffle=False) | ShuffleItems(seed=SEED, buckets=3)
-        assert_that(shuffled, equal_to(sources), label="same items")
-        in_order = shuffled | beam.ParDo(_BundleInOrder())
-        assert_that(in_order, _check_bucket_order(3, SEED), label="ordered")
-
-
-def test_shuffle_items_orders_clips_by_their_folder():
-    clips = [((f"c{i % 3}/clip_{i:02d}", True), [(f"/in/c{i % 3}/clip_{i:02d}/f.png", "x", 1)]) for i in range(40)]
-    with pipeline() as p:
-        shuffled = p | beam.Create(clips, reshuffle=False) | ShuffleItems(seed=SEED, buckets=1, relpath_of=clip_relpath)
-        in_order = shuffled | beam.ParDo(_BundleInOrder())
-        expected = sorted(clips, key=lambda c: shuffle_key(c[0][0], SEED))
-        assert_that(in_order, equal_to([expected]), label="one bucket, in key order")
-
-
-def test_buckets_grow_with_the_input():
-    assert [num_buckets(n) for n in (0, 1, ITEMS_PER_BUCKET, ITEMS_PER_BUCKET + 1, 100 * ITEMS_PER_BUCKET)] == [1, 1, 1, 2, 100]
-    with pytest.raises(ValueError, match="buckets must be at least 1"):
-        ShuffleItems(seed=1, buckets=0)
-
-
-# -- WriteSplit / count_records ------------------------------------------------------------------
-
-
-def _payloads(n):
-    rng = np.random.default_rng(9)
-    out = [b"", b"x" * 100_000]
-    out += [rng.integers(0, 256, int(rng.integers(1, 3000)), dtype=np.uint8).tobytes() for _ in range(n - 2)]
-    return out
-
-
-@pytest.mark.parametrize("compression", ["none", "gzip"])
-def test_write_split_and_count_records(tmp_path, compression):
-    out = str(tmp_path / "out")
-    payloads = _payloads(40)
-    suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
-    names = [f"validation-{i:05d}-of-00003{suffix}" for i in range(3)]
-    with pipeline() as p:
-        written = p | beam.Create(payloads) | WriteSplit(out, "validation", 3, compression)
-        assert_that(written, equal_to([os.path.join(out, n) for n in names]))
-
-    assert sorted(os.listdir(out)) == names  # nothing else left behind
-    tf_compression = "GZIP" if compression == "gzip" else ""
-    total = []
-    for name in names:
-        path = os.path.join(out, name)
-        with open(path, "rb") as f:
-            assert (f.read(2) == b"\x1f\x8b") == (compression == "gzip")
-        records = [r.numpy() for r in tf.data.TFRecordDataset(path, compression_type=tf_compression)]
-        assert count_records(path) == ("validation", name, len(records), os.path.getsize(path))
-        total += records
-    assert sorted(total) == sorted(payloads)
-    assert sum(count_records(os.path.join(out, n))[2] for n in names) == len(payloads)
-
-
-@pytest.mark.parametrize("compression", ["none", "gzip"])
-def test_count_records_raises_on_truncated_shard(tmp_path, compression):
-    out = str(tmp_path / "out")
-    payloads = [bytes([i]) * (50 + i) for i in range(20)]
-    with pipeline() as p:
-        _ = p | beam.Create(payloads) | WriteSplit(out, "train", 1, compression)
-    name = "train-00000-of-00001" + (".tfrecord.gz" if compression == "gzip" else ".tfrecord")
-    path = os.path.join(out, name)
-    with open(path, "rb") as f:
-        data = f.read()
-    assert count_records(path)[2] == 20
-
-    damaged_dir = tmp_path / "damaged"
-    damaged_dir.mkdir()
-    damaged = str(damaged_dir / name)
-    cuts = [len(data) // 2, len(data) - 1, 5]
-    if compression == "gzip":
-        cuts.append(len(data) - 8)  # the whole deflate stream, only the gzip trailer missing
-        cuts.append(0)
-    for cut in cuts:
-        with open(damaged, "wb") as f:
-            f.write(data[:cut])
-        with pytest.raises(IOError):
-            count_records(damaged)
-    if compression == "none":
-        # Cut exactly after the first record: a valid, shorter file of one record.
-        first_end = 12 + struct.unpack("<Q", data[:8])[0] + 4
-        with open(damaged, "wb") as f:
-            f.write(data[:first_end])
-        assert count_records(damaged) == ("train", name, 1, first_end)
-        assert len(list(tf.data.TFRecordDataset(damaged))) == 1
-
-
-def test_count_records_rejects_other_names(tmp_path):
-    path = tmp_path / "notes.txt"
-    path.write_bytes(b"")
-    with pytest.raises(ValueError):
-        count_records(str(path))

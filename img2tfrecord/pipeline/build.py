@@ -1,44 +1,31 @@
 """The Beam graph of a conversion, built from a config and a launch plan.
 
-    MatchFiles -> ShuffleItems (seeded order; the fusion break) -> ConvertImage (read, decode, resize,
-        encode, split; local worker processes) -> per split: WriteToTFRecord -> CountRecords
-    errors -> errors.jsonl;  counts + shard files -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS)
+    DiscoverSources -> work items (files, archive members, manifest rows; clips with --sequence)
+      -> WriteShards: AssignShards ((split, shard) from seeded hashes) -> GroupByShard (small tuples only)
+                      -> WriteShard (convert in the seeded order, stream into the shard file) -> CommitSplit
+    error rows -> errors.jsonl;  analysis rows of the train split -> tf.Transform
+    committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS last)
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 
 import img2tfrecord
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
-from img2tfrecord.transforms.converter import ERRORS, ImageConverter
+from img2tfrecord.transforms.converter import ERRORS, ClipConverter, ImageConverter
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
-from img2tfrecord.transforms.sources import DiscoverSources
-from img2tfrecord.transforms.parallel import ConvertInParallel
 from img2tfrecord.transforms.report import FinalizeOutput, WriteErrorReport
-from img2tfrecord.transforms.shuffle import ShuffleItems, num_buckets
+from img2tfrecord.transforms.sources import DiscoverSources
 from img2tfrecord.transforms.split import DEFAULT_SPLIT
-from img2tfrecord.transforms.write import WriteSplit, count_records
-
-
-def _split_and_class(record):
-    return record[0], record[1]
+from img2tfrecord.transforms.write import ANALYSIS, ShardSink, WriteShards
 
 
 def _reason(row):
     return row["reason"]
-
-
-def _split_index(element, num_partitions, split_names):
-    return split_names.index(element[0])
-
-
-def _example(record):
-    return record[2]
 
 
 def _one(unused_element):
@@ -46,19 +33,29 @@ def _one(unused_element):
 
 
 def image_converter(config: ConvertConfig, plan: Plan) -> ImageConverter:
-    """The converter of a run's images; the analysed split's records carry their pixel sums (transforms/analyze.py)."""
+    """The converter of a run's work items; the analysed split's records carry their analysis rows."""
+    splits = config.splits or ((DEFAULT_SPLIT, 1.0),)
+    if config.sequence:
+        return ClipConverter(config.image, plan.layout, splits, config.seed)
     sums_split = names.ANALYZED_SPLIT if config.analyze else None
-    return ImageConverter(
-        config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, sums_split,
-        config.exact_statistics,
-    )
+    return ImageConverter(config.image, plan.layout, splits, config.seed, sums_split, config.exact_statistics)
 
 
-def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, ahead: Optional[str] = None) -> None:
-    """Add the conversion of ``config`` to pipeline ``p``.
+def run_dir(config: ConvertConfig, plan: Plan) -> str:
+    """The run's staging folder inside the output (``manifest.run_folder``)."""
+    return FileSystems.join(config.output, manifest.run_folder(plan.fingerprint(config)))
 
-    ``ahead``: the token of a ``ConvertAhead`` already converting the plan's first items (run.py).
-    """
+
+def shard_sinks(config: ConvertConfig, plan: Plan) -> dict:
+    staging = FileSystems.join(run_dir(config, plan), manifest.RUN_SHARDS_DIR)
+    return {
+        split: ShardSink(config.output, split, plan.num_shards[split], config.compression, FileSystems.join(staging, split))
+        for split in plan.split_names
+    }
+
+
+def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: bool = False) -> None:
+    """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished."""
     # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
     discovered = p | "DiscoverImages" >> DiscoverSources(
         plan.input_kind, plan.pattern, plan.base, config.image.max_file_bytes, config.sequence,
@@ -67,51 +64,29 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, ahead: O
     files = discovered["files"]
     label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
 
-    inputs = files  # what the accounting counts: images, or clips with --sequence
+    items = files  # what the accounting counts: images, or clips with --sequence
     if config.sequence:
-        from img2tfrecord.transforms.sequence import ConvertClips
+        from img2tfrecord.transforms.sequence import GroupClips
 
-        converted = files | "ConvertClips" >> ConvertClips(
-            config.image, plan.layout, config.splits or ((DEFAULT_SPLIT, 1.0),), config.seed, config.processes,
-            label_names, num_buckets(plan.num_files),
-        )
-        inputs = converted["inputs"]
-    else:
-        converted = (
-            files
-            | "ShuffleItems" >> ShuffleItems(config.seed, num_buckets(plan.num_files))
-            | "ConvertImage"
-            >> ConvertInParallel(
-                image_converter(config, plan),
-                processes=config.processes,
-                ahead=ahead,
-                label_names=beam.pvalue.AsSingleton(label_names),
-            )
-        )
-    records = converted["records"]
-    # Inputs rejected before conversion (an unreadable archive, a bad manifest row) join the report.
-    errors = (converted[ERRORS], discovered[ERRORS]) | "AllErrors" >> beam.Flatten()
-
-    split_names = list(plan.split_names)
-    by_split = records | "PartitionSplits" >> beam.Partition(_split_index, len(split_names), split_names)
-    shard_files = []
-    for split, examples in zip(split_names, by_split):
-        shard_files.append(
-            examples
-            | f"Examples[{split}]" >> beam.Map(_example)
-            | f"Write[{split}]" >> WriteSplit(config.output, split, plan.num_shards[split], config.compression)
-        )
-    shards = (
-        shard_files
-        | "AllShards" >> beam.Flatten()
-        | "CountRecords" >> beam.Map(count_records)
+        items = files | "GroupClips" >> GroupClips(plan.layout)
+    written = items | "WriteShards" >> WriteShards(
+        image_converter(config, plan),
+        shard_sinks(config, plan),
+        run_dir(config, plan),
+        config.seed,
+        config.processes,
+        beam.pvalue.AsSingleton(label_names),
+        batch_size=1 if config.sequence else 32,  # a clip is many frames: one clip per task
+        resume=resume,
     )
+    shards = written["shards"]
+    # Inputs rejected before conversion (an unreadable archive, a bad manifest row) join the report.
+    errors = (written[ERRORS], discovered[ERRORS]) | "AllErrors" >> beam.Flatten()
 
-    class_counts = records | "SplitAndClass" >> beam.Map(_split_and_class) | "CountPerClass" >> beam.combiners.Count.PerElement()
     reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
     error_files = errors | "ErrorReport" >> WriteErrorReport(config.output)
     num_inputs = (
-        (inputs | "InputUnits" >> beam.Map(_one), discovered[ERRORS] | "RejectedUnits" >> beam.Map(_one))
+        (items | "InputUnits" >> beam.Map(_one), discovered[ERRORS] | "RejectedUnits" >> beam.Map(_one))
         | "AllInputs" >> beam.Flatten()
         | "CountInputs" >> beam.combiners.Count.Globally()
     )
@@ -121,7 +96,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, ahead: O
     if config.analyze:
         from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
 
-        statistics = analyze_train_split(records, label_names, config, plan)
+        statistics = analyze_train_split(written[ANALYSIS], label_names, config, plan)
         if statistics is not None:
             analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
 
@@ -132,15 +107,15 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, ahead: O
         "compression": config.compression,
         "record_type": manifest.SEQUENCE_RECORD_TYPE if config.sequence else manifest.RECORD_TYPE,
         "labeled": plan.labeled,
+        "run_fingerprint": plan.fingerprint(config),
     }
     _ = (
         p
         | "Start" >> beam.Create([None])
         | "FinalizeOutput"
         >> beam.ParDo(
-            FinalizeOutput(config.output, manifest_fields, split_names, config.max_error_rate),
+            FinalizeOutput(config.output, manifest_fields, list(plan.split_names), run_dir(config, plan), config.max_error_rate),
             label_names=beam.pvalue.AsSingleton(label_names),
-            class_counts=beam.pvalue.AsList(class_counts),
             shards=beam.pvalue.AsList(shards),
             rejected_counts=beam.pvalue.AsList(reason_counts),
             num_inputs=beam.pvalue.AsSingleton(num_inputs),

@@ -21,10 +21,11 @@ class ConvertConfig:
     num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
     compression: str = "none"
     overwrite: bool = False
+    resume: bool = False  # keep the shards a killed run of the same fingerprint finished (plan.Plan.fingerprint)
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
     exact_statistics: bool = False  # re-encoded JPEGs' statistics from their stored bytes (image.pixel_sums)
     max_error_rate: Optional[float] = None  # the job fails (after writing everything) past this rejected fraction
-    processes: int = 1  # local conversion worker processes; 1: convert in the runner's worker (transforms/parallel.py)
+    processes: int = 1  # local conversion worker processes; 1: convert in the runner's worker (transforms/pool.py)
     sequence: bool = False  # SRC/<class>/<clip>/<frames> -> one tf.train.SequenceExample per clip
 
     def options_json(self) -> Dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-from typing import List
+from typing import List, Optional, Sequence
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
@@ -14,6 +14,10 @@ from img2tfrecord.schemas import manifest
 
 class OutputNotEmpty(ValueError):
     pass
+
+
+class AlreadyComplete(Exception):
+    """``--resume`` of a run whose output is already finished: nothing to do."""
 
 
 class OutputNotWritable(ValueError):
@@ -60,57 +64,113 @@ def list_output(output_dir: str) -> List[str]:
     return [m.path for m in result.metadata_list]
 
 
-def prepare_output(output_dir: str, overwrite: bool) -> None:
+def _relative(base: str, path: str) -> str:
+    return path[len(base):] if path.startswith(base) else posixpath.basename(path)
+
+
+def _run_folders(output_dir: str, existing: List[str]) -> List[str]:
+    """Base names of the run staging folders in an output (files listed, or local empty folders)."""
+    base = output_dir.rstrip("/") + "/"
+    names = {_relative(base, p).split("/", 1)[0] for p in existing}
+    names.update(os.path.basename(p) for p in _temp_folders(output_dir))
+    return sorted(n for n in names if n.startswith(manifest.RUN_FOLDER_PREFIX))
+
+
+def _read_fingerprint(output_dir: str) -> Optional[str]:
+    try:
+        with FileSystems.open(FileSystems.join(output_dir, manifest.MANIFEST_FILE)) as f:
+            return manifest.loads(f.read().decode("utf-8")).get("run_fingerprint")
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def prepare_output(output_dir: str, overwrite: bool, resume_folder: Optional[str] = None) -> bool:
     """Refuse a non-empty output, or with ``overwrite`` clear what an earlier run left.
 
     Only files img2tfrecord writes are removed; a directory holding anything
     else is refused even with ``overwrite``, so a mistyped ``--output`` never
-    deletes a user's files.
+    deletes a user's files. With ``resume_folder`` (the base name of this run's
+    staging folder, ``manifest.run_folder``), what a killed run of the same
+    fingerprint finished is kept: its staging folder, committed shards and
+    indexes; anything else it left is cleared. Returns True when there is such
+    a run to resume. Raises ``AlreadyComplete`` when the output is a finished
+    conversion of this fingerprint, and ``OutputNotEmpty`` (changing nothing)
+    when the output belongs to a run of other options, seed or input.
     """
     existing = list_output(output_dir)
-    if not existing:
-        stale = _temp_folders(output_dir)
-        if stale and not overwrite:
-            raise OutputNotEmpty(
-                f"output {output_dir} holds the staging folder of an unfinished conversion "
-                f"({os.path.basename(stale[0])}); pass --overwrite to replace it"
-            )
-        _remove_temp_folders(output_dir)
-        check_writable(output_dir)
-        return
-    if not overwrite:
-        finished = any(posixpath.basename(p) == manifest.SUCCESS_FILE for p in existing)
-        what = "a finished conversion" if finished else f"{len(existing)} file(s)"
-        raise OutputNotEmpty(f"output {output_dir} already holds {what}; pass --overwrite to replace it")
     base = output_dir.rstrip("/") + "/"
-    foreign = []
-    for path in existing:
-        rel = path[len(base):] if path.startswith(base) else posixpath.basename(path)
-        top = rel.split("/", 1)[0]
-        if not manifest.is_output_file(top):
-            foreign.append(rel)
-    if foreign:
+    runs = _run_folders(output_dir, existing)
+    if not existing and not _temp_folders(output_dir):
+        check_writable(output_dir)
+        return False
+    foreign = [rel for rel in (_relative(base, p) for p in existing) if not manifest.is_output_file(rel.split("/", 1)[0])]
+    if foreign and (overwrite or resume_folder):
         raise OutputNotEmpty(
             f"output {output_dir} holds files img2tfrecord did not write (e.g. {foreign[0]!r}); "
             "refusing to overwrite it"
         )
+    finished = any(posixpath.basename(p) == manifest.SUCCESS_FILE for p in existing)
+    if resume_folder:
+        if finished:
+            if _read_fingerprint(output_dir) == resume_folder[len(manifest.RUN_FOLDER_PREFIX):]:
+                raise AlreadyComplete(f"output {output_dir} already holds this conversion, finished; nothing to resume")
+            raise OutputNotEmpty(
+                f"output {output_dir} holds a finished conversion of other options, seed or input; "
+                "pass --overwrite to replace it"
+            )
+        others = [r for r in runs if r != resume_folder]
+        if others:
+            raise OutputNotEmpty(
+                f"cannot resume: the unfinished conversion in {output_dir} was started with other options, "
+                "seed or input; rerun it with those, or pass --overwrite to start over"
+            )
+        resumable = resume_folder in runs
+        keep = (resume_folder, manifest.INDEX_DIR) if resumable else ()
+        _clear(output_dir, [
+            p for p in existing
+            if _relative(base, p).split("/", 1)[0] not in keep
+            and not (resumable and manifest.parse_shard_file_name(_relative(base, p)) is not None)
+        ], keep_folders=keep)
+        check_writable(output_dir)
+        return resumable
+    if not overwrite:
+        if runs:
+            raise OutputNotEmpty(
+                f"output {output_dir} holds the staging folder of an unfinished conversion ({runs[0]}); "
+                "pass --resume to finish it, or --overwrite to replace it"
+            )
+        if not existing:
+            raise OutputNotEmpty(
+                f"output {output_dir} holds the staging folder of an unfinished conversion "
+                f"({os.path.basename(_temp_folders(output_dir)[0])}); pass --overwrite to replace it"
+            )
+        what = "a finished conversion" if finished else f"{len(existing)} file(s)"
+        raise OutputNotEmpty(f"output {output_dir} already holds {what}; pass --overwrite to replace it")
+    _clear(output_dir, existing)
+    check_writable(output_dir)
+    return False
+
+
+def _clear(output_dir: str, paths: List[str], keep_folders: Sequence[str] = ()) -> None:
+    """Delete ``paths`` (``_SUCCESS`` first) and the emptied staging folders, except ``keep_folders``."""
+    base = output_dir.rstrip("/") + "/"
     # _SUCCESS goes first: an interrupted clean-up never leaves a directory that looks complete.
-    existing.sort(key=lambda p: posixpath.basename(p) != manifest.SUCCESS_FILE)
+    paths = sorted(paths, key=lambda p: posixpath.basename(p) != manifest.SUCCESS_FILE)
     try:
-        FileSystems.delete(existing)
-        for path in existing:  # local filesystems leave the emptied beam-temp-* folders
-            rel = path[len(base):]
-            if "/" in rel:
+        if paths:
+            FileSystems.delete(paths)
+        for path in paths:  # local filesystems leave the emptied folders
+            rel = _relative(base, path)
+            if "/" in rel and rel.split("/", 1)[0] not in keep_folders:
                 folder = base + rel.split("/", 1)[0]
                 if FileSystems.exists(folder):
                     FileSystems.delete([folder])
     except Exception as e:  # pylint: disable=broad-except
-        raise OutputNotWritable(f"cannot clear output {output_dir} for --overwrite: {_one_line(e)}") from None
-    _remove_temp_folders(output_dir)
-    check_writable(output_dir)
+        raise OutputNotWritable(f"cannot clear output {output_dir}: {_one_line(e)}") from None
+    _remove_temp_folders(output_dir, keep_folders)
 
 
-def _remove_temp_folders(output_dir: str) -> None:
+def _remove_temp_folders(output_dir: str, keep: Sequence[str] = ()) -> None:
     """Remove the empty Beam staging folders (``beam-temp-*``) a killed run can leave.
 
     A listing shows files only, so on a local filesystem a staging folder
@@ -118,10 +178,12 @@ def _remove_temp_folders(output_dir: str) -> None:
     have no empty folders.
     """
     for path in _temp_folders(output_dir):
+        if os.path.basename(path) in keep:
+            continue
         try:
             shutil.rmtree(path)
         except OSError as e:
-            raise OutputNotWritable(f"cannot clear output {output_dir} for --overwrite: {e.strerror}") from None
+            raise OutputNotWritable(f"cannot clear output {output_dir}: {e.strerror}") from None
 
 
 def _temp_folders(output_dir: str) -> List[str]:

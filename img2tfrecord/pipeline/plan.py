@@ -7,11 +7,9 @@ sizes, nothing is read), which also detects the split-folder layout and
 reports "no matches" before any pipeline starts, and converts a small
 sample to measure the output/input size ratio when images are re-encoded.
 The pipeline lists the input again itself and discovers the classes there;
-nothing from this listing is shipped into the graph. For a local conversion
-in several processes, the plan also picks the first items of the seeded
-order, with the class list, to convert ahead while the pipeline starts
-(``Plan.ahead``; ``transforms/parallel.py``): the pipeline uses those
-results only if its own items and class list are equal.
+nothing from this listing is shipped into the graph. A digest of the
+listing goes into the run's fingerprint (``Plan.fingerprint``), which names
+the staging folder a ``--resume`` picks up.
 
 Archives (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``) are peeked at: a zip's
 central directory is read whole, a tar's first members (a tar.gz is
@@ -25,6 +23,8 @@ columns decide labeled/unlabeled, their split column the split names.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import math
 import os
@@ -43,7 +43,6 @@ from img2tfrecord.transforms.split import (
     SPLIT_FOLDERS,
     assign_split,
     is_split_layout,
-    shuffle_key,
     split_of_folder,
 )
 
@@ -55,9 +54,6 @@ _PEEK_ARCHIVES = 4  # archives of a glob looked into at launch
 _PEEK_MEMBERS = 2000  # members of a tar / tar.gz looked at (a zip's central directory is read whole)
 _PEEK_ZIP_MEMBERS = 10_000_000
 _PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launch, at most
-_AHEAD_ITEMS = 4096  # items converted ahead while the pipeline starts, at most
-_AHEAD_BYTES = 128 * MIB  # and their records' estimated size, at most
-_AHEAD_MAX_FILES = 100_000  # past this, choosing them costs more launch time than converting ahead saves
 
 
 class PlanError(ValueError):
@@ -77,8 +73,29 @@ class Plan:
     input_kind: str = sources.INPUT_FOLDER  # folder (or glob of images), archives, manifest
     labeled: bool = True  # False: a manifest without a label column
     has_split_column: bool = False  # a manifest whose rows name their split
-    # (work items, sorted class names) to convert ahead; () when not worth it (see _ahead)
-    ahead: tuple = dataclasses.field(default=(), repr=False, compare=False)
+    listing_digest: str = ""  # sha256 of what the launch listing saw (names, sizes, manifest rows)
+
+    def fingerprint(self, config: ConvertConfig) -> str:
+        """16 hex digits that change with the options, the seed, the input listing or the shard counts."""
+        import img2tfrecord
+
+        doc = {
+            "tool_version": img2tfrecord.__version__,
+            "input": config.input,
+            "options": config.options_json(),
+            "listing": self.listing_digest,
+            "layout": self.layout,
+            "num_shards": dict(sorted(self.num_shards.items())),
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def _digest(entries) -> str:
+    """sha256 of a listing: one JSON line per entry, in the given (sorted) order."""
+    h = hashlib.sha256()
+    for entry in entries:
+        h.update(json.dumps(entry, sort_keys=True, default=str).encode("utf-8", "surrogateescape") + b"\n")
+    return h.hexdigest()
 
 
 def _is_uri(path: str) -> bool:
@@ -164,7 +181,6 @@ def make_plan(config: ConvertConfig) -> Plan:
     layout, split_names = _layout(config, files)
     ratio = _estimate_size_ratio(config, files)
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
-    ahead = _ahead(config, base, layout, files, ratio)
     return Plan(
         base=base,
         pattern=pattern,
@@ -174,26 +190,8 @@ def make_plan(config: ConvertConfig) -> Plan:
         num_files=len(files),
         input_bytes=sum(f[2] for f in files),
         size_ratio=ratio,
-        ahead=ahead,
+        listing_digest=_digest((f[1], f[2]) for f in files),
     )
-
-
-def _ahead(config: ConvertConfig, base: str, layout: str, files, ratio: float) -> tuple:
-    """``(items, class names)`` to convert ahead: the first items of the seeded order, as the pipeline sees them.
-
-    Only for images (not clips) of a local folder converted in several local processes. The
-    items are ``(path, relpath, size)`` as the pipeline's listing makes them
-    (names that are not text are left out: the pipeline rejects them);
-    the class names are those the pipeline discovers from the same files.
-    """
-    if config.processes < 2 or config.sequence or "://" in base or len(files) > _AHEAD_MAX_FILES:
-        return ()
-    usable = [f for f in files if layouts.is_text(f[0])]
-    classes = {name for source in usable for name in discover.classes_of_file(source, layout)}
-    record_bytes = max(1.0, ratio * sum(f[2] for f in usable) / max(1, len(usable)))
-    count = min(_AHEAD_ITEMS, int(_AHEAD_BYTES / record_bytes))
-    first = sorted(usable, key=lambda f: shuffle_key(f[1], config.seed))[:count]
-    return tuple(first), tuple(sorted(classes))
 
 
 def _layout(config: ConvertConfig, files) -> Tuple[str, Tuple[str, ...]]:
@@ -278,6 +276,7 @@ def _plan_archives(config: ConvertConfig) -> Plan:
         input_bytes=input_bytes,
         size_ratio=ratio,
         input_kind=sources.INPUT_ARCHIVES,
+        listing_digest=_digest(archives),
     )
 
 
@@ -355,4 +354,5 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
         input_kind=sources.INPUT_MANIFEST,
         labeled=labeled,
         has_split_column=has_split,
+        listing_digest=_digest(rows),
     )

@@ -9,18 +9,16 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from img2tfrecord.pipeline.build import build_pipeline, image_converter
+from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
 from img2tfrecord.pipeline.outputs import prepare_output
 from img2tfrecord.pipeline.plan import Plan, make_plan
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.parallel import ConvertAhead
 
 # The local default: Beam's FnApiRunner (what the DirectRunner falls back to
-# offline) in_memory, with the images of each bundle converted by a thread
-# pool of one thread per core (transforms/parallel.py says why the runner's
-# own multi_threading/multi_processing modes are not used).
+# offline) in_memory, with each shard's images converted by a pool of one
+# process per core (transforms/pool.py says why not threads).
 LOCAL_RUNNER = "FnApiRunner"
 LOCAL_RUNNING_MODE = "in_memory"
 
@@ -103,30 +101,27 @@ def run(
         # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
         check_local_input(plan.base, plan.pattern, plan.layout)
     dry_run = bool(options.get_all_options().get("dry_run"))
+    resuming = False
     if not dry_run:
-        prepare_output(config.output, config.overwrite)
+        run_folder = manifest.run_folder(plan.fingerprint(config)) if config.resume else None
+        resuming = prepare_output(config.output, config.overwrite, run_folder)
+        if config.resume:
+            logging.info("resuming %s: finished shards are kept" if resuming else "nothing to resume in %s: converting everything", config.output)
     logging.info(
         "input: %d files, %.1f MB, layout %s; shards per split: %s",
         plan.num_files, plan.input_bytes / 1e6, plan.layout, plan.num_shards,
     )
-    # Convert the first items while Beam (and TensorFlow) start up; the pipeline's DoFn adopts the pool.
-    ahead = None
-    in_process = is_local_runner(pipeline_args) and _flag_value(pipeline_args, "--direct_running_mode") in (None, "in_memory")
-    if plan.ahead and in_process and not dry_run and wait:
-        items, class_names = plan.ahead
-        ahead = ConvertAhead(image_converter(config, plan), config.processes, items, class_names)
-    try:
-        p = beam.Pipeline(options=options)
-        build_pipeline(p, config, plan, ahead.token if ahead else None)
-        result = p.run()
-        if not wait and not dry_run:
-            job_id = getattr(result, "job_id", None)
-            logging.info("submitted%s; %s appears in %s when it completes", f" job {job_id()}" if callable(job_id) else "", manifest.SUCCESS_FILE, config.output)
-            return None
-        result.wait_until_finish()
-    finally:
-        if ahead is not None:
-            ahead.close()  # a no-op once the pipeline adopted it
+    p = beam.Pipeline(options=options)
+    build_pipeline(p, config, plan, resume=resuming)
+    result = p.run()
+    if not wait and not dry_run:
+        job_id = getattr(result, "job_id", None)
+        logging.info("submitted%s; %s appears in %s when it completes", f" job {job_id()}" if callable(job_id) else "", manifest.SUCCESS_FILE, config.output)
+        return None
+    result.wait_until_finish()
+    if resuming:
+        resumed = result.metrics().query(beam.metrics.MetricsFilter().with_name("shards_resumed"))["counters"]
+        logging.info("%d finished shard(s) kept from the interrupted run", sum(c.committed or 0 for c in resumed))
     if dry_run:
         return None
     return read_manifest(config.output)

@@ -59,6 +59,13 @@ ANALYSIS_FILE_NAMES = (
 INDEX_DIR = "index"  # per-shard record offsets of uncompressed outputs
 INDEX_SUFFIX = ".idx"
 
+# A run's staging folder, named after its fingerprint (options, seed, input listing):
+# shards/<split>/ (Beam's temp shard files), done/ (one file per finished shard), index/.
+# Removed before _SUCCESS is written; a --resume'd run of the same fingerprint picks it up.
+RUN_FOLDER_PREFIX = ".tmp-run-"
+RUN_SHARDS_DIR = "shards"
+RUN_DONE_DIR = "done"
+
 # Every name convert may leave in an output directory (beam-temp-* are Beam's
 # write staging folders; they are removed when a write finalises).
 OUTPUT_FILE_NAMES = (MANIFEST_FILE, LABELS_FILE, ERRORS_FILE, SUCCESS_FILE, INDEX_DIR) + ANALYSIS_FILE_NAMES
@@ -73,6 +80,11 @@ def shard_suffix(compression: str) -> str:
 
 def shard_file_name(split: str, index: int, count: int, compression: str = "none") -> str:
     return f"{split}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
+
+
+def run_folder(fingerprint: str) -> str:
+    """The base name of the staging folder of a run with this fingerprint."""
+    return f"{RUN_FOLDER_PREFIX}{fingerprint}"
 
 
 def index_file(shard_name: str) -> str:
@@ -110,12 +122,16 @@ def build_manifest(
     record_type: str = RECORD_TYPE,
     labeled: bool = True,
     statistics: Optional[Mapping[str, Any]] = None,
+    run_fingerprint: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The ``dataset.json`` document.
 
     ``splits`` maps split name to ``{"num_examples", "examples_per_class",
     "shards": [{"file", "num_records", "num_bytes"}]}``; ``accounting`` holds
-    ``inputs``, ``written``, ``rejected``, ``skipped`` and ``rejected_by_reason``.
+    ``inputs``, ``written``, ``rejected``, ``skipped`` and ``rejected_by_reason``;
+    each shard also lists its ``sha256`` and, uncompressed, its ``index`` file.
+    ``run_fingerprint`` identifies the options, seed and input listing of the run
+    (``--resume`` compares it).
     ``record_type`` is :data:`SEQUENCE_RECORD_TYPE` for ``--sequence`` (one
     record per clip; the inputs counted are clips); ``labeled=False`` (a
     manifest without a label column) means the records hold no label
@@ -139,6 +155,7 @@ def build_manifest(
         "splits": {name: dict(info) for name, info in sorted(splits.items())},
         "accounting": dict(accounting),
         "files": {"labels": LABELS_FILE, "errors": ERRORS_FILE, "success": SUCCESS_FILE},
+        **({"run_fingerprint": run_fingerprint} if run_fingerprint else {}),
         # The tf.Transform analysis of the train split (transforms/analyze.py); absent with --no-analyze.
         **({STATISTICS: dict(statistics)} if statistics is not None else {}),
     }

@@ -1,6 +1,6 @@
 """Full-pass analysis of the train split with tf.Transform, and the exported transform.
 
-    train records (serialized tf.train.Example + the worker's pixel sums appended)
+    train analysis rows (the serialized tf.train.Example without its image bytes + the worker's pixel sums)
       -> Arrow RecordBatches (tfx_bsl's C++ Example decoder, TFExampleBeamRecord)
       -> tft_beam.AnalyzeDataset(preprocessing_fn)    one pass over the sums; no image decoded here
       -> tft_beam.WriteTransformFn(<output dir>)       transform_fn/, transformed_metadata/
@@ -36,7 +36,8 @@ for its stored bytes to be decoded again; ``statistics["exact"]`` says
 which. Images are weighted by their pixel count when sizes differ.
 
 The analysis features are inputs of the analysis only. The train examples
-reach TFT with them appended (serialized messages merge when concatenated),
+reach TFT as small rows, without their image bytes and with the sums
+appended (serialized messages merge when concatenated),
 the transform is traced with the records' schema plus these two features,
 and ``metadata/schema.pbtxt`` (``raw_feature_spec()``) is the records' own
 schema: no output depends on the sums, so ``transform_features_layer()``
@@ -442,15 +443,6 @@ def _write_text(path: str, text: str) -> None:
         f.write(text)
 
 
-def _train_example(record):
-    """A train record -> its example with the analysis features appended (the converter's pixel sums)."""
-    split, _, example, sums = record
-    if split == names.ANALYZED_SPLIT:
-        if sums is None:
-            raise ValueError("a train record without pixel sums: the converter was built without sums_split")
-        yield example + sums
-
-
 class AnalyzeTrainSplit(beam.PTransform):
     """Serialized train examples with their analysis features -> one statistics dict, emitted once
     everything is written.
@@ -505,11 +497,12 @@ class AnalyzeTrainSplit(beam.PTransform):
         )
 
 
-def analyze_train_split(records, label_names, config, plan) -> Optional[beam.PCollection]:
+def analyze_train_split(rows, label_names, config, plan) -> Optional[beam.PCollection]:
     """The statistics PCollection of a run, or None (logged) when there is nothing to analyse.
 
-    ``records`` are the converter's ``(split, class, example, pixel sums)``;
-    ``label_names`` the one-element PCollection of the sorted class list.
+    ``rows`` are the train records' analysis rows (``converter.Record.analysis``: the
+    record without its image bytes, plus its pixel sums); ``label_names`` the
+    one-element PCollection of the sorted class list.
     """
     split_names = list(plan.split_names)
     if getattr(config, "sequence", False):
@@ -527,10 +520,9 @@ def analyze_train_split(records, label_names, config, plan) -> Optional[beam.PCo
     )
     labeled = getattr(plan, "labeled", True)
     spec_json = keys.feature_spec_json() if labeled else keys.feature_spec_json(labeled=False)
-    options = records.pipeline.options.get_all_options()
+    options = rows.pipeline.options.get_all_options()
     return (
-        records
-        | "TrainExamples" >> beam.FlatMap(_train_example)
+        rows
         | "AnalyzeTrainSplit"
         >> AnalyzeTrainSplit(
             config.output,

@@ -1,29 +1,26 @@
 """One work item -> one record, or one row of the error report.
 
 ``ImageConverter`` turns one source file (or archive member, or manifest
-row) into a record ``(split, class name, serialized tf.train.Example,
-pixel sums)``; ``ClipConverter`` turns one clip folder of frames into a
-``tf.train.SequenceExample`` record the same way. Each call gives exactly
-one output: ``(None, record)`` or ``(ERRORS, error row)``.
-
-The pixel sums are for the tf.Transform analysis (``transforms/analyze.py``):
-for an image of the analysed split, the serialized analysis features
-(``encode_pixel_sums``), computed here, in parallel with the conversion;
-else None.
+row) into a :class:`Record`; ``ClipConverter`` turns one clip folder of
+frames into a ``tf.train.SequenceExample`` record the same way. Each call
+gives exactly one output: ``(None, record)`` or ``(ERRORS, error row)``.
+Both also say, before converting, which split a work item belongs to
+(``split_of``) and which relpath keys it (``relpath_of``): the shard step
+groups work items, never records (``transforms/write.py``).
 
 No Beam and no TensorFlow: these objects are pickled into the conversion
-worker processes (transforms/parallel.py), which then import only this
-module, Pillow and protobuf and start in a tenth of a second. The Beam
-DoFns in ``convert.py`` wrap them for in-process use.
+worker processes (``transforms/pool.py``), which then import only this
+module, Pillow and protobuf.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import re
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.transforms.encode import encode_example, encode_pixel_sums, encode_sequence_example
@@ -34,9 +31,19 @@ from img2tfrecord.transforms.split import Splits, assign_split
 
 ERRORS = "errors"  # the tag of error rows (and of the error output of the conversion step)
 
-# Main output element: (split, class name, serialized record, pixel sums or None).
-# The order is set before conversion (shuffle.py).
-Record = tuple
+
+
+class Record(NamedTuple):
+    """A converted work item, ready to be written to its split's shard."""
+
+    split: str
+    class_name: Optional[str]  # None: a row of an unlabeled manifest
+    example: bytes  # the serialized tf.train.Example / SequenceExample
+    # For the analysed split: the record without its image bytes, plus the image's pixel
+    # sums (schemas.transformed.ANALYSIS_FEATURES) -- the small row tf.Transform reads.
+    analysis: Optional[bytes] = None
+
+
 Output = Tuple[Optional[str], Any]  # (None, Record) | (ERRORS, error row)
 
 _DIGITS = re.compile(r"(\d+)")
@@ -108,6 +115,19 @@ class ImageConverter:
         """The error output for a work item whose conversion killed its worker process."""
         return _rejected(source[0], source[1], "worker_crashed", message)
 
+    def relpath_of(self, source: SourceFile) -> str:
+        """The relative path that keys a work item's split, shard and position."""
+        return source[1]
+
+    def path_of(self, source: SourceFile) -> str:
+        """What the error report names a work item by."""
+        return source[0]
+
+    def split_of(self, source: SourceFile) -> str:
+        """The split a work item's record goes to; PlacementError when it has no place (rejected)."""
+        split_folder, _ = placement(source, self.layout)
+        return split_folder or assign_split(source[1], self.seed, self.splits)
+
     def __call__(self, source: SourceFile, label_names: List[str]) -> Output:
         path, relpath = source[0], source[1]  # archive members and manifest rows carry more (sources.py)
         try:
@@ -123,18 +143,19 @@ class ImageConverter:
         ids = self.label_ids(label_names)
         if class_name is not None and class_name not in ids:  # the file appeared after classes were listed
             return _rejected(path, relpath, "unknown_class", f"class {class_name!r} is not in the label map")
-        sums = None
+        label = ids.get(class_name)
+        analysis = None
         if with_sums:
             try:
                 sums = encode_pixel_sums(*pixel_sums(image, self.exact_sums))
             except ImageError as e:
                 return _rejected(path, relpath, e.reason, e.message)
-        return None, (
-            split,
-            class_name,
-            encode_example(image, ids.get(class_name), class_name, relpath),  # class None: an unlabeled row
-            sums,
-        )
+            # Serialized messages merge when concatenated: the row parses as the record
+            # (image bytes left out) with the two analysis features added.
+            stripped = dataclasses.replace(image, encoded=b"", pixels=None)
+            analysis = encode_example(stripped, label, class_name, relpath) + sums
+        # class_name None: a row of an unlabeled manifest, written without label features.
+        return None, Record(split, class_name, encode_example(image, label, class_name, relpath), analysis)
 
 
 class ClipConverter(ImageConverter):
@@ -146,6 +167,21 @@ class ClipConverter(ImageConverter):
     def crashed(self, element, message: str) -> Output:
         (clip, _), frames = element
         return _rejected(posixpath.dirname(frames[0][0]), clip, "worker_crashed", message)
+
+    def relpath_of(self, element) -> str:
+        (clip, _), _ = element
+        return clip
+
+    def path_of(self, element) -> str:
+        _, frames = element
+        return posixpath.dirname(frames[0][0])
+
+    def split_of(self, element) -> str:
+        """The split of a clip: its first frame's split folder, else the seeded hash of the clip's relpath."""
+        (clip, _), frames = element
+        first = min(frames, key=lambda s: natural_key(posixpath.basename(s[1])))
+        split_folder, _ = placement(first, self.layout)
+        return split_folder or assign_split(clip, self.seed, self.splits)
 
     def __call__(self, element, label_names: List[str]) -> Output:
         (clip, is_clip), frames = element
@@ -186,16 +222,11 @@ class ClipConverter(ImageConverter):
             clip_path = posixpath.dirname(first[0])
             return _rejected(clip_path, clip, "unknown_class", f"class {class_name!r} is not in the label map")
         split = split_folder or assign_split(clip, self.seed, self.splits)
-        return None, (
-            split,
-            class_name,
-            encode_sequence_example(converted, ids.get(class_name), class_name, clip),
-            None,
-        )
+        return None, Record(split, class_name, encode_sequence_example(converted, ids.get(class_name), class_name, clip))
 
 
-# -- in a conversion worker process (transforms/parallel.py) -------------------------------------
-# The pool's functions live here, not in parallel.py, so that unpickling them
+# -- in a conversion worker process (transforms/pool.py) -------------------------------------------
+# The pool's functions live here, not in pool.py, so that unpickling them
 # in a worker imports no Beam.
 
 _worker_converter: Optional[ImageConverter] = None

@@ -18,6 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.write import CommittedShard
 
 
 def error_json(row: Mapping[str, str]) -> str:
@@ -69,24 +70,33 @@ def write_atomically(path: str, text: str) -> None:
     FileSystems.rename([tmp], [path])
 
 
-def summarise_splits(
-    split_names: Iterable[str],
-    class_counts: Iterable[Tuple[Tuple[str, str], int]],
-    shards: Iterable[Tuple[str, str, int, int]],
-) -> Dict[str, Dict[str, Any]]:
+def summarise_splits(split_names: Iterable[str], shards: Iterable[CommittedShard]) -> Dict[str, Dict[str, Any]]:
+    """``dataset.json``'s ``splits``: per split the examples, bytes, examples per class and shards."""
     splits: Dict[str, Dict[str, Any]] = {
         name: {"num_examples": 0, "num_bytes": 0, "examples_per_class": {}, "shards": []} for name in split_names
     }
-    for (split, class_name), n in sorted(class_counts):
-        info = splits.setdefault(split, {"num_examples": 0, "num_bytes": 0, "examples_per_class": {}, "shards": []})
-        if class_name is not None:  # None: records of an unlabeled manifest
-            info["examples_per_class"][class_name] = n
-    for split, name, count, size in sorted(shards, key=lambda s: s[1]):
-        info = splits[split]
-        info["shards"].append({"file": name, "num_records": count, "num_bytes": size})
-        info["num_examples"] += count
-        info["num_bytes"] += size
+    for shard in sorted(shards, key=lambda s: s.file):
+        info = splits[shard.split]
+        info["shards"].append(shard.manifest_entry())
+        info["num_examples"] += shard.num_records
+        info["num_bytes"] += shard.num_bytes
+        per_class = info["examples_per_class"]
+        for class_name, n in shard.class_counts:
+            if class_name is not None:  # None: records of an unlabeled manifest
+                per_class[class_name] = per_class.get(class_name, 0) + n
+    for info in splits.values():
+        info["examples_per_class"] = dict(sorted(info["examples_per_class"].items()))
     return splits
+
+
+def remove_tree(path: str) -> None:
+    """Delete a folder and everything under it, on any filesystem; a missing folder is fine."""
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    if "://" in path:  # object stores: a "folder" is its objects
+        found = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
+        if found:
+            FileSystems.delete([m.path for m in found])
 
 
 class FinalizeOutput(beam.DoFn):
@@ -97,34 +107,28 @@ class FinalizeOutput(beam.DoFn):
         output_dir: str,
         manifest_fields: Dict[str, Any],
         split_names: List[str],
+        run_dir: str,
         max_error_rate: Optional[float] = None,
     ):
         self._output_dir = output_dir
         self._fields = manifest_fields
         self._split_names = split_names
+        self._run_dir = run_dir
         self._max_error_rate = max_error_rate
 
     def process(
         self,
         unused_start,
         label_names: List[str],
-        class_counts: List[Tuple[Tuple[str, str], int]],
-        shards: List[Tuple[str, str, int, int]],
+        shards: List[CommittedShard],
         rejected_counts: List[Tuple[str, int]],
         num_inputs: int,
         num_skipped: int,
         unused_error_files: List[str],
         statistics: Optional[Dict[str, Any]] = None,
     ):
-        splits = summarise_splits(self._split_names, class_counts, shards)
+        splits = summarise_splits(self._split_names, shards)
         written = sum(info["num_examples"] for info in splits.values())
-        for name, info in splits.items():
-            # Counted from class_counts: records of an unlabeled manifest have no class entry.
-            per_class = sum(n for (split, _), n in class_counts if split == name)
-            if per_class != info["num_examples"]:
-                raise AccountingError(
-                    f"split {name}: shards hold {info['num_examples']} records but {per_class} were encoded"
-                )
         by_reason = dict(sorted(rejected_counts))
         rejected = sum(by_reason.values())
         if num_inputs != written + rejected:
@@ -148,6 +152,7 @@ class FinalizeOutput(beam.DoFn):
         join = FileSystems.join
         write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
         write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), manifest.dumps(doc))
+        remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
         with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:
             f.write(b"")
         budget_message = error_budget_exceeded(num_inputs, rejected, self._max_error_rate)

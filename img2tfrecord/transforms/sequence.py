@@ -8,8 +8,9 @@ are grouped by clip folder, put in natural name order (``frame_2`` before
 images, so ``--image-size``, ``--channels`` and ``--format`` apply to every
 frame.
 
-The clip is the unit of everything downstream: its split and shuffle key
-are seeded hashes of the clip's relpath, the accounting counts clips as
+The clip is the unit of everything downstream: it is the work item the
+shard step places and converts (``transforms/write.py``), its split, shard
+and position are seeded hashes of the clip's relpath, the accounting counts clips as
 inputs, and a clip with one bad frame is rejected whole, with the frame
 named in its ``errors.jsonl`` row. Every frame of a clip must end up with
 the same size, channels and format (converting with ``--image-size``
@@ -23,12 +24,7 @@ from typing import Tuple
 
 import apache_beam as beam
 
-from img2tfrecord.transforms.converter import ERRORS, ClipConverter
-from img2tfrecord.transforms.image import ImageOptions
 from img2tfrecord.transforms.layout import LAYOUT_MANIFEST, LAYOUT_SPLIT
-from img2tfrecord.transforms.parallel import ConvertInParallel
-from img2tfrecord.transforms.shuffle import ShuffleItems
-from img2tfrecord.transforms.split import Splits
 
 
 def _min_depth(layout: str) -> int:
@@ -44,44 +40,26 @@ def clip_key(source, layout: str) -> Tuple[Tuple[str, bool], tuple]:
     return (posixpath.dirname(relpath), True), source
 
 
-def clip_relpath(element) -> str:
-    """The relpath a clip's record is keyed by: its folder."""
-    (clip, _), _ = element
-    return clip
+def _clip(element):
+    """A grouped clip as the work item ``ClipConverter`` takes: frames in a list, in name order."""
+    key, frames = element
+    return key, sorted(frames, key=lambda s: s[1])
 
 
-class ConvertClips(beam.PTransform):
-    """Work items (frames) -> ``{"records", "errors", "inputs"}``; ``inputs`` has one element per clip.
+class GroupClips(beam.PTransform):
+    """Frames -> clips ``((clip relpath, is_clip), [frames])``: the work items of ``--sequence``.
 
-    A frame outside any clip folder is an input of its own (rejected).
+    A frame outside any clip folder is a clip of its own (rejected by the converter).
     """
 
-    def __init__(
-        self, options: ImageOptions, layout: str, splits: Splits, seed: int, processes: int, label_names, buckets: int,
-    ):
+    def __init__(self, layout: str):
         super().__init__()
-        self._seed = seed
-        self._buckets = buckets
-        self._converter = ClipConverter(options, layout, splits, seed)
         self._layout = layout
-        self._processes = processes
-        self._label_names = label_names
 
     def expand(self, frames):
-        clips = (
+        return (
             frames
             | "KeyByClip" >> beam.Map(clip_key, self._layout)
             | "GroupFrames" >> beam.GroupByKey()
+            | "ClipItem" >> beam.Map(_clip)
         )
-        converted = (
-            clips
-            | "ShuffleClips" >> ShuffleItems(self._seed, self._buckets, clip_relpath)
-            | "ConvertClip"
-            >> ConvertInParallel(
-                self._converter,
-                processes=self._processes,
-                batch_size=1,  # a clip is many frames: one clip per task
-                label_names=beam.pvalue.AsSingleton(self._label_names),
-            )
-        )
-        return {"records": converted.records, ERRORS: converted[ERRORS], "inputs": clips}

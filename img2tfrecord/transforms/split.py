@@ -1,9 +1,9 @@
-"""Deterministic split assignment and shuffle keys.
+"""Deterministic split, shard and in-shard order of work items.
 
-Both are seeded hashes of an image's path relative to the input root, so a
-file's split and its place in the shuffle never depend on which other files
-exist: adding images never moves old ones between splits, and the same seed
-and input always give the same records in every split.
+All three are seeded hashes of an image's path relative to the input root, so a
+file's split, its shard and its place in the shard never depend on which other
+files exist: adding images never moves old ones between splits, and the same
+seed and input always give the same bytes in every shard.
 """
 from __future__ import annotations
 
@@ -70,8 +70,15 @@ def assign_split(relpath: str, seed: int, splits: Splits) -> str:
 
 
 def shuffle_key(relpath: str, seed: int) -> int:
-    """A seeded 64-bit key: records are ordered by it inside each split."""
+    """A seeded 64-bit key: a record's position inside its shard."""
     return _unit_hash("shuffle", seed, relpath)
+
+
+def assign_shard(relpath: str, seed: int, num_shards: int) -> int:
+    """The shard of one work item within its split, from a seeded hash independent of the split's."""
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be at least 1, got {num_shards}")
+    return _unit_hash("shard", seed, relpath) % num_shards
 
 
 def split_of_folder(folder: str) -> Optional[str]:

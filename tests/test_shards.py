@@ -1,0 +1,275 @@
+"""Work items grouped by shard and each shard streamed to its file (transforms/write.py, transforms/pool.py)."""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+
+import images as I
+from conftest import ROOT
+from crashing import CountingConverter, CrashingConverter, FlakyStorageConverter
+from img2tfrecord import records as R
+from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.converter import ERRORS, ImageConverter
+from img2tfrecord.transforms.image import ImageOptions
+from img2tfrecord.transforms.pool import CRASH_MESSAGE, ConversionPool
+from img2tfrecord.transforms.split import assign_shard, shuffle_key
+from img2tfrecord.transforms.write import (
+    ANALYSIS,
+    RECORD_FRAMING_BYTES,
+    ShardSink,
+    WriteShards,
+    WriteShardsFn,
+    done_path,
+    parse_done,
+)
+
+SPLITS = (("train", 0.5), ("test", 0.5))
+LABELS = ["cat", "dog"]
+OPTIONS = ImageOptions(size=(16, 16), format="jpeg")
+SEED = 3
+NUM_SHARDS = {"train": 3, "test": 2}
+
+
+def _sources(root, good_per_class=10, extra=None):
+    files = {f"{c}/img_{i:02d}.jpg": I.jpeg(20 + i, 12 + i) for c in LABELS for i in range(good_per_class)}
+    files["cat/broken.jpg"] = I.jpeg(20, 20)[:40]  # truncated: an error row
+    files["dog/notes.txt"] = b"not an image"
+    files["stray.jpg"] = I.jpeg(20, 20)  # outside any class folder: rejected before conversion
+    files.update(extra or {})
+    sources = []
+    for rel, data in sorted(files.items()):
+        path = os.path.join(str(root), *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        sources.append((path, rel, len(data)))
+    return sources
+
+
+def _expected_shards(sources, converter, num_shards=NUM_SHARDS):
+    """{(split, shard): [serialized record, ...] in the shard's order}, and the error rows, without Beam."""
+    shards = {(split, i): [] for split, n in num_shards.items() for i in range(n)}
+    errors = []
+    for source in sorted(sources, key=lambda s: (shuffle_key(s[1], SEED), s[1])):
+        tag, value = converter(source, LABELS)
+        if tag == ERRORS:
+            errors.append(value)
+            continue
+        shards[(value.split, assign_shard(source[1], SEED, num_shards[value.split]))].append(value.example)
+    return shards, errors
+
+
+def _write(out, sources, converter, processes, compression="none", resume=False, batch_size=3):
+    """Run WriteShards on a real in-memory pipeline; -> the run folder."""
+    out = str(out)
+    run = os.path.join(out, manifest.run_folder("0123456789abcdef"))
+    sinks = {
+        split: ShardSink(out, split, n, compression, os.path.join(run, manifest.RUN_SHARDS_DIR, split))
+        for split, n in NUM_SHARDS.items()
+    }
+    options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
+    with beam.Pipeline(options=options) as p:
+        labels = p | "Labels" >> beam.Create([LABELS])
+        written = p | "Sources" >> beam.Create(sources) | WriteShards(
+            converter, sinks, run, SEED, processes, beam.pvalue.AsSingleton(labels), batch_size=batch_size, resume=resume,
+        )
+        expected_shards, expected_errors = _expected_shards(sources, ImageConverter(OPTIONS, "class", SPLITS, SEED))
+        listed = written["shards"] | beam.Map(lambda c: (c.split, c.file, c.num_records))
+        assert_that(listed, equal_to([
+            (split, manifest.shard_file_name(split, i, NUM_SHARDS[split]) + (".gz" if compression == "gzip" else ""), len(rows))
+            for (split, i), rows in expected_shards.items()
+        ]), label="shards")
+        assert_that(written[ERRORS] | beam.Map(lambda row: row["relpath"]), equal_to([r["relpath"] for r in expected_errors]), label="errors")
+    return run
+
+
+def _check_files(out, sources, compression="none"):
+    expected, _ = _expected_shards(sources, ImageConverter(OPTIONS, "class", SPLITS, SEED))
+    for (split, i), rows in expected.items():
+        name = manifest.shard_file_name(split, i, NUM_SHARDS[split], compression)
+        got = [r.data for r in R.scan_records(os.path.join(str(out), name), compression)]
+        assert got == rows, f"{name}: records differ from the converter's, in the seeded order"
+        if compression == "none":
+            with open(os.path.join(str(out), manifest.index_file(name))) as f:
+                lines = [tuple(map(int, line.split())) for line in f]
+            offsets = [(r.offset, RECORD_FRAMING_BYTES + len(r.data)) for r in R.scan_records(os.path.join(str(out), name))]
+            assert lines == offsets
+    leftovers = [n for n in os.listdir(str(out)) if n.startswith("beam-temp-")]
+    assert not leftovers
+
+
+def _digests(out):
+    found = {}
+    for root, _, files in os.walk(str(out)):
+        for name in files:
+            if manifest.parse_shard_file_name(name) or name.endswith(manifest.INDEX_SUFFIX):
+                with open(os.path.join(root, name), "rb") as f:
+                    found[os.path.relpath(os.path.join(root, name), str(out))] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_each_shard_holds_its_items_in_the_seeded_order_on_one_or_two_processes(tmp_path, compression):
+    sources = _sources(tmp_path / "in")
+    converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
+    _write(tmp_path / "one", sources, converter, 1, compression)
+    _write(tmp_path / "two", sources, converter, 2, compression)
+    _check_files(tmp_path / "one", sources, compression)
+    _check_files(tmp_path / "two", sources, compression)
+    assert _digests(tmp_path / "one") == _digests(tmp_path / "two")
+
+
+def test_a_shard_no_item_hashes_to_is_written_empty(tmp_path):
+    sources = _sources(tmp_path / "in", good_per_class=1)  # 2 good images for 5 shards
+    _write(tmp_path / "out", sources, ImageConverter(OPTIONS, "class", SPLITS, SEED), 2)
+    names = sorted(n for n in os.listdir(tmp_path / "out") if manifest.parse_shard_file_name(n))
+    assert len(names) == sum(NUM_SHARDS.values())
+    assert any(os.path.getsize(tmp_path / "out" / n) == 0 for n in names)
+    _check_files(tmp_path / "out", sources)
+
+
+def test_every_item_is_converted_once_and_a_finished_shard_leaves_a_done_file(tmp_path):
+    sources = _sources(tmp_path / "in")
+    log = str(tmp_path / "conversions.log")
+    run = _write(tmp_path / "out", sources, CountingConverter(OPTIONS, "class", SPLITS, SEED, log_path=log), 2)
+    with open(log) as f:
+        counts = collections.Counter(f.read().split())
+    assert counts == {rel: 1 for _, rel, _ in sources}  # stray.jpg: rejected by the shard assignment, once
+    result, errors, analysis = parse_done(open(done_path(run, "train", 0), "rb").read())
+    assert result.split == "train" and result.shard == 0 and analysis == []
+    assert result.num_bytes == sum(os.path.getsize(tmp_path / "out" / n) for n in [manifest.shard_file_name("train", 0, 3)])
+
+
+def test_a_worker_crash_rejects_that_item_and_the_run_goes_on(tmp_path):
+    crashing = {"cat/crash_me.jpg", "dog/crash_too.jpg"}
+    sources = _sources(tmp_path / "in", extra={name: I.jpeg(20, 20) for name in crashing})
+    converter = CrashingConverter(OPTIONS, "class", SPLITS, SEED)
+    with ConversionPool(converter, 2, batch_size=4) as pool:
+        pool.put(sources, LABELS)
+        outputs = list(pool.outputs(drain=True))
+    assert [item for item, _ in outputs] == sources  # queue order, whoever finished first
+    for source, (tag, value) in outputs:
+        if source[1] in crashing:
+            assert (tag, value) == converter.crashed(source, CRASH_MESSAGE)
+        else:
+            assert (tag, value) == ImageConverter(OPTIONS, "class", SPLITS, SEED)(source, LABELS)
+
+
+def test_pool_outputs_keep_queue_order_across_several_puts(tmp_path):
+    sources = _sources(tmp_path / "in", good_per_class=20)
+    converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
+    got = []
+    with ConversionPool(converter, 2, batch_size=5) as pool:
+        for start in range(0, len(sources), 7):  # like shard groups arriving one by one
+            pool.put(sources[start:start + 7], LABELS)
+            got.extend(pool.outputs(drain=False))
+            assert pool.pending < 5 + 2 * 2 * 5  # bounded: one partial batch queued plus the batches in flight
+        got.extend(pool.outputs(drain=True))
+    assert [item for item, _ in got] == sources
+    assert [out for _, out in got] == [converter(s, LABELS) for s in sources]
+
+
+def test_a_transient_read_failure_in_a_worker_fails_the_bundle_instead_of_rejecting(tmp_path):
+    sources = _sources(tmp_path / "in", good_per_class=2, extra={"cat/flaky.jpg": I.jpeg(20, 20)})
+    with pytest.raises(Exception, match="connection reset by peer"):
+        _write(tmp_path / "out", sources, FlakyStorageConverter(OPTIONS, "class", SPLITS, SEED), 2)
+
+
+def test_train_records_carry_small_analysis_rows(tmp_path):
+    sources = _sources(tmp_path / "in")
+    converter = ImageConverter(OPTIONS, "class", SPLITS, SEED, sums_split="train")
+    out = str(tmp_path / "out")
+    run = os.path.join(out, manifest.run_folder("feedfacefeedface"))
+    sinks = {s: ShardSink(out, s, n, "none", os.path.join(run, "shards", s)) for s, n in NUM_SHARDS.items()}
+    options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
+    with beam.Pipeline(options=options) as p:
+        labels = p | "Labels" >> beam.Create([LABELS])
+        written = p | beam.Create(sources) | WriteShards(converter, sinks, run, SEED, 2, beam.pvalue.AsSingleton(labels))
+        expected = [
+            value.analysis for tag, value in (converter(s, LABELS) for s in sources) if tag is None and value.split == "train"
+        ]
+        assert all(len(row) < 400 for row in expected)  # no image bytes in them
+        assert_that(written[ANALYSIS], equal_to(expected))
+
+
+def test_a_retried_shard_step_commits_one_copy(tmp_path):
+    """The shard step run twice for the same group (a runner retrying a bundle): one file per shard."""
+    sources = _sources(tmp_path / "in", good_per_class=4)
+    out = str(tmp_path / "out")
+    run = os.path.join(out, manifest.run_folder("retryretryretry0"))
+    sinks = {s: ShardSink(out, s, n, "none", os.path.join(run, "shards", s)) for s, n in NUM_SHARDS.items()}
+    converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
+    from img2tfrecord.transforms.write import AssignShardsFn, CommitSplitFn, ShardResult
+
+    groups = collections.defaultdict(list)
+    for s in sources:
+        for out_value in AssignShardsFn(converter, NUM_SHARDS, SEED).process(s):
+            if isinstance(out_value, tuple):
+                groups[out_value[0]].append(out_value[1])
+    fn = WriteShardsFn(converter, sinks, run, processes=1)
+    fn.setup()
+    results = collections.defaultdict(list)
+    for attempt in range(2):
+        for split, n in NUM_SHARDS.items():
+            for shard in range(n):
+                for value in fn.process(((split, shard), groups.get((split, shard), [])), window=GlobalWindow(), timestamp=MIN_TIMESTAMP, label_names=LABELS):
+                    if isinstance(value.value, ShardResult):
+                        results[split].append(value.value)
+    temp_files = [f for _, _, files in os.walk(os.path.join(run, "shards")) for f in files]
+    assert len(temp_files) == 2 * sum(NUM_SHARDS.values())  # both attempts wrote their own temp files
+    for split in NUM_SHARDS:
+        committed = list(CommitSplitFn(sinks).process((split, results[split])))
+        assert [c.file for c in committed] == [manifest.shard_file_name(split, i, NUM_SHARDS[split]) for i in range(NUM_SHARDS[split])]
+    names = sorted(n for n in os.listdir(out) if manifest.parse_shard_file_name(n))
+    assert len(names) == sum(NUM_SHARDS.values())
+    _check_files(out, sources)
+
+
+def test_processes_must_be_positive():
+    with pytest.raises(ValueError, match="processes must be at least 1"):
+        ConversionPool(ImageConverter(OPTIONS, "class", SPLITS, SEED), 0)
+
+
+_KILLED_PARENT = """
+import os, signal
+from img2tfrecord.transforms.converter import ImageConverter
+from img2tfrecord.transforms.image import ImageOptions
+from img2tfrecord.transforms.pool import ConversionPool
+pool = ConversionPool(ImageConverter(ImageOptions(), "class", (("train", 1.0),), 0), 2)
+for future in [pool._pool.submit(os.getpid) for _ in range(4)]:
+    future.result()  # both workers are up
+print(" ".join(str(pid) for pid in pool._pool._processes), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_exit_when_the_process_that_started_them_is_killed():
+    proc = subprocess.run([sys.executable, "-c", _KILLED_PARENT], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)], "conversion processes outlived the killed runner"
