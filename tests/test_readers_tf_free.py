@@ -49,6 +49,27 @@ def _copy(src: str, tmp_path, name: str = "out") -> str:
     return dst
 
 
+def _drop_indexes(out: str) -> None:
+    """Remove the index files and their manifest entries: the readers then walk the record headers."""
+    shutil.rmtree(os.path.join(out, manifest.INDEX_DIR), ignore_errors=True)
+    doc = manifest_doc(out)
+    for info in doc["splits"].values():
+        for shard in info["shards"]:
+            shard.pop("index", None)
+    write_manifest_doc(out, doc)
+
+
+def _prepared(output: str, tmp_path, indexed: bool) -> str:
+    """A copy of ``output`` with an index file for every shard, or with none."""
+    out = _copy(output, tmp_path)
+    if indexed:
+        if not os.path.isdir(os.path.join(out, manifest.INDEX_DIR)):
+            _write_indexes(out)
+    else:
+        _drop_indexes(out)
+    return out
+
+
 def _shard(out: str, split: str = "train", n: int = 0) -> str:
     return os.path.join(out, manifest_doc(out)["splits"][split]["shards"][n]["file"])
 
@@ -94,12 +115,15 @@ def _names(examples):
 # Random access.
 
 
-def test_source_reads_every_record_in_shard_order(output):
-    doc = manifest_doc(output)
+@pytest.mark.parametrize("indexed", [True, False])
+def test_source_reads_every_record_in_shard_order(output, tmp_path, indexed):
+    out = _prepared(output, tmp_path, indexed)
+    assert os.path.exists(os.path.join(out, manifest.INDEX_DIR)) == indexed
+    doc = manifest_doc(out)
     for split in ("train", "test"):
-        source = datasource.SplitDataSource(output, split)
+        source = datasource.SplitDataSource(out, split)
         assert len(source) == doc["splits"][split]["num_examples"] > 0
-        expected = _sequential(output, split)
+        expected = _sequential(out, split)
         got = [source[i] for i in range(len(source))]
         for e, g in zip(expected, got):
             assert {k: g[k] for k in e} == e
@@ -122,11 +146,15 @@ def test_decode_false_gives_the_stored_bytes(output):
 def test_index_files_in_dali_format_are_used_and_match_the_header_walk(output, tmp_path):
     out = _copy(output, tmp_path)
     shard = _shard(out, "train", 1)
+    index_path = os.path.join(out, manifest.index_file(os.path.basename(shard)))
+    written = open(index_path).read() if os.path.exists(index_path) else None
     walked = records.walk_offsets(shard)
     _write_indexes(out)
-    with open(os.path.join(out, manifest.index_file(os.path.basename(shard)))) as f:
+    with open(index_path) as f:
         dali_text = f.read()
-    assert records.index_text(walked) == dali_text  # what the writer's index files must hold
+    assert records.index_text(walked) == dali_text
+    if written is not None:  # convert's own index files are byte for byte tfrecord2idx's
+        assert written == dali_text
     info = datasource.read_split(out, "train").shards[1]
     assert datasource.shard_offsets(info) == walked
     # The index is what is read: one that misplaces a record is caught at that record.
@@ -339,8 +367,9 @@ def _flip_data_byte(path: str, record: int) -> int:
     return offset
 
 
-def test_wrong_record_crc(output, tmp_path):
-    out = _copy(output, tmp_path)
+@pytest.mark.parametrize("indexed", [True, False])
+def test_wrong_record_crc(output, tmp_path, indexed):
+    out = _prepared(output, tmp_path, indexed)
     shard = _shard(out, "train", 0)
     offset = _flip_data_byte(shard, 3)
     source = datasource.SplitDataSource(out, "train")
@@ -367,11 +396,9 @@ def test_wrong_record_crc_in_gzip_shard(gzip_output, tmp_path):
         list(datasource.iter_split(out, "test"))
 
 
-@pytest.mark.parametrize("with_index", [False, True])
-def test_shard_cut_short(output, tmp_path, with_index):
-    out = _copy(output, tmp_path)
-    if with_index:
-        _write_indexes(out)
+@pytest.mark.parametrize("indexed", [True, False])
+def test_shard_cut_short(output, tmp_path, indexed):
+    out = _prepared(output, tmp_path, indexed)
     shard = _shard(out, "train", 2)
     entries = records.walk_offsets(shard)
     with open(shard, "r+b") as f:
@@ -385,8 +412,9 @@ def test_shard_cut_short(output, tmp_path, with_index):
         list(datasource.iter_split(out, "train", decode=False))
 
 
-def test_shard_cut_at_a_record_boundary(output, tmp_path):
-    out = _copy(output, tmp_path)
+@pytest.mark.parametrize("indexed", [True, False])
+def test_shard_cut_at_a_record_boundary(output, tmp_path, indexed):
+    out = _prepared(output, tmp_path, indexed)
     shard = _shard(out, "test", 0)
     entries = records.walk_offsets(shard)
     with open(shard, "r+b") as f:
