@@ -3,4 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/venv.sh
+# tests/test_report.py opens report.html in Debian's chromium: install it where missing (as root, quietly).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing chromium for the report's browser test" >&2
+  if ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/tmp/img2tfrecord-chromium-install.log 2>&1; then
+    echo "could not install chromium (see /tmp/img2tfrecord-chromium-install.log): the browser test will be skipped" >&2
+  fi
+fi
 exec python -m pytest -q tests "$@"

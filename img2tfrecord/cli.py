@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspection.add_parser(sub)
     verification.add_parser(sub)
+    from img2tfrecord.report import command as report_command
+
+    report_command.add_parser(sub)
     return parser
 
 
@@ -306,7 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             counts = sample.generate(ns.directory, ns.images_per_class or sample.DEFAULT_IMAGES_PER_CLASS, ns.seed)
             print(f"wrote {sum(counts.values())} images in {len(counts)} classes to {ns.directory}")
             return EXIT_OK
-        if ns.command in ("inspect", "verify"):
+        if ns.command in ("inspect", "verify", "report"):
             return ns.func(ns)
         convert_parser = parser._subparsers._group_actions[0].choices["convert"]
         own = [o for a in convert_parser._actions for o in a.option_strings]

@@ -1,0 +1,539 @@
+"""``img2tfrecord report``: the real CLI on a dataset with planted duplicates and bad files.
+
+The dataset is converted by the real ``convert``; its planted exact and near
+duplicates sit in chosen splits (names picked with the converter's own
+``assign_split``), so ``report.json`` is checked against exact expectations.
+The page is then opened in a real headless Chromium driven over the DevTools
+protocol (a small stdlib WebSocket client below): no console errors, no
+network request, a screenshot, and the planted facts in the DOM.
+"""
+from __future__ import annotations
+
+import base64
+import collections
+import itertools
+import json
+import os
+import random
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import images as I
+from conftest import convert, run_cli
+from img2tfrecord.report import duplicates as dup
+from img2tfrecord.report import facts, perceptual_hash
+from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.split import assign_split, parse_splits
+
+SEED = 5
+SPLITS = "train=0.6,validation=0.2,test=0.2"
+CLASSES = ("bird", "cat", "dog")
+PHOTOS_PER_CLASS = 8
+
+
+def photo(seed: int, w: int = 96, h: int = 80) -> Image.Image:
+    """A smooth random picture (a 7x6 random grid, upscaled): any two seeds differ in about half their dHash bits."""
+    rng = np.random.default_rng(1000 + seed)
+    grid = Image.fromarray(rng.integers(0, 256, size=(6, 7, 3), dtype=np.uint8))
+    return grid.resize((w, h), Image.Resampling.BICUBIC)
+
+
+def brighter(image: Image.Image, amount: int) -> Image.Image:
+    return Image.fromarray(np.clip(np.asarray(image, dtype=np.int16) + amount, 0, 255).astype(np.uint8))
+
+
+class PlantedDataset:
+    """Files to write (relpath -> bytes) and the groups, splits and rejects the report must find."""
+
+    def __init__(self) -> None:
+        self.splits = parse_splits(SPLITS)
+        self.files: Dict[str, bytes] = {}
+        self.exact: List[List[str]] = []
+        self.near: List[List[str]] = []
+        self.rejected = {"truncated": ["cat/broken.jpg"], "not_an_image": ["dog/notes.jpg"]}
+        seeds = itertools.count()
+        for cls in CLASSES:
+            for i in range(PHOTOS_PER_CLASS):
+                self.files[f"{cls}/img_{i:02d}.jpg"] = I.save(photo(next(seeds)), "JPEG", quality=90)
+        # Exact duplicates: the same bytes under other names.
+        leak = I.save(photo(next(seeds)), "JPEG", quality=90)
+        self.exact.append(self._plant([("cat", "train"), ("cat", "test")], "leak", leak))
+        twin = I.save(photo(next(seeds)), "JPEG", quality=90)  # also in another class: a label conflict
+        self.exact.append(self._plant([("dog", "train"), ("dog", "validation"), ("bird", "train")], "twin", twin))
+        same = I.save(photo(next(seeds)), "JPEG", quality=90)
+        self.exact.append(self._plant([("bird", "train"), ("bird", "train")], "same", same))
+        # Near duplicates: the same picture 3 levels brighter, or re-encoded at another quality.
+        base = photo(next(seeds))
+        self.near.append(
+            self._plant([("cat", "train")], "bright", I.save(base, "JPEG", quality=90))
+            + self._plant([("cat", "validation")], "bright", I.save(brighter(base, 3), "JPEG", quality=90))
+        )
+        base = photo(next(seeds))
+        self.near.append(
+            self._plant([("dog", "train")], "requal", I.save(base, "JPEG", quality=95))
+            + self._plant([("dog", "test")], "requal", I.save(base, "JPEG", quality=60))
+        )
+        self.files["cat/broken.jpg"] = I.truncated_jpeg(80, 60)
+        self.files["dog/notes.jpg"] = I.text_as_jpg()
+
+    def split_of(self, relpath: str) -> str:
+        return assign_split(relpath, SEED, self.splits)
+
+    def _plant(self, places, stem: str, data: bytes) -> List[str]:
+        names = []
+        for cls, split in places:
+            name = next(
+                f"{cls}/{stem}_{i:03d}.jpg" for i in itertools.count()
+                if f"{cls}/{stem}_{i:03d}.jpg" not in self.files and self.split_of(f"{cls}/{stem}_{i:03d}.jpg") == split
+            )
+            self.files[name] = data
+            names.append(name)
+        return names
+
+    def good_files(self) -> List[str]:
+        bad = {p for paths in self.rejected.values() for p in paths}
+        return sorted(p for p in self.files if p not in bad)
+
+    def class_counts(self) -> Dict[str, Dict[str, int]]:
+        counts: Dict[str, Dict[str, int]] = {s: {c: 0 for c in CLASSES} for s, _ in self.splits}
+        for path in self.good_files():
+            counts[self.split_of(path)][path.split("/")[0]] += 1
+        return counts
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """(PlantedDataset, converted output folder)."""
+    data = PlantedDataset()
+    base = tmp_path_factory.mktemp("report")
+    source = base / "photos"
+    for relpath, content in data.files.items():
+        (source / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (source / relpath).write_bytes(content)
+    out = str(base / "out")
+    proc = convert(str(source), out, "--image-size", "64", "--splits", SPLITS, "--no-analyze", "--seed", str(SEED))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return data, out
+
+
+@pytest.fixture(scope="module")
+def reported(planted, tmp_path_factory):
+    """(PlantedDataset, output folder, report.html path, report.json document)."""
+    data, out = planted
+    target = tmp_path_factory.mktemp("report_files")
+    proc = run_cli("report", out, "--output", str(target), "--seed", "3", "--thumbnails-per-class", "4", "--processes", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html_path = proc.stdout.strip().splitlines()[-1]
+    assert html_path == str(target / "report.html")
+    with open(target / "report.json", encoding="utf-8") as f:
+        document = json.load(f)
+    return data, out, html_path, document
+
+
+def _groups(document, kind: str) -> List[List[str]]:
+    return sorted(
+        sorted(r["filename"] for c in g["contents"] for r in c["records"])
+        for g in document["duplicates"]["groups"] if g["kind"] == kind
+    )
+
+
+# -- report.json ---------------------------------------------------------------------------------
+
+
+def test_report_json_finds_the_planted_duplicate_groups(reported):
+    data, _, _, document = reported
+    assert _groups(document, "exact") == sorted(sorted(g) for g in data.exact)
+    assert _groups(document, "near") == sorted(sorted(g) for g in data.near)
+    for group in document["duplicates"]["groups"]:
+        assert group["splits"] == dup.split_order({data.split_of(r["filename"]) for c in group["contents"] for r in c["records"]})
+        if group["kind"] == "near":
+            assert all(c["distance"] <= 6 for c in group["contents"])
+    crossing = [g["crosses_splits"] for g in document["duplicates"]["groups"]]
+    assert crossing == sorted(crossing, reverse=True), "groups that cross splits come first"
+    assert crossing.count(False) == 1  # the two copies within train
+    twin = next(g for g in document["duplicates"]["groups"] if len(g["classes"]) > 1)
+    assert twin["classes"] == ["bird", "dog"]
+
+
+def test_report_json_counts_pairs_across_splits(reported):
+    _, _, _, document = reported
+    exact, near = document["duplicates"]["exact"], document["duplicates"]["near"]
+    # leak: train-test; twin: dog train, dog validation, bird train; same: two in train.
+    assert exact["pairs"] == {"train/validation": 2, "train/test": 1, "train/train": 2}
+    assert exact["cross_split_pairs"] == 3
+    assert (exact["groups"], exact["groups_crossing_splits"], exact["records"]) == (3, 2, 7)
+    assert near["pairs"] == {"train/validation": 1, "train/test": 1}
+    assert near["cross_split_pairs"] == 2
+    assert (near["groups"], near["groups_crossing_splits"], near["records"]) == (2, 2, 4)
+    assert document["duplicates"]["near_duplicate_distance"] == perceptual_hash.DEFAULT_NEAR_DUPLICATE_DISTANCE
+
+
+def test_report_json_class_counts_sizes_shards_and_rejects(reported):
+    data, out, _, document = reported
+    expected = data.class_counts()
+    doc = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
+    assert list(document["splits"]) == ["train", "validation", "test"]
+    for split, counts in expected.items():
+        info = document["splits"][split]
+        assert info["examples_per_class"] == counts
+        assert info["num_examples"] == info["declared_examples"] == sum(counts.values())
+        nonzero = [n for n in counts.values()]
+        assert info["imbalance"]["ratio"] == (round(max(nonzero) / min(nonzero), 3) if min(nonzero) else None)
+        assert info["images"]["most_common"] == [{"width": 64, "height": 64, "count": sum(counts.values())}]
+        assert info["images"]["aspect_ratio"]["median"] == 1.0
+    assert document["read"]["records"] == len(data.good_files())
+    assert document["read"]["complete"] is True and document["read"]["problems"] == []
+    assert document["read"]["images_per_second"] > 0
+    shards = {s["file"]: s for s in document["shards"]}
+    for info in doc["splits"].values():
+        for shard in info["shards"]:
+            assert shards[shard["file"]]["records"] == shard["num_records"]
+            assert shards[shard["file"]]["bytes"] == shard["num_bytes"] == os.path.getsize(os.path.join(out, shard["file"]))
+    rejected = document["rejected"]
+    assert rejected["total"] == rejected["declared"] == 2
+    assert {r: [e["path"] for e in items] for r, items in rejected["by_reason"].items()} == data.rejected
+    assert all(e["error"] for items in rejected["by_reason"].values() for e in items)
+    samples = document["samples"]
+    assert sorted(samples) == list(CLASSES) and all(len(items) == 4 for items in samples.values())
+
+
+def test_sample_is_seeded_and_independent_of_processes(planted, tmp_path):
+    _, out = planted
+    picks = []
+    for processes, seed in (("1", "3"), ("2", "3"), ("2", "4")):
+        target = tmp_path / f"p{processes}s{seed}.html"
+        proc = run_cli("report", out, "--output", str(target), "--seed", seed, "--processes", processes)
+        assert proc.returncode == 0, proc.stderr
+        document = json.load(open(tmp_path / f"p{processes}s{seed}.json"))
+        picks.append(document["samples"])
+        document["read"] = document["options"] = None
+        picks.append(document)
+    assert picks[0] == picks[2], "the same seed picks the same sample with 1 or 2 processes"
+    assert picks[0] != picks[4], "another seed picks another sample"
+    assert picks[1] == picks[3], "the whole report does not depend on the number of processes"
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+def _one_line_error(proc) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_incomplete_output_gives_a_report_that_says_so(planted, tmp_path):
+    _, out = planted
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    os.remove(copy / manifest.SUCCESS_FILE)
+    proc = run_cli("report", str(copy), "--output", str(tmp_path / "r.html"))
+    assert proc.returncode == 1
+    assert "_SUCCESS" in _one_line_error(proc)
+    assert proc.stdout.strip() == str(tmp_path / "r.html")
+    assert json.load(open(tmp_path / "r.json"))["dataset"]["complete"] is False
+    assert 'id="incomplete"' in (tmp_path / "r.html").read_text()
+
+
+def test_damaged_shard_gives_a_report_of_what_could_be_read(planted, tmp_path):
+    data, out = planted
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    doc = json.load(open(copy / manifest.MANIFEST_FILE))
+    shard = doc["splits"]["train"]["shards"][0]["file"]
+    content = (copy / shard).read_bytes()
+    (copy / shard).write_bytes(content[: len(content) // 2])
+    proc = run_cli("report", str(copy), "--output", str(tmp_path / "r.html"))
+    assert proc.returncode == 1
+    assert shard in _one_line_error(proc)
+    document = json.load(open(tmp_path / "r.json"))
+    assert not document["read"]["complete"]
+    assert any(shard in p and "cannot be read" in p for p in document["read"]["problems"])
+    train = document["splits"]["train"]
+    assert 0 < train["num_examples"] < train["declared_examples"]
+    assert document["splits"]["test"]["num_examples"] == document["splits"]["test"]["declared_examples"]
+    assert 'id="read-problems"' in (tmp_path / "r.html").read_text()
+
+
+def test_sequence_output_is_refused_in_one_line(tmp_path):
+    source = tmp_path / "clips"
+    for clip in ("run/a", "run/b", "walk/c"):
+        for i in range(2):
+            (source / clip).mkdir(parents=True, exist_ok=True)
+            (source / clip / f"frame_{i}.png").write_bytes(I.png(12, 10, I.noise(12, 10, seed=i)))
+    out = tmp_path / "out"
+    proc = convert(str(source), str(out), "--sequence", "--no-analyze")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_cli("report", str(out), "--output", str(tmp_path / "r.html"))
+    assert proc.returncode == 2
+    assert "SequenceExample" in _one_line_error(proc)
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_not_an_output_folder_and_bad_options_are_usage_errors(planted, tmp_path):
+    _, out = planted
+    page = str(tmp_path / "r.html")
+    for args in (
+        (str(tmp_path / "missing"), "--output", page),
+        (str(tmp_path), "--output", page),  # a folder without dataset.json
+        (out, "--output", page, "--near-duplicate-distance", "40"),
+        (out, "--output", page, "--thumbnails-per-class", "-1"),
+        (out, "--output", str(tmp_path / "no" / "such" / "r.html")),
+    ):
+        proc = run_cli("report", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        _one_line_error(proc)
+    assert not os.path.exists(page)
+
+
+# -- the pieces ----------------------------------------------------------------------------------
+
+
+def test_near_pairs_match_brute_force():
+    rng = random.Random(0)
+    centres = [rng.getrandbits(64) for _ in range(30)]
+    hashes = []
+    for _ in range(600):  # clusters of nearby hashes, and flat-image zeros
+        h = rng.choice(centres + [0])
+        for _ in range(rng.randint(0, 9)):
+            h ^= 1 << rng.randrange(64)
+        hashes.append(h)
+    for distance in (0, 3, 6, 10):
+        brute = sorted(
+            (i, j, perceptual_hash.hamming(hashes[i], hashes[j]))
+            for i in range(len(hashes)) for j in range(i + 1, len(hashes))
+            if perceptual_hash.hamming(hashes[i], hashes[j]) <= distance
+        )
+        assert [tuple(p) for p in perceptual_hash.near_pairs(hashes, distance)] == brute
+
+
+def test_difference_hash_is_stable_under_small_changes():
+    base = photo(1)
+    h = perceptual_hash.difference_hash(base)
+    assert perceptual_hash.hamming(h, perceptual_hash.difference_hash(brighter(base, 3))) <= 2
+    assert perceptual_hash.hamming(h, perceptual_hash.difference_hash(base.resize((48, 40)))) <= 6
+    assert perceptual_hash.hamming(h, perceptual_hash.difference_hash(photo(2))) > 12
+    assert perceptual_hash.difference_hash(Image.new("RGB", (30, 20), (9, 9, 9))) == 0
+
+
+def test_size_summary_and_imbalance():
+    sizes = collections.Counter({(64, 48): 3, (48, 64): 1, (100, 10): 1})
+    summary = facts.image_sizes(sizes)
+    assert summary["width"] == {"min": 48, "max": 100, "mean": 68.0, "median": 64}
+    assert [b["count"] for b in summary["aspect_ratio_histogram"]] == [0, 0, 0, 1, 0, 0, 3, 0, 1]
+    assert facts.imbalance({"a": 10, "b": 4}) == {"ratio": 2.5, "largest": "a", "smallest": "b", "empty_classes": []}
+    assert facts.imbalance({"a": 10, "b": 0})["ratio"] is None
+
+
+# -- the page in a real browser ------------------------------------------------------------------
+
+
+def _chromium() -> Optional[str]:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class WebSocket:
+    """Just enough of RFC 6455 for the DevTools protocol: masked text frames out, text frames in."""
+
+    def __init__(self, url: str, timeout: float = 30) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            f"GET {parts.path} HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        response = b""
+        while b"\r\n\r\n" not in response:
+            chunk = self.sock.recv(4096)
+            assert chunk, "DevTools closed the connection during the handshake"
+            response += chunk
+        head, self.pending = response.split(b"\r\n\r\n", 1)
+        assert b" 101 " in head.split(b"\r\n", 1)[0], head
+
+    def _read(self, n: int) -> bytes:
+        while len(self.pending) < n:
+            chunk = self.sock.recv(1 << 16)
+            assert chunk, "DevTools closed the connection"
+            self.pending += chunk
+        data, self.pending = self.pending[:n], self.pending[n:]
+        return data
+
+    def send(self, text: str) -> None:
+        payload = text.encode()
+        header = bytearray([0x81])
+        if len(payload) < 126:
+            header.append(0x80 | len(payload))
+        elif len(payload) < 1 << 16:
+            header += bytes([0x80 | 126]) + struct.pack(">H", len(payload))
+        else:
+            header += bytes([0x80 | 127]) + struct.pack(">Q", len(payload))
+        mask = os.urandom(4)
+        masked = (np.frombuffer(payload, np.uint8) ^ np.resize(np.frombuffer(mask, np.uint8), len(payload))).tobytes()
+        self.sock.sendall(bytes(header) + mask + masked)
+
+    def receive(self) -> str:
+        message = b""
+        while True:
+            first, second = self._read(2)
+            length = second & 0x7F
+            if length == 126:
+                length = struct.unpack(">H", self._read(2))[0]
+            elif length == 127:
+                length = struct.unpack(">Q", self._read(8))[0]
+            payload = self._read(length)
+            opcode = first & 0x0F
+            if opcode == 0x9:  # ping
+                self.sock.sendall(bytes([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload)
+                continue
+            if opcode == 0x8:
+                raise ConnectionError("DevTools closed the WebSocket")
+            message += payload
+            if first & 0x80:
+                return message.decode()
+
+
+class DevTools:
+    """One page target: commands by id, events kept in order."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.events: List[Dict[str, Any]] = []
+
+    def call(self, method: str, **params) -> Dict[str, Any]:
+        call_id = next(self.ids)
+        self.ws.send(json.dumps({"id": call_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.receive())
+            if message.get("id") == call_id:
+                assert "error" not in message, (method, message["error"])
+                return message["result"]
+            self.events.append(message)
+
+    def wait_for(self, method: str, timeout: float = 30) -> Dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events:
+                if event.get("method") == method:
+                    return event
+            self.events.append(json.loads(self.ws.receive()))
+        raise TimeoutError(method)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium on 127.0.0.1 with no way out to the network; yields its DevTools HTTP base URL."""
+    binary = _chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed and could not be (run_tests.sh installs Debian's chromium when run as root)")
+    profile = tempfile.mkdtemp(prefix="report-chromium-")
+    proc = subprocess.Popen(
+        [
+            binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
+            "--disable-extensions", "--disable-background-networking", "--disable-sync",
+            "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={profile}",
+            "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "--window-size=1280,900", "about:blank",
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        port = None
+        deadline = time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+            if "DevTools listening on ws://" in line:
+                port = urllib.parse.urlsplit(line.split("listening on ", 1)[1].strip()).port
+        if port is None:
+            pytest.fail(f"chromium did not start its DevTools server (exit {proc.poll()})")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+_DOM_FACTS = """JSON.stringify({
+  groups: [...document.querySelectorAll('#duplicates .group')].map(g => ({
+    kind: g.dataset.kind, crosses: g.dataset.crosses === 'true',
+    files: [...g.querySelectorAll('.member .filename')].map(e => e.textContent).sort()})),
+  counts: [...document.querySelectorAll('#class-counts td[data-class]')].map(
+    td => [td.dataset.split, td.dataset.class, Number(td.textContent.replace(/,/g, ''))]),
+  rejects: [...document.querySelectorAll('tr.reject')].map(tr => [tr.dataset.reason, tr.querySelector('.path').textContent]),
+  images: [...document.images].map(i => [i.complete, i.naturalWidth]),
+  leakage: document.getElementById('leakage').innerText,
+  text: document.body.innerText,
+})"""
+
+
+def test_page_in_headless_chromium(reported, browser, tmp_path):
+    data, _, html_path, document = reported
+    with urllib.request.urlopen(f"{browser}/json/list", timeout=10) as response:
+        page = next(t for t in json.load(response) if t["type"] == "page")
+    tools = DevTools(WebSocket(page["webSocketDebuggerUrl"]))
+    for domain in ("Page", "Runtime", "Log", "Network"):
+        tools.call(f"{domain}.enable")
+    tools.call("Page.navigate", url="file://" + html_path)
+    tools.wait_for("Page.loadEventFired")
+
+    facts_json = tools.call("Runtime.evaluate", expression=_DOM_FACTS, returnByValue=True)["result"]["value"]
+    dom = json.loads(facts_json)
+    metrics = tools.call("Page.getLayoutMetrics")["cssContentSize"]
+    shot = tools.call(
+        "Page.captureScreenshot", format="png", captureBeyondViewport=True,
+        clip={"x": 0, "y": 0, "width": metrics["width"], "height": min(metrics["height"], 6000), "scale": 1},
+    )
+    png = tmp_path / "report.png"
+    png.write_bytes(base64.b64decode(shot["data"]))
+    shutil.copy(png, os.path.join(os.path.dirname(html_path), "report.png"))  # for a person to look at
+
+    errors = [
+        e for e in tools.events
+        if (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
+        or e.get("method") == "Runtime.exceptionThrown"
+        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
+    assert errors == []
+    requests = [e["params"]["request"]["url"] for e in tools.events if e.get("method") == "Network.requestWillBeSent"]
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
+
+    with Image.open(png) as image:
+        assert image.width >= 800 and image.height >= 900
+        colors = image.convert("RGB").getcolors(1 << 20)
+        assert colors is None or len(colors) > 50, "the screenshot is blank"
+
+    expected_groups = sorted(
+        [{"kind": "exact", "files": sorted(g)} for g in data.exact] + [{"kind": "near", "files": sorted(g)} for g in data.near],
+        key=lambda g: g["files"],
+    )
+    assert sorted(({"kind": g["kind"], "files": g["files"]} for g in dom["groups"]), key=lambda g: g["files"]) == expected_groups
+    assert [g["crosses"] for g in dom["groups"]] == [True, True, True, True, False]
+    expected_counts = sorted([s, c, n] for s, counts in data.class_counts().items() for c, n in counts.items())
+    assert sorted(dom["counts"]) == expected_counts
+    assert sorted(dom["rejects"]) == sorted([r, p] for r, paths in data.rejected.items() for p in paths)
+    assert dom["images"] and all(complete and width > 0 for complete, width in dom["images"])
+    assert "3 exact, 2 near" in dom["leakage"]
+    for name in ("Examples per class", "Duplicates and split leakage", "Rejected inputs", "Samples per class", "Shards"):
+        assert name in dom["text"]
