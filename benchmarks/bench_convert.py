@@ -10,7 +10,8 @@ shared machine hits both sides alike; each run is a fresh process timed
 from start to exit (imports included), with peak RSS from ``/usr/bin/time -v``.
 
     .venv/bin/python benchmarks/bench_convert.py --num-images 12000 --runs 3
-    .venv/bin/python benchmarks/bench_convert.py --format keep       # no decode: stored bytes as they are
+    .venv/bin/python benchmarks/bench_convert.py --format keep --convert-args=--no-analyze
+    .venv/bin/python benchmarks/bench_convert.py --kind mixed --convert-args=--no-analyze   # 300-2000 px, JPEG+PNG
 
 Prints a table and writes ``benchmarks/results/bench_convert-<time>.json``.
 """
@@ -56,16 +57,16 @@ with tf.io.TFRecordWriter(os.path.join(out, "train-00000-of-00001.tfrecord")) as
                 w, h = img.size
                 img.draft(img.mode, (max(1, w // 8), max(1, h // 8)))
                 img.load()
-                encoded, stored = data, (w, h)
+                encoded, stored, fmt_name = data, (w, h), img.format.lower()
             else:
                 img.draft("RGB", (size, size))
                 img = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC, reducing_gap=2.0)
                 buf = io.BytesIO()
                 img.save(buf, format="JPEG", quality=90)
-                encoded, stored = buf.getvalue(), img.size
+                encoded, stored, fmt_name = buf.getvalue(), img.size, "jpeg"
             example = tf.train.Example(features=tf.train.Features(feature={
                 "image/encoded": feature_bytes(encoded),
-                "image/format": feature_bytes(b"jpeg"),
+                "image/format": feature_bytes(fmt_name.encode()),
                 "image/height": feature_int(stored[1]),
                 "image/width": feature_int(stored[0]),
                 "image/channels": feature_int(3),
@@ -93,6 +94,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-images", type=int, default=12000)
     parser.add_argument("--corpus", default=None, help="corpus folder (default: a cached one under benchmarks/results)")
+    parser.add_argument("--kind", choices=corpus.KINDS, default="photo", help="corpus kind (benchmarks/corpus.py)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--format", choices=("jpeg", "keep"), default="jpeg")
     parser.add_argument("--image-size", type=int, default=224)
@@ -101,8 +103,8 @@ def main(argv=None):
 
     results_dir = os.path.join(HERE, "results")
     os.makedirs(results_dir, exist_ok=True)
-    src = args.corpus or os.path.join(results_dir, f"corpus-photo-{args.num_images}")
-    corpus.generate(src, args.num_images)
+    src = args.corpus or os.path.join(results_dir, f"corpus-{args.kind}-{args.num_images}")
+    corpus.generate(src, args.num_images, kind=args.kind)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
     work = tempfile.mkdtemp(prefix="bench_convert-")
     convert_cmd = [
@@ -137,7 +139,8 @@ def main(argv=None):
         }
     ratio = summary["convert"]["images_per_second"] / summary["baseline"]["images_per_second"]
     print()
-    print(f"{args.num_images} images, format {args.format}, {os.cpu_count()} cores, median of {args.runs} runs")
+    print(f"{args.num_images} {args.kind} images, format {args.format}, {args.convert_args or 'default options'}, "
+          f"{os.cpu_count()} cores, median of {args.runs} runs")
     print(f"{'':10s} {'img/s':>8s} {'seconds':>8s} {'peak RSS':>9s}")
     for name in ("baseline", "convert"):
         s = summary[name]
@@ -145,7 +148,7 @@ def main(argv=None):
     print(f"ratio convert/baseline: {ratio:.2f}x")
     result = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "num_images": args.num_images, "format": args.format, "image_size": args.image_size,
+        "num_images": args.num_images, "kind": args.kind, "format": args.format, "image_size": args.image_size,
         "cpu_count": os.cpu_count(), "convert_args": args.convert_args, "runs": rows, "summary": summary,
         "ratio": ratio,
     }

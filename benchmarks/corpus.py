@@ -1,7 +1,12 @@
-"""Photo-like benchmark corpus: ImageNet-sized JPEGs (~500x375, ~45 KB) in class folders.
+"""Photo-like benchmark corpora in class folders.
+
+* ``photo``: ImageNet-sized JPEGs (~500x375, ~45 KB);
+* ``mixed``: sizes from 300 to 2000 px on the long side, JPEG qualities 75-95
+  and one image in four a PNG (those up to 800 px), so file sizes run from
+  tens of KB to about a MB.
 
 Deterministic: the same arguments always write the same files. Each image is
-a smooth random colour field with shapes and grain, so JPEG sizes and decode
+a smooth random colour field with shapes and grain, so file sizes and decode
 costs resemble real photos rather than flat synthetic shapes.
 """
 from __future__ import annotations
@@ -31,19 +36,42 @@ def photo_like(rng: random.Random, size=(500, 375)) -> Image.Image:
     return Image.blend(img, grain, 0.12)
 
 
-def generate(directory: str, num_images: int, num_classes: int = 10, seed: int = 0) -> int:
-    """Write ``num_images`` JPEGs spread over ``num_classes`` folders; returns total bytes."""
+KINDS = ("photo", "mixed")
+
+
+def _mixed(rng: random.Random):
+    """(image, format, quality) of the mixed corpus."""
+    long_side = rng.randrange(300, 2001)
+    short_side = int(long_side * rng.uniform(0.55, 0.9))
+    size = (long_side, short_side) if rng.random() < 0.7 else (short_side, long_side)
+    small = photo_like(rng, (max(1, size[0] // 4), max(1, size[1] // 4)))  # the grain at a quarter scale
+    img = small.resize(size, Image.Resampling.BICUBIC)
+    if long_side <= 800 and rng.random() < 0.25:
+        return img, "PNG", None
+    return img, "JPEG", rng.randrange(75, 96)
+
+
+def generate(directory: str, num_images: int, num_classes: int = 10, seed: int = 0, kind: str = "photo") -> int:
+    """Write ``num_images`` images of ``kind`` spread over ``num_classes`` folders; returns total bytes."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown corpus kind {kind!r}; expected one of {KINDS}")
     total = 0
     for i in range(num_images):
-        rng = random.Random(f"{seed}/{i}")
+        rng = random.Random(f"{seed}/{i}" if kind == "photo" else f"{kind}/{seed}/{i}")
         folder = os.path.join(directory, f"class_{i % num_classes:02d}")
         os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"img_{i:07d}.jpg")
-        if os.path.exists(path):
-            total += os.path.getsize(path)
+        stem = os.path.join(folder, f"img_{i:07d}")
+        existing = [p for p in (stem + ".jpg", stem + ".png") if os.path.exists(p)]
+        if existing:
+            total += os.path.getsize(existing[0])
             continue
-        w = rng.randrange(440, 520)
-        photo_like(rng, (w, 375)).save(path, format="JPEG", quality=90)
+        if kind == "photo":
+            w = rng.randrange(440, 520)
+            img, fmt, quality = photo_like(rng, (w, 375)), "JPEG", 90
+        else:
+            img, fmt, quality = _mixed(rng)
+        path = stem + (".jpg" if fmt == "JPEG" else ".png")
+        img.save(path, format=fmt, **({"quality": quality} if quality else {}))
         total += os.path.getsize(path)
     return total
 
@@ -53,6 +81,7 @@ if __name__ == "__main__":
     parser.add_argument("directory")
     parser.add_argument("--num-images", type=int, default=12000)
     parser.add_argument("--num-classes", type=int, default=10)
+    parser.add_argument("--kind", choices=KINDS, default="photo")
     args = parser.parse_args()
-    total = generate(args.directory, args.num_images, args.num_classes)
+    total = generate(args.directory, args.num_images, args.num_classes, kind=args.kind)
     print(f"{args.num_images} images, {total / args.num_images / 1024:.1f} KB average, in {args.directory}")

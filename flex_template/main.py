@@ -26,9 +26,10 @@ PARAMETERS = {
     "compression": "--compression",
     "max_error_rate": "--max-error-rate",
     "overwrite": "--overwrite",
+    "resume": "--resume",
     "exact_statistics": "--exact-statistics",
 }
-SWITCHES = {"overwrite", "exact_statistics"}  # true/false parameters: the option or nothing
+SWITCHES = {"overwrite", "resume", "exact_statistics"}  # true/false parameters: the option or nothing
 
 
 def translate(argv):

@@ -1,4 +1,4 @@
-"""A converted output read with TensorFlow Datasets, through the metadata ``write_tfds_metadata`` writes."""
+"""A converted output read with TensorFlow Datasets, through the metadata ``convert`` writes."""
 from __future__ import annotations
 
 import os
@@ -22,8 +22,21 @@ def jpeg_output(sample_dir, tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("tfds_jpeg") / "out")
     proc = convert(sample_dir, out, "--image-size", "64", "--splits", "train=0.8,test=0.2", *NO_ANALYSIS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert write_tfds_metadata(out) is None
+    _written_by_convert(out)
     return out
+
+
+def _written_by_convert(out: str) -> None:
+    """convert wrote the TFDS files, the same ones write_tfds_metadata writes for an older output."""
+    assert manifest_doc(out)[tfds_layout.MANIFEST_KEY] == {"readable": True}
+    written = {}
+    for name in tfds_layout.FILE_NAMES:
+        with open(os.path.join(out, name), encoding="utf-8") as f:
+            written[name] = f.read()
+    assert write_tfds_metadata(out) is None
+    for name in tfds_layout.FILE_NAMES:
+        with open(os.path.join(out, name), encoding="utf-8") as f:
+            assert f.read() == written[name], name
 
 
 def _get(example, key):
@@ -74,7 +87,7 @@ def test_tfds_reads_original_files_of_varied_sizes(sample_dir, tmp_path):
     out = str(tmp_path / "keep")
     proc = convert(sample_dir, out, *NO_ANALYSIS)  # --format keep: the original JPEG and PNG bytes
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert write_tfds_metadata(out) is None
+    _written_by_convert(out)
     builder = tfds.builder_from_directory(out)
     assert builder.info.features["image"]["encoded"].shape == (None, None, 3)
     _compare(out, "train", max_pixel_error=8)
@@ -86,8 +99,8 @@ def test_raw_output_fails_to_load_with_our_message(sample_dir, tmp_path):
     out = str(tmp_path / "raw")
     proc = convert(sample_dir, out, "--image-size", "16", "--format", "raw", *NO_ANALYSIS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    reason = write_tfds_metadata(out)
-    assert reason is not None and "--format raw" in reason
+    reason = manifest_doc(out)[tfds_layout.MANIFEST_KEY]["reason"]
+    assert "--format raw" in reason and write_tfds_metadata(out) == reason
     assert tfds_layout.manifest_entry(manifest_doc(out)) == {"readable": False, "reason": reason}
     with pytest.raises(tfds_layout.NotATfdsDatasetError) as e:
         tfds.builder_from_directory(out)

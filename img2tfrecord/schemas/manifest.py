@@ -102,8 +102,11 @@ def parse_shard_file_name(name: str) -> Optional[Dict[str, Any]]:
 
 def is_output_file(name: str) -> bool:
     """True for a base name that ``convert`` writes (or stages) in an output directory."""
+    from img2tfrecord.schemas import tfds_layout  # it imports this module
+
     return (
         name in OUTPUT_FILE_NAMES
+        or name in tfds_layout.FILE_NAMES
         or parse_shard_file_name(name) is not None
         or any(name.startswith(p) for p in TEMP_PREFIXES)
     )

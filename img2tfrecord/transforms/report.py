@@ -17,7 +17,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import manifest, tfds_layout
 from img2tfrecord.transforms.write import CommittedShard
 
 
@@ -149,8 +149,12 @@ class FinalizeOutput(beam.DoFn):
             statistics=statistics,
             **self._fields,
         )
+        # The folder is also a TFDS dataset (tfds.builder_from_directory), or says why not.
+        doc[tfds_layout.MANIFEST_KEY] = tfds_layout.manifest_entry(doc)
         join = FileSystems.join
         write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
+        for name, text in tfds_layout.metadata_files(doc).items():
+            write_atomically(join(self._output_dir, name), text)
         write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), manifest.dumps(doc))
         remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
         with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:

@@ -1,0 +1,145 @@
+"""Peak memory of a local conversion as the dataset grows: the whole process tree, sampled.
+
+``convert`` runs its launcher and its conversion processes; the figure that
+matters is the peak of the *sum* of their resident sets, sampled every
+0.2 s from ``/proc`` (``/usr/bin/time`` reports one process only). Each mode
+runs at every size on the same corpus; the table gives the peak per size and
+the ratio of the largest to the smallest. A conversion whose memory does not
+grow with the dataset has a ratio near 1.
+
+    .venv/bin/python benchmarks/bench_memory.py                       # 6,000 and 48,000 images
+    .venv/bin/python benchmarks/bench_memory.py --sizes 2000,8000 --kind mixed
+
+Prints a table and writes ``benchmarks/results/bench_memory-<time>.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import corpus  # noqa: E402
+
+MODES = {
+    "keep, no analysis": ["--format", "keep", "--no-analyze"],
+    "jpeg 224, analysis": ["--image-size", "224", "--resize", "stretch", "--format", "jpeg", "--quality", "90"],
+}
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _children() -> dict:
+    """{pid: parent pid} of every process."""
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                parents[int(name)] = int(fields[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return parents
+
+
+def tree_rss_mb(root: int) -> float:
+    """Sum of the resident sets of ``root`` and all its descendants, in MB."""
+    parents = _children()
+    tree, frontier = {root}, [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    total_kb = 0
+    for pid in tree:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total_kb += int(f.read().split()[1]) * _PAGE_KB
+        except (OSError, IndexError, ValueError):
+            pass
+    return total_kb / 1024
+
+
+def peak_tree_rss(cmd, env, interval: float = 0.2):
+    """(seconds, peak summed RSS in MB) of a command and its descendants."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, tree_rss_mb(proc.pid))
+        time.sleep(interval)
+    stderr = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:5]} failed:\n{stderr[-3000:]}")
+    return time.perf_counter() - start, peak
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="6000,48000", help="dataset sizes, comma separated")
+    parser.add_argument("--kind", choices=corpus.KINDS, default="photo")
+    parser.add_argument("--modes", default=",".join(MODES), help="modes to run, comma separated: " + ", ".join(MODES))
+    args = parser.parse_args(argv)
+    sizes = sorted(int(n) for n in args.sizes.split(","))
+    modes = [m.strip() for m in args.modes.split(",")]
+
+    results_dir = os.path.join(HERE, "results")
+    os.makedirs(results_dir, exist_ok=True)
+    src = os.path.join(results_dir, f"corpus-{args.kind}-{sizes[-1]}")
+    corpus.generate(src, sizes[-1], kind=args.kind)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    work = tempfile.mkdtemp(prefix="bench_memory-")
+    rows = []
+    try:
+        for size in sizes:
+            # The first ``size`` images of the corpus, as hard links: the same files at every size.
+            subset = os.path.join(work, f"in-{size}")
+            for i in range(size):
+                cls = f"class_{i % 10:02d}"
+                os.makedirs(os.path.join(subset, cls), exist_ok=True)
+                for ext in (".jpg", ".png"):
+                    path = os.path.join(src, cls, f"img_{i:07d}{ext}")
+                    if os.path.exists(path):
+                        os.link(path, os.path.join(subset, cls, os.path.basename(path)))
+            for mode in modes:
+                out = os.path.join(work, "out")
+                cmd = [sys.executable, "-m", "img2tfrecord", "convert", "--input", subset, "--output", out, "-q",
+                       *MODES[mode]]
+                seconds, peak = peak_tree_rss(cmd, env)
+                out_mb = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out) if n.endswith(".tfrecord")) / 1e6
+                rows.append({"images": size, "mode": mode, "seconds": seconds, "peak_tree_rss_mb": peak, "output_mb": out_mb})
+                print(f"{size:7d} images  {mode:22s} {seconds:7.1f} s  peak {peak:7.0f} MB  output {out_mb:8.0f} MB", flush=True)
+                shutil.rmtree(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print()
+    print(f"{args.kind} corpus, {os.cpu_count()} cores; peak of the summed RSS of the process tree")
+    for mode in modes:
+        peaks = {r["images"]: r["peak_tree_rss_mb"] for r in rows if r["mode"] == mode}
+        ratio = peaks[sizes[-1]] / peaks[sizes[0]]
+        cells = "  ".join(f"{n}: {peaks[n]:.0f} MB" for n in sizes)
+        print(f"{mode:22s} {cells}  ratio {sizes[-1]}/{sizes[0]}: {ratio:.2f}")
+    path = os.path.join(results_dir, f"bench_memory-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
+    with open(path, "w") as f:
+        json.dump({
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "kind": args.kind, "cpu_count": os.cpu_count(), "rows": rows,
+        }, f, indent=2)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
