@@ -59,17 +59,21 @@ def sample_records(
     shards = [(p, n) for p, n in records.shard_paths(directory, doc, split) if n > 0]
     if not shards or limit <= 0:
         return
-    quota = math.ceil(limit / len(shards))
+    # Round robin over the shards, so a small shard's share goes to the others.
+    quotas = [0] * len(shards)
+    for _ in range(min(limit, sum(n for _, n in shards))):
+        i = min((i for i, (_, n) in enumerate(shards) if quotas[i] < n), key=lambda i: quotas[i])
+        quotas[i] += 1
     compression = records.compression_of(doc)
-    taken = 0
-    for path, _ in shards:
+    for (path, _), quota in zip(shards, quotas):
+        if not quota:
+            continue
         name = path.replace("\\", "/").rsplit("/", 1)[-1]
         try:
             for index, _, data in records.iter_records(path, compression):
-                if index >= quota or taken >= limit:
+                if index >= quota:
                     break
                 yield name, index, data
-                taken += 1
         except records.RecordError as e:
             raise ShardUnreadable(f"{name}: {e}") from None
         except FileNotFoundError:

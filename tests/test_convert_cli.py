@@ -180,32 +180,41 @@ def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output
     assert split_membership(read_records(other)[1]) != split_membership(first)
 
 
-def test_converting_ahead_changes_nothing_in_the_output(messy_input, messy_output, tmp_path):
-    """The default run converts its first items ahead while the pipeline starts; --processes 1 does not:
-    the same records in each split, byte for byte, and the same error report."""
+def _file_digests(output):
+    found = {}
+    for folder, _, names in os.walk(output):
+        for name in names:
+            if manifest.parse_shard_file_name(name) or name.endswith(manifest.INDEX_SUFFIX):
+                with open(os.path.join(folder, name), "rb") as f:
+                    found[os.path.relpath(os.path.join(folder, name), output)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_input, messy_output, tmp_path):
+    """The same input, options and seed: the same shard files (names, bytes) and the same error report,
+    converted in two processes (the default), in one, or again."""
     root, _, _ = messy_input
-    out, proc = messy_output
-    assert "items were converted ahead while the pipeline started" in proc.stderr
+    out, _ = messy_output
+    args = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2")
     one = str(tmp_path / "one")
-    single = convert(root, one, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2",
-                     "--processes", "1", runner=())
+    single = convert(root, one, *args, "--processes", "1", runner=())
     assert single.returncode == 0, single.stderr[-4000:]
-    assert "converted ahead" not in single.stderr
+    again = str(tmp_path / "again")
+    assert convert(root, again, *args, runner=()).returncode == 0
 
     def content(output):
         doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
-        by_split = {
-            split: sorted(
-                hashlib.sha256(r.numpy()).hexdigest()
-                for r in tf.data.TFRecordDataset([os.path.join(output, s["file"]) for s in info["shards"]])
-            )
-            for split, info in doc["splits"].items()
-        }
         with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
             errors = sorted(f.read().splitlines())
-        return by_split, errors, doc["labels"], doc["accounting"], doc["statistics"]
+        shards = {split: info["shards"] for split, info in doc["splits"].items()}
+        return _file_digests(output), shards, errors, doc["labels"], doc["accounting"], doc["statistics"]
 
-    assert content(out) == content(one)
+    assert content(out) == content(one) == content(again)
+    doc = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
+    for info in doc["splits"].values():  # dataset.json's sha256 is the file's
+        for shard in info["shards"]:
+            assert _file_digests(out)[shard["file"]] == shard["sha256"]
+            assert shard["index"] == manifest.index_file(shard["file"])
 
 
 def test_records_are_shuffled_within_shards(tmp_path):
@@ -335,7 +344,8 @@ def test_refuses_non_empty_output_and_overwrites_only_its_own(tmp_path):
     assert sorted(os.listdir(out)) == sorted(
         ["_SUCCESS", "dataset.json", "errors.jsonl", "labels.txt", "train-00000-of-00001.tfrecord",
          # the tf.Transform analysis (transforms/analyze.py); its temp folders are gone
-         "transform_fn", "transformed_metadata", "metadata", "schema.pbtxt"]
+         "transform_fn", "transformed_metadata", "metadata", "schema.pbtxt",
+         "index", "dataset_info.json", "features.json", "image-class-label.labels.txt"]
     )
     with open(os.path.join(out, "notes.txt"), "w") as f:
         f.write("mine")

@@ -111,10 +111,13 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
     job = p.runner.job
     top_level = {t.unique_name for t in job.proto_pipeline.components.transforms.values() if "/" not in t.unique_name}
     for step in (
-        "DiscoverImages", "DiscoverClasses", "ShuffleItems", "ConvertImage", "PartitionSplits",
-        "Write[train]", "Write[validation]", "CountRecords", "ErrorReport", "FinalizeOutput",
+        "DiscoverImages", "DiscoverClasses", "WriteShards", "ErrorReport", "AnalyzeTrainSplit", "FinalizeOutput",
     ):
         assert step in top_level, sorted(top_level)
+    every = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
+    for step in ("WriteShards/AssignShards", "WriteShards/GroupByShard", "WriteShards/WriteShard",
+                 "WriteShards/CommitSplit", "AnalyzeTrainSplit/Analyze"):
+        assert step in every, sorted(every)
     assert job.options.view_as(beam.options.pipeline_options.SetupOptions).setup_file.endswith("setup.py")
     assert not os.path.exists(tmp_path / "out")  # a dry run writes nothing
 
