@@ -1,8 +1,26 @@
 #!/usr/bin/env bash
-# Set up ./.venv and run the whole test suite. Extra arguments go to pytest.
+# Set up ./.venv, check the code (ruff, mypy) and run the test suite. Extra arguments go to pytest.
+#   ./run_tests.sh            everything
+#   ./run_tests.sh --quick    lint, types and the fast unit tests only (no CLI runs, pipelines or runners)
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/venv.sh
+
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
+
+echo "ruff check, ruff format --check, mypy" >&2
+ruff check --no-cache --quiet .
+ruff format --no-cache --check --quiet .
+mypy --no-error-summary
+
+if [ "$quick" = 1 ]; then
+  exec python -m pytest -q tests -m "not e2e" "$@"
+fi
+
 # tests/test_report.py opens report.html in Debian's chromium: install it where missing (as root, quietly).
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing chromium for the report's browser test" >&2

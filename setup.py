@@ -3,6 +3,7 @@
 This file is also what Dataflow workers install (``--setup_file ./setup.py``),
 so every runtime dependency of the pipeline belongs in ``install_requires``.
 """
+
 import os
 import re
 
@@ -53,6 +54,8 @@ setuptools.setup(
             "tensorflow-datasets>=4.9.10,<5",  # test_readers_tfds: TFDS reads a converted output
             "grain>=0.2.18",  # test_readers_tf_free: grain reads through SplitDataSource
             "tfrecord>=1.14.6",  # test_readers_tf_free: its tfrecord2idx writes DALI-format index files
+            "ruff==0.17.6",  # lint and format, run by run_tests.sh (pinned: its rules change between releases)
+            "mypy==2.4.1",
         ],
     },
     entry_points={

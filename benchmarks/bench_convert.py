@@ -15,6 +15,7 @@ from start to exit (imports included), with peak RSS from ``/usr/bin/time -v``.
 
 Prints a table and writes ``benchmarks/results/bench_convert-<time>.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
 
-BASELINE = r'''
+BASELINE = r"""
 import hashlib, io, os, sys
 from PIL import Image
 import tensorflow as tf
@@ -76,7 +77,7 @@ with tf.io.TFRecordWriter(os.path.join(out, "train-00000-of-00001.tfrecord")) as
                 "image/key/sha256": feature_bytes(hashlib.sha256(encoded).hexdigest().encode()),
             }))
             writer.write(example.SerializeToString())
-'''
+"""
 
 
 def timed(cmd, env=None):
@@ -108,9 +109,20 @@ def main(argv=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
     work = tempfile.mkdtemp(prefix="bench_convert-")
     convert_cmd = [
-        sys.executable, "-m", "img2tfrecord", "convert", "--input", src, "-q", "--num-shards", "1",
-        *(["--image-size", str(args.image_size), "--resize", "stretch", "--format", "jpeg", "--quality", "90"]
-          if args.format == "jpeg" else ["--format", "keep"]),
+        sys.executable,
+        "-m",
+        "img2tfrecord",
+        "convert",
+        "--input",
+        src,
+        "-q",
+        "--num-shards",
+        "1",
+        *(
+            ["--image-size", str(args.image_size), "--resize", "stretch", "--format", "jpeg", "--quality", "90"]
+            if args.format == "jpeg"
+            else ["--format", "keep"]
+        ),
         *args.convert_args.split(),
     ]
     rows = {"baseline": [], "convert": []}
@@ -124,7 +136,10 @@ def main(argv=None):
                     cmd = convert_cmd + ["--output", out]
                 seconds, rss = timed(cmd, env)
                 rows[name].append({"seconds": seconds, "peak_rss_mb": rss})
-                print(f"run {run + 1}/{args.runs} {name:8s} {seconds:7.1f} s  {args.num_images / seconds:7.1f} img/s  {rss:7.0f} MB", flush=True)
+                print(
+                    f"run {run + 1}/{args.runs} {name:8s} {seconds:7.1f} s  {args.num_images / seconds:7.1f} img/s  {rss:7.0f} MB",
+                    flush=True,
+                )
                 shutil.rmtree(out, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -139,8 +154,10 @@ def main(argv=None):
         }
     ratio = summary["convert"]["images_per_second"] / summary["baseline"]["images_per_second"]
     print()
-    print(f"{args.num_images} {args.kind} images, format {args.format}, {args.convert_args or 'default options'}, "
-          f"{os.cpu_count()} cores, median of {args.runs} runs")
+    print(
+        f"{args.num_images} {args.kind} images, format {args.format}, {args.convert_args or 'default options'}, "
+        f"{os.cpu_count()} cores, median of {args.runs} runs"
+    )
     print(f"{'':10s} {'img/s':>8s} {'seconds':>8s} {'peak RSS':>9s}")
     for name in ("baseline", "convert"):
         s = summary[name]
@@ -148,8 +165,14 @@ def main(argv=None):
     print(f"ratio convert/baseline: {ratio:.2f}x")
     result = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "num_images": args.num_images, "kind": args.kind, "format": args.format, "image_size": args.image_size,
-        "cpu_count": os.cpu_count(), "convert_args": args.convert_args, "runs": rows, "summary": summary,
+        "num_images": args.num_images,
+        "kind": args.kind,
+        "format": args.format,
+        "image_size": args.image_size,
+        "cpu_count": os.cpu_count(),
+        "convert_args": args.convert_args,
+        "runs": rows,
+        "summary": summary,
         "ratio": ratio,
     }
     path = os.path.join(results_dir, f"bench_convert-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")

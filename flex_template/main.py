@@ -7,29 +7,15 @@ option names (``--image-size``) here, and every other option (Beam's
 launcher submits the job and returns (``--no-wait``): the job itself writes
 ``_SUCCESS`` into the output when it completes.
 """
+
 import sys
 
 from img2tfrecord import cli
+from img2tfrecord.options import template_options
 
-# Template parameter -> convert option (see metadata.json).
-PARAMETERS = {
-    "input": "--input",
-    "output": "--output",
-    "image_size": "--image-size",
-    "resize": "--resize",
-    "format": "--format",
-    "quality": "--quality",
-    "splits": "--splits",
-    "seed": "--seed",
-    "shard_size_mb": "--shard-size-mb",
-    "num_shards": "--num-shards",
-    "compression": "--compression",
-    "max_error_rate": "--max-error-rate",
-    "overwrite": "--overwrite",
-    "resume": "--resume",
-    "exact_statistics": "--exact-statistics",
-}
-SWITCHES = {"overwrite", "resume", "exact_statistics"}  # true/false parameters: the option or nothing
+# Template parameter -> convert option: both declared in img2tfrecord/options.py (metadata.json is generated there).
+PARAMETERS = {name: option.flag for name, option in template_options().items()}
+SWITCHES = {name for name, option in template_options().items() if option.switch}  # true/false: the flag or nothing
 
 
 def translate(argv):

@@ -1,13 +1,13 @@
 """img2tfrecord: image datasets to sharded TFRecord files with Apache Beam.
 
 ``img2tfrecord.load(path, split=...)`` reads a converted directory as a
-``tf.data.Dataset`` (see :mod:`img2tfrecord.reader`). It is imported on
+``tf.data.Dataset`` (see :mod:`img2tfrecord.readers.tfdata`). It is imported on
 first use, so ``import img2tfrecord`` does not import TensorFlow.
 """
 
 __version__ = "0.1.0"
 
-_LAZY = {"load": "img2tfrecord.reader"}
+_LAZY = {"load": "img2tfrecord.readers.tfdata"}
 
 __all__ = ["__version__", "load"]
 

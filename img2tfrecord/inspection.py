@@ -13,26 +13,23 @@ Exit codes: 0 success, 1 when a shard could not be read (the summary is
 still printed; ``verify`` tells what is wrong), 2 for a missing directory
 or manifest, or an unknown ``--split``.
 """
+
 from __future__ import annotations
 
-import argparse
 import collections
 import io
 import json
-import math
-import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from img2tfrecord import records
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
 
 MAX_RECORDS_PER_SPLIT = 10_000
 ERROR_EXAMPLES_PER_REASON = 3
 TOP_SIZES = 10
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
-_STAT_KEYS = (keys.IMAGE_FORMAT, keys.IMAGE_HEIGHT, keys.IMAGE_WIDTH, keys.IMAGE_CHANNELS, keys.IMAGE_ENCODED)
+STAT_KEYS = (keys.IMAGE_FORMAT, keys.IMAGE_HEIGHT, keys.IMAGE_WIDTH, keys.IMAGE_CHANNELS, keys.IMAGE_ENCODED)
 
 
 # ---------------------------------------------------------------------------
@@ -43,15 +40,13 @@ class ShardUnreadable(Exception):
     """A shard that is missing or whose framing breaks; the message starts with its file name."""
 
 
-def _spec_subset(doc: Mapping[str, Any], wanted: Sequence[str]) -> Dict[str, Any]:
+def spec_subset(doc: Mapping[str, Any], wanted: Sequence[str]) -> Dict[str, Any]:
     # Scalar features only: of a SequenceExample that is its context (image/encoded is a feature list).
     spec = keys.split_spec_json(doc.get("feature_spec") or {})[0]
     return {k: spec[k] for k in wanted if k in spec}
 
 
-def sample_records(
-    directory: str, doc: Mapping[str, Any], split: str, limit: int
-) -> Iterator[Tuple[str, int, bytes]]:
+def sample_records(directory: str, doc: Mapping[str, Any], split: str, limit: int) -> Iterator[Tuple[str, int, bytes]]:
     """Up to ``limit`` ``(shard file, index, data)`` of a split, spread evenly over its non-empty shards.
 
     Raises :class:`ShardUnreadable` when a shard cannot be read.
@@ -80,9 +75,11 @@ def sample_records(
             raise ShardUnreadable(f"{name}: shard file missing") from None
 
 
-def image_stats(directory: str, doc: Mapping[str, Any], split: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, Any]:
+def image_stats(
+    directory: str, doc: Mapping[str, Any], split: str, limit: int = MAX_RECORDS_PER_SPLIT
+) -> Dict[str, Any]:
     """Size, format and channel distribution of a split, from at most ``limit`` records."""
-    spec = _spec_subset(doc, _STAT_KEYS)
+    spec = spec_subset(doc, STAT_KEYS)
     sizes: collections.Counter = collections.Counter()
     formats: collections.Counter = collections.Counter()
     channels: collections.Counter = collections.Counter()
@@ -250,16 +247,21 @@ def _analysis_lines(summary: Mapping[str, Any]) -> List[str]:
     if stats.get("exact") is True:
         lines.append("  of the stored pixels, as load() decodes them")
     elif stats.get("exact") is False:
-        lines.append("  images re-encoded as JPEG counted with the pixels given to the encoder (exact: --exact-statistics)")
+        lines.append(
+            "  images re-encoded as JPEG counted with the pixels given to the encoder (exact: --exact-statistics)"
+        )
     height, width = stats["image_height"], stats["image_width"]
     sizes = (
         f"; height {height['min']}..{height['max']}, width {width['min']}..{width['max']}"
-        if stats["num_examples"] else ""
+        if stats["num_examples"]
+        else ""
     )
     lines.append(f"  {stats['num_examples']} images{sizes}")
     if stats.get("label_vocabulary"):
         classes = len(stats.get("examples_per_class", {}))
-        lines.append(f"  label vocabulary {stats['label_vocabulary']!r}: {classes} classes, in the order of {manifest.LABELS_FILE}")
+        lines.append(
+            f"  label vocabulary {stats['label_vocabulary']!r}: {classes} classes, in the order of {manifest.LABELS_FILE}"
+        )
     return lines
 
 
@@ -312,15 +314,23 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     out.append("")
     out.append("splits and shards:")
     for name, info in summary["splits"].items():
-        out.append(f"  {name}: {info['num_examples']} examples in {len(info['shards'])} shard(s), {human_bytes(info['num_bytes'])}")
+        out.append(
+            f"  {name}: {info['num_examples']} examples in {len(info['shards'])} shard(s), {human_bytes(info['num_bytes'])}"
+        )
         for shard in info["shards"]:
             missing = "" if shard["present"] else "  MISSING"
-            out.append(f"    {shard['file']}  {shard['num_records']:>8} records  {human_bytes(shard['num_bytes']):>10}{missing}")
+            out.append(
+                f"    {shard['file']}  {shard['num_records']:>8} records  {human_bytes(shard['num_bytes']):>10}{missing}"
+            )
     out.append("")
     out.append("images (read from the records):")
     for name, info in summary["splits"].items():
         img = info["images"]
-        scope = f"sampled {img['records_read']} of {info['num_examples']}" if img["sampled"] else f"{img['records_read']} records"
+        scope = (
+            f"sampled {img['records_read']} of {info['num_examples']}"
+            if img["sampled"]
+            else f"{img['records_read']} records"
+        )
         out.append(f"  {name} ({scope}):")
         if img["records_read"]:
             w, h = img["width"], img["height"]
@@ -353,207 +363,3 @@ def format_summary(summary: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------
 # Pictures.
-
-
-def _font(size: int):
-    from PIL import ImageFont
-
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow without FreeType: the fixed bitmap font
-        return ImageFont.load_default()
-
-
-def _to_pil(values: Mapping[str, Any]):
-    from PIL import Image
-
-    fmt = records.decode_text(values[keys.IMAGE_FORMAT])
-    data = values[keys.IMAGE_ENCODED]
-    if fmt == keys.FORMAT_RAW:
-        w, h, c = int(values[keys.IMAGE_WIDTH]), int(values[keys.IMAGE_HEIGHT]), int(values[keys.IMAGE_CHANNELS])
-        return Image.frombytes({1: "L", 3: "RGB"}[c], (w, h), data)
-    img = Image.open(io.BytesIO(data))
-    img.load()
-    return img.convert("RGB")
-
-
-def sample_images(directory: str, doc: Mapping[str, Any], split: str, n: int) -> List[Tuple[Any, str, int]]:
-    """``(PIL image, class name, label id)`` of up to ``n`` records of a split (unreadable images skipped)."""
-    spec = _spec_subset(doc, _STAT_KEYS + (keys.CLASS_LABEL, keys.CLASS_TEXT))
-    out = []
-    for _, _, data in sample_records(directory, doc, split, n):
-        try:
-            values = records.parse_example(data, spec)
-            image = _to_pil(values)
-        except Exception:  # a broken record or image: verify reports it, the grid just skips it
-            continue
-        if keys.CLASS_TEXT not in values:  # an unlabeled dataset
-            out.append((image, "", -1))
-            continue
-        out.append((image, records.decode_text(values[keys.CLASS_TEXT]), int(values[keys.CLASS_LABEL])))
-    return out
-
-
-def draw_grid(samples: Sequence[Tuple[Any, str, int]], path: str, cell: int = 128) -> Tuple[int, int]:
-    """A contact sheet of the samples, each captioned ``class (id)``; returns its (width, height)."""
-    from PIL import Image, ImageDraw
-
-    cols = max(1, math.ceil(math.sqrt(len(samples))))
-    rows = max(1, math.ceil(len(samples) / cols))
-    font = _font(12)
-    caption_h = 18
-    pad = 4
-    width, height = cols * (cell + pad) + pad, rows * (cell + caption_h + pad) + pad
-    sheet = Image.new("RGB", (width, height), (255, 255, 255))
-    draw = ImageDraw.Draw(sheet)
-    for i, (image, class_name, label) in enumerate(samples):
-        x = pad + (i % cols) * (cell + pad)
-        y = pad + (i // cols) * (cell + caption_h + pad)
-        thumb = image.copy()
-        thumb.thumbnail((cell, cell))
-        sheet.paste(thumb, (x + (cell - thumb.width) // 2, y + (cell - thumb.height) // 2))
-        caption = _fit_text(draw, f"{class_name} ({label})", font, cell)
-        draw.text((x + 2, y + cell + 2), caption, fill=(0, 0, 0), font=font)
-    _save_png(sheet, path)
-    return width, height
-
-
-def _fit_text(draw, text: str, font, max_width: int) -> str:
-    if draw.textlength(text, font=font) <= max_width:
-        return text
-    while text and draw.textlength(text + "...", font=font) > max_width:
-        text = text[:-1]
-    return text + "..."
-
-
-_PALETTE = [
-    (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40),
-    (148, 103, 189), (140, 86, 75), (227, 119, 194), (127, 127, 127),
-]
-MAX_CHART_CLASSES = 200
-
-
-def draw_class_chart(doc: Mapping[str, Any], path: str) -> Tuple[int, int]:
-    """Horizontal bars of examples per class, one segment per split; returns the PNG's (width, height).
-
-    Classes beyond :data:`MAX_CHART_CLASSES` (in label order) are left out
-    and the chart says how many.
-    """
-    from PIL import Image, ImageDraw
-
-    split_names = list(doc.get("splits", {}))
-    classes = list(doc.get("labels", []))
-    counts = {
-        c: [int(doc["splits"][s].get("examples_per_class", {}).get(c, 0)) for s in split_names] for c in classes
-    }
-    shown = classes[:MAX_CHART_CLASSES]
-    font, title_font = _font(12), _font(15)
-    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    labels = [f"{c} ({i})" for i, c in enumerate(shown)]
-    name_w = int(max([probe.textlength(t, font=font) for t in labels] + [40])) + 12
-    bar_max, row_h, margin, top = 560, 20, 16, 64
-    footer = 24 if len(classes) > len(shown) else 0
-    width = margin + name_w + bar_max + 70 + margin
-    height = top + max(1, len(shown)) * row_h + margin + footer
-    chart = Image.new("RGB", (width, height), (255, 255, 255))
-    draw = ImageDraw.Draw(chart)
-    draw.text((margin, 10), "examples per class and split", fill=(0, 0, 0), font=title_font)
-    x = margin
-    for i, split in enumerate(split_names):  # legend
-        color = _PALETTE[i % len(_PALETTE)]
-        draw.rectangle([x, 38, x + 12, 50], fill=color)
-        text = f"{split} ({doc['splits'][split].get('num_examples', 0)})"
-        draw.text((x + 16, 37), text, fill=(0, 0, 0), font=font)
-        x += 16 + int(draw.textlength(text, font=font)) + 16
-    biggest = max([sum(v) for v in counts.values()] + [1])
-    x0 = margin + name_w
-    for row, (cls, label) in enumerate(zip(shown, labels)):
-        y = top + row * row_h
-        draw.text((x0 - 6 - draw.textlength(label, font=font), y + 3), label, fill=(0, 0, 0), font=font)
-        x = x0
-        for i, n in enumerate(counts[cls]):
-            length = round(bar_max * n / biggest)
-            if length:
-                draw.rectangle([x, y + 3, x + length - 1, y + row_h - 4], fill=_PALETTE[i % len(_PALETTE)])
-            x += length
-        draw.text((x + 6, y + 3), str(sum(counts[cls])), fill=(0, 0, 0), font=font)
-    draw.line([x0, top - 4, x0, top + len(shown) * row_h], fill=(0, 0, 0))
-    if footer:
-        draw.text((margin, height - footer), f"... {len(classes) - len(shown)} more classes not shown", fill=(0, 0, 0), font=font)
-    _save_png(chart, path)
-    return width, height
-
-
-def _save_png(image, path: str) -> None:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    if records.is_remote(path):
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(path, "wb") as f:
-            f.write(buf.getvalue())
-    else:
-        with open(path, "wb") as f:
-            f.write(buf.getvalue())
-
-
-# ---------------------------------------------------------------------------
-# Command line.
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``inspect`` on the CLI's subparsers; sets ``func=run``."""
-    p = subparsers.add_parser(
-        "inspect",
-        help="summarise a converted output directory",
-        description="Summarise a converted output directory: splits, classes, shards, image sizes and formats, "
-        "rejected inputs. Optionally draw a contact sheet and a class chart.",
-    )
-    p.add_argument("directory", metavar="DIR", help="output directory of convert (local or gs://)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--grid", metavar="FILE.png", help="write a contact sheet of sample images")
-    p.add_argument("--n", type=int, default=64, help="images on the contact sheet (default 64)")
-    p.add_argument("--split", default="train", help="split of the contact sheet images (default train)")
-    p.add_argument("--class-chart", metavar="FILE.png", help="write a bar chart of examples per class and split")
-    p.add_argument(
-        "--max-records", type=int, default=MAX_RECORDS_PER_SPLIT,
-        help=f"records read per split for the size/format statistics (default {MAX_RECORDS_PER_SPLIT})",
-    )
-    p.set_defaults(func=run)
-    return p
-
-
-def _error(message: str) -> int:
-    print(f"img2tfrecord inspect: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def run(ns: argparse.Namespace) -> int:
-    """Run ``inspect``; returns the exit code."""
-    if ns.n <= 0:
-        return _error(f"--n must be positive, got {ns.n}")
-    try:
-        summary = summarise(ns.directory, max(0, ns.max_records))
-    except (FileNotFoundError, ValueError) as e:
-        return _error(str(e))
-    if ns.grid and ns.split not in summary["splits"]:
-        return _error(f"unknown split {ns.split!r}; available splits: {', '.join(summary['splits']) or 'none'}")
-    outputs = {}
-    if ns.grid:
-        doc = records.read_manifest(ns.directory)
-        samples = sample_images(ns.directory, doc, ns.split, ns.n)
-        if not samples:
-            return _error(f"split {ns.split!r} has no readable images for --grid")
-        w, h = draw_grid(samples, ns.grid)
-        outputs["grid"] = {"path": ns.grid, "images": len(samples), "width": w, "height": h}
-    if ns.class_chart:
-        w, h = draw_class_chart(records.read_manifest(ns.directory), ns.class_chart)
-        outputs["class_chart"] = {"path": ns.class_chart, "width": w, "height": h}
-    if ns.json:
-        print(json.dumps(dict(summary, outputs=outputs), indent=2, ensure_ascii=False))
-    else:
-        print(format_summary(summary))
-        for kind, info in outputs.items():
-            print(f"wrote {kind.replace('_', ' ')}: {info['path']} ({info['width']}x{info['height']})")
-    unreadable = any(info["images"]["problems"] for info in summary["splits"].values())
-    return EXIT_FAILURE if unreadable else EXIT_OK

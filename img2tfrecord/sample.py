@@ -6,6 +6,7 @@ drawn in random colours, sizes and positions over noisy backgrounds. Files
 mix JPEG and PNG, sizes and aspect ratios, and include grayscale, RGBA and
 EXIF-rotated images, so a conversion exercises the real decode paths.
 """
+
 from __future__ import annotations
 
 import io
@@ -22,7 +23,7 @@ DEFAULT_IMAGES_PER_CLASS = 75
 def noise(rng: random.Random, size, sigma: float) -> Image.Image:
     """Grey noise around 128 with standard deviation ``sigma``, from ``rng`` (Pillow's own
     ``effect_noise`` draws from C's unseeded generator, so its output differs between runs)."""
-    spread = min(127.5, sigma * 3 ** 0.5)  # a uniform distribution of that standard deviation
+    spread = min(127.5, sigma * 3**0.5)  # a uniform distribution of that standard deviation
     uniform = Image.frombytes("L", size, rng.randbytes(size[0] * size[1]))
     return uniform.point(lambda v: round(127.5 + (v - 127.5) * spread / 127.5))
 

@@ -26,31 +26,41 @@ shard, record and problem, at most :data:`MAX_PROBLEMS_PER_SCOPE` per shard
 plus a count of the rest), 2 no such directory or no ``dataset.json``.
 Corrupt data never produces a traceback.
 """
+
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import dataclasses
 import hashlib
 import io
 import json
-import sys
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from img2tfrecord import records
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
 
 MAX_PROBLEMS_PER_SCOPE = 20
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DATASET_SCOPE = "dataset"
 _SAVED_MODEL_FILE = "saved_model.pb"
 
 _PIL_FORMATS = {keys.FORMAT_JPEG: "JPEG", keys.FORMAT_PNG: "PNG"}
-_MODE_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "F": 1, "LA": 2, "P": 3, "RGB": 3, "YCbCr": 3, "RGBA": 4, "CMYK": 4}
+_MODE_CHANNELS = {
+    "1": 1,
+    "L": 1,
+    "I": 1,
+    "I;16": 1,
+    "F": 1,
+    "LA": 2,
+    "P": 3,
+    "RGB": 3,
+    "YCbCr": 3,
+    "RGBA": 4,
+    "CMYK": 4,
+}
 # options.format -> the image/format values its records may hold
 _ALLOWED_FORMATS = {
     "keep": (keys.FORMAT_JPEG, keys.FORMAT_PNG),
@@ -280,8 +290,10 @@ def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Option
             if step.WhichOneof("kind") != "bytes_list" or len(step.bytes_list.value) != 1:
                 problems.append(f"frame {i}: expected one bytes value")
                 break
-            problem = check_image(step.bytes_list.value[0], fmt, width, height, channels) if width > 0 and height > 0 else (
-                f"invalid declared size {width}x{height}"
+            problem = (
+                check_image(step.bytes_list.value[0], fmt, width, height, channels)
+                if width > 0 and height > 0
+                else (f"invalid declared size {width}x{height}")
             )
             if problem:
                 problems.append(f"frame {i}: {problem}")
@@ -332,7 +344,9 @@ def check_shard(
     report.shards_checked += 1
     expected = shard.get("num_records")
     if framing_broken:
-        report.add(name, f"record count unknown: {count} readable record(s) before the break, dataset.json lists {expected}")
+        report.add(
+            name, f"record count unknown: {count} readable record(s) before the break, dataset.json lists {expected}"
+        )
     elif expected is not None and count != int(expected):
         report.add(name, f"record count mismatch: shard holds {count} record(s), dataset.json lists {expected}")
     declared_bytes = shard.get("num_bytes")
@@ -409,7 +423,9 @@ def _check_split_counts(
             for c in sorted(set(declared) | set(actual))
             if declared.get(c, 0) != actual.get(c, 0)
         ]
-        report.add(DATASET_SCOPE, f"split {split}: examples per class differ from dataset.json ({'; '.join(diffs[:10])})")
+        report.add(
+            DATASET_SCOPE, f"split {split}: examples per class differ from dataset.json ({'; '.join(diffs[:10])})"
+        )
 
 
 def _check_accounting(directory: str, doc: Mapping[str, Any], report: Report) -> None:
@@ -419,9 +435,18 @@ def _check_accounting(directory: str, doc: Mapping[str, Any], report: Report) ->
         report.add(DATASET_SCOPE, f"accounting: written is {acc['written']}, the splits hold {written}")
     by_reason = {k: int(v) for k, v in (acc.get("rejected_by_reason") or {}).items()}
     if acc.get("rejected") is not None and int(acc["rejected"]) != sum(by_reason.values()):
-        report.add(DATASET_SCOPE, f"accounting: rejected is {acc['rejected']}, rejected_by_reason sums to {sum(by_reason.values())}")
-    if acc.get("inputs") is not None and acc.get("rejected") is not None and int(acc["inputs"]) != written + int(acc["rejected"]):
-        report.add(DATASET_SCOPE, f"accounting: {acc['inputs']} inputs but {written} written + {acc['rejected']} rejected")
+        report.add(
+            DATASET_SCOPE,
+            f"accounting: rejected is {acc['rejected']}, rejected_by_reason sums to {sum(by_reason.values())}",
+        )
+    if (
+        acc.get("inputs") is not None
+        and acc.get("rejected") is not None
+        and int(acc["inputs"]) != written + int(acc["rejected"])
+    ):
+        report.add(
+            DATASET_SCOPE, f"accounting: {acc['inputs']} inputs but {written} written + {acc['rejected']} rejected"
+        )
     errors_file = doc.get("files", {}).get("errors", manifest.ERRORS_FILE)
     path = records.join(directory, errors_file)
     if not records.exists(path):
@@ -478,26 +503,36 @@ def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> N
                 names = None
                 report.add(name, f"unreadable: {type(e).__name__}: {e}")
             if names is not None and names != list(doc.get("labels", [])):
-                report.add(name, f"differs from {manifest.LABELS_FILE}: the transform's label ids would not be the records'")
+                report.add(
+                    name, f"differs from {manifest.LABELS_FILE}: the transform's label ids would not be the records'"
+                )
     info = doc.get("splits", {}).get(stats.get("split"))
     scope = f"{manifest.MANIFEST_FILE} {manifest.STATISTICS}"
     if info is None:
         report.add(scope, f"describe split {stats.get('split')!r}, which the output does not have")
     else:
         if int(stats.get("num_examples", -1)) != int(info.get("num_examples", 0)):
-            report.add(scope, f"count {stats.get('num_examples')} examples, split {stats['split']} holds {info.get('num_examples')}")
+            report.add(
+                scope,
+                f"count {stats.get('num_examples')} examples, split {stats['split']} holds {info.get('num_examples')}",
+            )
         per_class = _nonzero_counts(stats.get("examples_per_class") or {})
         if "examples_per_class" in stats and per_class != _nonzero_counts(info.get("examples_per_class", {})):
             report.add(scope, f"examples per class differ from split {stats['split']}'s")
     options = doc.get("options") or {}
     exact = stats.get("exact", True)  # absent in outputs of versions that always decoded
     if not isinstance(exact, bool) or (options.get("exact_statistics") and exact is not True):
-        report.add(scope, f"exact is {exact!r}, not what the options ({'' if options.get('exact_statistics') else 'no '}--exact-statistics) give")
+        report.add(
+            scope,
+            f"exact is {exact!r}, not what the options ({'' if options.get('exact_statistics') else 'no '}--exact-statistics) give",
+        )
     channels = options.get("channels")
     for key in ("pixel_mean", "pixel_std"):
         values = stats.get(key)
-        if not isinstance(values, list) or (channels and len(values) != channels) or not all(
-            isinstance(v, (int, float)) and 0 <= v <= 1 for v in values
+        if (
+            not isinstance(values, list)
+            or (channels and len(values) != channels)
+            or not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in values)
         ):
             report.add(scope, f"{key} is {values!r}, not one value in [0, 1] per channel ({channels})")
 
@@ -575,36 +610,3 @@ def _verify(directory: str, doc: Mapping[str, Any], report: Report) -> None:
         _check_analysis(directory, doc, report)
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a manifest missing fields or of the wrong shape
         report.add(manifest.MANIFEST_FILE, f"malformed: {type(e).__name__}: {e}")
-
-
-# ---------------------------------------------------------------------------
-# Command line.
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``verify`` on the CLI's subparsers; sets ``func=run``."""
-    p = subparsers.add_parser(
-        "verify",
-        help="check every record of a converted output directory",
-        description="Read every record of every shard: framing and CRC32C checksums, record counts, "
-        "schema, image decoding, labels and sha256 keys; and the tf.Transform output (transform_fn/, schema files, "
-        "label vocabulary, statistics) when the conversion analysed the train split. Exit 0 when all hold, 1 otherwise.",
-    )
-    p.add_argument("directory", metavar="DIR", help="output directory of convert (local or gs://)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=run)
-    return p
-
-
-def run(ns: argparse.Namespace) -> int:
-    """Run ``verify``; returns the exit code."""
-    try:
-        report = verify(ns.directory)
-    except FileNotFoundError as e:
-        print(f"img2tfrecord verify: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    if ns.json:
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    else:
-        print(report.text())
-    return EXIT_OK if report.ok else EXIT_FAILURE

@@ -1,4 +1,5 @@
 """Shared fixtures: the real CLI in a subprocess and one converted sample dataset per session."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,9 @@ def write_manifest_doc(output_dir: str, doc: dict) -> None:
         f.write(manifest.dumps(doc))
 
 
-def convert(input_dir: str, output_dir: str, *extra: str, runner: Sequence[str] = IN_MEMORY) -> subprocess.CompletedProcess:
+def convert(
+    input_dir: str, output_dir: str, *extra: str, runner: Sequence[str] = IN_MEMORY
+) -> subprocess.CompletedProcess:
     proc = run_cli("convert", "--input", input_dir, "--output", output_dir, *extra, *runner)
     return proc
 
@@ -65,8 +68,16 @@ def converted_sample(sample_dir, tmp_path_factory) -> str:
     """``sample_dir`` converted at 64x64 JPEG into train/validation/test, 2 shards per split."""
     out = str(tmp_path_factory.mktemp("records") / "out")
     proc = convert(
-        sample_dir, out, "--image-size", "64", "--splits", "train=0.7,validation=0.15,test=0.15",
-        "--seed", "7", "--num-shards", "2",
+        sample_dir,
+        out,
+        "--image-size",
+        "64",
+        "--splits",
+        "train=0.7,validation=0.15,test=0.15",
+        "--seed",
+        "7",
+        "--num-shards",
+        "2",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -98,3 +109,17 @@ def pytest_unconfigure(config):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_SESSION["exitstatus"])
+
+
+# Files whose tests run the CLI, a whole pipeline or a runner: ``./run_tests.sh --quick`` leaves them out.
+_END_TO_END = {
+    "test_convert_cli.py", "test_faults.py", "test_hostile.py", "test_inspect.py", "test_reader.py",
+    "test_readers_tf_free.py", "test_readers_tfds.py", "test_record_kinds.py", "test_report.py", "test_runners.py",
+    "test_scheduling.py", "test_scripts.py", "test_sources.py", "test_tft.py", "test_verify.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if os.path.basename(str(item.fspath)) in _END_TO_END:
+            item.add_marker(pytest.mark.e2e)

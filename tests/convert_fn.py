@@ -1,11 +1,13 @@
 """The converter as a plain DoFn, item by item: how the tests run it inside a Beam pipeline."""
+
 from __future__ import annotations
 
 from typing import List
 
 import apache_beam as beam
 
-from img2tfrecord.transforms.converter import ERRORS, ImageConverter
+from img2tfrecord.conversion.converter import ImageConverter
+from img2tfrecord.model import ERRORS
 
 __all__ = ["ERRORS", "ConvertFn"]
 

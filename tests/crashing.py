@@ -1,16 +1,17 @@
 """Converters that misbehave on purpose, for the process-pool tests (imported by worker processes)."""
+
 from __future__ import annotations
 
 import os
 
-from img2tfrecord.transforms.converter import ImageConverter
+from img2tfrecord.conversion.converter import ImageConverter
 
 
 class CrashingConverter(ImageConverter):
     """Kills its own process (as a decoder crash would) on files whose name contains ``crash``."""
 
     def __call__(self, source, label_names):
-        if "crash" in os.path.basename(source[1]):
+        if "crash" in os.path.basename(source.relpath):
             os._exit(70)
         return super().__call__(source, label_names)
 
@@ -19,7 +20,7 @@ class FlakyStorageConverter(ImageConverter):
     """Raises a transient storage error (never an error row) on files whose name contains ``flaky``."""
 
     def __call__(self, source, label_names):
-        if "flaky" in os.path.basename(source[1]):
+        if "flaky" in os.path.basename(source.relpath):
             raise ConnectionResetError("connection reset by peer (simulated)")
         return super().__call__(source, label_names)
 
@@ -34,7 +35,7 @@ class CountingConverter(ImageConverter):
     def __call__(self, source, label_names):
         fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, (source[1] + "\n").encode("utf-8"))
+            os.write(fd, (source.relpath + "\n").encode("utf-8"))
         finally:
             os.close(fd)
         return super().__call__(source, label_names)

@@ -5,6 +5,7 @@ top-right, blue bottom-left, yellow bottom-right), so any flip, rotation or
 crop shows in which colour ends up where. Grayscale modes use four distinct
 gray levels in the same places.
 """
+
 from __future__ import annotations
 
 import io
@@ -255,7 +256,7 @@ def corrupt_jpeg(w: int = 64, h: int = 48) -> bytes:
     data = bytearray(jpeg(w, h, noise(w, h)))
     sos = data.index(b"\xff\xda")
     middle = sos + (len(data) - sos) // 2
-    data[middle: middle + 16] = b"\xff\xd8\xff\xd8" * 4  # start-of-image markers cannot appear in a scan
+    data[middle : middle + 16] = b"\xff\xd8\xff\xd8" * 4  # start-of-image markers cannot appear in a scan
     return bytes(data)
 
 
@@ -297,7 +298,7 @@ def corrupted(data: bytes, at: float = 0.6, length: int = 64, seed: int = 0) -> 
     rng = np.random.default_rng(seed)
     out = bytearray(data)
     start = int(len(out) * at)
-    out[start: start + length] = rng.integers(0, 256, min(length, len(out) - start), dtype=np.uint8).tobytes()
+    out[start : start + length] = rng.integers(0, 256, min(length, len(out) - start), dtype=np.uint8).tobytes()
     return bytes(out)
 
 
@@ -320,13 +321,18 @@ def png_chunks(width: int, height: int, bit_depth: int, color_type: int, raw: by
     ``raw`` is the unfiltered pixel rows; each row gets filter byte 0.
     ``extra`` is ``(type, data)`` chunks placed before IDAT (PLTE, tRNS, ...).
     """
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
 
     row = len(raw) // height
-    rows = b"".join(b"\x00" + raw[i * row: (i + 1) * row] for i in range(height))
+    rows = b"".join(b"\x00" + raw[i * row : (i + 1) * row] for i in range(height))
     ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    body = [chunk(b"IHDR", ihdr)] + [chunk(k, v) for k, v in extra] + [chunk(b"IDAT", zlib.compress(rows)), chunk(b"IEND", b"")]
+    body = (
+        [chunk(b"IHDR", ihdr)]
+        + [chunk(k, v) for k, v in extra]
+        + [chunk(b"IDAT", zlib.compress(rows)), chunk(b"IEND", b"")]
+    )
     return b"\x89PNG\r\n\x1a\n" + b"".join(body)
 
 
@@ -334,7 +340,7 @@ def png16_rgba(w: int, h: int) -> bytes:
     """16-bit RGBA quadrants; the bottom-right block fully transparent."""
     rgb = np.asarray(picture(w, h), dtype=np.uint16) * 257
     alpha = np.full((h, w, 1), 65535, dtype=np.uint16)
-    alpha[h // 2:, w // 2:] = 0
+    alpha[h // 2 :, w // 2 :] = 0
     return png_chunks(w, h, 16, 6, np.concatenate([rgb, alpha], -1).astype(">u2").tobytes())
 
 
@@ -399,7 +405,7 @@ def jpeg_bomb(w: int = 65500, h: int = 65500) -> bytes:
     """A small JPEG whose frame header declares ``w`` x ``h`` pixels."""
     data = bytearray(jpeg(16, 16, WHITE))
     sof = data.index(b"\xff\xc0")
-    data[sof + 5: sof + 9] = struct.pack(">HH", h, w)
+    data[sof + 5 : sof + 9] = struct.pack(">HH", h, w)
     return bytes(data)
 
 
@@ -423,15 +429,15 @@ def tiff_bomb(w: int = 60000, h: int = 60000) -> bytes:
     little = data[:2] == b"II"
     fmt = "<" if little else ">"
     (ifd,) = struct.unpack(fmt + "I", data[4:8])
-    (count,) = struct.unpack(fmt + "H", data[ifd: ifd + 2])
+    (count,) = struct.unpack(fmt + "H", data[ifd : ifd + 2])
     for i in range(count):
         entry = ifd + 2 + 12 * i
-        tag, kind = struct.unpack(fmt + "HH", data[entry: entry + 4])
+        tag, kind = struct.unpack(fmt + "HH", data[entry : entry + 4])
         if tag in (256, 257):
             value = w if tag == 256 else h
-            data[entry + 2: entry + 4] = struct.pack(fmt + "H", 4)  # LONG
-            data[entry + 4: entry + 8] = struct.pack(fmt + "I", 1)
-            data[entry + 8: entry + 12] = struct.pack(fmt + "I", value)
+            data[entry + 2 : entry + 4] = struct.pack(fmt + "H", 4)  # LONG
+            data[entry + 4 : entry + 8] = struct.pack(fmt + "I", 1)
+            data[entry + 8 : entry + 12] = struct.pack(fmt + "I", value)
     return bytes(data)
 
 
@@ -460,6 +466,6 @@ def png_bad_crc(w: int, h: int) -> bytes:
     """A PNG whose image data is intact but whose IDAT chunk CRC is wrong (libpng refuses it)."""
     data = bytearray(png(w, h))
     idat = data.index(b"IDAT")
-    (length,) = struct.unpack(">I", data[idat - 4: idat])
+    (length,) = struct.unpack(">I", data[idat - 4 : idat])
     data[idat + 4 + length] ^= 0xFF
     return bytes(data)

@@ -1,4 +1,5 @@
 """End-to-end: the real ``img2tfrecord convert`` CLI on generated images, read back with TensorFlow."""
+
 from __future__ import annotations
 
 import gc
@@ -10,9 +11,9 @@ import os
 import shutil
 
 import pytest
+from conftest import convert, run_cli
 from PIL import Image
 
-from conftest import convert, run_cli
 from img2tfrecord import schemas
 from img2tfrecord.schemas import manifest
 
@@ -67,17 +68,12 @@ def read_records(output: str):
     for split, info in doc["splits"].items():
         paths = [os.path.join(output, s["file"]) for s in info["shards"]]
         ds = tf.data.TFRecordDataset(paths, compression_type="GZIP" if doc["compression"] == "gzip" else "")
-        out[split] = [
-            {k: v.numpy() for k, v in tf.io.parse_single_example(r, spec).items()} for r in ds
-        ]
+        out[split] = [{k: v.numpy() for k, v in tf.io.parse_single_example(r, spec).items()} for r in ds]
     return doc, out
 
 
 def split_membership(records_by_split):
-    return {
-        split: sorted(r[schemas.FILENAME].decode() for r in records)
-        for split, records in records_by_split.items()
-    }
+    return {split: sorted(r[schemas.FILENAME].decode() for r in records) for split, records in records_by_split.items()}
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +89,9 @@ def messy_output(messy_input, tmp_path_factory):
     """The default runner (multi-process), as a user runs it."""
     root, _, _ = messy_input
     out = str(tmp_path_factory.mktemp("messy_out") / "records")
-    proc = convert(root, out, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2", runner=())
+    proc = convert(
+        root, out, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2", runner=()
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, proc
 
@@ -168,15 +166,27 @@ def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output
     out, _ = messy_output
     _, first = read_records(out)
     again = str(tmp_path / "again")
-    assert convert(root, again, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2").returncode == 0
+    assert (
+        convert(
+            root, again, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2"
+        ).returncode
+        == 0
+    )
     doc_a = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
     doc_b, second = read_records(again)
     assert split_membership(first) == split_membership(second)
     for split in doc_a["splits"]:
         assert doc_a["splits"][split]["examples_per_class"] == doc_b["splits"][split]["examples_per_class"]
-        assert sorted(r[schemas.KEY_SHA256] for r in first[split]) == sorted(r[schemas.KEY_SHA256] for r in second[split])
+        assert sorted(r[schemas.KEY_SHA256] for r in first[split]) == sorted(
+            r[schemas.KEY_SHA256] for r in second[split]
+        )
     other = str(tmp_path / "other_seed")
-    assert convert(root, other, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "4", "--num-shards", "2").returncode == 0
+    assert (
+        convert(
+            root, other, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "4", "--num-shards", "2"
+        ).returncode
+        == 0
+    )
     assert split_membership(read_records(other)[1]) != split_membership(first)
 
 
@@ -248,7 +258,14 @@ def test_adding_a_file_moves_no_other_file(tmp_path):
 
 def test_split_folders_are_used_as_given(tmp_path):
     root = str(tmp_path / "in")
-    for rel in ("train/cat/1.jpg", "train/cat/2.jpg", "train/dog/1.jpg", "val/dog/3.jpg", "val/ant/4.jpg", "test/cat/5.jpg"):
+    for rel in (
+        "train/cat/1.jpg",
+        "train/cat/2.jpg",
+        "train/dog/1.jpg",
+        "val/dog/3.jpg",
+        "val/ant/4.jpg",
+        "test/cat/5.jpg",
+    ):
         write_image(os.path.join(root, rel))
     out = str(tmp_path / "out")
     proc = convert(root, out)
@@ -269,8 +286,22 @@ def test_resize_gzip_and_shard_size(tmp_path):
     root = str(tmp_path / "in")
     make_dataset(root, per_class=8)
     out = str(tmp_path / "out")
-    proc = convert(root, out, "--image-size", "48x32", "--resize", "fit", "--format", "png",
-                   "--compression", "gzip", "--shard-size-mb", "0.002", "--channels", "1")
+    proc = convert(
+        root,
+        out,
+        "--image-size",
+        "48x32",
+        "--resize",
+        "fit",
+        "--format",
+        "png",
+        "--compression",
+        "gzip",
+        "--shard-size-mb",
+        "0.002",
+        "--channels",
+        "1",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc, records = read_records(out)
     shards = doc["splits"]["train"]["shards"]
@@ -342,10 +373,22 @@ def test_refuses_non_empty_output_and_overwrites_only_its_own(tmp_path):
     proc = convert(root, out, "--overwrite", "--num-shards", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(os.listdir(out)) == sorted(
-        ["_SUCCESS", "dataset.json", "errors.jsonl", "labels.txt", "train-00000-of-00001.tfrecord",
-         # the tf.Transform analysis (transforms/analyze.py); its temp folders are gone
-         "transform_fn", "transformed_metadata", "metadata", "schema.pbtxt",
-         "index", "dataset_info.json", "features.json", "image-class-label.labels.txt"]
+        [
+            "_SUCCESS",
+            "dataset.json",
+            "errors.jsonl",
+            "labels.txt",
+            "train-00000-of-00001.tfrecord",
+            # the tf.Transform analysis (transforms/analyze.py); its temp folders are gone
+            "transform_fn",
+            "transformed_metadata",
+            "metadata",
+            "schema.pbtxt",
+            "index",
+            "dataset_info.json",
+            "features.json",
+            "image-class-label.labels.txt",
+        ]
     )
     with open(os.path.join(out, "notes.txt"), "w") as f:
         f.write("mine")

@@ -19,6 +19,7 @@ What is real here, locally:
   a file-size limit (``RLIMIT_FSIZE``) that makes the shard writes fail the
   way a full disk does.
 """
+
 from __future__ import annotations
 
 import glob
@@ -32,20 +33,21 @@ import sys
 import time
 
 import apache_beam as beam
+import images as I
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-
-import images as I
 from conftest import ROOT, convert, manifest_doc
-from img2tfrecord import schemas
-from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.converter import ERRORS, ImageConverter
-from img2tfrecord.transforms.discover import DiscoverClasses, DiscoverImages
-from img2tfrecord.transforms.image import ImageOptions
-from img2tfrecord.transforms.report import WriteErrorReport
-from img2tfrecord.transforms.write import ShardSink, WriteShards
 from test_convert_cli import read_records
 from test_hostile import FAST
+
+from img2tfrecord import schemas
+from img2tfrecord.conversion.converter import ImageConverter
+from img2tfrecord.images import ImageOptions
+from img2tfrecord.model import ERRORS
+from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.discover import DiscoverClasses, DiscoverImages
+from img2tfrecord.transforms.finalize import WriteErrorReport
+from img2tfrecord.transforms.shards import ShardSink, WriteShards
 
 tf = pytest.importorskip("tensorflow")
 
@@ -105,7 +107,7 @@ class FlakyConverter(ImageConverter):
 
     def __call__(self, source, label_names):
         output = super().__call__(source, label_names)
-        relpath = source[1]
+        relpath = source.relpath
         mark = os.path.join(self._marks, relpath.replace("/", "__"))
         if relpath in self._fail and not os.path.exists(mark):
             open(mark, "w").close()
@@ -121,7 +123,7 @@ def _flaky_write(original):
         _WRITES["count"] += 1
         if _WRITES["count"] == 3 and not _WRITES["failed"]:
             _WRITES["failed"] += 1
-            raise IOError("simulated worker failure while writing a shard")
+            raise OSError("simulated worker failure while writing a shard")
         return original(self, file_handle, value)
 
     return write_encoded_record
@@ -144,7 +146,12 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
         discovered = p | "Discover" >> DiscoverImages(root + "/**", root + "/")
         labels = discovered.files | "Classes" >> DiscoverClasses("class")
         written = discovered.files | "WriteShards" >> WriteShards(
-            converter, sinks, run, seed=0, processes=1, label_names=beam.pvalue.AsSingleton(labels),
+            converter,
+            sinks,
+            run,
+            seed=0,
+            processes=1,
+            label_names=beam.pvalue.AsSingleton(labels),
         )
         _ = written[ERRORS] | "Errors" >> WriteErrorReport(out)
 
@@ -153,12 +160,16 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
     names = []
     for shard in final_shards(out):
         for raw in tf.data.TFRecordDataset(os.path.join(out, shard)):
-            names.append(tf.train.Example.FromString(raw.numpy()).features.feature[schemas.FILENAME].bytes_list.value[0].decode())
+            names.append(
+                tf.train.Example.FromString(raw.numpy()).features.feature[schemas.FILENAME].bytes_list.value[0].decode()
+            )
     assert sorted(names) == sorted(k for k in files if "broken" not in k)
     errors = [json.loads(line)["relpath"] for line in open(os.path.join(out, manifest.ERRORS_FILE))]
     assert sorted(errors) == ["class0/broken_0.jpg", "class1/broken_0.jpg"]
     assert final_shards(out) == [manifest.shard_file_name("train", i, 2) for i in range(2)]
-    assert not glob.glob(os.path.join(run, manifest.RUN_SHARDS_DIR, "train", "*")), "a failed attempt's staging files were left"
+    assert not glob.glob(os.path.join(run, manifest.RUN_SHARDS_DIR, "train", "*")), (
+        "a failed attempt's staging files were left"
+    )
 
 
 # -- the whole process killed ---------------------------------------------------------------------
@@ -188,7 +199,9 @@ def _kill_when(args, ready, what: str):
     try:
         deadline = time.monotonic() + 180
         while not ready():
-            assert proc.poll() is None, "the run ended before it could be killed: " + proc.stdout.read().decode()[-2000:]
+            assert proc.poll() is None, (
+                "the run ended before it could be killed: " + proc.stdout.read().decode()[-2000:]
+            )
             assert time.monotonic() < deadline, f"never {what}"
             time.sleep(0.005)
         os.kill(proc.pid, signal.SIGKILL)
@@ -204,7 +217,11 @@ def _kill_when(args, ready, what: str):
 def _shard_digests(out: str) -> dict:
     found = {}
     for name in final_shards(out) + sorted(os.listdir(os.path.join(out, manifest.INDEX_DIR))):
-        path = os.path.join(out, name) if manifest.parse_shard_file_name(name) else os.path.join(out, manifest.INDEX_DIR, name)
+        path = (
+            os.path.join(out, name)
+            if manifest.parse_shard_file_name(name)
+            else os.path.join(out, manifest.INDEX_DIR, name)
+        )
         with open(path, "rb") as f:
             found[name] = hashlib.sha256(f.read()).hexdigest()
     return found
@@ -286,10 +303,29 @@ def test_writes_failing_mid_run_exit_1_then_overwrite_recovers(tmp_path):
     root = str(tmp_path / "in")
     files = make_images(root, classes=2, per_class=40, size=(160, 120), bad=1)
     out = str(tmp_path / "out")
-    args = ("convert", "--input", root, "--output", out, "--format", "png", "--num-shards", "1",
-            "--runner=FnApiRunner", "--direct_running_mode=in_memory", *FAST)
-    proc = subprocess.run(_cli(*args), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
-                          preexec_fn=_limit_file_size(256 * 1024))
+    args = (
+        "convert",
+        "--input",
+        root,
+        "--output",
+        out,
+        "--format",
+        "png",
+        "--num-shards",
+        "1",
+        "--runner=FnApiRunner",
+        "--direct_running_mode=in_memory",
+        *FAST,
+    )
+    proc = subprocess.run(
+        _cli(*args),
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limit_file_size(256 * 1024),
+    )
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("img2tfrecord: pipeline failed:") and "File too large" in last, last

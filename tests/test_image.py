@@ -1,15 +1,16 @@
 """``convert_image`` on real images made by Pillow in the test (see ``tests/images.py``)."""
+
 from __future__ import annotations
 
 import hashlib
 import io
 
+import images as I
 import numpy as np
 import pytest
 from PIL import Image
 
-import images as I
-from img2tfrecord.transforms.image import ConvertedImage, ImageError, ImageOptions, convert_image
+from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image
 
 KEEP = ImageOptions()
 CORNERS = ("tl", "tr", "bl", "br")
@@ -35,7 +36,12 @@ def decode(c: ConvertedImage) -> Image.Image:
 def quadrant_pixels(img: Image.Image):
     """Pixel at the centre of each quadrant: {'tl': ..., 'tr': ..., 'bl': ..., 'br': ...}."""
     w, h = img.size
-    points = {"tl": (w // 4, h // 4), "tr": (3 * w // 4, h // 4), "bl": (w // 4, 3 * h // 4), "br": (3 * w // 4, 3 * h // 4)}
+    points = {
+        "tl": (w // 4, h // 4),
+        "tr": (3 * w // 4, h // 4),
+        "bl": (w // 4, 3 * h // 4),
+        "br": (3 * w // 4, 3 * h // 4),
+    }
     return {k: img.getpixel(p) for k, p in points.items()}
 
 
@@ -348,8 +354,18 @@ def test_keep_stores_original_bytes(data, options):
         (I.cmyk_jpeg(64, 48), KEEP, "jpeg", "RGB"),
         (I.webp(64, 48), KEEP, "png", "RGB"),
     ],
-    ids=["exif-rotated", "rgba", "gray-png-to-rgb", "gray-jpeg-to-rgb", "rgb-png-to-l", "rgb-jpeg-to-l",
-         "resized", "palette", "cmyk", "webp"],
+    ids=[
+        "exif-rotated",
+        "rgba",
+        "gray-png-to-rgb",
+        "gray-jpeg-to-rgb",
+        "rgb-png-to-l",
+        "rgb-jpeg-to-l",
+        "resized",
+        "palette",
+        "cmyk",
+        "webp",
+    ],
 )
 def test_keep_reencodes_when_something_changes(data, options, fmt, mode):
     c = convert_image(data, options)
@@ -387,7 +403,9 @@ def test_output_decodes_as_declared(source, channels, fmt):
 
 
 def _noise_jpeg(subsampling: int, progressive: bool = False) -> bytes:
-    return I.save(I.noise(61, 47, seed=subsampling), "JPEG", quality=87, subsampling=subsampling, progressive=progressive)
+    return I.save(
+        I.noise(61, 47, seed=subsampling), "JPEG", quality=87, subsampling=subsampling, progressive=progressive
+    )
 
 
 PIXEL_SUM_SOURCES = {
@@ -406,8 +424,8 @@ def test_pixel_sums_are_those_of_the_pixels_load_decodes(source, channels, fmt):
     """The worker's exact sums (Pillow) equal NumPy sums over the pixels TensorFlow decodes for a reader."""
     import tensorflow as tf
 
-    from img2tfrecord.reader import decode_encoded
-    from img2tfrecord.transforms.image import pixel_sums
+    from img2tfrecord.images import pixel_sums
+    from img2tfrecord.readers.tfdata import decode_encoded
 
     c = convert_image(PIXEL_SUM_SOURCES[source](), ImageOptions(channels=channels, format=fmt, size=None))
     if c.format == "raw":
@@ -436,7 +454,7 @@ def test_pixel_sums_are_those_of_the_pixels_load_decodes(source, channels, fmt):
 
 
 def test_pixel_sums_reject_a_stored_image_that_is_not_what_it_claims():
-    from img2tfrecord.transforms.image import pixel_sums
+    from img2tfrecord.images import pixel_sums
 
     gray = convert_image(I.jpeg(16, 12, mode="L"), ImageOptions(channels=1, format="jpeg"))
     with pytest.raises(ImageError, match="decodes as L 16x12, not RGB 16x12"):
@@ -547,7 +565,7 @@ def test_damaged_files_never_raise_anything_else():
         for _ in range(10):
             damaged = bytearray(data)
             pos = int(rng.integers(0, len(damaged) - 8))
-            damaged[pos: pos + 8] = rng.integers(0, 256, 8, dtype=np.uint8).tobytes()
+            damaged[pos : pos + 8] = rng.integers(0, 256, 8, dtype=np.uint8).tobytes()
             variants.append(bytes(damaged))
         for variant in variants:
             for options in (KEEP, ImageOptions(size=(8, 8), format="png")):

@@ -1,15 +1,15 @@
 """``img2tfrecord inspect``: the summary, its JSON form, the contact sheet and the class chart."""
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
 
+from conftest import convert, manifest_doc, run_cli
 from PIL import Image
 
-from conftest import convert, run_cli, manifest_doc
 from img2tfrecord.schemas import manifest
-
 
 
 def test_summary_lists_splits_classes_shards_and_sizes(converted_sample):
@@ -96,7 +96,12 @@ def test_rejected_inputs_by_reason(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
     doc = manifest_doc(out)
-    row = {"path": "/in/circle/broken.jpg", "relpath": "circle/broken.jpg", "reason": "truncated", "error": "image file is truncated"}
+    row = {
+        "path": "/in/circle/broken.jpg",
+        "relpath": "circle/broken.jpg",
+        "reason": "truncated",
+        "error": "image file is truncated",
+    }
     with open(out / manifest.ERRORS_FILE, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
     acc = doc["accounting"]
@@ -115,7 +120,18 @@ def test_rejected_inputs_by_reason(converted_sample, tmp_path):
 
 def test_grid_and_class_chart(converted_sample, tmp_path):
     grid, chart = tmp_path / "grid.png", tmp_path / "chart.png"
-    proc = run_cli("inspect", converted_sample, "--grid", str(grid), "--n", "10", "--split", "validation", "--class-chart", str(chart))
+    proc = run_cli(
+        "inspect",
+        converted_sample,
+        "--grid",
+        str(grid),
+        "--n",
+        "10",
+        "--split",
+        "validation",
+        "--class-chart",
+        str(chart),
+    )
     assert proc.returncode == 0, proc.stderr
     n = min(10, manifest_doc(converted_sample)["splits"]["validation"]["num_examples"])
     with Image.open(grid) as img:

@@ -6,6 +6,7 @@ with another file's bytes, a stretch repeated. ``convert_image`` must return
 an image or raise ``ImageError`` with a known reason, and ``ConvertFn``
 must emit exactly one record or one error row for a file, never raise.
 """
+
 from __future__ import annotations
 
 import io
@@ -13,22 +14,30 @@ import json
 import os
 import tempfile
 
+import images as I
 import pytest
+from convert_fn import ERRORS, ConvertFn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-import images as I
+from img2tfrecord.conversion.converter import ImageConverter
+from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image
+from img2tfrecord.model import WorkItem
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.example_proto import Example
-from convert_fn import ERRORS, ConvertFn
-from img2tfrecord.transforms.converter import ImageConverter
-from img2tfrecord.transforms.image import ConvertedImage, ImageError, ImageOptions, convert_image
 
 # Every reason convert_image (and reading a file) may give.
 REASONS = {
-    "empty_file", "truncated", "corrupt", "not_an_image", "too_many_pixels",
-    "file_too_large", "cannot_encode", "decode_timeout", "unreadable",
+    "empty_file",
+    "truncated",
+    "corrupt",
+    "not_an_image",
+    "too_many_pixels",
+    "file_too_large",
+    "cannot_encode",
+    "decode_timeout",
+    "unreadable",
 }
 
 
@@ -88,11 +97,11 @@ def damaged(draw, seeds=SEEDS):
             del data[pos:]
         elif op == "overwrite":
             chunk = draw(st.binary(min_size=1, max_size=32))
-            data[pos: pos + len(chunk)] = chunk
+            data[pos : pos + len(chunk)] = chunk
         elif op == "splice":
             other = draw(st.sampled_from(SEEDS))
             start = draw(st.integers(0, len(other) - 1))
-            data[pos:pos] = other[start: start + draw(st.integers(1, 256))]
+            data[pos:pos] = other[start : start + draw(st.integers(1, 256))]
         else:
             end = min(len(data), pos + draw(st.integers(1, 64)))
             data[pos:pos] = data[pos:end]
@@ -154,7 +163,11 @@ def input_root():
 
 
 @settings(max_examples=120, **SETTINGS)
-@given(data=ANY_BYTES, options=st.sampled_from(OPTIONS), name=st.text(min_size=1, max_size=30).filter(lambda n: "/" not in n and "\x00" not in n and n not in (".", "..")))
+@given(
+    data=ANY_BYTES,
+    options=st.sampled_from(OPTIONS),
+    name=st.text(min_size=1, max_size=30).filter(lambda n: "/" not in n and "\x00" not in n and n not in (".", "..")),
+)
 def test_convert_fn_emits_one_record_or_one_error_row(input_root, data, options, name):
     relpath = f"cat/{name}"
     path = os.path.join(input_root, relpath)
@@ -166,7 +179,7 @@ def test_convert_fn_emits_one_record_or_one_error_row(input_root, data, options,
     fn = ConvertFn(ImageConverter(options, "class", (("train", 1.0),), seed=0))
     fn.setup()
     try:
-        outputs = list(fn.process((path, relpath, len(data)), label_names=["cat", "dog"]))
+        outputs = list(fn.process(WorkItem(path, relpath, len(data)), label_names=["cat", "dog"]))
     finally:
         fn.teardown()
         os.unlink(path)

@@ -1,4 +1,5 @@
 """img2tfrecord.load: real converted outputs read back as tf.data pipelines."""
+
 from __future__ import annotations
 
 import collections
@@ -13,13 +14,11 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from conftest import ROOT, manifest_doc, write_manifest_doc  # noqa: E402
+
 import img2tfrecord  # noqa: E402
 from img2tfrecord.schemas import features as keys  # noqa: E402
 from img2tfrecord.schemas import manifest  # noqa: E402
-
-from conftest import ROOT, manifest_doc, write_manifest_doc  # noqa: E402
-
-
 
 
 def _plain_read(path, split):
@@ -51,8 +50,13 @@ def test_import_is_light_and_load_is_exported():
         "assert callable(img2tfrecord.load)\n"
         "assert 'tensorflow' in sys.modules\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -237,14 +241,29 @@ def _write_dataset(out, images, fmt_option, size):
             writer.write(_example(encoded, fmt, h, w, c, n % 2, names[n % 2], f"{names[n % 2]}/{n}.x"))
     counts = collections.Counter(names[n % 2] for n in range(len(images)))
     doc = manifest.build_manifest(
-        tool_version="test", created="2026-01-01T00:00:00+00:00", input_path="memory",
+        tool_version="test",
+        created="2026-01-01T00:00:00+00:00",
+        input_path="memory",
         options={"image_size": size, "channels": 3, "format": fmt_option, "compression": "none"},
-        compression="none", label_names=names,
-        splits={"train": {"num_examples": len(images), "num_bytes": os.path.getsize(os.path.join(out, shard)),
-                          "examples_per_class": dict(counts),
-                          "shards": [{"file": shard, "num_records": len(images),
-                                      "num_bytes": os.path.getsize(os.path.join(out, shard))}]}},
-        accounting={"inputs": len(images), "written": len(images), "rejected": 0, "skipped": 0, "rejected_by_reason": {}},
+        compression="none",
+        label_names=names,
+        splits={
+            "train": {
+                "num_examples": len(images),
+                "num_bytes": os.path.getsize(os.path.join(out, shard)),
+                "examples_per_class": dict(counts),
+                "shards": [
+                    {"file": shard, "num_records": len(images), "num_bytes": os.path.getsize(os.path.join(out, shard))}
+                ],
+            }
+        },
+        accounting={
+            "inputs": len(images),
+            "written": len(images),
+            "rejected": 0,
+            "skipped": 0,
+            "rejected_by_reason": {},
+        },
     )
     write_manifest_doc(out, doc)
     open(os.path.join(out, manifest.SUCCESS_FILE), "wb").close()
@@ -276,7 +295,10 @@ def test_format_decided_per_record(tmp_path):
     stored = [(p, keys.FORMAT_RAW if n % 2 else keys.FORMAT_PNG) for n, p in enumerate(pixels)]
     _write_dataset(out, stored, "mixed", [6, 6])
     batch = next(iter(img2tfrecord.load(out, batch_size=4, shuffle=False, as_dict=True, deterministic=True)))
-    got = {int(n.decode().split("/")[1].split(".")[0]): im for n, im in zip(batch[keys.FILENAME].numpy(), batch[keys.DECODED_IMAGE].numpy())}
+    got = {
+        int(n.decode().split("/")[1].split(".")[0]): im
+        for n, im in zip(batch[keys.FILENAME].numpy(), batch[keys.DECODED_IMAGE].numpy())
+    }
     for n, p in enumerate(pixels):
         np.testing.assert_allclose(got[n], p.astype(np.float32) / 255.0, atol=1e-6)
 

@@ -4,6 +4,7 @@ Outputs come from the real CLI; index files from the ``tfrecord`` package's
 ``tfrecord2idx`` (DALI's format). Damaged copies test the errors; the
 fixtures are never modified.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -18,9 +19,9 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, convert, manifest_doc, write_manifest_doc
-from img2tfrecord import datasource, records
+
+from img2tfrecord.readers import datasource, records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
 
@@ -92,7 +93,9 @@ def _write_indexes(out: str) -> None:
         "for shard, index in json.loads(sys.argv[1]):\n"
         "    create_index(shard, index)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script, json.dumps(pairs)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(pairs)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -166,7 +169,9 @@ def test_index_files_in_dali_format_are_used_and_match_the_header_walk(output, t
         f.write(records.index_text(swapped))
     source = datasource.SplitDataSource(out, "train")
     first = manifest_doc(out)["splits"]["train"]["shards"][0]["num_records"]
-    with pytest.raises(datasource.IndexMismatchError, match=r"\.idx: record 0 \(byte 0\): disagrees with .*train-00001") as e:
+    with pytest.raises(
+        datasource.IndexMismatchError, match=r"\.idx: record 0 \(byte 0\): disagrees with .*train-00001"
+    ) as e:
         source[first]
     assert e.value.record == 0
     assert source[first + 2][keys.FILENAME] == _sequential(output, "train")[first + 2][keys.FILENAME]
@@ -281,7 +286,7 @@ def test_source_works_where_tensorflow_cannot_be_imported(output, gzip_output):
         else:
             raise SystemExit("tensorflow imported despite the block")
 
-        from img2tfrecord import datasource
+        from img2tfrecord.readers import datasource
         from img2tfrecord.schemas import features as keys
 
         source = datasource.SplitDataSource(sys.argv[1], "train")
@@ -295,7 +300,11 @@ def test_source_works_where_tensorflow_cannot_be_imported(output, gzip_output):
     )
     proc = subprocess.run(
         [sys.executable, "-c", script, output, gzip_output],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -373,7 +382,10 @@ def test_wrong_record_crc(output, tmp_path, indexed):
     shard = _shard(out, "train", 0)
     offset = _flip_data_byte(shard, 3)
     source = datasource.SplitDataSource(out, "train")
-    with pytest.raises(datasource.CorruptRecordError, match=rf"train-00000-of-00003\.tfrecord: record 3 \(byte {offset}\): data checksum") as e:
+    with pytest.raises(
+        datasource.CorruptRecordError,
+        match=rf"train-00000-of-00003\.tfrecord: record 3 \(byte {offset}\): data checksum",
+    ) as e:
         source[3]
     assert e.value.path == shard and e.value.record == 3
     assert source[2][keys.FILENAME]  # the other records still read
@@ -419,7 +431,9 @@ def test_shard_cut_at_a_record_boundary(output, tmp_path, indexed):
     entries = records.walk_offsets(shard)
     with open(shard, "r+b") as f:
         f.truncate(entries[-1][0])
-    with pytest.raises(datasource.TruncatedShardError, match=rf"test-00000-of-00003\.tfrecord: record {len(entries) - 1} .*cut short"):
+    with pytest.raises(
+        datasource.TruncatedShardError, match=rf"test-00000-of-00003\.tfrecord: record {len(entries) - 1} .*cut short"
+    ):
         datasource.SplitDataSource(out, "test")[0]
     with pytest.raises(datasource.TruncatedShardError, match=r"test-00000-of-00003\.tfrecord: record \d+ .*cut short"):
         list(datasource.iter_split(out, "test", decode=False))

@@ -1,4 +1,5 @@
 """A converted output read with TensorFlow Datasets, through the metadata ``convert`` writes."""
+
 from __future__ import annotations
 
 import os
@@ -6,13 +7,13 @@ import os
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-
 from conftest import convert, manifest_doc
-from img2tfrecord import datasource
+
+from img2tfrecord.readers import datasource
+from img2tfrecord.readers.tfds_metadata import write_tfds_metadata
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest, tfds_layout
-from img2tfrecord.tfds_metadata import write_tfds_metadata
 
 NO_ANALYSIS = ("--no-analyze", "--num-shards", "3")
 

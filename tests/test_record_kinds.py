@@ -1,23 +1,24 @@
 """Record kinds: ``--format raw`` pixels and ``--sequence`` SequenceExamples, written and read back with ``load``."""
+
 from __future__ import annotations
 
 import io
 import json
 import os
 
+import images as I
 import numpy as np
 import pytest
-from PIL import Image
-
-import images as I
 from conftest import convert
-from img2tfrecord import records as rec
+from PIL import Image
+from test_sources import convert_in_process, error_rows, write_tar, write_tree
+
 from img2tfrecord import verification
+from img2tfrecord.conversion.converter import natural_key
+from img2tfrecord.images import ImageOptions
+from img2tfrecord.readers import records as rec
 from img2tfrecord.schemas import example_proto, manifest
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.transforms.converter import natural_key
-from img2tfrecord.transforms.image import ImageOptions
-from test_sources import convert_in_process, error_rows, write_tar, write_tree
 
 tf = pytest.importorskip("tensorflow")
 import img2tfrecord  # noqa: E402  (after the TensorFlow check)
@@ -105,7 +106,11 @@ def read_sequences(output):
                 name = ctx[keys.CLIP_NAME].bytes_list.value[0].decode()
                 frames = [f.bytes_list.value[0] for f in seq.feature_lists.feature_list[keys.IMAGE_ENCODED].feature]
                 assert ctx[keys.CLIP_NUM_FRAMES].int64_list.value[0] == len(frames)
-                clips[name] = (ctx[keys.CLASS_LABEL].int64_list.value[0], ctx[keys.CLASS_TEXT].bytes_list.value[0].decode(), frames)
+                clips[name] = (
+                    ctx[keys.CLASS_LABEL].int64_list.value[0],
+                    ctx[keys.CLASS_TEXT].bytes_list.value[0].decode(),
+                    frames,
+                )
     return doc, clips
 
 
@@ -115,12 +120,15 @@ def clips_converted(tmp_path_factory):
     files, lengths = clip_dataset()
     root = str(base / "clips")
     write_tree(root, files)
-    write_tree(root, {
-        "walk/clip_bad/frame_1.png": frame(1, 9),
-        "walk/clip_bad/frame_2.png": b"not an image",
-        "walk/loose.png": frame(1, 9),  # a frame outside any clip folder
-        "run/.DS_Store": b"junk",
-    })
+    write_tree(
+        root,
+        {
+            "walk/clip_bad/frame_1.png": frame(1, 9),
+            "walk/clip_bad/frame_2.png": b"not an image",
+            "walk/loose.png": frame(1, 9),  # a frame outside any clip folder
+            "run/.DS_Store": b"junk",
+        },
+    )
     out = base / "out"
     doc = convert_in_process(root, out, sequence=True, splits=(("train", 0.5), ("test", 0.5)), seed=3)
     return files, lengths, root, out, doc
@@ -164,15 +172,15 @@ def test_load_sequences_ragged_and_padded(clips_converted):
         by_length[int(length)] = int(label)
     assert len(by_length) == count
     # Batches need one frame size (as images do): converted with --image-size, or image_size= here.
-    (frames, length), labels = next(iter(
-        img2tfrecord.load(str(out), split=split, batch_size=8, sequence=True, image_size=(10, 12))
-    ))
+    (frames, length), labels = next(
+        iter(img2tfrecord.load(str(out), split=split, batch_size=8, sequence=True, image_size=(10, 12)))
+    )
     assert isinstance(frames, tf.RaggedTensor) and frames.shape[0] == count
     assert tuple(frames.shape[2:]) == (10, 12, 3)
     assert list(frames.row_lengths().numpy()) == list(length.numpy())
-    (frames, length), labels = next(iter(
-        img2tfrecord.load(str(out), split=split, batch_size=8, sequence=True, pad_frames=True, image_size=4)
-    ))
+    (frames, length), labels = next(
+        iter(img2tfrecord.load(str(out), split=split, batch_size=8, sequence=True, pad_frames=True, image_size=4))
+    )
     assert tuple(frames.shape) == (count, max(length.numpy()), 4, 4, 3)
     with pytest.raises(ValueError, match="sequence=True"):
         img2tfrecord.load(str(out), split=split)
@@ -208,4 +216,10 @@ def test_sequence_cli_raw_resized(tmp_path):
 
 def test_natural_frame_order():
     names = ["frame_10.png", "frame_2.png", "frame_1.png", "Frame_3.png", "frame_1b.png"]
-    assert sorted(names, key=natural_key) == ["frame_1.png", "frame_1b.png", "frame_2.png", "Frame_3.png", "frame_10.png"]
+    assert sorted(names, key=natural_key) == [
+        "frame_1.png",
+        "frame_1b.png",
+        "frame_2.png",
+        "Frame_3.png",
+        "frame_10.png",
+    ]

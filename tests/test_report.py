@@ -7,6 +7,7 @@ The page is then opened in a real headless Chromium driven over the DevTools
 protocol (a small stdlib WebSocket client below): no console errors, no
 network request, a screenshot, and the planted facts in the DOM.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,16 +26,16 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, List, Optional
 
+import images as I
 import numpy as np
 import pytest
+from conftest import convert, run_cli
 from PIL import Image
 
-import images as I
-from conftest import convert, run_cli
+from img2tfrecord.conversion.sharding import assign_split, parse_splits
 from img2tfrecord.report import duplicates as dup
 from img2tfrecord.report import facts, perceptual_hash
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.split import assign_split, parse_splits
 
 SEED = 5
 SPLITS = "train=0.6,validation=0.2,test=0.2"
@@ -94,7 +95,8 @@ class PlantedDataset:
         names = []
         for cls, split in places:
             name = next(
-                f"{cls}/{stem}_{i:03d}.jpg" for i in itertools.count()
+                f"{cls}/{stem}_{i:03d}.jpg"
+                for i in itertools.count()
                 if f"{cls}/{stem}_{i:03d}.jpg" not in self.files and self.split_of(f"{cls}/{stem}_{i:03d}.jpg") == split
             )
             self.files[name] = data
@@ -132,7 +134,9 @@ def reported(planted, tmp_path_factory):
     """(PlantedDataset, output folder, report.html path, report.json document)."""
     data, out = planted
     target = tmp_path_factory.mktemp("report_files")
-    proc = run_cli("report", out, "--output", str(target), "--seed", "3", "--thumbnails-per-class", "4", "--processes", "2")
+    proc = run_cli(
+        "report", out, "--output", str(target), "--seed", "3", "--thumbnails-per-class", "4", "--processes", "2"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     html_path = proc.stdout.strip().splitlines()[-1]
     assert html_path == str(target / "report.html")
@@ -144,7 +148,8 @@ def reported(planted, tmp_path_factory):
 def _groups(document, kind: str) -> List[List[str]]:
     return sorted(
         sorted(r["filename"] for c in g["contents"] for r in c["records"])
-        for g in document["duplicates"]["groups"] if g["kind"] == kind
+        for g in document["duplicates"]["groups"]
+        if g["kind"] == kind
     )
 
 
@@ -156,7 +161,9 @@ def test_report_json_finds_the_planted_duplicate_groups(reported):
     assert _groups(document, "exact") == sorted(sorted(g) for g in data.exact)
     assert _groups(document, "near") == sorted(sorted(g) for g in data.near)
     for group in document["duplicates"]["groups"]:
-        assert group["splits"] == dup.split_order({data.split_of(r["filename"]) for c in group["contents"] for r in c["records"]})
+        assert group["splits"] == dup.split_order(
+            {data.split_of(r["filename"]) for c in group["contents"] for r in c["records"]}
+        )
         if group["kind"] == "near":
             assert all(c["distance"] <= 6 for c in group["contents"])
     crossing = [g["crosses_splits"] for g in document["duplicates"]["groups"]]
@@ -199,7 +206,11 @@ def test_report_json_class_counts_sizes_shards_and_rejects(reported):
     for info in doc["splits"].values():
         for shard in info["shards"]:
             assert shards[shard["file"]]["records"] == shard["num_records"]
-            assert shards[shard["file"]]["bytes"] == shard["num_bytes"] == os.path.getsize(os.path.join(out, shard["file"]))
+            assert (
+                shards[shard["file"]]["bytes"]
+                == shard["num_bytes"]
+                == os.path.getsize(os.path.join(out, shard["file"]))
+            )
     rejected = document["rejected"]
     assert rejected["total"] == rejected["declared"] == 2
     assert {r: [e["path"] for e in items] for r, items in rejected["by_reason"].items()} == data.rejected
@@ -313,7 +324,8 @@ def test_near_pairs_match_brute_force():
     for distance in (0, 3, 6, 10):
         brute = sorted(
             (i, j, perceptual_hash.hamming(hashes[i], hashes[j]))
-            for i in range(len(hashes)) for j in range(i + 1, len(hashes))
+            for i in range(len(hashes))
+            for j in range(i + 1, len(hashes))
             if perceptual_hash.hamming(hashes[i], hashes[j]) <= distance
         )
         assert [tuple(p) for p in perceptual_hash.near_pairs(hashes, distance)] == brute
@@ -442,16 +454,31 @@ def browser():
     """A headless Chromium on 127.0.0.1 with no way out to the network; yields its DevTools HTTP base URL."""
     binary = _chromium()
     if binary is None:
-        pytest.skip("chromium is not installed and could not be (run_tests.sh installs Debian's chromium when run as root)")
+        pytest.skip(
+            "chromium is not installed and could not be (run_tests.sh installs Debian's chromium when run as root)"
+        )
     profile = tempfile.mkdtemp(prefix="report-chromium-")
     proc = subprocess.Popen(
         [
-            binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-            "--disable-extensions", "--disable-background-networking", "--disable-sync",
-            "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={profile}",
-            "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "--window-size=1280,900", "about:blank",
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-sync",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            "--window-size=1280,900",
+            "about:blank",
         ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         port = None
@@ -502,7 +529,9 @@ def test_page_in_headless_chromium(reported, browser, tmp_path):
     dom = json.loads(facts_json)
     metrics = tools.call("Page.getLayoutMetrics")["cssContentSize"]
     shot = tools.call(
-        "Page.captureScreenshot", format="png", captureBeyondViewport=True,
+        "Page.captureScreenshot",
+        format="png",
+        captureBeyondViewport=True,
         clip={"x": 0, "y": 0, "width": metrics["width"], "height": min(metrics["height"], 6000), "scale": 1},
     )
     png = tmp_path / "report.png"
@@ -510,7 +539,8 @@ def test_page_in_headless_chromium(reported, browser, tmp_path):
     shutil.copy(png, os.path.join(os.path.dirname(html_path), "report.png"))  # for a person to look at
 
     errors = [
-        e for e in tools.events
+        e
+        for e in tools.events
         if (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
         or e.get("method") == "Runtime.exceptionThrown"
         or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
@@ -525,15 +555,25 @@ def test_page_in_headless_chromium(reported, browser, tmp_path):
         assert colors is None or len(colors) > 50, "the screenshot is blank"
 
     expected_groups = sorted(
-        [{"kind": "exact", "files": sorted(g)} for g in data.exact] + [{"kind": "near", "files": sorted(g)} for g in data.near],
+        [{"kind": "exact", "files": sorted(g)} for g in data.exact]
+        + [{"kind": "near", "files": sorted(g)} for g in data.near],
         key=lambda g: g["files"],
     )
-    assert sorted(({"kind": g["kind"], "files": g["files"]} for g in dom["groups"]), key=lambda g: g["files"]) == expected_groups
+    assert (
+        sorted(({"kind": g["kind"], "files": g["files"]} for g in dom["groups"]), key=lambda g: g["files"])
+        == expected_groups
+    )
     assert [g["crosses"] for g in dom["groups"]] == [True, True, True, True, False]
     expected_counts = sorted([s, c, n] for s, counts in data.class_counts().items() for c, n in counts.items())
     assert sorted(dom["counts"]) == expected_counts
     assert sorted(dom["rejects"]) == sorted([r, p] for r, paths in data.rejected.items() for p in paths)
     assert dom["images"] and all(complete and width > 0 for complete, width in dom["images"])
     assert "3 exact, 2 near" in dom["leakage"]
-    for name in ("Examples per class", "Duplicates and split leakage", "Rejected inputs", "Samples per class", "Shards"):
+    for name in (
+        "Examples per class",
+        "Duplicates and split leakage",
+        "Rejected inputs",
+        "Samples per class",
+        "Shards",
+    ):
         assert name in dom["text"]

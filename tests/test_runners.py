@@ -1,4 +1,5 @@
 """The same job on other runners: Beam's portable job service + SDK worker pool, and Dataflow translation."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,13 +11,13 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, convert
+from test_convert_cli import read_records
+
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.run import pipeline_options
 from img2tfrecord.schemas import manifest
-from test_convert_cli import read_records
 
 
 def _free_port() -> int:
@@ -39,7 +40,9 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> No
 @contextlib.contextmanager
 def _service(args, port, log_path):
     # The worker pool starts SDK workers as `python ...`: this interpreter's bin must come first.
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
+    env = dict(
+        os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT
+    )
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         try:
@@ -58,10 +61,17 @@ def _service(args, port, log_path):
 def portable_endpoints(tmp_path_factory):
     logs = tmp_path_factory.mktemp("services")
     job_port, pool_port = _free_port(), _free_port()
-    with _service(
-        ["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)], job_port, logs / "job.log"
-    ), _service(
-        ["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)], pool_port, logs / "pool.log"
+    with (
+        _service(
+            ["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
+            job_port,
+            logs / "job.log",
+        ),
+        _service(
+            ["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)],
+            pool_port,
+            logs / "pool.log",
+        ),
     ):
         yield job_port, pool_port
 
@@ -72,10 +82,14 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
     local, portable = str(tmp_path / "local"), str(tmp_path / "portable")
     assert convert(sample_dir, local, *common).returncode == 0
     proc = convert(
-        sample_dir, portable, *common,
+        sample_dir,
+        portable,
+        *common,
         runner=(
-            "--runner=PortableRunner", f"--job_endpoint=localhost:{job_port}",
-            "--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}",
+            "--runner=PortableRunner",
+            f"--job_endpoint=localhost:{job_port}",
+            "--environment_type=EXTERNAL",
+            f"--environment_config=localhost:{pool_port}",
         ),
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -83,7 +97,9 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
     doc_port, rec_port = read_records(portable)
     assert doc_port["accounting"] == doc_local["accounting"]
     for split in ("train", "test"):
-        assert sorted(r["image/key/sha256"] for r in rec_port[split]) == sorted(r["image/key/sha256"] for r in rec_local[split])
+        assert sorted(r["image/key/sha256"] for r in rec_port[split]) == sorted(
+            r["image/key/sha256"] for r in rec_local[split]
+        )
         assert doc_port["splits"][split]["examples_per_class"] == doc_local["splits"][split]["examples_per_class"]
     assert os.path.exists(os.path.join(portable, manifest.SUCCESS_FILE))
     assert not glob.glob(os.path.join(portable, "beam-temp-*"))
@@ -92,17 +108,25 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
 def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
     import apache_beam as beam
 
+    from img2tfrecord.images import ImageOptions
     from img2tfrecord.pipeline.build import build_pipeline
-    from img2tfrecord.transforms.image import ImageOptions
 
     config = ConvertConfig(
-        input=sample_dir, output=str(tmp_path / "out"), image=ImageOptions(size=(64, 64), format="jpeg"),
+        input=sample_dir,
+        output=str(tmp_path / "out"),
+        image=ImageOptions(size=(64, 64), format="jpeg"),
         splits=(("train", 0.8), ("validation", 0.2)),
     )
-    options = pipeline_options([
-        "--runner=DataflowRunner", "--project=test-project", "--region=us-central1",
-        "--temp_location=gs://test-bucket/tmp", "--dry_run=True", f"--setup_file={ROOT}/setup.py",
-    ])
+    options = pipeline_options(
+        [
+            "--runner=DataflowRunner",
+            "--project=test-project",
+            "--region=us-central1",
+            "--temp_location=gs://test-bucket/tmp",
+            "--dry_run=True",
+            f"--setup_file={ROOT}/setup.py",
+        ]
+    )
     p = beam.Pipeline(options=options)
     build_pipeline(p, config, make_plan(config))
     result = p.run()
@@ -111,12 +135,22 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
     job = p.runner.job
     top_level = {t.unique_name for t in job.proto_pipeline.components.transforms.values() if "/" not in t.unique_name}
     for step in (
-        "DiscoverImages", "DiscoverClasses", "WriteShards", "ErrorReport", "AnalyzeTrainSplit", "FinalizeOutput",
+        "DiscoverImages",
+        "DiscoverClasses",
+        "WriteShards",
+        "ErrorReport",
+        "AnalyzeTrainSplit",
+        "FinalizeOutput",
     ):
         assert step in top_level, sorted(top_level)
     every = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
-    for step in ("WriteShards/AssignShards", "WriteShards/GroupByShard", "WriteShards/WriteShard",
-                 "WriteShards/CommitSplit", "AnalyzeTrainSplit/Analyze"):
+    for step in (
+        "WriteShards/AssignShards",
+        "WriteShards/GroupByShard",
+        "WriteShards/WriteShard",
+        "WriteShards/CommitSplit",
+        "AnalyzeTrainSplit/Analyze",
+    ):
         assert step in every, sorted(every)
     assert job.options.view_as(beam.options.pipeline_options.SetupOptions).setup_file.endswith("setup.py")
     assert not os.path.exists(tmp_path / "out")  # a dry run writes nothing
@@ -124,9 +158,17 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
 
 def test_dataflow_dry_run_through_the_cli(sample_dir, tmp_path):
     proc = convert(
-        sample_dir, str(tmp_path / "out"), "--image-size", "32",
-        runner=("--runner=DataflowRunner", "--project=test-project", "--region=us-central1",
-                "--temp_location=gs://test-bucket/tmp", "--dry_run=True"),
+        sample_dir,
+        str(tmp_path / "out"),
+        "--image-size",
+        "32",
+        runner=(
+            "--runner=DataflowRunner",
+            "--project=test-project",
+            "--region=us-central1",
+            "--temp_location=gs://test-bucket/tmp",
+            "--dry_run=True",
+        ),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dry run" in proc.stdout

@@ -1,4 +1,5 @@
 """Batch-job contract: Flex Template entry point, the Airflow example, error budget inside the job."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, convert
 
 sys.path.insert(0, os.path.join(ROOT, "flex_template"))
@@ -16,13 +16,28 @@ import main as flex_main  # noqa: E402
 
 
 def test_flex_template_parameters_map_to_convert_options():
-    argv = flex_main.translate([
-        "--input=gs://b/in", "--output=gs://b/out", "--image_size=224", "--splits=train=0.9,test=0.1",
-        "--overwrite=false", "--max_error_rate=0.01", "--runner=DataflowRunner", "--project=p",
-    ])
+    argv = flex_main.translate(
+        [
+            "--input=gs://b/in",
+            "--output=gs://b/out",
+            "--image_size=224",
+            "--splits=train=0.9,test=0.1",
+            "--overwrite=false",
+            "--max_error_rate=0.01",
+            "--runner=DataflowRunner",
+            "--project=p",
+        ]
+    )
     assert argv == [
-        "convert", "--input=gs://b/in", "--output=gs://b/out", "--image-size=224", "--splits=train=0.9,test=0.1",
-        "--max-error-rate=0.01", "--runner=DataflowRunner", "--project=p", "--no-wait",
+        "convert",
+        "--input=gs://b/in",
+        "--output=gs://b/out",
+        "--image-size=224",
+        "--splits=train=0.9,test=0.1",
+        "--max-error-rate=0.01",
+        "--runner=DataflowRunner",
+        "--project=p",
+        "--no-wait",
     ]
     assert "--overwrite" in flex_main.translate(["--overwrite=true"])
     assert "--exact-statistics" in flex_main.translate(["--exact_statistics=true"])
@@ -38,10 +53,23 @@ def test_flex_template_metadata_names_every_parameter_the_entry_point_knows():
 
 def test_flex_template_entry_point_builds_the_dataflow_job(sample_dir, tmp_path):
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "flex_template", "main.py"), f"--input={sample_dir}",
-         f"--output={tmp_path / 'out'}", "--image_size=32", "--runner=DataflowRunner", "--project=test-project",
-         "--region=us-central1", "--temp_location=gs://test-bucket/tmp", "--dry_run=True"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        [
+            sys.executable,
+            os.path.join(ROOT, "flex_template", "main.py"),
+            f"--input={sample_dir}",
+            f"--output={tmp_path / 'out'}",
+            "--image_size=32",
+            "--runner=DataflowRunner",
+            "--project=test-project",
+            "--region=us-central1",
+            "--temp_location=gs://test-bucket/tmp",
+            "--dry_run=True",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dry run" in proc.stdout
@@ -57,7 +85,9 @@ def test_job_fails_after_writing_everything_past_the_error_budget(tmp_path):
     out = tmp_path / "out"
     proc = convert(str(root), str(out), "--max-error-rate", "0.2")
     assert proc.returncode == 3, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("img2tfrecord: error budget exceeded: 1 of 2 inputs rejected")
+    assert (
+        proc.stderr.strip().splitlines()[-1].startswith("img2tfrecord: error budget exceeded: 1 of 2 inputs rejected")
+    )
     doc = json.load(open(out / "dataset.json"))
     assert doc["accounting"]["written"] == 1 and doc["accounting"]["rejected"] == 1
     assert (out / "_SUCCESS").exists() and (out / "errors.jsonl").read_text().count("\n") == 1

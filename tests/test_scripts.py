@@ -1,4 +1,5 @@
 """The README's scripts, run as a user runs them."""
+
 from __future__ import annotations
 
 import json
@@ -6,6 +7,7 @@ import os
 import subprocess
 
 from conftest import ROOT
+
 from img2tfrecord.schemas import manifest
 
 
@@ -31,7 +33,11 @@ def test_run_local_converts_the_sample_dataset():
 def test_run_local_passes_arguments_to_convert(tmp_path):
     proc = subprocess.run(
         ["./run_local.sh", "--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "out")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
     )
     assert proc.returncode == 2 and "no input files match" in proc.stderr
 
@@ -39,7 +45,11 @@ def test_run_local_passes_arguments_to_convert(tmp_path):
 def test_run_dataflow_needs_a_project():
     proc = subprocess.run(
         ["./run_dataflow.sh", "--input", "gs://b/in", "--output", "gs://b/out"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -54,8 +64,11 @@ def test_the_sample_dataset_is_the_same_on_every_run(tmp_path):
     from img2tfrecord import sample
 
     def digest(directory):
-        files = sorted(os.path.relpath(os.path.join(root, name), directory)
-                       for root, _, names in os.walk(directory) for name in names)
+        files = sorted(
+            os.path.relpath(os.path.join(root, name), directory)
+            for root, _, names in os.walk(directory)
+            for name in names
+        )
         return {name: hashlib.sha256(open(os.path.join(directory, name), "rb").read()).hexdigest() for name in files}
 
     first, second, other = (str(tmp_path / name) for name in ("a", "b", "c"))

@@ -1,9 +1,9 @@
 """Work items grouped by shard and each shard streamed to its file (transforms/write.py, transforms/pool.py)."""
+
 from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -11,22 +11,23 @@ import sys
 import time
 
 import apache_beam as beam
+import images as I
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
-
-import images as I
 from conftest import ROOT
 from crashing import CountingConverter, CrashingConverter, FlakyStorageConverter
-from img2tfrecord import records as R
+
+from img2tfrecord.conversion.converter import ImageConverter
+from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool
+from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
+from img2tfrecord.images import ImageOptions
+from img2tfrecord.model import ERRORS, WorkItem
+from img2tfrecord.readers import records as R
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.converter import ERRORS, ImageConverter
-from img2tfrecord.transforms.image import ImageOptions
-from img2tfrecord.transforms.pool import CRASH_MESSAGE, ConversionPool
-from img2tfrecord.transforms.split import assign_shard, shuffle_key
-from img2tfrecord.transforms.write import (
+from img2tfrecord.transforms.shards import (
     ANALYSIS,
     RECORD_FRAMING_BYTES,
     ShardSink,
@@ -55,7 +56,7 @@ def _sources(root, good_per_class=10, extra=None):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(data)
-        sources.append((path, rel, len(data)))
+        sources.append(WorkItem(path, rel, len(data)))
     return sources
 
 
@@ -63,12 +64,12 @@ def _expected_shards(sources, converter, num_shards=NUM_SHARDS):
     """{(split, shard): [serialized record, ...] in the shard's order}, and the error rows, without Beam."""
     shards = {(split, i): [] for split, n in num_shards.items() for i in range(n)}
     errors = []
-    for source in sorted(sources, key=lambda s: (shuffle_key(s[1], SEED), s[1])):
+    for source in sorted(sources, key=lambda s: (shuffle_key(s.relpath, SEED), s.relpath)):
         tag, value = converter(source, LABELS)
         if tag == ERRORS:
             errors.append(value)
             continue
-        shards[(value.split, assign_shard(source[1], SEED, num_shards[value.split]))].append(value.example)
+        shards[(value.split, assign_shard(source.relpath, SEED, num_shards[value.split]))].append(value.example)
     return shards, errors
 
 
@@ -83,16 +84,42 @@ def _write(out, sources, converter, processes, compression="none", resume=False,
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     with beam.Pipeline(options=options) as p:
         labels = p | "Labels" >> beam.Create([LABELS])
-        written = p | "Sources" >> beam.Create(sources) | WriteShards(
-            converter, sinks, run, SEED, processes, beam.pvalue.AsSingleton(labels), batch_size=batch_size, resume=resume,
+        written = (
+            p
+            | "Sources" >> beam.Create(sources)
+            | WriteShards(
+                converter,
+                sinks,
+                run,
+                SEED,
+                processes,
+                beam.pvalue.AsSingleton(labels),
+                batch_size=batch_size,
+                resume=resume,
+            )
         )
         expected_shards, expected_errors = _expected_shards(sources, ImageConverter(OPTIONS, "class", SPLITS, SEED))
         listed = written["shards"] | beam.Map(lambda c: (c.split, c.file, c.num_records))
-        assert_that(listed, equal_to([
-            (split, manifest.shard_file_name(split, i, NUM_SHARDS[split]) + (".gz" if compression == "gzip" else ""), len(rows))
-            for (split, i), rows in expected_shards.items()
-        ]), label="shards")
-        assert_that(written[ERRORS] | beam.Map(lambda row: row["relpath"]), equal_to([r["relpath"] for r in expected_errors]), label="errors")
+        assert_that(
+            listed,
+            equal_to(
+                [
+                    (
+                        split,
+                        manifest.shard_file_name(split, i, NUM_SHARDS[split])
+                        + (".gz" if compression == "gzip" else ""),
+                        len(rows),
+                    )
+                    for (split, i), rows in expected_shards.items()
+                ]
+            ),
+            label="shards",
+        )
+        assert_that(
+            written[ERRORS] | beam.Map(lambda row: row["relpath"]),
+            equal_to([r["relpath"] for r in expected_errors]),
+            label="errors",
+        )
     return run
 
 
@@ -105,7 +132,9 @@ def _check_files(out, sources, compression="none"):
         if compression == "none":
             with open(os.path.join(str(out), manifest.index_file(name))) as f:
                 lines = [tuple(map(int, line.split())) for line in f]
-            offsets = [(r.offset, RECORD_FRAMING_BYTES + len(r.data)) for r in R.scan_records(os.path.join(str(out), name))]
+            offsets = [
+                (r.offset, RECORD_FRAMING_BYTES + len(r.data)) for r in R.scan_records(os.path.join(str(out), name))
+            ]
             assert lines == offsets
     leftovers = [n for n in os.listdir(str(out)) if n.startswith("beam-temp-")]
     assert not leftovers
@@ -147,10 +176,12 @@ def test_every_item_is_converted_once_and_a_finished_shard_leaves_a_done_file(tm
     run = _write(tmp_path / "out", sources, CountingConverter(OPTIONS, "class", SPLITS, SEED, log_path=log), 2)
     with open(log) as f:
         counts = collections.Counter(f.read().split())
-    assert counts == {rel: 1 for _, rel, _ in sources}  # stray.jpg: rejected by the shard assignment, once
+    assert counts == {s.relpath: 1 for s in sources}  # stray.jpg: rejected by the shard assignment, once
     result, errors, analysis = parse_done(open(done_path(run, "train", 0), "rb").read())
     assert result.split == "train" and result.shard == 0 and analysis == []
-    assert result.num_bytes == sum(os.path.getsize(tmp_path / "out" / n) for n in [manifest.shard_file_name("train", 0, 3)])
+    assert result.num_bytes == sum(
+        os.path.getsize(tmp_path / "out" / n) for n in [manifest.shard_file_name("train", 0, 3)]
+    )
 
 
 def test_a_worker_crash_rejects_that_item_and_the_run_goes_on(tmp_path):
@@ -162,7 +193,7 @@ def test_a_worker_crash_rejects_that_item_and_the_run_goes_on(tmp_path):
         outputs = list(pool.outputs(drain=True))
     assert [item for item, _ in outputs] == sources  # queue order, whoever finished first
     for source, (tag, value) in outputs:
-        if source[1] in crashing:
+        if source.relpath in crashing:
             assert (tag, value) == converter.crashed(source, CRASH_MESSAGE)
         else:
             assert (tag, value) == ImageConverter(OPTIONS, "class", SPLITS, SEED)(source, LABELS)
@@ -174,7 +205,7 @@ def test_pool_outputs_keep_queue_order_across_several_puts(tmp_path):
     got = []
     with ConversionPool(converter, 2, batch_size=5) as pool:
         for start in range(0, len(sources), 7):  # like shard groups arriving one by one
-            pool.put(sources[start:start + 7], LABELS)
+            pool.put(sources[start : start + 7], LABELS)
             got.extend(pool.outputs(drain=False))
             assert pool.pending < 5 + 2 * 2 * 5  # bounded: one partial batch queued plus the batches in flight
         got.extend(pool.outputs(drain=True))
@@ -197,9 +228,13 @@ def test_train_records_carry_small_analysis_rows(tmp_path):
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     with beam.Pipeline(options=options) as p:
         labels = p | "Labels" >> beam.Create([LABELS])
-        written = p | beam.Create(sources) | WriteShards(converter, sinks, run, SEED, 2, beam.pvalue.AsSingleton(labels))
+        written = (
+            p | beam.Create(sources) | WriteShards(converter, sinks, run, SEED, 2, beam.pvalue.AsSingleton(labels))
+        )
         expected = [
-            value.analysis for tag, value in (converter(s, LABELS) for s in sources) if tag is None and value.split == "train"
+            value.analysis
+            for tag, value in (converter(s, LABELS) for s in sources)
+            if tag is None and value.split == "train"
         ]
         assert all(len(row) < 400 for row in expected)  # no image bytes in them
         assert_that(written[ANALYSIS], equal_to(expected))
@@ -212,7 +247,8 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     run = os.path.join(out, manifest.run_folder("retryretryretry0"))
     sinks = {s: ShardSink(out, s, n, "none", os.path.join(run, "shards", s)) for s, n in NUM_SHARDS.items()}
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
-    from img2tfrecord.transforms.write import AssignShardsFn, CommitSplitFn, ShardResult
+    from img2tfrecord.model import ShardResult
+    from img2tfrecord.transforms.shards import AssignShardsFn, CommitSplitFn
 
     groups = collections.defaultdict(list)
     for s in sources:
@@ -225,14 +261,21 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     for attempt in range(2):
         for split, n in NUM_SHARDS.items():
             for shard in range(n):
-                for value in fn.process(((split, shard), groups.get((split, shard), [])), window=GlobalWindow(), timestamp=MIN_TIMESTAMP, label_names=LABELS):
+                for value in fn.process(
+                    ((split, shard), groups.get((split, shard), [])),
+                    window=GlobalWindow(),
+                    timestamp=MIN_TIMESTAMP,
+                    label_names=LABELS,
+                ):
                     if isinstance(value.value, ShardResult):
                         results[split].append(value.value)
     temp_files = [f for _, _, files in os.walk(os.path.join(run, "shards")) for f in files]
     assert len(temp_files) == 2 * sum(NUM_SHARDS.values())  # both attempts wrote their own temp files
     for split in NUM_SHARDS:
         committed = list(CommitSplitFn(sinks).process((split, results[split])))
-        assert [c.file for c in committed] == [manifest.shard_file_name(split, i, NUM_SHARDS[split]) for i in range(NUM_SHARDS[split])]
+        assert [c.file for c in committed] == [
+            manifest.shard_file_name(split, i, NUM_SHARDS[split]) for i in range(NUM_SHARDS[split])
+        ]
     names = sorted(n for n in os.listdir(out) if manifest.parse_shard_file_name(n))
     assert len(names) == sum(NUM_SHARDS.values())
     _check_files(out, sources)
@@ -245,9 +288,9 @@ def test_processes_must_be_positive():
 
 _KILLED_PARENT = """
 import os, signal
-from img2tfrecord.transforms.converter import ImageConverter
-from img2tfrecord.transforms.image import ImageOptions
-from img2tfrecord.transforms.pool import ConversionPool
+from img2tfrecord.conversion.converter import ImageConverter
+from img2tfrecord.images import ImageOptions
+from img2tfrecord.conversion.pool import ConversionPool
 pool = ConversionPool(ImageConverter(ImageOptions(), "class", (("train", 1.0),), 0), 2)
 for future in [pool._pool.submit(os.getpid) for _ in range(4)]:
     future.result()  # both workers are up

@@ -1,4 +1,5 @@
 """Archives (zip, tar, tar.gz) and manifests (CSV, JSONL) as inputs: the records of the equivalent folder."""
+
 from __future__ import annotations
 
 import csv
@@ -9,19 +10,20 @@ import os
 import tarfile
 import zipfile
 
-import pytest
-
 import images as I
+import pytest
 from conftest import IN_MEMORY, convert
-from img2tfrecord import records as rec
+
+from img2tfrecord.conversion.sharding import parse_splits
+from img2tfrecord.images import ImageOptions
+from img2tfrecord.model import ErrorEntry, MemberEntry
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.run import run
+from img2tfrecord.readers import records as rec
 from img2tfrecord.schemas import example_proto, manifest
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.transforms import sources
-from img2tfrecord.transforms.image import ImageOptions
-from img2tfrecord.transforms.split import parse_splits
+from img2tfrecord.sources import archives, kinds
 
 SPLITS = "train=0.5,validation=0.25,test=0.25"
 SEED = 5
@@ -84,7 +86,15 @@ def record_set(output):
                 text = f[keys.CLASS_TEXT].bytes_list.value[0].decode() if keys.CLASS_TEXT in f else None
                 encoded = f[keys.IMAGE_ENCODED].bytes_list.value[0]
                 assert f[keys.KEY_SHA256].bytes_list.value[0].decode() == hashlib.sha256(encoded).hexdigest()
-                out.add((f[keys.FILENAME].bytes_list.value[0].decode(), hashlib.sha256(encoded).hexdigest(), label, text, split))
+                out.add(
+                    (
+                        f[keys.FILENAME].bytes_list.value[0].decode(),
+                        hashlib.sha256(encoded).hexdigest(),
+                        label,
+                        text,
+                        split,
+                    )
+                )
     return out
 
 
@@ -145,7 +155,9 @@ def test_a_csv_manifest_gives_the_records_of_its_folder(inputs, folder_records, 
 
 def test_zip_through_the_cli(inputs, folder_records, tmp_path):
     out = str(tmp_path / "out")
-    proc = convert(os.path.join(inputs["archives"], "flowers.zip"), out, "--splits", SPLITS, "--seed", str(SEED), "--no-analyze")
+    proc = convert(
+        os.path.join(inputs["archives"], "flowers.zip"), out, "--splits", SPLITS, "--seed", str(SEED), "--no-analyze"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert record_set(out) == folder_records
 
@@ -174,7 +186,7 @@ def test_bad_archives_are_reported_and_the_others_converted(inputs, tmp_path):
     written = {r[0] for r in record_set(out)}
     survivors = set(sorted(emus)[:2])
     assert written == set(cats) | set(dogs) | survivors
-    errors = {(os.path.basename(e["path"].split(sources.MEMBER_SEPARATOR)[0]), e["reason"]) for e in error_rows(out)}
+    errors = {(os.path.basename(e["path"].split(archives.MEMBER_SEPARATOR)[0]), e["reason"]) for e in error_rows(out)}
     assert errors == {("part-2.zip", "corrupt_archive"), ("part-3.tar", "truncated_archive")}
     third_name = sorted(emus)[2]
     assert any(e["relpath"] == third_name for e in error_rows(out))
@@ -258,13 +270,13 @@ def test_unlabeled_manifest(inputs, tmp_path):
 def test_plan_of_inputs(inputs, tmp_path):
     archives = inputs["archives"]
     plan = make_plan(ConvertConfig(input=os.path.join(archives, "flowers.zip"), output=str(tmp_path / "o")))
-    assert plan.input_kind == sources.INPUT_ARCHIVES and plan.layout == "class" and plan.num_files == len(inputs["files"])
+    assert plan.input_kind == kinds.INPUT_ARCHIVES and plan.layout == "class" and plan.num_files == len(inputs["files"])
     split_zip = tmp_path / "split.zip"
     write_zip(str(split_zip), {"train/cat/a.jpg": I.jpeg(8, 8), "val/cat/b.jpg": I.jpeg(8, 8)}, top="data")
     plan = make_plan(ConvertConfig(input=str(split_zip), output=str(tmp_path / "o")))
     assert plan.layout == "split" and plan.split_names == ("train", "validation")
     plan = make_plan(ConvertConfig(input=os.path.join(inputs["root"], "labels.csv"), output=str(tmp_path / "o")))
-    assert plan.input_kind == sources.INPUT_MANIFEST and plan.labeled and not plan.has_split_column
+    assert plan.input_kind == kinds.INPUT_MANIFEST and plan.labeled and not plan.has_split_column
     bad = tmp_path / "bad.csv"
     bad.write_text("path,label,split\ncat/a.jpg,cat,tr-ain\n")
     from img2tfrecord.pipeline.plan import PlanError
@@ -276,14 +288,14 @@ def test_plan_of_inputs(inputs, tmp_path):
 
 
 def test_top_folder_rule():
-    strip = sources.top_folder_to_strip
+    strip = archives.top_folder_to_strip
     assert strip(["flowers/cat/a.jpg", "flowers/dog/b.jpg", "flowers/LICENSE"]) == "flowers/"
     assert strip(["cat/a.jpg", "cat/b.jpg"]) == ""  # one class, no wrapper
     assert strip(["train/cat/a.jpg", "train/dog/b.jpg"]) == ""  # a split folder is never a wrapper
     assert strip(["a/cat/x.jpg", "b/dog/y.jpg"]) == ""
-    assert strip(["clips/run/c1/f1.png", "clips/run/c1/f2.png"], sources.MIN_DEPTH_SEQUENCES) == "clips/"
-    assert strip(["run/c1/f1.png", "run/c1/f2.png"], sources.MIN_DEPTH_SEQUENCES) == ""
-    assert sources.normalise_member_name("./a//b/./c.jpg") == "a/b/c.jpg"
+    assert strip(["clips/run/c1/f1.png", "clips/run/c1/f2.png"], archives.MIN_DEPTH_SEQUENCES) == "clips/"
+    assert strip(["run/c1/f1.png", "run/c1/f2.png"], archives.MIN_DEPTH_SEQUENCES) == ""
+    assert archives.normalise_member_name("./a//b/./c.jpg") == "a/b/c.jpg"
 
 
 def test_archive_member_names_that_are_not_text_become_bad_name_entries(tmp_path):
@@ -295,9 +307,9 @@ def test_archive_member_names_that_are_not_text_become_bad_name_entries(tmp_path
             info = tarfile.TarInfo(name)
             info.size = len(good)
             t.addfile(info, io.BytesIO(good))
-    entries = list(sources.list_archive(path, os.path.getsize(path), 1 << 30))
-    assert [e[:2] for e in entries if e[0] == "member"] == [("member", "cat/ok.jpg")]
-    assert [e[:3] for e in entries if e[0] == "error"] == [
-        ("error", "cat/caf\\xe9.jpg", "bad_name"),
-        ("error", "cat/two\\nlines.jpg", "bad_name"),
+    entries = list(archives.list_archive(path, os.path.getsize(path), 1 << 30))
+    assert [e.name for e in entries if isinstance(e, MemberEntry)] == ["cat/ok.jpg"]
+    assert [e[:2] for e in entries if isinstance(e, ErrorEntry)] == [
+        ("cat/caf\\xe9.jpg", "bad_name"),
+        ("cat/two\\nlines.jpg", "bad_name"),
     ]

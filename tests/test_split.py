@@ -1,4 +1,5 @@
 """Split parsing, seeded split assignment and shuffle keys."""
+
 from __future__ import annotations
 
 import collections
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from img2tfrecord.transforms.split import (
+from img2tfrecord.conversion.sharding import (
     DEFAULT_SPLIT,
     assign_split,
     is_split_layout,
@@ -93,14 +94,19 @@ def test_assign_split_is_stable_across_processes():
     # Not Python's per-process salted hash(): another interpreter with another hash seed agrees.
     files = paths(300)
     code = (
-        "import json, sys; from img2tfrecord.transforms.split import assign_split, shuffle_key;"
+        "import json, sys; from img2tfrecord.conversion.sharding import assign_split, shuffle_key;"
         "files, splits = json.load(sys.stdin);"
         "splits = tuple(tuple(s) for s in splits);"
         "print(json.dumps([[assign_split(p, 7, splits), shuffle_key(p, 7)] for p in files]))"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=ROOT)
     proc = subprocess.run(
-        [sys.executable, "-c", code], input=json.dumps([files, THREE]), capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", code],
+        input=json.dumps([files, THREE]),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     other = [tuple(x) for x in json.loads(proc.stdout)]
     assert other == [(assign_split(p, 7, THREE), shuffle_key(p, 7)) for p in files]

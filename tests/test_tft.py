@@ -3,6 +3,7 @@
 Real CLI runs on the generated sample dataset; every expectation is
 recomputed here with NumPy from the records themselves.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,9 @@ import random
 
 import numpy as np
 import pytest
+from conftest import convert, run_cli
 from PIL import Image
 
-from conftest import convert, run_cli
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
@@ -22,7 +23,7 @@ from img2tfrecord.schemas import transformed as names
 tf = pytest.importorskip("tensorflow")
 tft = pytest.importorskip("tensorflow_transform")
 
-from img2tfrecord.reader import decode_encoded  # noqa: E402  (after the TensorFlow skip)
+from img2tfrecord.readers.tfdata import decode_encoded  # noqa: E402  (after the TensorFlow skip)
 
 HEIGHT, WIDTH = 32, 40  # --image-size 40x32 is width x height
 
@@ -45,8 +46,10 @@ def decoded(parsed, channels=3):
     """The stored images as uint8 arrays, decoded the way ``load`` decodes them (accurate-DCT JPEG)."""
     images = []
     for encoded, fmt, h, w in zip(
-        parsed[keys.IMAGE_ENCODED].numpy(), parsed[keys.IMAGE_FORMAT].numpy(),
-        parsed[keys.IMAGE_HEIGHT].numpy(), parsed[keys.IMAGE_WIDTH].numpy(),
+        parsed[keys.IMAGE_ENCODED].numpy(),
+        parsed[keys.IMAGE_FORMAT].numpy(),
+        parsed[keys.IMAGE_HEIGHT].numpy(),
+        parsed[keys.IMAGE_WIDTH].numpy(),
     ):
         if fmt == keys.FORMAT_RAW.encode():
             images.append(np.frombuffer(encoded, np.uint8).reshape(h, w, channels))
@@ -72,8 +75,18 @@ def analysed(sample_dir, tmp_path_factory):
     """The sample dataset at 40x32 JPEG, three splits, two shards each, analysed (convert's default)."""
     out = str(tmp_path_factory.mktemp("tft") / "out")
     proc = convert(
-        sample_dir, out, "--image-size", f"{WIDTH}x{HEIGHT}", "--format", "jpeg",
-        "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2",
+        sample_dir,
+        out,
+        "--image-size",
+        f"{WIDTH}x{HEIGHT}",
+        "--format",
+        "jpeg",
+        "--splits",
+        "train=0.6,validation=0.2,test=0.2",
+        "--seed",
+        "3",
+        "--num-shards",
+        "2",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -137,7 +150,7 @@ def test_label_vocabulary_equals_labels_txt(analysed, layer):
 
 def encoder_inputs(sample_dir, parsed, options):
     """The pixels the converter gave the JPEG encoder for each parsed record, from its source file."""
-    from img2tfrecord.transforms.image import convert_image
+    from img2tfrecord.images import convert_image
 
     images = []
     for relpath in parsed[keys.FILENAME].numpy():
@@ -149,7 +162,7 @@ def encoder_inputs(sample_dir, parsed, options):
 def test_statistics_agree_with_numpy(analysed, sample_dir):
     """By default a re-encoded JPEG counts with the pixels given to its encoder: exactly their
     moments, and within the JPEG loss of the moments of the decoded records."""
-    from img2tfrecord.transforms.image import ImageOptions
+    from img2tfrecord.images import ImageOptions
 
     doc = read_doc(analysed)
     stats = doc["statistics"]
@@ -188,8 +201,18 @@ def test_exact_statistics_are_those_of_the_decoded_records(sample_dir, tmp_path)
     that standardises the train split exactly."""
     out = str(tmp_path / "out")
     proc = convert(
-        sample_dir, out, "--image-size", f"{WIDTH}x{HEIGHT}", "--format", "jpeg", "--exact-statistics",
-        "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "-q",
+        sample_dir,
+        out,
+        "--image-size",
+        f"{WIDTH}x{HEIGHT}",
+        "--format",
+        "jpeg",
+        "--exact-statistics",
+        "--splits",
+        "train=0.6,validation=0.2,test=0.2",
+        "--seed",
+        "3",
+        "-q",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = read_doc(out)
@@ -377,12 +400,21 @@ def test_totals_do_not_depend_on_batching():
         classes = rng.choice([b"x", b"y"], n)
         names_, counts = np.unique(classes, return_counts=True)
         return [
-            np.int64(n), np.int64((h * w).sum()), sums.sum(0), (sums * 3).sum(0),
-            h.min(), h.max(), w.min(), w.max(), names_.astype(object), counts,
+            np.int64(n),
+            np.int64((h * w).sum()),
+            sums.sum(0),
+            (sums * 3).sum(0),
+            h.min(),
+            h.max(),
+            w.min(),
+            w.max(),
+            names_.astype(object),
+            counts,
         ]
 
-    batches = [batch(n) for n in (3, 1, 7, 2)] + [[np.int64(0), np.int64(0), np.zeros(3), np.zeros(3), 0, 0, 0, 0,
-                                                    np.array([], object), np.array([], np.int64)]]
+    batches = [batch(n) for n in (3, 1, 7, 2)] + [
+        [np.int64(0), np.int64(0), np.zeros(3), np.zeros(3), 0, 0, 0, 0, np.array([], object), np.array([], np.int64)]
+    ]
     combine = _Totals(3)
     one = combine.create_accumulator()
     for b in batches:
@@ -407,8 +439,8 @@ def test_preprocessing_fn_alone_unlabeled_mixed_sizes(tmp_path):
     import apache_beam as beam
     import tensorflow_transform.beam as tft_beam
 
+    from img2tfrecord.images import ConvertedImage, pixel_sums
     from img2tfrecord.transforms.analyze import TransformSpec, make_preprocessing_fn
-    from img2tfrecord.transforms.image import ConvertedImage, pixel_sums
 
     rng = np.random.default_rng(2)
     arrays = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((5, 7), (6, 4), (3, 3))]
@@ -418,20 +450,25 @@ def test_preprocessing_fn_alone_unlabeled_mixed_sizes(tmp_path):
         Image.fromarray(array).save(buf, format="PNG")
         return buf.getvalue()
 
-    metadata = tft.DatasetMetadata.from_feature_spec({
-        keys.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
-        keys.IMAGE_HEIGHT: tf.io.FixedLenFeature([], tf.int64),
-        keys.IMAGE_WIDTH: tf.io.FixedLenFeature([], tf.int64),
-        names.PIXEL_SUM: tf.io.FixedLenFeature([3], tf.int64),
-        names.PIXEL_SQUARE_SUM: tf.io.FixedLenFeature([3], tf.int64),
-    })
+    metadata = tft.DatasetMetadata.from_feature_spec(
+        {
+            keys.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+            keys.IMAGE_HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+            keys.IMAGE_WIDTH: tf.io.FixedLenFeature([], tf.int64),
+            names.PIXEL_SUM: tf.io.FixedLenFeature([3], tf.int64),
+            names.PIXEL_SQUARE_SUM: tf.io.FixedLenFeature([3], tf.int64),
+        }
+    )
 
     def row(array):  # what the analysis reads: the record's features and the image's pixel sums
         h, w, _ = array.shape
         sums, squares = pixel_sums(ConvertedImage(png(array), "png", h, w, 3))
         return {
-            keys.IMAGE_ENCODED: png(array), keys.IMAGE_HEIGHT: h, keys.IMAGE_WIDTH: w,
-            names.PIXEL_SUM: sums, names.PIXEL_SQUARE_SUM: squares,
+            keys.IMAGE_ENCODED: png(array),
+            keys.IMAGE_HEIGHT: h,
+            keys.IMAGE_WIDTH: w,
+            names.PIXEL_SUM: sums,
+            names.PIXEL_SQUARE_SUM: squares,
         }
 
     mean, std = moments(arrays)
@@ -449,7 +486,7 @@ def test_preprocessing_fn_alone_unlabeled_mixed_sizes(tmp_path):
 
     with beam.Pipeline() as p, tft_beam.Context(temp_dir=str(tmp_path)):
         (transformed, _), _ = (
-            (p | beam.Create([row(a) for a in arrays]), metadata)
-            | tft_beam.AnalyzeAndTransformDataset(make_preprocessing_fn(TransformSpec(labeled=False)))
-        )
+            p | beam.Create([row(a) for a in arrays]),
+            metadata,
+        ) | tft_beam.AnalyzeAndTransformDataset(make_preprocessing_fn(TransformSpec(labeled=False)))
         assert_that(transformed, check)

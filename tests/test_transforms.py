@@ -1,25 +1,27 @@
 """The Beam transforms on a real (in-memory FnApiRunner) pipeline with real files and TensorFlow."""
+
 from __future__ import annotations
 
 import hashlib
 import os
 
 import apache_beam as beam
+import images as I
 import numpy as np
 import pytest
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-
-import images as I
-from img2tfrecord import schemas
 from convert_fn import ERRORS, ConvertFn
-from img2tfrecord.transforms.converter import ImageConverter
+
+from img2tfrecord import schemas
+from img2tfrecord.conversion.converter import ImageConverter
+from img2tfrecord.conversion.sharding import assign_split
+from img2tfrecord.images import ImageOptions, convert_image
+from img2tfrecord.model import WorkItem
+from img2tfrecord.sources.layout import LAYOUT_CLASS, LAYOUT_SPLIT
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
-from img2tfrecord.transforms.layout import LAYOUT_CLASS, LAYOUT_SPLIT
-from img2tfrecord.transforms.image import ImageOptions, convert_image
-from img2tfrecord.transforms.split import assign_split
 
 SPLITS = (("train", 0.6), ("validation", 0.2), ("test", 0.2))
 SEED = 11
@@ -44,7 +46,7 @@ def write_files(root, files):
 
 
 def source_files(root, files):
-    return [(path, rel, os.path.getsize(path)) for rel, path in sorted(write_files(root, files).items())]
+    return [WorkItem(path, rel, os.path.getsize(path)) for rel, path in sorted(write_files(root, files).items())]
 
 
 # -- DiscoverImages / DiscoverClasses ------------------------------------------------------------
@@ -71,7 +73,7 @@ JUNK = {
 def test_discover_images(tmp_path):
     paths = write_files(tmp_path, {**IMAGES, **JUNK})
     base = str(tmp_path) + "/"
-    expected = [(paths[rel], rel, len(data)) for rel, data in IMAGES.items()]
+    expected = [WorkItem(paths[rel], rel, len(data)) for rel, data in IMAGES.items()]
     with pipeline() as p:
         found = p | DiscoverImages(base + "**", base)
         assert_that(found.files, equal_to(expected), label="files")
@@ -97,15 +99,15 @@ def test_discover_classes_class_layout(tmp_path):
 
 def test_discover_classes_split_layout_and_string_order():
     files = [
-        ("/in/train/cat/1.jpg", "train/cat/1.jpg", 1),
-        ("/in/train/dog/2.jpg", "train/dog/2.jpg", 1),
-        ("/in/val/dog/3.jpg", "val/dog/3.jpg", 1),
-        ("/in/test/zebra/4.jpg", "test/zebra/4.jpg", 1),
-        ("/in/validation/B/5.jpg", "validation/B/5.jpg", 1),
-        ("/in/train/10/6.jpg", "train/10/6.jpg", 1),
-        ("/in/test/9/sub/7.jpg", "test/9/sub/7.jpg", 1),
-        ("/in/train/loose.jpg", "train/loose.jpg", 1),  # not in a class folder
-        ("/in/other/cat/8.jpg", "other/cat/8.jpg", 1),  # not a split folder
+        WorkItem("/in/train/cat/1.jpg", "train/cat/1.jpg", 1),
+        WorkItem("/in/train/dog/2.jpg", "train/dog/2.jpg", 1),
+        WorkItem("/in/val/dog/3.jpg", "val/dog/3.jpg", 1),
+        WorkItem("/in/test/zebra/4.jpg", "test/zebra/4.jpg", 1),
+        WorkItem("/in/validation/B/5.jpg", "validation/B/5.jpg", 1),
+        WorkItem("/in/train/10/6.jpg", "train/10/6.jpg", 1),
+        WorkItem("/in/test/9/sub/7.jpg", "test/9/sub/7.jpg", 1),
+        WorkItem("/in/train/loose.jpg", "train/loose.jpg", 1),  # not in a class folder
+        WorkItem("/in/other/cat/8.jpg", "other/cat/8.jpg", 1),  # not a split folder
     ]
     with pipeline() as p:
         classes = p | beam.Create(files) | DiscoverClasses(LAYOUT_SPLIT)
@@ -161,8 +163,9 @@ def convert_pipeline(p, sources, labels, layout, options=ImageOptions(), splits=
         p
         | "Sources" >> beam.Create(sources)
         | "Convert"
-        >> beam.ParDo(ConvertFn(ImageConverter(options, layout, splits, SEED)), label_names=beam.pvalue.AsSingleton(label_names))
-        .with_outputs(ERRORS, main="records")
+        >> beam.ParDo(
+            ConvertFn(ImageConverter(options, layout, splits, SEED)), label_names=beam.pvalue.AsSingleton(label_names)
+        ).with_outputs(ERRORS, main="records")
     )
     return out.records | "Summarize" >> beam.Map(summarize_record), out[ERRORS] | "Errors" >> beam.Map(summarize_error)
 
@@ -198,7 +201,7 @@ def test_convert_image_fn_class_layout(tmp_path):
         "cat/corrupt.jpg": I.corrupt_jpeg(),
     }
     sources = source_files(tmp_path, {**IMAGES, **bad})
-    path = {rel: p for p, rel, _ in sources}
+    path = {s.relpath: s.path for s in sources}
     labels = ["bird", "cat", "dog"]
     expected = [
         expected_record("cat/a.jpg", IMAGES["cat/a.jpg"], "cat", 1, 30, 40, "jpeg"),
@@ -276,7 +279,7 @@ def test_convert_image_fn_split_layout_resized_gray(tmp_path):
         "other/cat/5.jpg": I.jpeg(8, 8),
     }
     sources = source_files(tmp_path, files)
-    path = {rel: p for p, rel, _ in sources}
+    path = {s.relpath: s.path for s in sources}
     options = ImageOptions(size=(24, 16), resize="fit", channels=1, format="png")
 
     def rec(rel, split, class_name, label):
@@ -301,8 +304,8 @@ def test_convert_image_fn_split_layout_resized_gray(tmp_path):
 def test_convert_image_fn_unknown_class_unreadable_and_too_large(tmp_path):
     files = {"cat/a.jpg": I.jpeg(40, 30), "zebra/z.jpg": I.jpeg(10, 10), "cat/big.png": I.png(64, 64, I.noise(64, 64))}
     sources = source_files(tmp_path, files)
-    path = {rel: p for p, rel, _ in sources}
-    sources.append((str(tmp_path / "cat" / "gone.jpg"), "cat/gone.jpg", 10))  # listed, then deleted
+    path = {s.relpath: s.path for s in sources}
+    sources.append(WorkItem(str(tmp_path / "cat" / "gone.jpg"), "cat/gone.jpg", 10))  # listed, then deleted
     options = ImageOptions(max_file_bytes=len(files["cat/a.jpg"]))
     assert len(files["cat/big.png"]) > options.max_file_bytes
     expected = [expected_record("cat/a.jpg", files["cat/a.jpg"], "cat", 0, 30, 40, "jpeg", options=options)]
@@ -325,8 +328,8 @@ def test_records_parse_with_the_declared_feature_spec(tmp_path):
     records = [r for s in sources for r in fn.process(s, ["cat", "dog"])]
     assert len(records) == 2
     spec = schemas.feature_spec()
-    for (_, class_name, serialized, _), (_, rel, _) in zip(records, sources):
+    for (_, class_name, serialized, _), source in zip(records, sources):
         parsed = tf.io.parse_single_example(serialized, spec)
-        assert parsed[schemas.FILENAME].numpy().decode() == rel
+        assert parsed[schemas.FILENAME].numpy().decode() == source.relpath
         assert parsed[schemas.CLASS_TEXT].numpy().decode() == class_name
         assert int(parsed[schemas.CLASS_LABEL]) == ["cat", "dog"].index(class_name)

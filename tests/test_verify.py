@@ -1,4 +1,5 @@
 """``img2tfrecord verify`` on good outputs and on damaged copies of them (the fixtures are never modified)."""
+
 from __future__ import annotations
 
 import gzip
@@ -9,13 +10,12 @@ import shutil
 import struct
 
 import pytest
+from conftest import manifest_doc, run_cli, write_manifest_doc
 
-from conftest import run_cli, manifest_doc, write_manifest_doc
-from img2tfrecord import records, verification
+from img2tfrecord import verification
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import example_proto, manifest
 from img2tfrecord.schemas import features as keys
-
-
 
 
 def _copy(src, tmp_path, name="out"):
@@ -45,7 +45,12 @@ def _failed(path, *fragments):
 
 def _frame(data: bytes) -> bytes:
     length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", records.masked_crc32c(length)) + data + struct.pack("<I", records.masked_crc32c(data))
+    return (
+        length
+        + struct.pack("<I", records.masked_crc32c(length))
+        + data
+        + struct.pack("<I", records.masked_crc32c(data))
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -89,7 +94,9 @@ def test_good_outputs_pass(converted_sample, converted_keep):
         doc = manifest_doc(path)
         total = sum(info["num_examples"] for info in doc["splits"].values())
         shards = sum(len(info["shards"]) for info in doc["splits"].values())
-        assert proc.stdout.strip().splitlines()[0].startswith(f"OK: {path}: {total} records in {shards} shards verified")
+        assert (
+            proc.stdout.strip().splitlines()[0].startswith(f"OK: {path}: {total} records in {shards} shards verified")
+        )
 
 
 def test_json_report(converted_sample):
@@ -97,7 +104,9 @@ def test_json_report(converted_sample):
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and report["ok"] is True and report["problems"] == []
     assert report["analysis_checked"] is True
-    assert report["records_checked"] == sum(i["num_examples"] for i in manifest_doc(converted_sample)["splits"].values())
+    assert report["records_checked"] == sum(
+        i["num_examples"] for i in manifest_doc(converted_sample)["splits"].values()
+    )
 
 
 def test_gzip_output_passes_and_truncation_is_caught(converted_sample, tmp_path):
@@ -281,7 +290,11 @@ def test_manifest_class_counts_mismatch(converted_sample, tmp_path):
     per_class[a] += 1
     per_class[b] -= 1
     write_manifest_doc(out, doc)
-    _failed(out, "dataset: split validation: examples per class differ from dataset.json", f"{a}: {per_class[a] - 1} found, {per_class[a]} listed")
+    _failed(
+        out,
+        "dataset: split validation: examples per class differ from dataset.json",
+        f"{a}: {per_class[a] - 1} found, {per_class[a]} listed",
+    )
 
 
 def test_problems_are_capped_per_shard(converted_sample, tmp_path):

@@ -1,27 +1,29 @@
 """The Beam graph of a conversion, built from a config and a launch plan.
 
-    DiscoverSources -> work items (files, archive members, manifest rows; clips with --sequence)
-      -> WriteShards: AssignShards ((split, shard) from seeded hashes) -> GroupByShard (small tuples only)
-                      -> WriteShard (convert in the seeded order, stream into the shard file) -> CommitSplit
-    error rows -> errors.jsonl;  analysis rows of the train split -> tf.Transform
-    committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS last)
+DiscoverSources -> work items (files, archive members, manifest rows; clips with --sequence)
+  -> WriteShards: AssignShards ((split, shard) from seeded hashes) -> GroupByShard (small tuples only)
+                  -> WriteShard (convert in the seeded order, stream into the shard file) -> CommitSplit
+error rows -> errors.jsonl;  analysis rows of the train split -> tf.Transform
+committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS last)
 """
+
 from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import img2tfrecord
+from img2tfrecord.conversion.converter import ClipConverter, ImageConverter
+from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
+from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
-from img2tfrecord.transforms.converter import ERRORS, ClipConverter, ImageConverter
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
-from img2tfrecord.transforms.report import FinalizeOutput, WriteErrorReport
+from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
+from img2tfrecord.transforms.shards import ANALYSIS, ShardSink, WriteShards
 from img2tfrecord.transforms.sources import DiscoverSources
-from img2tfrecord.transforms.split import DEFAULT_SPLIT
-from img2tfrecord.transforms.write import ANALYSIS, ShardSink, WriteShards
 
 
 def _reason(row):
@@ -49,7 +51,9 @@ def run_dir(config: ConvertConfig, plan: Plan) -> str:
 def shard_sinks(config: ConvertConfig, plan: Plan) -> dict:
     staging = FileSystems.join(run_dir(config, plan), manifest.RUN_SHARDS_DIR)
     return {
-        split: ShardSink(config.output, split, plan.num_shards[split], config.compression, FileSystems.join(staging, split))
+        split: ShardSink(
+            config.output, split, plan.num_shards[split], config.compression, FileSystems.join(staging, split)
+        )
         for split in plan.split_names
     }
 
@@ -58,8 +62,14 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished."""
     # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
     discovered = p | "DiscoverImages" >> DiscoverSources(
-        plan.input_kind, plan.pattern, plan.base, config.image.max_file_bytes, config.sequence,
-        plan.labeled, plan.has_split_column, plan.split_names,
+        plan.input_kind,
+        plan.pattern,
+        plan.base,
+        config.image.max_file_bytes,
+        config.sequence,
+        plan.labeled,
+        plan.has_split_column,
+        plan.split_names,
     )
     files = discovered["files"]
     label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
@@ -114,7 +124,9 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         | "Start" >> beam.Create([None])
         | "FinalizeOutput"
         >> beam.ParDo(
-            FinalizeOutput(config.output, manifest_fields, list(plan.split_names), run_dir(config, plan), config.max_error_rate),
+            FinalizeOutput(
+                config.output, manifest_fields, list(plan.split_names), run_dir(config, plan), config.max_error_rate
+            ),
             label_names=beam.pvalue.AsSingleton(label_names),
             shards=beam.pvalue.AsList(shards),
             rejected_counts=beam.pvalue.AsList(reason_counts),

@@ -1,13 +1,13 @@
 """Everything a conversion run needs to know, validated before any pipeline starts."""
+
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Dict, Optional
 
-from img2tfrecord.transforms.image import ImageOptions
-from img2tfrecord.transforms.split import Splits
-
-DEFAULT_SHARD_SIZE_MB = 128.0
+from img2tfrecord.conversion.sharding import Splits
+from img2tfrecord.images import ImageOptions
+from img2tfrecord.options import DEFAULT_SHARD_SIZE_MB
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ Only local filesystems have empty folders, links or unreadable folders;
 object stores such as ``gs://`` have names only, so these checks do not
 apply there (their names are always UTF-8).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,11 +31,10 @@ from typing import Dict, List, Optional
 
 from apache_beam.io.filesystem import FileSystem
 
+from img2tfrecord.conversion.sharding import split_of_folder
 from img2tfrecord.pipeline.plan import PlanError
-from img2tfrecord.transforms import discover
-from img2tfrecord.transforms import layout as layouts
-from img2tfrecord.transforms.layout import is_text, printable
-from img2tfrecord.transforms.split import split_of_folder
+from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.layout import is_text, printable
 
 _EXAMPLES = 3  # names quoted per kind of problem
 
@@ -71,16 +71,16 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
 
     def unlistable(error: OSError) -> None:
         if whole_folder:  # a glob's scope is narrower than the folder walked
-            report.unlistable.append(printable(discover.relative_path(base, error.filename + "/") or "."))
+            report.unlistable.append(printable(layouts.relative_path(base, error.filename + "/") or "."))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
-        rel_dir = discover.relative_path(base, dirpath + "/").rstrip("/")
+        rel_dir = layouts.relative_path(base, dirpath + "/").rstrip("/")
         for name in dirnames:  # os.walk does not descend into links to folders, nor does Beam's listing
             relpath = f"{rel_dir}/{name}" if rel_dir else name
             if os.path.islink(os.path.join(dirpath, name)):
-                if whole_folder and not discover.is_junk(relpath):
+                if whole_folder and not layouts.is_junk(relpath):
                     report.folder_links.append(printable(relpath))
-            elif whole_folder and not discover.is_junk(relpath):
+            elif whole_folder and not layouts.is_junk(relpath):
                 if relpath.count("/") + 1 == (2 if layout == layouts.LAYOUT_SPLIT else 1):
                     files_per_class.setdefault(relpath, 0)
         for name in filenames:
@@ -88,7 +88,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
             relpath = f"{rel_dir}/{name}" if rel_dir else name
             if not matches(path):
                 continue
-            if discover.is_junk(relpath):
+            if layouts.is_junk(relpath):
                 continue
             if not is_text(relpath):
                 report.bad_names.append(printable(relpath))
@@ -104,9 +104,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
             if folder is not None:
                 files_per_class[folder] = files_per_class.get(folder, 0) + 1
     if layout == layouts.LAYOUT_SPLIT:  # only folders inside split folders are class folders
-        files_per_class = {
-            k: n for k, n in files_per_class.items() if split_of_folder(k.split("/", 1)[0]) is not None
-        }
+        files_per_class = {k: n for k, n in files_per_class.items() if split_of_folder(k.split("/", 1)[0]) is not None}
     report.empty_class_folders = sorted(k for k, n in files_per_class.items() if n == 0)
     return report
 
@@ -123,7 +121,8 @@ def check_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
         logging.warning(
             "%d file name(s) are not valid UTF-8 and will be rejected as bad_name: %s; "
             "rename them (e.g. with convmv) to convert them",
-            len(report.bad_names), _examples(report.bad_names),
+            len(report.bad_names),
+            _examples(report.bad_names),
         )
     if report.bad_class_names:
         raise InputProblem(
@@ -133,12 +132,14 @@ def check_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
     if report.empty_class_folders:
         logging.warning(
             "%d empty class folder(s), no class and no label id for them: %s",
-            len(report.empty_class_folders), _examples(report.empty_class_folders),
+            len(report.empty_class_folders),
+            _examples(report.empty_class_folders),
         )
     if report.folder_links:
         logging.warning(
             "%d link(s) to folders are not followed (their files are not inputs): %s",
-            len(report.folder_links), _examples(report.folder_links),
+            len(report.folder_links),
+            _examples(report.folder_links),
         )
     if report.broken_links:
         logging.warning(
@@ -147,6 +148,7 @@ def check_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
     if report.unlistable:
         logging.warning(
             "%d folder(s) cannot be listed, their files are not inputs: %s",
-            len(report.unlistable), _examples(report.unlistable),
+            len(report.unlistable),
+            _examples(report.unlistable),
         )
     return report

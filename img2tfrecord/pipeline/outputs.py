@@ -1,4 +1,5 @@
 """Checks on the output location made by the launcher before a pipeline starts."""
+
 from __future__ import annotations
 
 import os
@@ -65,7 +66,7 @@ def list_output(output_dir: str) -> List[str]:
 
 
 def _relative(base: str, path: str) -> str:
-    return path[len(base):] if path.startswith(base) else posixpath.basename(path)
+    return path[len(base) :] if path.startswith(base) else posixpath.basename(path)
 
 
 def _run_folders(output_dir: str, existing: List[str]) -> List[str]:
@@ -103,7 +104,9 @@ def prepare_output(output_dir: str, overwrite: bool, resume_folder: Optional[str
     if not existing and not _temp_folders(output_dir):
         check_writable(output_dir)
         return False
-    foreign = [rel for rel in (_relative(base, p) for p in existing) if not manifest.is_output_file(rel.split("/", 1)[0])]
+    foreign = [
+        rel for rel in (_relative(base, p) for p in existing) if not manifest.is_output_file(rel.split("/", 1)[0])
+    ]
     if foreign and (overwrite or resume_folder):
         raise OutputNotEmpty(
             f"output {output_dir} holds files img2tfrecord did not write (e.g. {foreign[0]!r}); "
@@ -112,7 +115,7 @@ def prepare_output(output_dir: str, overwrite: bool, resume_folder: Optional[str
     finished = any(posixpath.basename(p) == manifest.SUCCESS_FILE for p in existing)
     if resume_folder:
         if finished:
-            if _read_fingerprint(output_dir) == resume_folder[len(manifest.RUN_FOLDER_PREFIX):]:
+            if _read_fingerprint(output_dir) == resume_folder[len(manifest.RUN_FOLDER_PREFIX) :]:
                 raise AlreadyComplete(f"output {output_dir} already holds this conversion, finished; nothing to resume")
             raise OutputNotEmpty(
                 f"output {output_dir} holds a finished conversion of other options, seed or input; "
@@ -126,11 +129,16 @@ def prepare_output(output_dir: str, overwrite: bool, resume_folder: Optional[str
             )
         resumable = resume_folder in runs
         keep = (resume_folder, manifest.INDEX_DIR) if resumable else ()
-        _clear(output_dir, [
-            p for p in existing
-            if _relative(base, p).split("/", 1)[0] not in keep
-            and not (resumable and manifest.parse_shard_file_name(_relative(base, p)) is not None)
-        ], keep_folders=keep)
+        _clear(
+            output_dir,
+            [
+                p
+                for p in existing
+                if _relative(base, p).split("/", 1)[0] not in keep
+                and not (resumable and manifest.parse_shard_file_name(_relative(base, p)) is not None)
+            ],
+            keep_folders=keep,
+        )
         check_writable(output_dir)
         return resumable
     if not overwrite:

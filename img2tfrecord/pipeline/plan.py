@@ -20,6 +20,7 @@ seen in the pipeline still has somewhere to go (one never seen is listed
 with 0 records). Manifests (``.csv``, ``.jsonl``) are read whole: their
 columns decide labeled/unlabeled, their split column the split names.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,20 +32,22 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.transforms import discover, sources
-from img2tfrecord.transforms import layout as layouts
-from img2tfrecord.transforms.reading import read_source
-from img2tfrecord.transforms.image import ImageError, convert_image
-from img2tfrecord.transforms.split import (
+from img2tfrecord.conversion.sharding import (
     DEFAULT_SPLIT,
     SPLIT_FOLDERS,
     assign_split,
     is_split_layout,
     split_of_folder,
 )
+from img2tfrecord.images import ImageError, convert_image
+from img2tfrecord.model import MemberEntry, WorkItem
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.sources import archives, kinds, manifests
+from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.files import read_source
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _SAMPLE_SIZE = 16
@@ -70,7 +73,7 @@ class Plan:
     num_files: int  # archives and manifests: the members/rows seen at launch
     input_bytes: int
     size_ratio: float
-    input_kind: str = sources.INPUT_FOLDER  # folder (or glob of images), archives, manifest
+    input_kind: str = kinds.INPUT_FOLDER  # folder (or glob of images), archives, manifest
     labeled: bool = True  # False: a manifest without a label column
     has_split_column: bool = False  # a manifest whose rows name their split
     listing_digest: str = ""  # sha256 of what the launch listing saw (names, sizes, manifest rows)
@@ -125,17 +128,18 @@ def _is_file(path: str) -> bool:
 
 
 def list_input(pattern: str) -> List[Tuple[str, int]]:
-    """``(path, size)`` of every file matching ``pattern`` (metadata only)."""
+    """``(path, size)`` of every file matching ``pattern`` (metadata only); nothing matched is ``[]``."""
     try:
         result = FileSystems.match([pattern])[0]
-    except Exception as e:  # Beam raises BeamIOError for a missing local root
-        if "No such file" in str(e) or "not found" in str(e).lower() or "no matches" in str(e).lower():
+    except BeamIOError as e:  # the filesystem refused the listing (permissions, a missing bucket)
+        details = [v for v in (e.exception_details or {}).values() if v is not None]
+        if details and all(isinstance(v, FileNotFoundError) for v in details):
             return []
-        raise PlanError(f"cannot list {pattern}: {e}") from e
+        raise PlanError(f"cannot list {pattern}: {details[0] if details else e}") from e
     return [(m.path, m.size_in_bytes) for m in result.metadata_list]
 
 
-def _estimate_size_ratio(config: ConvertConfig, files: List[Tuple[str, str, int]]) -> float:
+def _estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
     """Output bytes per input byte, from converting a few evenly spaced files."""
     image = config.image
     if image.format == "keep" and image.size is None:
@@ -143,7 +147,7 @@ def _estimate_size_ratio(config: ConvertConfig, files: List[Tuple[str, str, int]
     step = max(1, len(files) // _SAMPLE_SIZE)
     in_bytes = out_bytes = 0
     for source in files[::step][:_SAMPLE_SIZE]:
-        size = source[2]
+        size = source.size
         try:
             converted = convert_image(read_source(source, image.max_file_bytes), image)
         except (ImageError, OSError):
@@ -154,10 +158,10 @@ def _estimate_size_ratio(config: ConvertConfig, files: List[Tuple[str, str, int]
 
 
 def make_plan(config: ConvertConfig) -> Plan:
-    kind = sources.input_kind(config.input)
-    if kind == sources.INPUT_ARCHIVES:
+    kind = kinds.input_kind(config.input)
+    if kind == kinds.INPUT_ARCHIVES:
         return _plan_archives(config)
-    if kind == sources.INPUT_MANIFEST:
+    if kind == kinds.INPUT_MANIFEST:
         return _plan_manifest(config)
     base, pattern = resolve_input(config.input)
     if not _GLOB_CHARS.search(config.input) and _is_file(base.rstrip("/")):
@@ -166,18 +170,18 @@ def make_plan(config: ConvertConfig) -> Plan:
             f"(.zip, .tar, .tar.gz, .tgz) or a manifest (.csv, .jsonl)"
         )
     listing = list_input(pattern)
-    if _GLOB_CHARS.search(config.input) and listing and all(sources.archive_kind(p) for p, _ in listing):
+    if _GLOB_CHARS.search(config.input) and listing and all(archives.archive_kind(p) for p, _ in listing):
         return _plan_archives(config)  # a glob such as 'shards/*' that matches only archives
     files = []
     for path, size in listing:
         if not path.startswith(base):
             continue
-        relpath = discover.relative_path(base, path)
-        if not discover.is_junk(relpath):
-            files.append((path, relpath, size))
+        relpath = layouts.relative_path(base, path)
+        if not layouts.is_junk(relpath):
+            files.append(WorkItem(path, relpath, size))
     if not files:
         raise PlanError(f"no input files match {pattern}")
-    files.sort(key=lambda f: f[1])
+    files.sort(key=lambda f: f.relpath)
     layout, split_names = _layout(config, files)
     ratio = _estimate_size_ratio(config, files)
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
@@ -188,22 +192,20 @@ def make_plan(config: ConvertConfig) -> Plan:
         split_names=split_names,
         num_shards=_num_shards(config, split_names, split_bytes),
         num_files=len(files),
-        input_bytes=sum(f[2] for f in files),
+        input_bytes=sum(f.size for f in files),
         size_ratio=ratio,
-        listing_digest=_digest((f[1], f[2]) for f in files),
+        listing_digest=_digest((f.relpath, f.size) for f in files),
     )
 
 
 def _layout(config: ConvertConfig, files) -> Tuple[str, Tuple[str, ...]]:
     """``(layout, split names)`` from the relpaths of (some of) the input files."""
-    top_folders = sorted({f[1].split("/", 1)[0] for f in files if "/" in f[1]})
+    top_folders = sorted({f.relpath.split("/", 1)[0] for f in files if "/" in f.relpath})
     if is_split_layout(top_folders):
         layout = layouts.LAYOUT_SPLIT
         split_names = tuple(sorted({split_of_folder(f) for f in top_folders}))
         if config.splits:
-            logging.warning(
-                "input has split folders (%s); --splits is ignored", ", ".join(top_folders)
-            )
+            logging.warning("input has split folders (%s); --splits is ignored", ", ".join(top_folders))
     else:
         layout = layouts.LAYOUT_CLASS
         split_names = tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
@@ -214,7 +216,7 @@ def _split_bytes(config: ConvertConfig, layout: str, split_names, files, ratio: 
     """Estimated output bytes per split of ``files``."""
     split_bytes = {name: 0.0 for name in split_names}
     for source in files:
-        relpath, size = source[1], source[2]
+        relpath, size = source.relpath, source.size
         if layout == layouts.LAYOUT_SPLIT:
             folder = split_of_folder(relpath.split("/", 1)[0]) if "/" in relpath else None
             split = folder if folder in split_bytes else None
@@ -241,29 +243,29 @@ def _file_pattern(path: str) -> Tuple[str, str]:
 
 def _plan_archives(config: ConvertConfig) -> Plan:
     base, pattern = _file_pattern(config.input)
-    archives = sorted((p, size) for p, size in list_input(pattern) if sources.archive_kind(p))
-    if not archives:
+    found = sorted((p, size) for p, size in list_input(pattern) if archives.archive_kind(p))
+    if not found:
         raise PlanError(f"no archives (.zip, .tar, .tar.gz, .tgz) match {pattern}")
     limit = config.image.max_file_bytes
-    min_depth = sources.MIN_DEPTH_SEQUENCES if config.sequence else sources.MIN_DEPTH_IMAGES
-    files: List[tuple] = []
-    complete = len(archives) <= _PEEK_ARCHIVES
-    for path, size in archives[:_PEEK_ARCHIVES]:
-        max_members = _PEEK_ZIP_MEMBERS if sources.archive_kind(path) == "zip" else _PEEK_MEMBERS
-        entries, whole = sources.peek_archive(path, size, limit, max_members, _PEEK_STREAM_BYTES)
+    min_depth = archives.MIN_DEPTH_SEQUENCES if config.sequence else archives.MIN_DEPTH_IMAGES
+    files: List[WorkItem] = []
+    complete = len(found) <= _PEEK_ARCHIVES
+    for path, size in found[:_PEEK_ARCHIVES]:
+        max_members = _PEEK_ZIP_MEMBERS if archives.archive_kind(path) == "zip" else _PEEK_MEMBERS
+        entries, whole = archives.peek_archive(path, size, limit, max_members, _PEEK_STREAM_BYTES)
         complete = complete and whole
-        members = [e for e in entries if e[0] == "member"]
-        prefix = sources.top_folder_to_strip([m[1] for m in members], min_depth)
-        for _, name, member_size, member in members:
-            files.append((sources.member_path(path, name), name[len(prefix):], member_size, member, None))
-    files.sort(key=lambda f: f[1])
+        members = [e for e in entries if isinstance(e, MemberEntry)]
+        prefix = archives.top_folder_to_strip([m.name for m in members], min_depth)
+        for m in members:
+            files.append(WorkItem(archives.member_path(path, m.name), m.name[len(prefix) :], m.size, m.member))
+    files.sort(key=lambda f: f.relpath)
     layout, split_names = _layout(config, files)
     if layout == layouts.LAYOUT_SPLIT and not complete:
         split_names = tuple(sorted(set(SPLIT_FOLDERS.values())))
     ratio = _estimate_size_ratio(config, files)
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
-    input_bytes = sum(size for _, size in archives)
-    seen = sum(f[2] for f in files)
+    input_bytes = sum(size for _, size in found)
+    seen = sum(f.size for f in files)
     scale = input_bytes / seen if seen else 0.0  # the peek's split proportions, over every archive
     split_bytes = {name: b * scale for name, b in split_bytes.items()}
     return Plan(
@@ -275,8 +277,8 @@ def _plan_archives(config: ConvertConfig) -> Plan:
         num_files=len(files),
         input_bytes=input_bytes,
         size_ratio=ratio,
-        input_kind=sources.INPUT_ARCHIVES,
-        listing_digest=_digest(archives),
+        input_kind=kinds.INPUT_ARCHIVES,
+        listing_digest=_digest(found),
     )
 
 
@@ -292,20 +294,20 @@ def _file_size(path: str) -> Optional[int]:
 
 def _plan_manifest(config: ConvertConfig) -> Plan:
     base, pattern = _file_pattern(config.input)
-    manifests = sorted(p for p, _ in list_input(pattern) if sources.manifest_kind(p))
-    if not manifests:
+    found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_kind(p))
+    if not found:
         raise PlanError(f"no manifests (.csv, .jsonl) match {pattern}")
     rows: List[Tuple[str, int, dict]] = []
     columns = set()
-    for path in manifests:
+    for path in found:
         try:
-            parsed = list(sources.manifest_rows(path))
+            parsed = list(manifests.manifest_rows(path))
         except (OSError, UnicodeDecodeError) as e:
             raise PlanError(f"cannot read manifest {path}: {type(e).__name__}: {e}") from e
-        columns.add(sources.manifest_columns(path, parsed))
+        columns.add(manifests.manifest_columns(path, parsed))
         rows.extend((path, number, row) for number, row in parsed if "error" not in row and row.get("path"))
     if not rows:
-        raise PlanError(f"{', '.join(manifests)}: no rows naming an image (columns path,label[,split])")
+        raise PlanError(f"{', '.join(found)}: no rows naming an image (columns path,label[,split])")
     if len(columns) > 1:
         raise PlanError("the manifests differ in their columns: every one needs the same label and split columns")
     labeled, has_split = columns.pop()
@@ -313,10 +315,10 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
         split_names = set()
         for path, number, row in rows:
             if row.get("split"):
-                problem = sources.check_split_name(row["split"])
+                problem = manifests.check_split_name(row["split"])
                 if problem:
                     raise PlanError(f"{path}:{number}: {problem}")
-                split_names.add(sources.canonical_split(row["split"]))
+                split_names.add(manifests.canonical_split(row["split"]))
         split_names = tuple(sorted(split_names)) or (DEFAULT_SPLIT,)
         if config.splits:
             logging.warning("the manifest has a split column (%s); --splits is ignored", ", ".join(split_names))
@@ -326,18 +328,18 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
     step = max(1, len(rows) // _SAMPLE_SIZE)
     sample = []
     for path, number, row in rows[::step][:_SAMPLE_SIZE]:
-        resolved, relpath = sources.resolve_row_path(path, row["path"])
+        resolved, relpath = manifests.resolve_row_path(path, row["path"])
         size = _file_size(resolved)
         if size is not None:
-            sample.append((resolved, relpath, size))
-    mean_size = sum(f[2] for f in sample) / len(sample) if sample else 0.0
+            sample.append(WorkItem(resolved, relpath, size))
+    mean_size = sum(f.size for f in sample) / len(sample) if sample else 0.0
     ratio = _estimate_size_ratio(config, sample)
     split_bytes = {name: 0.0 for name in split_names}
     for path, _, row in rows:
         if has_split:
-            split = sources.canonical_split(row.get("split", ""))
+            split = manifests.canonical_split(row.get("split", ""))
         elif config.splits:
-            split = assign_split(sources.resolve_row_path(path, row["path"])[1], config.seed, config.splits)
+            split = assign_split(manifests.resolve_row_path(path, row["path"])[1], config.seed, config.splits)
         else:
             split = DEFAULT_SPLIT
         if split in split_bytes:
@@ -351,7 +353,7 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
         num_files=len(rows),
         input_bytes=int(mean_size * len(rows)),
         size_ratio=ratio,
-        input_kind=sources.INPUT_MANIFEST,
+        input_kind=kinds.INPUT_MANIFEST,
         labeled=labeled,
         has_split_column=has_split,
         listing_digest=_digest(rows),

@@ -1,14 +1,15 @@
 """Run a conversion: check the output, plan, build the graph, run it, read the result."""
+
 from __future__ import annotations
 
 import logging
-import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, TestOptions
 
+from img2tfrecord.conversion.pool import usable_cores
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
@@ -23,58 +24,39 @@ LOCAL_RUNNER = "FnApiRunner"
 LOCAL_RUNNING_MODE = "in_memory"
 
 
-def _has_flag(args: Sequence[str], name: str) -> bool:
-    return any(a == name or a.startswith(name + "=") for a in args)
-
-
-def _flag_value(args: Sequence[str], name: str) -> Optional[str]:
-    value = None
-    for i, a in enumerate(args):
-        if a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-        elif a == name and i + 1 < len(args):
-            value = args[i + 1]
-    return value
-
-
-def is_local_runner(pipeline_args: Sequence[str]) -> bool:
-    runner = _flag_value(pipeline_args, "--runner") or LOCAL_RUNNER
-    return runner.split(".")[-1] in StandardOptions.LOCAL_RUNNERS
-
-
 def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
-    """Beam options from the pass-through args, with the local defaults filled in."""
-    args: List[str] = list(pipeline_args)
-    if not _has_flag(args, "--runner"):
-        args.append(f"--runner={LOCAL_RUNNER}")
-    if is_local_runner(args):
-        mode = _flag_value(args, "--direct_running_mode")
-        if mode is None:
-            args.append(f"--direct_running_mode={LOCAL_RUNNING_MODE}")
-            if not _has_flag(args, "--direct_num_workers"):
-                args.append("--direct_num_workers=1")
-        elif mode != "in_memory":
-            logging.warning(
-                "--direct_running_mode=%s: Beam's local runner was seen to drop elements in this mode "
-                "(every record is still accounted for: the run fails instead of writing an incomplete output); "
-                "the default in_memory mode with --processes is safe and faster", mode,
-            )
-    return PipelineOptions(args)
+    """Beam options from the pass-through args, with the local runner as the default runner."""
+    options = PipelineOptions(list(pipeline_args))
+    standard = options.view_as(StandardOptions)
+    if not standard.runner:
+        standard.runner = LOCAL_RUNNER
+    mode = options.view_as(DirectOptions).direct_running_mode
+    if is_local_runner(options) and mode != LOCAL_RUNNING_MODE:
+        logging.warning(
+            "--direct_running_mode=%s: Beam's local runner can drop elements in this mode (every record is "
+            "still accounted for: the run fails instead of writing an incomplete output); the default %s mode "
+            "with --processes is safe and faster",
+            mode,
+            LOCAL_RUNNING_MODE,
+        )
+    return options
 
 
-def is_dry_run(pipeline_args: Sequence[str]) -> bool:
-    value = _flag_value(pipeline_args, "--dry_run")
-    return value is not None and value.lower() in ("true", "1", "yes")
+def is_local_runner(options: PipelineOptions) -> bool:
+    runner = options.view_as(StandardOptions).runner or LOCAL_RUNNER
+    return str(runner).split(".")[-1] in StandardOptions.LOCAL_RUNNERS
 
 
-def default_processes(pipeline_args: Sequence[str]) -> int:
+def is_dry_run(options: PipelineOptions) -> bool:
+    """``--dry_run=True``: the job is built and translated, nothing runs (DataflowRunner)."""
+    return str(options.view_as(TestOptions).dry_run).lower() in ("true", "1", "yes")
+
+
+def default_processes(options: Optional[PipelineOptions] = None) -> int:
     """Conversion processes: one per usable core locally; 1 (the worker itself) on distributed runners."""
-    if not is_local_runner(pipeline_args):
+    if options is not None and not is_local_runner(options):
         return 1
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def read_manifest(output_dir: str) -> Dict[str, Any]:
@@ -100,23 +82,36 @@ def run(
     if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
         # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
         check_local_input(plan.base, plan.pattern, plan.layout)
-    dry_run = bool(options.get_all_options().get("dry_run"))
+    dry_run = is_dry_run(options)
     resuming = False
     if not dry_run:
         run_folder = manifest.run_folder(plan.fingerprint(config)) if config.resume else None
         resuming = prepare_output(config.output, config.overwrite, run_folder)
         if config.resume:
-            logging.info("resuming %s: finished shards are kept" if resuming else "nothing to resume in %s: converting everything", config.output)
+            logging.info(
+                "resuming %s: finished shards are kept"
+                if resuming
+                else "nothing to resume in %s: converting everything",
+                config.output,
+            )
     logging.info(
         "input: %d files, %.1f MB, layout %s; shards per split: %s",
-        plan.num_files, plan.input_bytes / 1e6, plan.layout, plan.num_shards,
+        plan.num_files,
+        plan.input_bytes / 1e6,
+        plan.layout,
+        plan.num_shards,
     )
     p = beam.Pipeline(options=options)
     build_pipeline(p, config, plan, resume=resuming)
     result = p.run()
     if not wait and not dry_run:
         job_id = getattr(result, "job_id", None)
-        logging.info("submitted%s; %s appears in %s when it completes", f" job {job_id()}" if callable(job_id) else "", manifest.SUCCESS_FILE, config.output)
+        logging.info(
+            "submitted%s; %s appears in %s when it completes",
+            f" job {job_id()}" if callable(job_id) else "",
+            manifest.SUCCESS_FILE,
+            config.output,
+        )
         return None
     result.wait_until_finish()
     if resuming:

@@ -1,7 +1,7 @@
 """``img2tfrecord report OUT``: a self-contained HTML page and a JSON document about a converted dataset.
 
 Neither Beam nor TensorFlow is imported here (TensorFlow only through
-:mod:`img2tfrecord.records` for ``gs://`` paths). The modules, in the order
+:mod:`img2tfrecord.readers.records` for ``gs://`` paths). The modules, in the order
 data flows through them:
 
 * :mod:`.shard_scan` -- one pass over one shard in a worker process: per

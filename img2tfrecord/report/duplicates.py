@@ -12,6 +12,7 @@ splits in :func:`split_order`): every two records of an exact group, and
 every two records of two contents that are a near pair. Groups are listed
 with the groups that cross splits first, then the larger ones.
 """
+
 from __future__ import annotations
 
 import collections
@@ -109,7 +110,7 @@ def _pairs_within(counts: Mapping[str, int], into: Dict[str, int]) -> None:
     for i, a in enumerate(names):
         if counts[a] > 1:
             into[pair_key(a, a)] = into.get(pair_key(a, a), 0) + counts[a] * (counts[a] - 1) // 2
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             into[pair_key(a, b)] = into.get(pair_key(a, b), 0) + counts[a] * counts[b]
 
 
@@ -179,7 +180,12 @@ def find_duplicates(items: Sequence[Located], max_distance: int) -> Duplicates:
             continue
         first = hashed[members[0]]
         group_contents = [
-            Content(hashed[i].sha256, hashed[i].dhash, hashed[i].records, perceptual_hash.hamming(first.dhash, hashed[i].dhash))
+            Content(
+                hashed[i].sha256,
+                hashed[i].dhash,
+                hashed[i].records,
+                perceptual_hash.hamming(first.dhash, hashed[i].dhash),
+            )
             for i in members
         ]
         groups.append(Group(NEAR, group_contents, _ordered(group_pairs[top])))

@@ -5,6 +5,7 @@ Everything here is computed from the shard scans (what the records hold),
 but reading ``errors.jsonl``. Thumbnails are not in the document (they go
 to the HTML page only); the document names the sampled records.
 """
+
 from __future__ import annotations
 
 import collections
@@ -12,7 +13,7 @@ import io
 import json
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from img2tfrecord import records
+from img2tfrecord.readers import records
 from img2tfrecord.report import duplicates as dup
 from img2tfrecord.report.shard_scan import UNLABELED, ShardScan, Thumbnail
 from img2tfrecord.schemas import manifest
@@ -94,7 +95,8 @@ def _summary(counter: Mapping[float, int]) -> Optional[Dict[str, float]]:
             break
         seen += n
     return {
-        "min": ordered[0][0], "max": ordered[-1][0],
+        "min": ordered[0][0],
+        "max": ordered[-1][0],
         "mean": round(sum(v * n for v, n in ordered) / total, 3),
         "median": (median_low + median_high) / 2 if median_low != median_high else median_low,
     }
@@ -127,7 +129,11 @@ def aspect_histogram(sizes: Mapping[Tuple[int, int], int]) -> List[Dict[str, Any
                 counts[i] += n
                 break
     return [
-        {"low": round(ASPECT_EDGES[i], 3), "high": None if ASPECT_EDGES[i + 1] == float("inf") else round(ASPECT_EDGES[i + 1], 3), "count": c}
+        {
+            "low": round(ASPECT_EDGES[i], 3),
+            "high": None if ASPECT_EDGES[i + 1] == float("inf") else round(ASPECT_EDGES[i + 1], 3),
+            "count": c,
+        }
         for i, c in enumerate(counts)
     ]
 
@@ -283,9 +289,7 @@ def build_document(
         },
         "splits": splits,
         "shards": shard_rows,
-        "samples": {
-            c: [{"split": t.split, "filename": t.filename} for t in items] for c, items in samples.items()
-        },
+        "samples": {c: [{"split": t.split, "filename": t.filename} for t in items] for c, items in samples.items()},
         "rejected": rejected_section(error_rows, doc),
         "duplicates": duplicates_section(found),
     }

@@ -5,6 +5,7 @@ SVG and thumbnails ``data:`` URIs, so the page opens offline and from any
 location. Elements carry ``data-*`` attributes (split, class, reason, kind)
 so tools and tests can find the facts in the DOM.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -90,14 +91,18 @@ def _header(document: Mapping[str, Any]) -> str:
 def _warnings(document: Mapping[str, Any]) -> str:
     out = []
     if not document["dataset"]["complete"]:
-        out.append('<div class="warn bad" id="incomplete">No <code>_SUCCESS</code> file: the conversion did not '
-                   "finish, and this report shows only what its files hold.</div>")
+        out.append(
+            '<div class="warn bad" id="incomplete">No <code>_SUCCESS</code> file: the conversion did not '
+            "finish, and this report shows only what its files hold.</div>"
+        )
     problems = document["read"]["problems"]
     if problems:
         items = "".join(f"<li>{_e(p)}</li>" for p in problems[:50])
         more = f"<li>… and {len(problems) - 50} more (report.json)</li>" if len(problems) > 50 else ""
-        out.append(f'<div class="warn bad" id="read-problems"><b>Could not read everything</b> '
-                   f"(run <code>img2tfrecord verify</code> for every check):<ul>{items}{more}</ul></div>")
+        out.append(
+            f'<div class="warn bad" id="read-problems"><b>Could not read everything</b> '
+            f"(run <code>img2tfrecord verify</code> for every check):<ul>{items}{more}</ul></div>"
+        )
     return "".join(out)
 
 
@@ -113,9 +118,13 @@ def _cards(document: Mapping[str, Any]) -> str:
         ("near-duplicate groups", d["near"]["groups"]),
         ("duplicate pairs across splits", cross),
     ]
-    return '<div class="cards">' + "".join(
-        f'<div class="card" data-card="{_e(label)}"><b>{_num(value)}</b>{_e(label)}</div>' for label, value in cards
-    ) + "</div>"
+    return (
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card" data-card="{_e(label)}"><b>{_num(value)}</b>{_e(label)}</div>' for label, value in cards
+        )
+        + "</div>"
+    )
 
 
 def _classes(document: Mapping[str, Any]) -> str:
@@ -132,14 +141,20 @@ def _classes(document: Mapping[str, Any]) -> str:
             for s in splits
         )
         total = sum(document["splits"][s]["examples_per_class"].get(c, 0) for s in splits)
-        rows.append(f'<tr data-class="{_e(c)}"><td>{_e(c or "(unlabeled)")}</td>{cells}<td class="num">{_num(total)}</td></tr>')
-    out.append(f'<table id="class-counts"><tr><th>class</th>{head}<th class="num">total</th></tr>{"".join(rows)}</table>')
+        rows.append(
+            f'<tr data-class="{_e(c)}"><td>{_e(c or "(unlabeled)")}</td>{cells}<td class="num">{_num(total)}</td></tr>'
+        )
+    out.append(
+        f'<table id="class-counts"><tr><th>class</th>{head}<th class="num">total</th></tr>{"".join(rows)}</table>'
+    )
     for i, split in enumerate(splits):
         info = document["splits"][split]
         imb = info["imbalance"]
         if imb["ratio"] is not None:
-            ratio = (f'imbalance ratio (largest / smallest class) <b class="imbalance" data-split="{_e(split)}">'
-                     f'{imb["ratio"]:g}</b>: {_e(imb["largest"])} / {_e(imb["smallest"])}')
+            ratio = (
+                f'imbalance ratio (largest / smallest class) <b class="imbalance" data-split="{_e(split)}">'
+                f"{imb['ratio']:g}</b>: {_e(imb['largest'])} / {_e(imb['smallest'])}"
+            )
         elif imb["empty_classes"]:
             ratio = f"imbalance ratio undefined: no examples of {_e(', '.join(imb['empty_classes'][:10]))}"
         else:
@@ -153,7 +168,7 @@ def _classes(document: Mapping[str, Any]) -> str:
         ]
         more = len(info["examples_per_class"]) - len(bars)
         out.append(
-            f'<h3>{_split_badge(split, splits)} {_num(info["num_examples"])} examples{declared}</h3><p>{ratio}</p>'
+            f"<h3>{_split_badge(split, splits)} {_num(info['num_examples'])} examples{declared}</h3><p>{ratio}</p>"
             + svg.horizontal_bars(bars, title=f"examples per class, {split}")
             + (f'<p class="muted">… {more} more classes in the table</p>' if more > 0 else "")
         )
@@ -172,8 +187,10 @@ def _histogram_bars(bins: Sequence[Mapping[str, Any]], color: str, unit: str = "
 
 def _sizes(document: Mapping[str, Any]) -> str:
     splits = list(document["splits"])
-    out = ['<section id="sizes"><h2>Stored image sizes and aspect ratios</h2>',
-           '<p class="muted">From each record\'s image/width and image/height.</p>']
+    out = [
+        '<section id="sizes"><h2>Stored image sizes and aspect ratios</h2>',
+        '<p class="muted">From each record\'s image/width and image/height.</p>',
+    ]
     for i, split in enumerate(splits):
         img = document["splits"][split]["images"]
         color = svg.split_color(split, i)
@@ -188,8 +205,10 @@ def _sizes(document: Mapping[str, Any]) -> str:
         )
         common = [svg.Bar(f"{s['width']}×{s['height']}", s["count"], color) for s in img["most_common"]]
         out.append("<p>most common sizes (W×H)</p>" + svg.horizontal_bars(common, title=f"sizes, {split}"))
-        out.append("<p>aspect ratio (width / height)</p>"
-                   + svg.columns(_histogram_bars(img["aspect_ratio_histogram"], color), axis_label="width / height"))
+        out.append(
+            "<p>aspect ratio (width / height)</p>"
+            + svg.columns(_histogram_bars(img["aspect_ratio_histogram"], color), axis_label="width / height")
+        )
         if img["distinct_sizes"] > 1:
             out.append("<p>width (px)</p>" + svg.columns(_histogram_bars(img["width_histogram"], color, " px")))
             out.append("<p>height (px)</p>" + svg.columns(_histogram_bars(img["height_histogram"], color, " px")))
@@ -199,8 +218,10 @@ def _sizes(document: Mapping[str, Any]) -> str:
 
 def _samples(document: Mapping[str, Any], pictures: Pictures) -> str:
     splits = list(document["splits"])
-    out = ['<section id="samples"><h2>Samples per class</h2>',
-           f'<p class="muted">A seeded sample (--seed {_e(document["options"].get("seed"))}) of each class, over all splits.</p>']
+    out = [
+        '<section id="samples"><h2>Samples per class</h2>',
+        f'<p class="muted">A seeded sample (--seed {_e(document["options"].get("seed"))}) of each class, over all splits.</p>',
+    ]
     for class_name, items in document["samples"].items():
         cells = []
         for item in items:
@@ -209,9 +230,11 @@ def _samples(document: Mapping[str, Any], pictures: Pictures) -> str:
                 continue
             cells.append(
                 f'<div class="thumb" data-split="{_e(item["split"])}"><img src="{uri}" alt="{_e(item["filename"])}">'
-                f'{_split_badge(item["split"], splits)}{_e(item["filename"])}</div>'
+                f"{_split_badge(item['split'], splits)}{_e(item['filename'])}</div>"
             )
-        out.append(f'<h3 data-class="{_e(class_name)}">{_e(class_name or "(unlabeled)")}</h3><div class="grid">{"".join(cells)}</div>')
+        out.append(
+            f'<h3 data-class="{_e(class_name)}">{_e(class_name or "(unlabeled)")}</h3><div class="grid">{"".join(cells)}</div>'
+        )
     if not document["samples"]:
         out.append('<p class="muted">no sample (--thumbnails-per-class 0, or no readable image)</p>')
     out.append("</section>")
@@ -224,8 +247,10 @@ def _pairs_table(section: Mapping[str, Any]) -> str:
         for key, n in section[kind]["pairs"].items():
             a, b = key.split("/", 1)
             where = "across splits" if a != b else "within a split"
-            rows.append(f'<tr class="pairs" data-kind="{kind}" data-pair="{_e(key)}"><td>{kind}</td>'
-                        f'<td>{_e(a)} – {_e(b)}</td><td>{where}</td><td class="num">{_num(n)}</td></tr>')
+            rows.append(
+                f'<tr class="pairs" data-kind="{kind}" data-pair="{_e(key)}"><td>{kind}</td>'
+                f'<td>{_e(a)} – {_e(b)}</td><td>{where}</td><td class="num">{_num(n)}</td></tr>'
+            )
     if not rows:
         return '<p class="ok">No duplicate pairs.</p>'
     return f'<table id="pair-counts"><tr><th>kind</th><th>splits</th><th></th><th class="num">pairs</th></tr>{"".join(rows)}</table>'
@@ -235,7 +260,11 @@ def _group(g: Mapping[str, Any], splits: Sequence[str], pictures: Pictures) -> s
     contents = []
     for c in g["contents"]:
         uri = pictures.contents.get(c["sha256"])
-        img = f'<img src="{uri}" alt="{_e(c["records"][0]["filename"])}" width="96" height="96" style="object-fit:contain;background:#eee">' if uri else ""
+        img = (
+            f'<img src="{uri}" alt="{_e(c["records"][0]["filename"])}" width="96" height="96" style="object-fit:contain;background:#eee">'
+            if uri
+            else ""
+        )
         shown = c["records"][:MAX_RECORDS_PER_CONTENT_SHOWN]
         members = "".join(
             f'<li class="member" data-split="{_e(r["split"])}" data-class="{_e(r["class"])}">{_split_badge(r["split"], splits)}'
@@ -244,14 +273,18 @@ def _group(g: Mapping[str, Any], splits: Sequence[str], pictures: Pictures) -> s
         )
         if len(c["records"]) > len(shown):
             members += f"<li>… {len(c['records']) - len(shown)} more (report.json)</li>"
-        distance = f'<span class="muted">distance {c["distance"]} · sha256 {_e(c["sha256"][:12])}…</span>' if g["kind"] == dup.NEAR else f'<span class="muted">sha256 {_e(c["sha256"][:12])}…</span>'
+        distance = (
+            f'<span class="muted">distance {c["distance"]} · sha256 {_e(c["sha256"][:12])}…</span>'
+            if g["kind"] == dup.NEAR
+            else f'<span class="muted">sha256 {_e(c["sha256"][:12])}…</span>'
+        )
         contents.append(f'<div class="content">{img}{distance}<ul>{members}</ul></div>')
     pairs = ", ".join(f"{_e(k)}: {n}" for k, n in g["pairs"].items())
     classes = f" · classes differ: {_e(', '.join(g['classes']))}" if len(g["classes"]) > 1 else ""
     crossing = " crossing" if g["crosses_splits"] else ""
     return (
         f'<div class="group{crossing}" data-kind="{g["kind"]}" data-crosses="{str(g["crosses_splits"]).lower()}">'
-        f'<b>{g["kind"]} duplicates</b>, {g["size"]} records in {_e(", ".join(g["splits"]))}{classes}'
+        f"<b>{g['kind']} duplicates</b>, {g['size']} records in {_e(', '.join(g['splits']))}{classes}"
         f'<div class="muted">pairs: {pairs}</div><div class="contents">{"".join(contents)}</div></div>'
     )
 
@@ -266,11 +299,13 @@ def _duplicates(document: Mapping[str, Any], pictures: Pictures) -> str:
         f"<b>Near</b>: different bytes, 64-bit difference hashes at most {d['near_duplicate_distance']} bits apart "
         "(--near-duplicate-distance), joined into groups. Groups crossing splits first.</p>",
         f'<p id="leakage">duplicate pairs across splits: <b>{_num(d["exact"]["cross_split_pairs"])}</b> exact, '
-        f'<b>{_num(d["near"]["cross_split_pairs"])}</b> near</p>',
+        f"<b>{_num(d['near']['cross_split_pairs'])}</b> near</p>",
         _pairs_table(d),
     ]
     if d["records_not_hashed"]:
-        out.append(f'<p class="warn">{d["records_not_hashed"]} record(s) whose image does not decode were checked for exact duplicates only.</p>')
+        out.append(
+            f'<p class="warn">{d["records_not_hashed"]} record(s) whose image does not decode were checked for exact duplicates only.</p>'
+        )
     for g in groups[:MAX_GROUPS_SHOWN]:
         out.append(_group(g, splits, pictures))
     if len(groups) > MAX_GROUPS_SHOWN:
@@ -287,16 +322,22 @@ def _rejected(document: Mapping[str, Any]) -> str:
     if not rej["by_reason"]:
         out.append('<p class="ok">No input was rejected.</p>')
     if rej["total"] != rej["declared"]:
-        out.append(f'<p class="warn">errors.jsonl has {rej["total"]} rows, dataset.json counts {rej["declared"]} rejected inputs.</p>')
+        out.append(
+            f'<p class="warn">errors.jsonl has {rej["total"]} rows, dataset.json counts {rej["declared"]} rejected inputs.</p>'
+        )
     for reason, items in rej["by_reason"].items():
         shown = items[:MAX_REJECTS_PER_REASON_SHOWN]
         rows = "".join(
             f'<tr class="reject" data-reason="{_e(reason)}"><td class="path">{_e(r["path"])}</td><td>{_e(r["error"])}</td></tr>'
             for r in shown
         )
-        more = f'<p class="muted">… {len(items) - len(shown)} more in report.json</p>' if len(items) > len(shown) else ""
-        out.append(f'<details open data-reason="{_e(reason)}"><summary>{_e(reason)}: {len(items)}</summary>'
-                   f"<table><tr><th>path</th><th>message</th></tr>{rows}</table>{more}</details>")
+        more = (
+            f'<p class="muted">… {len(items) - len(shown)} more in report.json</p>' if len(items) > len(shown) else ""
+        )
+        out.append(
+            f'<details open data-reason="{_e(reason)}"><summary>{_e(reason)}: {len(items)}</summary>'
+            f"<table><tr><th>path</th><th>message</th></tr>{rows}</table>{more}</details>"
+        )
     out.append("</section>")
     return "".join(out)
 
@@ -312,8 +353,14 @@ def _shards(document: Mapping[str, Any]) -> str:
     rows = document["shards"]
     color = {s: svg.split_color(s, i) for i, s in enumerate(splits)}
     names = [_shard_label(r["file"]) for r in rows]
-    record_bars = [svg.Bar(n, r["records"], color.get(r["split"], "#777"), f"{r['file']}: {r['records']:,} records") for n, r in zip(names, rows)]
-    byte_bars = [svg.Bar(n, r["bytes"] or 0, color.get(r["split"], "#777"), f"{r['file']}: {_bytes(r['bytes'])}") for n, r in zip(names, rows)]
+    record_bars = [
+        svg.Bar(n, r["records"], color.get(r["split"], "#777"), f"{r['file']}: {r['records']:,} records")
+        for n, r in zip(names, rows)
+    ]
+    byte_bars = [
+        svg.Bar(n, r["bytes"] or 0, color.get(r["split"], "#777"), f"{r['file']}: {_bytes(r['bytes'])}")
+        for n, r in zip(names, rows)
+    ]
     table = "".join(
         f'<tr data-shard="{_e(r["file"])}"><td>{_e(r["file"])}</td><td class="num">{_num(r["records"])}</td>'
         f'<td class="num">{_bytes(r["bytes"])}</td><td>{"" if r["read_to_end"] and not r["problems"] else _e("; ".join(r["problems"][:3]))}</td></tr>'
@@ -322,7 +369,7 @@ def _shards(document: Mapping[str, Any]) -> str:
     legend = " ".join(_split_badge(s, splits) for s in splits)
     return (
         f'<section id="shards"><h2>Shards</h2><p>{legend}</p><p>records per shard</p>{svg.columns(record_bars, axis_label="shard")}'
-        f'<p>bytes per shard</p>{svg.columns(byte_bars, axis_label="shard")}'
+        f"<p>bytes per shard</p>{svg.columns(byte_bars, axis_label='shard')}"
         f'<details><summary>{len(rows)} shards</summary><table><tr><th>file</th><th class="num">records</th>'
         f'<th class="num">bytes</th><th>problems</th></tr>{table}</table></details></section>'
     )

@@ -12,6 +12,7 @@ bit bands (pigeonhole), so only hashes that share a band value are
 compared. For uniformly spread hashes that is about ``(d + 1) / 2**(64 / (d + 1))``
 of all pairs (1/73 at ``d = 6``), each compared in vectorised numpy.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, List, NamedTuple, Sequence, Tuple

@@ -5,6 +5,7 @@ pool runs; their arguments and results are small picklable values. A shard
 that cannot be read to its end gives the records before the break and a
 problem naming where it broke, never an exception.
 """
+
 from __future__ import annotations
 
 import base64
@@ -17,7 +18,7 @@ import time
 import warnings
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from img2tfrecord import records
+from img2tfrecord.readers import records
 from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import features as keys
 
@@ -25,8 +26,14 @@ DEFAULT_THUMBNAIL_PX = 96
 _HASH_DECODE_PX = 16  # JPEGs are decoded at the smallest DCT scale at least this big for the hash
 _THUMBNAIL_QUALITY = 75
 _WANTED = (
-    keys.IMAGE_ENCODED, keys.IMAGE_FORMAT, keys.IMAGE_HEIGHT, keys.IMAGE_WIDTH, keys.IMAGE_CHANNELS,
-    keys.CLASS_TEXT, keys.FILENAME, keys.KEY_SHA256,
+    keys.IMAGE_ENCODED,
+    keys.IMAGE_FORMAT,
+    keys.IMAGE_HEIGHT,
+    keys.IMAGE_WIDTH,
+    keys.IMAGE_CHANNELS,
+    keys.CLASS_TEXT,
+    keys.FILENAME,
+    keys.KEY_SHA256,
 )
 UNLABELED = ""  # the class name of every record of an unlabeled dataset
 _FRAME = struct.Struct("<QI")  # a TFRecord's length and the masked CRC32C of its 8 bytes
@@ -175,11 +182,19 @@ def scan_shard(task: ShardTask) -> ShardScan:
                     dhash_of[sha] = perceptual_hash.difference_hash(decode_image(values, _HASH_DECODE_PX))
                 except Exception as e:  # any decoder failure is a finding about the data
                     dhash_of[sha] = None
-                    scan.problems.append(f"record {record.index} ({filename}): image does not decode: {type(e).__name__}: {e}")
+                    scan.problems.append(
+                        f"record {record.index} ({filename}): image does not decode: {type(e).__name__}: {e}"
+                    )
             scan.records.append(
                 RecordFacts(
-                    record.index, record.offset, filename, class_name, sha, dhash_of.get(sha),
-                    int(values.get(keys.IMAGE_WIDTH, 0)), int(values.get(keys.IMAGE_HEIGHT, 0)),
+                    record.index,
+                    record.offset,
+                    filename,
+                    class_name,
+                    sha,
+                    dhash_of.get(sha),
+                    int(values.get(keys.IMAGE_WIDTH, 0)),
+                    int(values.get(keys.IMAGE_HEIGHT, 0)),
                 )
             )
     except records.RecordError as e:
@@ -241,7 +256,9 @@ def fetch_thumbnails(task: FetchTask) -> Dict[int, str]:
 
     def draw(index: int, data: bytes) -> None:
         try:
-            out[index] = thumbnail_uri(decode_image(records.parse_example(data, task.spec), task.thumbnail_px), task.thumbnail_px)
+            out[index] = thumbnail_uri(
+                decode_image(records.parse_example(data, task.spec), task.thumbnail_px), task.thumbnail_px
+            )
         except Exception:  # the scan already reported this record
             pass
 
@@ -282,10 +299,12 @@ class Workers:
             import concurrent.futures
             import multiprocessing
 
-            self._pool = concurrent.futures.ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self.processes, mp_context=multiprocessing.get_context("spawn")
+            )
         return list(self._pool.map(function, tasks))
 
-    def __enter__(self) -> "Workers":
+    def __enter__(self) -> Workers:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,4 +1,5 @@
 """Bar charts as inline SVG strings: no script, no external resource; every bar has a tooltip (``<title>``)."""
+
 from __future__ import annotations
 
 import html
@@ -43,9 +44,13 @@ def horizontal_bars(bars: Sequence[Bar], *, bar_px: int = 480, row_px: int = 20,
     for i, b in enumerate(bars):
         y = 2 + i * row_px
         length = bar_px * b.value / biggest
-        label = b.label if len(b.label) * _CHAR_PX <= label_px - 10 else b.label[: int((label_px - 10) / _CHAR_PX) - 1] + "…"
+        label = (
+            b.label
+            if len(b.label) * _CHAR_PX <= label_px - 10
+            else b.label[: int((label_px - 10) / _CHAR_PX) - 1] + "…"
+        )
         parts.append(
-            f'<g><title>{_esc(b.tooltip or f"{b.label}: {_number(b.value)}")}</title>'
+            f"<g><title>{_esc(b.tooltip or f'{b.label}: {_number(b.value)}')}</title>"
             f'<text x="{label_px - 6}" y="{y + row_px * 0.7:.1f}" text-anchor="end" class="label">{_esc(label)}</text>'
             f'<rect x="{label_px}" y="{y + 3}" width="{length:.1f}" height="{row_px - 6}" fill="{b.color}"/>'
             f'<text x="{label_px + length + 5:.1f}" y="{y + row_px * 0.7:.1f}" class="value">{_esc(b.text or _number(b.value))}</text></g>'
@@ -75,7 +80,7 @@ def columns(bars: Sequence[Bar], *, height_px: int = 140, max_width_px: int = 90
         x = left + i * column_px
         h = height_px * b.value / biggest
         parts.append(
-            f'<g><title>{_esc(b.tooltip or f"{b.label}: {_number(b.value)}")}</title>'
+            f"<g><title>{_esc(b.tooltip or f'{b.label}: {_number(b.value)}')}</title>"
             f'<rect x="{x + 1:.1f}" y="{top + height_px - h:.1f}" width="{max(1.0, column_px - 2):.1f}" '
             f'height="{h:.1f}" fill="{b.color}"/></g>'
         )

@@ -1,4 +1,5 @@
 """The contract between writer and readers: feature keys, spec, label map, manifest."""
+
 from img2tfrecord.schemas import features, labels, manifest  # noqa: F401
 from img2tfrecord.schemas.features import (  # noqa: F401
     BYTES_FEATURES,

@@ -8,6 +8,7 @@ identical to TensorFlow's, and parse with ``tf.train.Example.FromString`` /
 ``tf.io.parse_example``. Pipeline workers that only encode records skip the
 multi-second TensorFlow import this way.
 """
+
 from __future__ import annotations
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -27,7 +28,9 @@ def _field(name, number, ftype, label=_F.LABEL_OPTIONAL, type_name=None, packed=
 
 
 def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    fdp = descriptor_pb2.FileDescriptorProto(name="img2tfrecord/tensorflow_example.proto", package="tensorflow", syntax="proto3")
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="img2tfrecord/tensorflow_example.proto", package="tensorflow", syntax="proto3"
+    )
     rep = _F.LABEL_REPEATED
 
     def message(name, *fields, nested=(), oneofs=()):
@@ -40,10 +43,12 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
 
     def map_entry(name, value_type):
         entry = descriptor_pb2.DescriptorProto(name=name)
-        entry.field.extend([
-            _field("key", 1, _F.TYPE_STRING),
-            _field("value", 2, _F.TYPE_MESSAGE, type_name=value_type),
-        ])
+        entry.field.extend(
+            [
+                _field("key", 1, _F.TYPE_STRING),
+                _field("value", 2, _F.TYPE_MESSAGE, type_name=value_type),
+            ]
+        )
         entry.options.map_entry = True
         return entry
 

@@ -3,6 +3,7 @@
 Every feature key of a record is spelled here and nowhere else: the writer,
 the reader, ``inspect``/``verify`` and the tests all import these names.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict
@@ -36,7 +37,10 @@ FORMAT_RAW = "raw"
 # Feature key -> (dtype name, description). Every feature is a scalar
 # (FixedLenFeature with shape []); bytes features hold one value.
 FEATURES: Dict[str, tuple] = {
-    IMAGE_ENCODED: ("string", "the stored image: encoded JPEG/PNG bytes (or the original file bytes with --format keep)"),
+    IMAGE_ENCODED: (
+        "string",
+        "the stored image: encoded JPEG/PNG bytes (or the original file bytes with --format keep)",
+    ),
     IMAGE_FORMAT: ("string", "format of image/encoded: jpeg, png or raw (uint8 pixels, row-major HxWxC)"),
     IMAGE_HEIGHT: ("int64", "height in pixels of the stored image"),
     IMAGE_WIDTH: ("int64", "width in pixels of the stored image"),

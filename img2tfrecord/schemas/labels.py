@@ -4,6 +4,7 @@ Ids follow Keras' ``image_dataset_from_directory``: class names sorted as
 strings, numbered from 0. ``labels.txt`` holds one name per line, line i
 being the class of id i.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Iterable, List

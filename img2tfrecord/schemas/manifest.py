@@ -21,6 +21,7 @@ The manifest is plain JSON so any language can read it; the helpers here do
 no I/O, callers read and write with their own filesystem layer (Beam's
 ``FileSystems`` in the pipeline, ``tf.io.gfile`` in the reader).
 """
+
 from __future__ import annotations
 
 import json
@@ -53,7 +54,12 @@ SCHEMA_FILE = "schema.pbtxt"  # the same records' schema (tensorflow_metadata Sc
 TRANSFORM_STAGING_DIR = "transform_tmp"  # WriteTransformFn's staging folder, removed when it finishes
 ANALYSIS_TEMP_DIR = ".tmp-tft"  # tf.Transform's temp dir when no --temp_location is given
 ANALYSIS_FILE_NAMES = (
-    TRANSFORM_FN_DIR, TRANSFORMED_METADATA_DIR, RAW_METADATA_DIR, SCHEMA_FILE, TRANSFORM_STAGING_DIR, ANALYSIS_TEMP_DIR,
+    TRANSFORM_FN_DIR,
+    TRANSFORMED_METADATA_DIR,
+    RAW_METADATA_DIR,
+    SCHEMA_FILE,
+    TRANSFORM_STAGING_DIR,
+    ANALYSIS_TEMP_DIR,
 )
 
 INDEX_DIR = "index"  # per-shard record offsets of uncompressed outputs

@@ -9,10 +9,11 @@ keys: ``image/class/label`` is ``example["image"]["class"]["label"]``, a
 ``ClassLabel``; ``image/encoded`` an ``Image`` decoded to uint8.
 
 Outputs TFDS cannot describe (raw pixels, SequenceExamples, gzip) get
-metadata naming :class:`NotDescribable` of ``img2tfrecord.tfds_features``,
+metadata naming :class:`NotDescribable` of ``img2tfrecord.readers.tfds_features``,
 which raises the reason when TFDS loads it. Nothing here does I/O or
 imports TensorFlow Datasets.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def label_names_file() -> str:
 FILE_NAMES = (DATASET_INFO_FILE, FEATURES_FILE, label_names_file())  # what write_tfds_metadata may write
 
 _TFDS = "tensorflow_datasets.core.features."
-_NOT_DESCRIBABLE = "img2tfrecord.tfds_features.NotDescribable"
+_NOT_DESCRIBABLE = "img2tfrecord.readers.tfds_features.NotDescribable"
 
 
 class NotATfdsDatasetError(ValueError):
@@ -54,7 +55,7 @@ def unsupported_reason(doc: Mapping[str, Any]) -> Optional[str]:
     if doc.get("options", {}).get("format") == keys.FORMAT_RAW:
         return (
             "this img2tfrecord output stores raw pixels (convert --format raw), which no TFDS image feature "
-            "decodes; read it with img2tfrecord.load or img2tfrecord.datasource.SplitDataSource, or convert "
+            "decodes; read it with img2tfrecord.load or img2tfrecord.readers.datasource.SplitDataSource, or convert "
             "with --format jpeg, png or keep"
         )
     if doc.get("compression", "none") != "none":
@@ -68,7 +69,11 @@ def unsupported_reason(doc: Mapping[str, Any]) -> Optional[str]:
             if shard["file"] != manifest.shard_file_name(name, i, len(shards)):
                 return f"shard {shard['file']} of split {name} does not follow {SPLIT_FILE_TEMPLATE}"
     for key, entry in doc.get("feature_spec", {}).items():
-        if entry.get("kind") != keys.FIXED_LEN or entry.get("shape") != [] or entry.get("dtype") not in ("string", "int64"):
+        if (
+            entry.get("kind") != keys.FIXED_LEN
+            or entry.get("shape") != []
+            or entry.get("dtype") not in ("string", "int64")
+        ):
             return f"feature {key} is not a scalar string or int64 feature"
     return None
 
@@ -138,12 +143,14 @@ def dataset_info_json(doc: Mapping[str, Any], reason: Optional[str] = None) -> D
     splits: List[Dict[str, Any]] = []
     for name, info in sorted(doc.get("splits", {}).items()):
         shards = info.get("shards", [])
-        splits.append({
-            "name": name,
-            "numBytes": str(sum(int(s.get("num_bytes") or 0) for s in shards)),
-            "shardLengths": [str(int(s["num_records"])) for s in shards],
-            "filepathTemplate": SPLIT_FILE_TEMPLATE,
-        })
+        splits.append(
+            {
+                "name": name,
+                "numBytes": str(sum(int(s.get("num_bytes") or 0) for s in shards)),
+                "shardLengths": [str(int(s["num_records"])) for s in shards],
+                "filepathTemplate": SPLIT_FILE_TEMPLATE,
+            }
+        )
     description = (
         f"Images converted by img2tfrecord {doc.get('tool_version', '')} from {doc.get('input', '')}; "
         f"dataset.json describes the conversion."
@@ -167,7 +174,7 @@ def metadata_files(doc: Mapping[str, Any]) -> Dict[str, str]:
     """File name (relative to the output directory) -> content, for the output described by ``doc``.
 
     For an output TFDS cannot read, ``features.json`` names
-    ``img2tfrecord.tfds_features.NotDescribable``: loading it with TFDS
+    ``img2tfrecord.readers.tfds_features.NotDescribable``: loading it with TFDS
     raises :class:`NotATfdsDatasetError` with :func:`unsupported_reason`.
     """
     reason = unsupported_reason(doc)

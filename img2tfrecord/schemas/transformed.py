@@ -5,6 +5,7 @@
 features named here. The files and folders it reads are named in
 :mod:`schemas.manifest`.
 """
+
 from __future__ import annotations
 
 # Transformed features.

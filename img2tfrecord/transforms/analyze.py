@@ -61,6 +61,7 @@ exported as a TF2 SavedModel, which ``TFTransformOutput.transform_features_layer
 loads directly and which prunes unused inputs (serving needs only
 ``image/encoded`` for ``image``). Compat-v1 mode measured no faster here.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -83,12 +84,12 @@ from google.protobuf import text_format
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
-from img2tfrecord.reader import decode_encoded, decode_raw
+from img2tfrecord.images import LOSSLESS_FORMATS, ImageOptions
+from img2tfrecord.readers.tfdata import decode_encoded, decode_raw
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
-from img2tfrecord.transforms.image import LOSSLESS_FORMATS, ImageOptions
 
 _MAX_PIXEL = 255
 _PLACEHOLDER_VOCABULARY = b"placeholder-before-analysis\n"  # the vocabulary file while the graph is traced
@@ -105,7 +106,7 @@ class TransformSpec:
     labeled: bool = True  # the records carry image/class/text and image/class/label
 
     @classmethod
-    def from_options(cls, image: ImageOptions, labeled: bool = True) -> "TransformSpec":
+    def from_options(cls, image: ImageOptions, labeled: bool = True) -> TransformSpec:
         size = (image.size[1], image.size[0]) if image.size else None  # options are (width, height)
         return cls(channels=image.channels, image_size=size, raw_pixels=image.format == "raw", labeled=labeled)
 
@@ -205,7 +206,7 @@ def make_preprocessing_fn(
         if spec.labeled:
             # A separate analyzer: TFT takes either all or none of one analyzer's outputs as assets.
             (vocabulary_file,) = tft.experimental.ptransform_analyzer(
-                inputs=[totals[_CLASSES]],
+                inputs=[totals[_BATCH_CLASSES]],
                 ptransform=vocabulary,
                 output_dtypes=[tf.string],
                 output_shapes=[[]],
@@ -221,52 +222,86 @@ def make_preprocessing_fn(
 # ---------------------------------------------------------------------------
 # The analyzer's Beam side: totals of the batch totals, then the outputs.
 
-_IMAGES, _PIXELS, _SUM, _SQUARES, _HMIN, _HMAX, _WMIN, _WMAX, _CLASSES = range(9)
+# The batch totals _batch_totals returns, by position: images, pixels, sums, squares,
+# height min/max, width min/max, then (labeled) the batch's classes and their counts.
+_BATCH_CLASSES = 8
+
+
+@dataclasses.dataclass
+class RunTotals:
+    """The train split's totals: exact integers however many images (the ``_Totals`` accumulator)."""
+
+    channels: int
+    images: int = 0
+    pixels: int = 0
+    sums: List[int] = dataclasses.field(default_factory=list)
+    squares: List[int] = dataclasses.field(default_factory=list)
+    height: Tuple[Optional[int], Optional[int]] = (None, None)  # (min, max)
+    width: Tuple[Optional[int], Optional[int]] = (None, None)
+    classes: Dict[Any, int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        self.sums = self.sums or [0] * self.channels
+        self.squares = self.squares or [0] * self.channels
+
+    def add(self, other: RunTotals) -> RunTotals:
+        if not other.images:
+            return self
+        self.images += other.images
+        self.pixels += other.pixels
+        self.sums = [a + b for a, b in zip(self.sums, other.sums)]
+        self.squares = [a + b for a, b in zip(self.squares, other.squares)]
+        self.height = _span(self.height, other.height)
+        self.width = _span(self.width, other.width)
+        for name, n in other.classes.items():
+            self.classes[name] = self.classes.get(name, 0) + n
+        return self
+
+
+def _span(a: Tuple[Optional[int], Optional[int]], b: Tuple[Optional[int], Optional[int]]):
+    if a[0] is None:
+        return b
+    if b[0] is None:
+        return a
+    return min(a[0], b[0]), max(a[1], b[1])
 
 
 class _Totals(beam.CombineFn):
-    """Batch totals -> run totals. Python ints: exact at any size."""
+    """Batch totals -> ``RunTotals``. Python ints: exact at any size."""
 
     def __init__(self, channels: int):
         self._channels = channels
 
-    def create_accumulator(self):
-        c = self._channels
-        return [0, 0, [0] * c, [0] * c, None, None, None, None, {}]
+    def create_accumulator(self) -> RunTotals:
+        return RunTotals(self._channels)
 
-    def add_input(self, acc, batch):
+    def add_input(self, acc: RunTotals, batch) -> RunTotals:
         images = int(batch[0])
         if images == 0:
             return acc
-        acc[_IMAGES] += images
-        acc[_PIXELS] += int(batch[1])
-        acc[_SUM] = [a + int(b) for a, b in zip(acc[_SUM], batch[2])]
-        acc[_SQUARES] = [a + int(b) for a, b in zip(acc[_SQUARES], batch[3])]
-        for i, pick in ((_HMIN, min), (_HMAX, max), (_WMIN, min), (_WMAX, max)):
-            value = int(batch[i])
-            acc[i] = value if acc[i] is None else pick(acc[i], value)
-        if len(batch) > _CLASSES:
-            classes = acc[_CLASSES]
-            for name, n in zip(batch[8].tolist(), batch[9].tolist()):
-                classes[name] = classes.get(name, 0) + n
-        return acc
+        classes = {}
+        if len(batch) > _BATCH_CLASSES:
+            classes = dict(zip(batch[_BATCH_CLASSES].tolist(), (int(n) for n in batch[_BATCH_CLASSES + 1].tolist())))
+        return acc.add(
+            RunTotals(
+                self._channels,
+                images,
+                int(batch[1]),
+                [int(v) for v in batch[2]],
+                [int(v) for v in batch[3]],
+                (int(batch[4]), int(batch[5])),
+                (int(batch[6]), int(batch[7])),
+                classes,
+            )
+        )
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators) -> RunTotals:
         out = self.create_accumulator()
         for acc in accumulators:
-            if not acc[_IMAGES]:
-                continue
-            out[_IMAGES] += acc[_IMAGES]
-            out[_PIXELS] += acc[_PIXELS]
-            out[_SUM] = [a + b for a, b in zip(out[_SUM], acc[_SUM])]
-            out[_SQUARES] = [a + b for a, b in zip(out[_SQUARES], acc[_SQUARES])]
-            for i, pick in ((_HMIN, min), (_HMAX, max), (_WMIN, min), (_WMAX, max)):
-                out[i] = acc[i] if out[i] is None else pick(out[i], acc[i])
-            for name, n in acc[_CLASSES].items():
-                out[_CLASSES][name] = out[_CLASSES].get(name, 0) + n
+            out.add(acc)
         return out
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: RunTotals) -> RunTotals:
         return acc
 
 
@@ -280,7 +315,7 @@ def pixel_moments(pixels: int, sums: Sequence[int], squares: Sequence[int]) -> T
     return mean, std
 
 
-def statistics_json(totals, label_names: Optional[List[str]] = None, exact: bool = True) -> Dict[str, Any]:
+def statistics_json(totals: RunTotals, label_names: Optional[List[str]] = None, exact: bool = True) -> Dict[str, Any]:
     """The ``statistics`` block of ``dataset.json`` from the run totals (``_Totals``).
 
     ``examples_per_class`` follows ``label_names`` (the vocabulary order,
@@ -289,17 +324,17 @@ def statistics_json(totals, label_names: Optional[List[str]] = None, exact: bool
     stored pixels; False when images re-encoded as JPEG may have
     contributed the pixels given to the encoder (``image.pixel_sums``).
     """
-    mean, std = pixel_moments(totals[_PIXELS], totals[_SUM], totals[_SQUARES])
+    mean, std = pixel_moments(totals.pixels, totals.sums, totals.squares)
     stats: Dict[str, Any] = {
         "split": names.ANALYZED_SPLIT,
-        "num_examples": totals[_IMAGES],
+        "num_examples": totals.images,
         "pixel_mean": mean,
         "pixel_std": std,
         "exact": exact,
-        "image_height": {"min": totals[_HMIN], "max": totals[_HMAX]},
-        "image_width": {"min": totals[_WMIN], "max": totals[_WMAX]},
+        "image_height": {"min": totals.height[0], "max": totals.height[1]},
+        "image_width": {"min": totals.width[0], "max": totals.width[1]},
     }
-    counts = {name.decode("utf-8") if isinstance(name, bytes) else name: n for name, n in totals[_CLASSES].items()}
+    counts = {name.decode("utf-8") if isinstance(name, bytes) else name: n for name, n in totals.classes.items()}
     if label_names is not None:
         stats["examples_per_class"] = {name: counts.get(name, 0) for name in label_names}
         stats["label_vocabulary"] = names.LABEL_VOCABULARY
@@ -334,7 +369,7 @@ class _TrainStatistics(beam.PTransform):
 
 
 def _moments(totals):
-    mean, std = pixel_moments(totals[_PIXELS], totals[_SUM], totals[_SQUARES])
+    mean, std = pixel_moments(totals.pixels, totals.sums, totals.squares)
     # A channel without variance (e.g. all black) is only shifted, never divided by 0.
     yield beam.pvalue.TaggedOutput("mean", np.array(mean, np.float32))
     yield beam.pvalue.TaggedOutput("std", np.array([s if s > 0 else 1.0 for s in std], np.float32))
@@ -428,7 +463,10 @@ def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, e
     """After WriteTransformFn: the raw schema files, the temp dir removed, the statistics out."""
     metadata_dir = FileSystems.join(output_dir, manifest.RAW_METADATA_DIR)
     tf.io.gfile.makedirs(metadata_dir)
-    for path in (FileSystems.join(metadata_dir, manifest.SCHEMA_FILE), FileSystems.join(output_dir, manifest.SCHEMA_FILE)):
+    for path in (
+        FileSystems.join(metadata_dir, manifest.SCHEMA_FILE),
+        FileSystems.join(output_dir, manifest.SCHEMA_FILE),
+    ):
         _write_text(path, schema_text)
     if tf.io.gfile.exists(temp_dir):
         tf.io.gfile.rmtree(temp_dir)
@@ -511,25 +549,23 @@ def analyze_train_split(rows, label_names, config, plan) -> Optional[beam.PColle
     if names.ANALYZED_SPLIT not in split_names:
         logging.warning(
             "no %r split (splits: %s): skipping the tf.Transform analysis; no transform_fn is written",
-            names.ANALYZED_SPLIT, ", ".join(split_names),
+            names.ANALYZED_SPLIT,
+            ", ".join(split_names),
         )
         return None
     logging.info(
         "analysing the %r split with tf.Transform: pixel statistics, label vocabulary, %s/ (skip with --no-analyze)",
-        names.ANALYZED_SPLIT, manifest.TRANSFORM_FN_DIR,
+        names.ANALYZED_SPLIT,
+        manifest.TRANSFORM_FN_DIR,
     )
     labeled = getattr(plan, "labeled", True)
     spec_json = keys.feature_spec_json() if labeled else keys.feature_spec_json(labeled=False)
     options = rows.pipeline.options.get_all_options()
-    return (
-        rows
-        | "AnalyzeTrainSplit"
-        >> AnalyzeTrainSplit(
-            config.output,
-            label_names,
-            TransformSpec.from_options(config.image, labeled=labeled),
-            temp_dir_for(config.output, options.get("temp_location"), bool(options.get("dry_run"))),
-            spec_json,
-            exact=config.exact_statistics or config.image.format in LOSSLESS_FORMATS,
-        )
+    return rows | "AnalyzeTrainSplit" >> AnalyzeTrainSplit(
+        config.output,
+        label_names,
+        TransformSpec.from_options(config.image, labeled=labeled),
+        temp_dir_for(config.output, options.get("temp_location"), bool(options.get("dry_run"))),
+        spec_json,
+        exact=config.exact_statistics or config.image.format in LOSSLESS_FORMATS,
     )

@@ -6,44 +6,17 @@ the launching process. Each match becomes ``(path, relpath, size)``; junk
 that operating systems leave in folders (``.DS_Store``, ``Thumbs.db``,
 ``__MACOSX/``, any hidden file or folder) is skipped and counted.
 """
+
 from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
 
-from img2tfrecord.transforms.converter import ERRORS, error_row
-from img2tfrecord.transforms.layout import PlacementError, SourceFile, is_text, placement, printable
+from img2tfrecord.model import ERRORS, WorkItem, error_row
+from img2tfrecord.sources.layout import BAD_NAME, classes_of_file, is_junk, is_text, printable, relative_path
 
 SKIPPED = "skipped"
-BAD_NAME = "file name is not valid UTF-8; rename it (e.g. with convmv) to convert it"
-# Files and folders that operating systems, file managers and NAS boxes leave next to
-# pictures (compared lower-case). "@eadir" is where Synology keeps thumbnails of every
-# photo: JPEGs that would otherwise become duplicate records.
-_JUNK_NAMES = {
-    "thumbs.db", "ehthumbs.db", "ehthumbs_vista.db", "desktop.ini", "icon\r", "__macosx",
-    "@eadir", "$recycle.bin", "system volume information", "lost+found",
-}
-
-
-def relative_path(base: str, path: str) -> str:
-    """``path`` relative to the input root ``base`` (which ends with a separator)."""
-    if not path.startswith(base):
-        raise ValueError(f"{path!r} is not under the input root {base!r}")
-    return path[len(base):].lstrip("/")
-
-
-def is_junk(relpath: str) -> bool:
-    return any(part.startswith(".") or part.lower() in _JUNK_NAMES for part in relpath.split("/"))
-
-
-def classes_of_file(source: SourceFile, layout: str):
-    """``[class name]`` of a work item, or ``[]`` when it has none (the label map is built from these)."""
-    try:
-        name = placement(source, layout)[1]
-    except PlacementError:
-        name = None
-    return [name] if name is not None else []
 
 
 class _ToSourceFile(beam.DoFn):
@@ -63,7 +36,7 @@ class _ToSourceFile(beam.DoFn):
         if not is_text(path):  # a local name of other bytes: records and errors.jsonl hold names as text
             yield beam.pvalue.TaggedOutput(ERRORS, error_row(printable(path), printable(relpath), "bad_name", BAD_NAME))
             return
-        yield path, relpath, metadata.size_in_bytes
+        yield WorkItem(path, relpath, metadata.size_in_bytes)
 
 
 class DiscoverImages(beam.PTransform):

@@ -17,6 +17,7 @@ the same size, channels and format (converting with ``--image-size``
 guarantees the size; ``--format jpeg/png/raw`` the format); a clip whose
 frames differ is rejected as ``inconsistent_frames``.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -24,7 +25,8 @@ from typing import Tuple
 
 import apache_beam as beam
 
-from img2tfrecord.transforms.layout import LAYOUT_MANIFEST, LAYOUT_SPLIT
+from img2tfrecord.model import Clip, WorkItem
+from img2tfrecord.sources.layout import LAYOUT_MANIFEST, LAYOUT_SPLIT
 
 
 def _min_depth(layout: str) -> int:
@@ -32,22 +34,22 @@ def _min_depth(layout: str) -> int:
     return {LAYOUT_SPLIT: 4, LAYOUT_MANIFEST: 2}.get(layout, 3)
 
 
-def clip_key(source, layout: str) -> Tuple[Tuple[str, bool], tuple]:
-    """``((clip relpath, True), source)``, or ``((relpath, False), source)`` for a frame outside any clip."""
-    relpath = source[1]
+def clip_key(source: WorkItem, layout: str) -> Tuple[Tuple[str, bool], WorkItem]:
+    """``((clip relpath, True), frame)``, or ``((relpath, False), frame)`` for a frame outside any clip."""
+    relpath = source.relpath
     if len(relpath.split("/")) < _min_depth(layout):
         return (relpath, False), source
     return (posixpath.dirname(relpath), True), source
 
 
-def _clip(element):
-    """A grouped clip as the work item ``ClipConverter`` takes: frames in a list, in name order."""
-    key, frames = element
-    return key, sorted(frames, key=lambda s: s[1])
+def _clip(element) -> Clip:
+    """A grouped clip as the work item ``ClipConverter`` takes: frames in name order."""
+    (relpath, is_clip), frames = element
+    return Clip(relpath, is_clip, tuple(sorted(frames, key=lambda s: s.relpath)))
 
 
 class GroupClips(beam.PTransform):
-    """Frames -> clips ``((clip relpath, is_clip), [frames])``: the work items of ``--sequence``.
+    """Frames -> ``Clip`` work items: the inputs of ``--sequence``.
 
     A frame outside any clip folder is a clip of its own (rejected by the converter).
     """

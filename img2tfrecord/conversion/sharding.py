@@ -5,6 +5,7 @@ file's split, its shard and its place in the shard never depend on which other
 files exist: adding images never moves old ones between splits, and the same
 seed and input always give the same bytes in every shard.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -15,13 +15,14 @@ yields a RaggedTensor batch; records are then transformed one at a time
 into dense ``[H, W, C]`` images (resized when ``image_size`` is given)
 and batched afterwards.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
-from img2tfrecord import records
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
 

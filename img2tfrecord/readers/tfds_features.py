@@ -5,6 +5,7 @@ Imported by TensorFlow Datasets only, when it loads such an output's
 the feature raises the reason, so ``tfds.builder_from_directory`` fails with
 img2tfrecord's message rather than a parsing error deep in TFDS.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, NoReturn

@@ -7,6 +7,7 @@ With the tf.Transform analysis on, its ``statistics`` side input is emitted
 only once ``transform_fn/`` is written (transforms/analyze.py), and is
 copied into ``dataset.json``.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -16,9 +17,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from img2tfrecord.model import CommittedShard
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest, tfds_layout
-from img2tfrecord.transforms.write import CommittedShard
 
 
 def error_json(row: Mapping[str, str]) -> str:
@@ -132,9 +133,7 @@ class FinalizeOutput(beam.DoFn):
         by_reason = dict(sorted(rejected_counts))
         rejected = sum(by_reason.values())
         if num_inputs != written + rejected:
-            raise AccountingError(
-                f"{num_inputs} inputs but {written} records written and {rejected} rejected"
-            )
+            raise AccountingError(f"{num_inputs} inputs but {written} records written and {rejected} rejected")
         doc = manifest.build_manifest(
             created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             label_names=label_names,

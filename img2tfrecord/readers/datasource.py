@@ -11,6 +11,7 @@ every feature of the record (``bytes`` or ``int``) plus, unless
 CRC-checked; every problem raises a :class:`ReadError` naming the file and
 the record. Neither TensorFlow nor Beam is imported for local paths.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -24,7 +25,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
-from img2tfrecord import records
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
 
@@ -392,7 +393,8 @@ def iter_split(
             size = records.file_size(shard.path)
             if shard.num_bytes is not None and size < shard.num_bytes:
                 raise TruncatedShardError(
-                    shard.path, f"the shard is cut short: {size} of the {shard.num_bytes} bytes dataset.json lists",
+                    shard.path,
+                    f"the shard is cut short: {size} of the {shard.num_bytes} bytes dataset.json lists",
                     count,
                     None if info.compression != "none" else size,
                 )

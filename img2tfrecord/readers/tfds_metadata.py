@@ -6,12 +6,13 @@
 The files and their content are :mod:`img2tfrecord.schemas.tfds_layout`'s;
 this module only writes them.
 """
+
 from __future__ import annotations
 
 import os
 from typing import Any, Callable, Mapping, Optional
 
-from img2tfrecord import records
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import tfds_layout
 
 

@@ -1,12 +1,13 @@
 """Build the serialized ``tf.train.Example`` / ``SequenceExample`` records (no TensorFlow import)."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from img2tfrecord.images import ConvertedImage
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.example_proto import Example, SequenceExample
-from img2tfrecord.transforms.image import ConvertedImage
 
 
 def encode_example(image: ConvertedImage, label: Optional[int], class_name: Optional[str], relpath: str) -> bytes:

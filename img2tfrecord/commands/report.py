@@ -12,6 +12,7 @@ could not be read (a damaged or missing shard, undecodable images, no
 such directory or ``dataset.json``, a ``--sequence`` dataset, a bad option,
 an output that cannot be written).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,12 +22,14 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
-from img2tfrecord import records
+from img2tfrecord.commands.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from img2tfrecord.conversion.pool import usable_cores
+from img2tfrecord.readers import records
 from img2tfrecord.report import duplicates as dup
 from img2tfrecord.report import facts, html_page, perceptual_hash, shard_scan
 from img2tfrecord.schemas import manifest
 
-EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2
+EXIT_INCOMPLETE = EXIT_FAILURE  # the report was written, but something could not be read
 DEFAULT_OUTPUT = "report.html"
 DEFAULT_THUMBNAILS_PER_CLASS = 8
 _PROG = "img2tfrecord report"
@@ -49,13 +52,6 @@ def _count(low: int, high: int | None = None):
     return parse
 
 
-def default_processes() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``report`` on the CLI's subparsers; sets ``func=run``."""
     p = subparsers.add_parser(
@@ -67,22 +63,35 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("directory", metavar="OUT", help="output directory of convert (local or gs://)")
     p.add_argument(
-        "--output", metavar="PATH", default=DEFAULT_OUTPUT,
+        "--output",
+        metavar="PATH",
+        default=DEFAULT_OUTPUT,
         help="where to write the HTML page (default ./report.html; a folder gets report.html inside it); "
         "the JSON goes beside it with the suffix .json",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the thumbnail sample (default 0)")
     p.add_argument(
-        "--thumbnails-per-class", type=_count(0), default=DEFAULT_THUMBNAILS_PER_CLASS, metavar="N",
+        "--thumbnails-per-class",
+        type=_count(0),
+        default=DEFAULT_THUMBNAILS_PER_CLASS,
+        metavar="N",
         help=f"sample thumbnails per class (default {DEFAULT_THUMBNAILS_PER_CLASS}; 0 for none)",
     )
     p.add_argument(
-        "--near-duplicate-distance", type=_count(0, perceptual_hash.MAX_NEAR_DUPLICATE_DISTANCE),
-        default=perceptual_hash.DEFAULT_NEAR_DUPLICATE_DISTANCE, metavar="D",
+        "--near-duplicate-distance",
+        type=_count(0, perceptual_hash.MAX_NEAR_DUPLICATE_DISTANCE),
+        default=perceptual_hash.DEFAULT_NEAR_DUPLICATE_DISTANCE,
+        metavar="D",
         help="images whose 64-bit difference hashes differ in at most D bits are near duplicates "
         f"(default {perceptual_hash.DEFAULT_NEAR_DUPLICATE_DISTANCE}, at most {perceptual_hash.MAX_NEAR_DUPLICATE_DISTANCE})",
     )
-    p.add_argument("--processes", type=_count(1), default=None, metavar="N", help="processes reading shards (default: one per core)")
+    p.add_argument(
+        "--processes",
+        type=_count(1),
+        default=None,
+        metavar="N",
+        help="processes reading shards (default: one per core)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -103,7 +112,13 @@ def _tasks(directory: str, doc: Mapping[str, Any], ns: argparse.Namespace) -> Li
         for shard in doc["splits"][split].get("shards", []):
             tasks.append(
                 shard_scan.ShardTask(
-                    directory, shard["file"], split, compression, spec, ns.seed, ns.thumbnails_per_class,
+                    directory,
+                    shard["file"],
+                    split,
+                    compression,
+                    spec,
+                    ns.seed,
+                    ns.thumbnails_per_class,
                     draw_samples=compression != "none",
                 )
             )
@@ -128,15 +143,19 @@ def _draw(
     compression = records.compression_of(doc)
     tasks = [
         shard_scan.FetchTask(directory, shard, compression, spec, tuple(sorted(items.items())))
-        for shard, items in sorted(wanted.items()) if items
+        for shard, items in sorted(wanted.items())
+        if items
     ]
     drawn = workers.map(shard_scan.fetch_thumbnails, tasks)
     return {(task.file, index): uri for task, uris in zip(tasks, drawn) for index, uri in uris.items()}
 
 
 def _pictures(
-    directory: str, doc: Mapping[str, Any], found: dup.Duplicates,
-    samples: Mapping[str, Sequence[shard_scan.Thumbnail]], workers: shard_scan.Workers,
+    directory: str,
+    doc: Mapping[str, Any],
+    found: dup.Duplicates,
+    samples: Mapping[str, Sequence[shard_scan.Thumbnail]],
+    workers: shard_scan.Workers,
 ) -> html_page.Pictures:
     """The page's thumbnails: the class samples, and one record per content of the groups the page shows."""
     wanted: Dict[str, Dict[int, int]] = {}
@@ -186,7 +205,7 @@ def build(directory: str, ns: argparse.Namespace) -> Tuple[Dict[str, Any], html_
         sizes = {s["file"]: s.get("num_bytes") for info in doc["splits"].values() for s in info.get("shards", [])}
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise ReportUsageError(f"{manifest.MANIFEST_FILE} is malformed: {type(e).__name__}: {e}") from None
-    processes = ns.processes or default_processes()
+    processes = ns.processes or usable_cores()
 
     started = time.perf_counter()
     with shard_scan.Workers(processes) as workers:
@@ -194,7 +213,8 @@ def build(directory: str, ns: argparse.Namespace) -> Tuple[Dict[str, Any], html_
         read_seconds = time.perf_counter() - started
         located = [
             dup.Located(s.split, s.file, r.index, r.offset, r.filename, r.class_name, r.sha256, r.dhash)
-            for s in scans for r in s.records
+            for s in scans
+            for r in s.records
         ]
         found = dup.find_duplicates(located, ns.near_duplicate_distance)
         samples = facts.select_samples((t for s in scans for t in s.samples), ns.thumbnails_per_class)
@@ -243,7 +263,9 @@ def run(ns: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return _error("interrupted", EXIT_INCOMPLETE)
     except Exception as e:  # never a traceback: one line naming what failed
-        return _error(f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}", EXIT_INCOMPLETE)
+        return _error(
+            f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}", EXIT_INCOMPLETE
+        )
     try:
         _write(json_path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
         _write(html_path, page)
@@ -251,9 +273,15 @@ def run(ns: argparse.Namespace) -> int:
         return _error(f"cannot write the report: {e}")
     print(html_path)
     if not document["dataset"]["complete"]:
-        print(f"{_PROG}: warning: no {manifest.SUCCESS_FILE} in {directory}: the conversion did not finish", file=sys.stderr)
+        print(
+            f"{_PROG}: warning: no {manifest.SUCCESS_FILE} in {directory}: the conversion did not finish",
+            file=sys.stderr,
+        )
     problems = document["read"]["problems"]
     if problems:
-        print(f"{_PROG}: warning: {len(problems)} problem(s) reading the dataset, e.g. {problems[0]} "
-              f"(listed in the report)", file=sys.stderr)
+        print(
+            f"{_PROG}: warning: {len(problems)} problem(s) reading the dataset, e.g. {problems[0]} "
+            f"(listed in the report)",
+            file=sys.stderr,
+        )
     return EXIT_OK if document["dataset"]["complete"] and not problems else EXIT_INCOMPLETE

@@ -1,7 +1,7 @@
 """Read an output directory without Beam or TensorFlow: files, manifest, TFRecord framing, Examples.
 
 Used by ``inspect``, ``verify`` and the TensorFlow-free readers of
-:mod:`img2tfrecord.datasource`. Local paths are read with plain Python
+:mod:`img2tfrecord.readers.datasource`. Local paths are read with plain Python
 file objects; paths with a scheme (``gs://...``) go through
 ``tf.io.gfile``, which is then the only reason TensorFlow gets imported.
 
@@ -20,6 +20,7 @@ one ``offset length`` line per record, ``length`` covering the whole framing.
 ``tf.train.Example`` messages are parsed with the TensorFlow-free message
 classes of :mod:`img2tfrecord.schemas.example_proto`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -205,13 +206,16 @@ def scan_records(path: str, compression: str = "none", check_crc: bool = True) -
                     if not header:
                         return
                     if len(header) < _HEADER.size:
-                        raise TruncatedRecordError(index, offset, f"truncated header: {len(header)} of {_HEADER.size} bytes")
+                        raise TruncatedRecordError(
+                            index, offset, f"truncated header: {len(header)} of {_HEADER.size} bytes"
+                        )
                     length, length_crc = _HEADER.unpack(header)
                     if check_crc and masked_crc32c(header[:8]) != length_crc:
                         raise RecordError(index, offset, "length checksum mismatch (corrupt record header)")
                     if size is not None and offset + _HEADER.size + length + _CRC.size > size:
                         raise TruncatedRecordError(
-                            index, offset,
+                            index,
+                            offset,
                             f"truncated: record of {length} bytes runs past the end of the file ({size} bytes)",
                         )
                     data = _read_exactly(stream, length)
@@ -317,7 +321,7 @@ class RandomAccessFile:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "RandomAccessFile":
+    def __enter__(self) -> RandomAccessFile:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -370,8 +374,10 @@ def read_record_at(f: RandomAccessFile, index: int, offset: int, length: int) ->
     if masked_crc32c(framed[:8]) != length_crc:
         raise MisframedRecordError(index, offset, "no record header here (length checksum mismatch)")
     if framed_length(data_length) != length:
-        raise MisframedRecordError(index, offset, f"the record here takes {framed_length(data_length)} bytes, not {length}")
-    data = framed[_HEADER.size:_HEADER.size + data_length]
+        raise MisframedRecordError(
+            index, offset, f"the record here takes {framed_length(data_length)} bytes, not {length}"
+        )
+    data = framed[_HEADER.size : _HEADER.size + data_length]
     if masked_crc32c(data) != _CRC.unpack_from(framed, _HEADER.size + data_length)[0]:
         raise RecordError(index, offset, "data checksum mismatch (corrupt record data)")
     return data

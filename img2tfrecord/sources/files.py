@@ -1,10 +1,11 @@
 """The bytes of one work item: a local or remote file, or a member of an archive.
 
 No Beam import at module level: conversion worker processes
-(transforms/parallel.py) load this module and start faster without Beam.
+(conversion/pool.py) load this module and start faster without Beam.
 Paths with a scheme (``gs://...``) go through Beam's FileSystems, imported
 on first use; local paths are opened directly.
 """
+
 from __future__ import annotations
 
 import bz2
@@ -12,16 +13,14 @@ import os
 import stat
 import struct
 import zlib
-from typing import Optional, Tuple
+from typing import Optional
 
-from img2tfrecord.transforms.image import ImageError
+from img2tfrecord.images import ImageError
+from img2tfrecord.model import InlineMember, TarMember, WorkItem, ZipMember
 
 _ZIP_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _ZIP_LOCAL_SIGNATURE = b"PK\x03\x04"
 _ZIP_STORED, _ZIP_DEFLATED, _ZIP_BZIP2 = 0, 8, 12
-
-Member = Tuple  # ("zip", archive, header offset, method, compressed size, size, crc, flags) | ("tar", archive, offset, size) | ("data", bytes)
-
 
 
 def _filesystems():
@@ -74,9 +73,7 @@ def read_file(path: str, limit: int) -> bytes:
     with opened as f:
         data = read_capped(f, limit, size_hint)
     if len(data) > limit:
-        raise ImageError(
-            "file_too_large", f"file is over the limit of {limit} bytes (--max-file-mb)"
-        )
+        raise ImageError("file_too_large", f"file is over the limit of {limit} bytes (--max-file-mb)")
     return data
 
 
@@ -126,12 +123,14 @@ def _too_large(size: int, limit: int) -> ImageError:
     return ImageError("file_too_large", f"member is {size} bytes, over the limit of {limit} bytes (--max-file-mb)")
 
 
-def _read_zip_member(member: Member, limit: int) -> bytes:
-    _, archive, offset, method, compressed_size, size, crc, flags = member
+def _read_zip_member(member: ZipMember, limit: int) -> bytes:
+    archive, offset, method, compressed_size, size, crc, flags = member
     if flags & 0x1:
         raise ImageError("unsupported_member", "encrypted zip member")
     if method not in (_ZIP_STORED, _ZIP_DEFLATED, _ZIP_BZIP2):
-        raise ImageError("unsupported_member", f"zip compression method {method} is not supported (stored, deflate, bzip2 are)")
+        raise ImageError(
+            "unsupported_member", f"zip compression method {method} is not supported (stored, deflate, bzip2 are)"
+        )
     if size > limit:
         raise _too_large(size, limit)
     with open_raw(archive) as f:
@@ -143,7 +142,9 @@ def _read_zip_member(member: Member, limit: int) -> bytes:
         f.seek(offset + _ZIP_LOCAL_HEADER.size + fields[10] + fields[11])
         raw = f.read(compressed_size)
     if len(raw) < compressed_size:
-        raise ImageError("truncated_archive", f"archive ends inside this member ({len(raw)} of {compressed_size} bytes)")
+        raise ImageError(
+            "truncated_archive", f"archive ends inside this member ({len(raw)} of {compressed_size} bytes)"
+        )
     try:
         if method == _ZIP_STORED:
             data = raw
@@ -160,8 +161,8 @@ def _read_zip_member(member: Member, limit: int) -> bytes:
     return data
 
 
-def _read_tar_member(member: Member, limit: int) -> bytes:
-    _, archive, offset, size = member
+def _read_tar_member(member: TarMember, limit: int) -> bytes:
+    archive, offset, size = member
     if size > limit:
         raise _too_large(size, limit)
     with open_raw(archive) as f:
@@ -172,34 +173,33 @@ def _read_tar_member(member: Member, limit: int) -> bytes:
     return data
 
 
-def read_source(source: tuple, limit: int) -> bytes:
+def read_source(source: WorkItem, limit: int) -> bytes:
     """The bytes of a work item (a plain file is read with :func:`read_file`).
 
     Raises ImageError (a reason for ``errors.jsonl``) or OSError.
     """
-    member = source[3] if len(source) > 3 else None
+    member = source.member
     if member is None:
-        if len(source) > 4 and source[4] is not None:  # a manifest row: the file may not exist
+        if source.row is not None:  # a manifest row: the file may not exist
             try:
-                return read_file(source[0], limit)
+                return read_file(source.path, limit)
             except FileNotFoundError:
                 raise ImageError("not_found", "no such file (named by the manifest)") from None
             except Exception:  # e.g. a cloud client's "not found": look before calling it unreadable
                 try:
-                    missing = not _filesystems().exists(source[0])
+                    missing = not _filesystems().exists(source.path)
                 except Exception:  # pylint: disable=broad-except
                     missing = False
                 if missing:
                     raise ImageError("not_found", "no such file (named by the manifest)") from None
                 raise
-        return read_file(source[0], limit)
-    kind = member[0]
-    if kind == "data":
-        if len(member[1]) > limit:
-            raise _too_large(len(member[1]), limit)
-        return member[1]
-    if kind == "zip":
+        return read_file(source.path, limit)
+    if isinstance(member, InlineMember):
+        if len(member.data) > limit:
+            raise _too_large(len(member.data), limit)
+        return member.data
+    if isinstance(member, ZipMember):
         return _read_zip_member(member, limit)
-    if kind == "tar":
+    if isinstance(member, TarMember):
         return _read_tar_member(member, limit)
-    raise ValueError(f"unknown member kind {kind!r}")
+    raise TypeError(f"unknown member locator {type(member).__name__}")

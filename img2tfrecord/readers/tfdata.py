@@ -14,6 +14,7 @@ shard order, parallel interleaved shard reads, a record-level shuffle of
 the serialized bytes, batched parsing with ``tf.io.parse_example``,
 parallel decoding, and ``prefetch``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from img2tfrecord import records
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
 
@@ -343,7 +344,11 @@ def load(
     if is_sequence != bool(sequence):
         raise ValueError(
             f"{path} holds {doc.get('record_type')} records: "
-            + ("pass sequence=True to read its clips" if is_sequence else "sequence=True reads only datasets converted with --sequence")
+            + (
+                "pass sequence=True to read its clips"
+                if is_sequence
+                else "sequence=True reads only datasets converted with --sequence"
+            )
         )
     plan = _plan(path, doc, split, batch_size, image_size)
     if shuffle_buffer is not None and (isinstance(shuffle_buffer, bool) or int(shuffle_buffer) <= 0):
@@ -358,7 +363,7 @@ def load(
     if repeat:
         ds = ds.repeat()
     if transform:
-        from img2tfrecord import transformed_reader  # deferred: imports tf.Transform
+        from img2tfrecord.readers import transformed as transformed_reader  # deferred: imports tf.Transform
 
         if sequence:
             raise ValueError("transform=True applies to image datasets; --sequence datasets have no transform")

@@ -12,6 +12,7 @@ No Beam and no TensorFlow: these objects are pickled into the conversion
 worker processes (``transforms/pool.py``), which then import only this
 module, Pillow and protobuf.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,37 +21,19 @@ import posixpath
 import re
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from img2tfrecord.conversion.examples import encode_example, encode_pixel_sums, encode_sequence_example
+from img2tfrecord.conversion.sharding import Splits, assign_split
+from img2tfrecord.images import ImageError, ImageOptions, convert_image, pixel_sums
+from img2tfrecord.model import ERRORS, Clip, Record, WorkItem, error_row
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.transforms.encode import encode_example, encode_pixel_sums, encode_sequence_example
-from img2tfrecord.transforms.image import ImageError, ImageOptions, convert_image, pixel_sums
-from img2tfrecord.transforms.layout import PlacementError, SourceFile, placement
-from img2tfrecord.transforms.reading import is_permanent_read_error, read_source
-from img2tfrecord.transforms.split import Splits, assign_split
-
-ERRORS = "errors"  # the tag of error rows (and of the error output of the conversion step)
-
-
-
-class Record(NamedTuple):
-    """A converted work item, ready to be written to its split's shard."""
-
-    split: str
-    class_name: Optional[str]  # None: a row of an unlabeled manifest
-    example: bytes  # the serialized tf.train.Example / SequenceExample
-    # For the analysed split: the record without its image bytes, plus the image's pixel
-    # sums (schemas.transformed.ANALYSIS_FEATURES) -- the small row tf.Transform reads.
-    analysis: Optional[bytes] = None
-
+from img2tfrecord.sources.files import is_permanent_read_error, read_source
+from img2tfrecord.sources.layout import PlacementError, placement
 
 Output = Tuple[Optional[str], Any]  # (None, Record) | (ERRORS, error row)
 
 _DIGITS = re.compile(r"(\d+)")
-
-
-def error_row(path: str, relpath: str, reason: str, message: str) -> Dict[str, str]:
-    return {"path": path, "relpath": relpath, "reason": reason, "error": message}
 
 
 def _rejected(path: str, relpath: str, reason: str, message: str) -> Output:
@@ -64,7 +47,7 @@ def natural_key(name: str):
 
 
 class ImageConverter:
-    """SourceFile -> ``(None, Record)`` or ``(ERRORS, error row)``.
+    """WorkItem -> ``(None, Record)`` or ``(ERRORS, error row)``.
 
     ``label_names`` is the sorted class list of the whole input, so a class
     seen only in one split still gets its id from the one list. Thread-safe.
@@ -76,7 +59,12 @@ class ImageConverter:
     """
 
     def __init__(
-        self, options: ImageOptions, layout: str, splits: Splits, seed: int, sums_split: Optional[str] = None,
+        self,
+        options: ImageOptions,
+        layout: str,
+        splits: Splits,
+        seed: int,
+        sums_split: Optional[str] = None,
         exact_sums: bool = False,
     ):
         self.options = options
@@ -100,7 +88,7 @@ class ImageConverter:
             self._ids, self._ids_of = ids, names
         return ids
 
-    def read_and_convert(self, source: SourceFile, keep_pixels: bool = False):
+    def read_and_convert(self, source: WorkItem, keep_pixels: bool = False):
         """The converted image, or ImageError; a transient read failure is raised as it is."""
         try:
             return convert_image(read_source(source, self.options.max_file_bytes), self.options, keep_pixels)
@@ -111,25 +99,25 @@ class ImageConverter:
                 raise  # a transient fault: the runner retries the bundle
             raise ImageError("unreadable", f"{type(e).__name__}: {e}") from None
 
-    def crashed(self, source: SourceFile, message: str) -> Output:
+    def crashed(self, source: WorkItem, message: str) -> Output:
         """The error output for a work item whose conversion killed its worker process."""
-        return _rejected(source[0], source[1], "worker_crashed", message)
+        return _rejected(source.path, source.relpath, "worker_crashed", message)
 
-    def relpath_of(self, source: SourceFile) -> str:
+    def relpath_of(self, source: WorkItem) -> str:
         """The relative path that keys a work item's split, shard and position."""
-        return source[1]
+        return source.relpath
 
-    def path_of(self, source: SourceFile) -> str:
+    def path_of(self, source: WorkItem) -> str:
         """What the error report names a work item by."""
-        return source[0]
+        return source.path
 
-    def split_of(self, source: SourceFile) -> str:
+    def split_of(self, source: WorkItem) -> str:
         """The split a work item's record goes to; PlacementError when it has no place (rejected)."""
         split_folder, _ = placement(source, self.layout)
-        return split_folder or assign_split(source[1], self.seed, self.splits)
+        return split_folder or assign_split(source.relpath, self.seed, self.splits)
 
-    def __call__(self, source: SourceFile, label_names: List[str]) -> Output:
-        path, relpath = source[0], source[1]  # archive members and manifest rows carry more (sources.py)
+    def __call__(self, source: WorkItem, label_names: List[str]) -> Output:
+        path, relpath = source.path, source.relpath
         try:
             split_folder, class_name = placement(source, self.layout)
         except PlacementError as e:
@@ -164,65 +152,72 @@ class ClipConverter(ImageConverter):
     See ``transforms/sequence.py`` for the layout and the rules.
     """
 
-    def crashed(self, element, message: str) -> Output:
-        (clip, _), frames = element
-        return _rejected(posixpath.dirname(frames[0][0]), clip, "worker_crashed", message)
+    def crashed(self, element: Clip, message: str) -> Output:
+        return _rejected(self.path_of(element), element.relpath, "worker_crashed", message)
 
-    def relpath_of(self, element) -> str:
-        (clip, _), _ = element
-        return clip
+    def relpath_of(self, element: Clip) -> str:
+        return element.relpath
 
-    def path_of(self, element) -> str:
-        _, frames = element
-        return posixpath.dirname(frames[0][0])
+    def path_of(self, element: Clip) -> str:
+        return posixpath.dirname(element.frames[0].path)
 
-    def split_of(self, element) -> str:
+    def split_of(self, element: Clip) -> str:
         """The split of a clip: its first frame's split folder, else the seeded hash of the clip's relpath."""
-        (clip, _), frames = element
-        first = min(frames, key=lambda s: natural_key(posixpath.basename(s[1])))
+        first = min(element.frames, key=lambda s: natural_key(posixpath.basename(s.relpath)))
         split_folder, _ = placement(first, self.layout)
-        return split_folder or assign_split(clip, self.seed, self.splits)
+        return split_folder or assign_split(element.relpath, self.seed, self.splits)
 
-    def __call__(self, element, label_names: List[str]) -> Output:
-        (clip, is_clip), frames = element
-        frames: Sequence[SourceFile] = sorted(frames, key=lambda s: natural_key(posixpath.basename(s[1])))
+    def __call__(self, element: Clip, label_names: List[str]) -> Output:
+        clip, is_clip = element.relpath, element.is_clip
+        frames: Sequence[WorkItem] = sorted(element.frames, key=lambda s: natural_key(posixpath.basename(s.relpath)))
         first = frames[0]
         try:
             split_folder, class_name = placement(first, self.layout)
         except PlacementError as e:
-            return _rejected(first[0], first[1], e.reason, str(e))
+            return _rejected(first.path, first.relpath, e.reason, str(e))
         if not is_clip:
             return _rejected(
-                first[0], first[1], "no_clip_folder", f"{first[1]!r} is not inside a clip folder SRC/<class>/<clip>/"
+                first.path,
+                first.relpath,
+                "no_clip_folder",
+                f"{first.relpath!r} is not inside a clip folder SRC/<class>/<clip>/",
             )
         for source in frames[1:]:
             if placement(source, self.layout) != (split_folder, class_name):
                 return _rejected(
-                    source[0], clip, "inconsistent_clip",
-                    f"frame {posixpath.basename(source[1])}: its label/split differ from the clip's other frames",
+                    source.path,
+                    clip,
+                    "inconsistent_clip",
+                    f"frame {posixpath.basename(source.relpath)}: its label/split differ from the clip's other frames",
                 )
         converted = []
         for source in frames:
             try:
                 converted.append(self.read_and_convert(source))
             except ImageError as e:
-                return _rejected(source[0], clip, e.reason, f"frame {posixpath.basename(source[1])}: {e.message}")
+                return _rejected(
+                    source.path, clip, e.reason, f"frame {posixpath.basename(source.relpath)}: {e.message}"
+                )
         shape = lambda image: (image.width, image.height, image.channels, image.format)  # noqa: E731
         for source, image in zip(frames, converted):
             if shape(image) != shape(converted[0]):
                 w, h, c, f = shape(image)
                 w0, h0, c0, f0 = shape(converted[0])
                 return _rejected(
-                    source[0], clip, "inconsistent_frames",
-                    f"frame {posixpath.basename(source[1])} is {w}x{h}x{c} {f}, the first frame {w0}x{h0}x{c0} {f0} "
+                    source.path,
+                    clip,
+                    "inconsistent_frames",
+                    f"frame {posixpath.basename(source.relpath)} is {w}x{h}x{c} {f}, the first frame {w0}x{h0}x{c0} {f0} "
                     f"(convert with --image-size and a fixed --format)",
                 )
         ids = self.label_ids(label_names)
         if class_name is not None and class_name not in ids:
-            clip_path = posixpath.dirname(first[0])
+            clip_path = posixpath.dirname(first.path)
             return _rejected(clip_path, clip, "unknown_class", f"class {class_name!r} is not in the label map")
         split = split_folder or assign_split(clip, self.seed, self.splits)
-        return None, Record(split, class_name, encode_sequence_example(converted, ids.get(class_name), class_name, clip))
+        return None, Record(
+            split, class_name, encode_sequence_example(converted, ids.get(class_name), class_name, clip)
+        )
 
 
 # -- in a conversion worker process (transforms/pool.py) -------------------------------------------

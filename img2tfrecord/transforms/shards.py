@@ -20,6 +20,7 @@ again. Encoded images never cross a shuffle: they go from the converter
 straight into the file (tar.gz members, which cannot be seeked to, carry
 their bytes in the work item).
 """
+
 from __future__ import annotations
 
 import base64
@@ -36,56 +37,16 @@ from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils.windowed_value import WindowedValue
 
+from img2tfrecord.conversion.converter import ImageConverter
+from img2tfrecord.conversion.pool import ConversionPool
+from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
+from img2tfrecord.model import ERRORS, CommittedShard, Record, ShardItem, ShardResult, error_row
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.converter import ERRORS, ImageConverter, Record, error_row
-from img2tfrecord.transforms.layout import PlacementError
-from img2tfrecord.transforms.pool import ConversionPool
-from img2tfrecord.transforms.split import assign_shard, shuffle_key
+from img2tfrecord.sources.layout import PlacementError
 
 NAMESPACE = "img2tfrecord"  # Beam metrics namespace of the run's counters
 ANALYSIS = "analysis"  # the tag of the analysed split's small rows (transforms/analyze.py)
 RECORD_FRAMING_BYTES = 16  # TFRecord: length (8) + its CRC (4) + data CRC (4)
-
-
-class ShardItem(NamedTuple):
-    """A work item placed in its shard: sorted by ``(position, relpath)`` inside the shard."""
-
-    position: int
-    relpath: str
-    item: Any
-
-
-class ShardResult(NamedTuple):
-    """A written (not yet committed) shard, as its writer counted it."""
-
-    split: str
-    shard: int
-    temp_path: str
-    num_records: int
-    num_bytes: int
-    sha256: str
-    class_counts: Tuple[Tuple[Optional[str], int], ...]
-    index_path: Optional[str]  # the index's temp path; None for gzip shards
-
-
-class CommittedShard(NamedTuple):
-    """A shard under its final name, as ``dataset.json`` lists it."""
-
-    split: str
-    file: str
-    num_records: int
-    num_bytes: int
-    sha256: str
-    index: Optional[str]  # relative to the output, e.g. index/train-00000-of-00004.tfrecord.idx
-    class_counts: Tuple[Tuple[Optional[str], int], ...]
-
-    def manifest_entry(self) -> Dict[str, Any]:
-        entry: Dict[str, Any] = {
-            "file": self.file, "num_records": self.num_records, "num_bytes": self.num_bytes, "sha256": self.sha256,
-        }
-        if self.index:
-            entry["index"] = self.index
-        return entry
 
 
 class OutputCounter:
@@ -171,7 +132,7 @@ class ShardSink(tfrecordio._TFRecordSink):  # pylint: disable=protected-access
         if not FileSystems.exists(self.temp_dir):
             try:
                 FileSystems.mkdirs(self.temp_dir)
-            except IOError:  # made meanwhile by another worker
+            except OSError:  # made meanwhile by another worker
                 pass
         return self.temp_dir
 
@@ -265,7 +226,9 @@ class AssignShardsFn(beam.DoFn):
             return
         if split not in self._num_shards:
             row = error_row(
-                self._converter.path_of(item), relpath, "unknown_split",
+                self._converter.path_of(item),
+                relpath,
+                "unknown_split",
                 f"split {split!r} was not seen when the run was planned (splits: {', '.join(self._num_shards)})",
             )
             self._count(ERRORS, row)
@@ -349,8 +312,13 @@ class WriteShardsFn(beam.DoFn):
     """
 
     def __init__(
-        self, converter: ImageConverter, sinks: Dict[str, ShardSink], run_dir: str, processes: int = 1,
-        batch_size: int = 32, resume: bool = False,
+        self,
+        converter: ImageConverter,
+        sinks: Dict[str, ShardSink],
+        run_dir: str,
+        processes: int = 1,
+        batch_size: int = 32,
+        resume: bool = False,
     ):
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
@@ -480,10 +448,18 @@ class CommitSplitFn(beam.DoFn):
                         FileSystems.delete([final_index])
                     _rename_into(r.index_path, final_index)
                 elif not FileSystems.exists(final_index):
-                    raise IOError(f"the index of {sink.final_name(r.shard)} is missing: {r.index_path}")
-            committed.append(CommittedShard(
-                split, sink.final_name(r.shard), r.num_records, r.num_bytes, r.sha256, index, r.class_counts,
-            ))
+                    raise OSError(f"the index of {sink.final_name(r.shard)} is missing: {r.index_path}")
+            committed.append(
+                CommittedShard(
+                    split,
+                    sink.final_name(r.shard),
+                    r.num_records,
+                    r.num_bytes,
+                    r.sha256,
+                    index,
+                    r.class_counts,
+                )
+            )
         # Beam's pre_finalize is not called: it deletes existing final files, which a resumed
         # commit must keep; the launcher has already refused or cleared stale shards.
         for _ in sink.finalize_write(sink.temp_dir, [r.temp_path for r in ordered], None):
@@ -492,7 +468,7 @@ class CommitSplitFn(beam.DoFn):
         sizes = {m.path: m.size_in_bytes for result in FileSystems.match(paths) for m in result.metadata_list}
         for c, path in zip(committed, paths):
             if sizes.get(path) != c.num_bytes:
-                raise IOError(f"{path}: {sizes.get(path)} bytes after the commit, but its writer wrote {c.num_bytes}")
+                raise OSError(f"{path}: {sizes.get(path)} bytes after the commit, but its writer wrote {c.num_bytes}")
         yield from committed
 
 
@@ -501,7 +477,7 @@ def _rename_into(src: str, dst: str) -> None:
     if not FileSystems.exists(parent):
         try:
             FileSystems.mkdirs(parent)
-        except IOError:
+        except OSError:
             pass
     FileSystems.rename([src], [dst])
 
@@ -514,8 +490,15 @@ class WriteShards(beam.PTransform):
     """
 
     def __init__(
-        self, converter: ImageConverter, sinks: Dict[str, ShardSink], run_dir: str, seed: int, processes: int,
-        label_names, batch_size: int = 32, resume: bool = False,
+        self,
+        converter: ImageConverter,
+        sinks: Dict[str, ShardSink],
+        run_dir: str,
+        seed: int,
+        processes: int,
+        label_names,
+        batch_size: int = 32,
+        resume: bool = False,
     ):
         super().__init__()
         self._converter = converter
@@ -532,9 +515,9 @@ class WriteShards(beam.PTransform):
         placed = items | "AssignShards" >> beam.ParDo(
             AssignShardsFn(self._converter, num_shards, self._seed)
         ).with_output_types(Tuple[Tuple[str, int], Any]).with_outputs(ERRORS, main="placed")
-        every = items.pipeline | "EveryShard" >> beam.Create(every_shard(num_shards), reshuffle=False).with_output_types(
-            Tuple[Tuple[str, int], Any]
-        )
+        every = items.pipeline | "EveryShard" >> beam.Create(
+            every_shard(num_shards), reshuffle=False
+        ).with_output_types(Tuple[Tuple[str, int], Any])
         written = (
             (placed.placed, every)
             | "WithEveryShard" >> beam.Flatten()

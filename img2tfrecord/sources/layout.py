@@ -3,20 +3,18 @@
 No Beam import: conversion worker processes (transforms/parallel.py) load
 this module, and start faster without Beam.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from img2tfrecord.transforms.split import split_of_folder
+from img2tfrecord.conversion.sharding import split_of_folder
+from img2tfrecord.model import WorkItem
 
 LAYOUT_CLASS = "class"  # SRC/<class>/<file>
 LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>
 LAYOUT_MANIFEST = "manifest"  # label and split come from the rows of a CSV/JSONL manifest
 LAYOUTS = (LAYOUT_CLASS, LAYOUT_SPLIT)
-
-SourceFile = Tuple[str, str, int]  # (path, path relative to the input root, size in bytes)
-# Archive members and manifest rows extend it (transforms/sources.py):
-# (path, relpath, size, member locator or None, (split, label) of a manifest row or None).
 
 
 def is_text(name: str) -> bool:
@@ -68,11 +66,49 @@ def class_of(relpath: str, layout: str) -> Optional[str]:
         return None
 
 
-def placement(source: SourceFile, layout: str) -> Tuple[Optional[str], Optional[str]]:
+def placement(source: WorkItem, layout: str) -> Tuple[Optional[str], Optional[str]]:
     """``(split or None, class name)`` of any source: from a manifest row, else from its relpath.
 
     The class name is None only for a row of an unlabeled manifest.
     """
-    if len(source) > 4 and source[4] is not None:
-        return source[4]
-    return parse_relpath(source[1], layout)
+    if source.row is not None:
+        return source.row.split, source.row.label
+    return parse_relpath(source.relpath, layout)
+
+
+BAD_NAME = "file name is not valid UTF-8; rename it (e.g. with convmv) to convert it"
+# Files and folders that operating systems, file managers and NAS boxes leave next to
+# pictures (compared lower-case). "@eadir" is where Synology keeps thumbnails of every
+# photo: JPEGs that would otherwise become duplicate records.
+_JUNK_NAMES = {
+    "thumbs.db",
+    "ehthumbs.db",
+    "ehthumbs_vista.db",
+    "desktop.ini",
+    "icon\r",
+    "__macosx",
+    "@eadir",
+    "$recycle.bin",
+    "system volume information",
+    "lost+found",
+}
+
+
+def relative_path(base: str, path: str) -> str:
+    """``path`` relative to the input root ``base`` (which ends with a separator)."""
+    if not path.startswith(base):
+        raise ValueError(f"{path!r} is not under the input root {base!r}")
+    return path[len(base) :].lstrip("/")
+
+
+def is_junk(relpath: str) -> bool:
+    return any(part.startswith(".") or part.lower() in _JUNK_NAMES for part in relpath.split("/"))
+
+
+def classes_of_file(source: WorkItem, layout: str):
+    """``[class name]`` of a work item, or ``[]`` when it has none (the label map is built from these)."""
+    try:
+        name = placement(source, layout)[1]
+    except PlacementError:
+        name = None
+    return [name] if name is not None else []

@@ -22,6 +22,7 @@ reason ``worker_crashed``.
 
 No Beam here: the pool is plain ``concurrent.futures``.
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,12 +33,20 @@ import os
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from img2tfrecord.transforms.converter import ImageConverter, Output, convert_batch, install_converter
+from img2tfrecord.conversion.converter import ImageConverter, Output, convert_batch, install_converter
 
 CRASH_MESSAGE = (
     "the conversion worker process died while converting this item, twice "
     "(a crash in the image decoder, or out of memory)"
 )
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 class _Batch(NamedTuple):
@@ -55,7 +64,11 @@ class ConversionPool:
     """
 
     def __init__(
-        self, converter: ImageConverter, processes: int, batch_size: int = 32, in_flight_per_process: int = 2,
+        self,
+        converter: ImageConverter,
+        processes: int,
+        batch_size: int = 32,
+        in_flight_per_process: int = 2,
     ):
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
@@ -71,7 +84,7 @@ class ConversionPool:
         self._generation = 0
         self._start_pool()
 
-    def __enter__(self) -> "ConversionPool":
+    def __enter__(self) -> ConversionPool:
         return self
 
     def __exit__(self, *unused) -> None:

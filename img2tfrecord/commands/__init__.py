@@ -1,0 +1,1 @@
+"""The commands' glue: parse their options, call the library, print (``cli.py`` dispatches to them)."""

@@ -1,0 +1,203 @@
+"""``img2tfrecord convert``: options to a ``ConvertConfig``, the run, the summary.
+
+``convert`` splits its own options (declared once, in ``img2tfrecord/options.py``)
+from Beam's: every standard Beam option (``--runner``, ``--project``,
+``--direct_num_workers``, ...) passes through untouched, and anything
+neither side knows is a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import difflib
+import io
+import logging
+import os
+import sys
+from typing import List, Sequence
+
+from img2tfrecord.commands.errors import EXIT_ERROR_BUDGET, EXIT_OK, UsageError
+from img2tfrecord.options import DEFAULT_SHARD_SIZE_MB, add_convert_arguments
+
+
+def add_parser(subparsers) -> List[str]:
+    """Register ``convert``; -> its option strings."""
+    p = subparsers.add_parser(
+        "convert",
+        help="convert images into TFRecord shards",
+        description="Convert images into shuffled, split, sharded TFRecord files. "
+        "Unrecognised --flags are passed to Apache Beam (e.g. --runner DataflowRunner --project P).",
+    )
+    return add_convert_arguments(p)
+
+
+def check_pipeline_args(args: Sequence[str], own_options: Sequence[str]) -> None:
+    """UsageError for an argument that neither convert nor Beam knows, or a Beam option Beam refuses."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    args = list(args)
+    for i, arg in enumerate(args):  # a Beam flag takes at most one value: two bare words in a row are a stray
+        if not arg.startswith("-") and (i == 0 or not args[i - 1].startswith("-") or "=" in args[i - 1]):
+            raise UsageError(f"unrecognized argument {arg}")
+    beam_log = logging.getLogger("apache_beam.options.pipeline_options")
+    disabled, beam_log.disabled = beam_log.disabled, True  # its "Discarding unparseable args" warning
+    refused = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(refused):
+            options = PipelineOptions(args)
+            known = options.get_all_options()
+            everything = options.get_all_options(retain_unknown_options=True)
+    except SystemExit:  # argparse refused a value of a Beam option; its message says which
+        lines = [line for line in refused.getvalue().splitlines() if line.strip()]
+        raise UsageError(
+            f"invalid pipeline option: {lines[-1].split('error: ', 1)[-1] if lines else ' '.join(args)}"
+        ) from None
+    finally:
+        beam_log.disabled = disabled
+    unknown = [name for name in everything if name not in known]
+    if unknown:
+        flag = next(
+            (a.split("=", 1)[0] for a in args if a.lstrip("-").split("=", 1)[0].replace("-", "_") == unknown[0]),
+            f"--{unknown[0]}",
+        )
+        candidates = list(own_options) + [f"--{name}" for name in known]
+        hint = difflib.get_close_matches(flag, candidates, n=1)
+        raise UsageError(f"unrecognized argument {flag}" + (f" (did you mean {hint[0]}?)" if hint else ""))
+
+
+def config_from_args(ns: argparse.Namespace):
+    from img2tfrecord.conversion.sharding import parse_splits
+    from img2tfrecord.images import ImageOptions
+    from img2tfrecord.pipeline.config import ConvertConfig
+
+    try:
+        splits = parse_splits(ns.splits) if ns.splits is not None else None
+    except ValueError as e:
+        raise UsageError(f"--splits: {e}") from None
+    fmt = ns.format
+    if fmt is None:
+        fmt = "keep" if ns.image_size is None and ns.channels == 3 else "jpeg"
+    if ns.input.rstrip("/") == ns.output.rstrip("/"):
+        raise UsageError("--output must differ from --input")
+    if ns.resume and ns.overwrite:
+        raise UsageError("--resume keeps what an interrupted run finished, --overwrite replaces it: give one")
+    if ns.exact_statistics and not ns.analyze:
+        raise UsageError("--exact-statistics applies to the analysis, which --no-analyze skips")
+    if ns.exact_statistics and ns.sequence:
+        raise UsageError("--exact-statistics applies to the analysis, and --sequence records are not analysed")
+    image = ImageOptions(
+        size=ns.image_size,
+        resize=ns.resize,
+        channels=ns.channels,
+        format=fmt,
+        quality=ns.quality,
+        max_pixels=ns.max_pixels,
+        max_file_bytes=int(ns.max_file_mb * 1024 * 1024),
+        decode_timeout_s=ns.decode_timeout_s,
+    )
+    return ConvertConfig(
+        input=ns.input,
+        output=ns.output.rstrip("/") if "://" in ns.output else _local_abs(ns.output),
+        image=image,
+        splits=splits,
+        seed=ns.seed,
+        shard_size_mb=ns.shard_size_mb or DEFAULT_SHARD_SIZE_MB,
+        num_shards=ns.num_shards,
+        compression=ns.compression,
+        overwrite=ns.overwrite,
+        resume=ns.resume,
+        analyze=ns.analyze,
+        exact_statistics=ns.exact_statistics,
+        sequence=ns.sequence,
+    )
+
+
+def _local_abs(path: str) -> str:
+    import os
+
+    return os.path.abspath(path)
+
+
+def format_summary(doc) -> str:
+    from img2tfrecord import inspection
+    from img2tfrecord.schemas import manifest
+
+    lines = []
+    acc = doc["accounting"]
+    lines.append(
+        f"{acc['inputs']} inputs: {acc['written']} records written, {acc['rejected']} rejected"
+        + (f", {acc['skipped']} junk files skipped" if acc.get("skipped") else "")
+    )
+    for split, info in doc["splits"].items():
+        lines.append(
+            f"  {split}: {info['num_examples']} records in {len(info['shards'])} shard(s), {info['num_bytes'] / 1e6:.1f} MB"
+        )
+        for class_name, n in info["examples_per_class"].items():
+            lines.append(f"    {class_name}: {n}")
+    if acc["rejected_by_reason"]:
+        lines.append("rejected by reason (details in errors.jsonl):")
+        for reason, n in acc["rejected_by_reason"].items():
+            lines.append(f"  {reason}: {n}")
+    stats = doc.get(manifest.STATISTICS)
+    if stats:
+        lines.append(f"{inspection.statistics_line(stats)} (tf.Transform output: {stats['files']['transform_fn']}/)")
+    return "\n".join(lines)
+
+
+def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
+    from img2tfrecord.pipeline import OutputNotEmpty, PlanError
+    from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotWritable
+    from img2tfrecord.pipeline.run import default_processes, is_dry_run, pipeline_options, read_manifest
+    from img2tfrecord.pipeline.run import run as run_pipeline
+    from img2tfrecord.schemas import manifest
+    from img2tfrecord.transforms.finalize import ErrorBudgetExceeded
+
+    check_pipeline_args(pipeline_args, own_options)
+    config = config_from_args(ns)
+    config = dataclasses.replace(
+        config,
+        processes=ns.processes or default_processes(pipeline_options(pipeline_args)),
+        max_error_rate=ns.max_error_rate,
+    )
+    logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(levelname)s %(message)s")
+    # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    # So do those of tf.Transform's libraries (the analysis, transforms/analyze.py).
+    for name in ("absl", "tensorflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # TensorFlow's C++ start-up lines (no GPU found, cuInit failed) say nothing about the run.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # tf.Transform runs on Keras 2 and sets this itself, but only after TensorFlow is
+    # imported, which then has loaded Keras 3 as well (~0.5 s); set before the import.
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    # The job itself enforces --max-error-rate: it writes everything, then fails.
+    budget_exceeded = None
+    try:
+        doc = run_pipeline(config, pipeline_args, wait=not ns.no_wait)
+    except AlreadyComplete as e:
+        logging.info("%s", e)
+        doc = read_manifest(config.output)
+    except (PlanError, OutputNotEmpty, OutputNotWritable) as e:
+        raise UsageError(str(e)) from None
+    except Exception as e:
+        # Runners re-raise the job's exception as it was or wrapped in their own.
+        if not isinstance(e, ErrorBudgetExceeded) and ErrorBudgetExceeded.__name__ not in str(e):
+            raise
+        budget_exceeded = next(
+            (line for line in str(e).splitlines() if line.startswith("error budget exceeded")), str(e)
+        ).split(" [while running")[0]
+        doc = read_manifest(config.output)
+    if doc is None:
+        if is_dry_run(pipeline_options(pipeline_args)):
+            print("dry run: the job was built and translated; nothing ran and nothing was written")
+        else:
+            print(f"submitted: {config.output}/{manifest.SUCCESS_FILE} appears when the job completes")
+        return EXIT_OK
+    print(format_summary(doc))
+    print(f"output: {config.output}")
+    if budget_exceeded:
+        print(f"img2tfrecord: {budget_exceeded}", file=sys.stderr)
+        return EXIT_ERROR_BUDGET
+    return EXIT_OK

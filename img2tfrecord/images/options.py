@@ -1,0 +1,88 @@
+"""What a run does to every image (``ImageOptions``), what it gives back (``ConvertedImage``), and its errors.
+
+No Beam and no TensorFlow here or anywhere in ``img2tfrecord.images``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Optional, Tuple
+
+from PIL import Image
+
+RESIZE_MODES = ("stretch", "fit", "fill")
+FORMATS = ("keep", "jpeg", "png", "raw")  # raw: uint8 pixels, row-major height x width x channels
+LOSSLESS_FORMATS = frozenset({"png", "raw"})  # stored formats whose decoded pixels are the encoded ones
+# Formats whose original bytes may be stored as they are (TensorFlow decodes them).
+# MPO is how Pillow names a JPEG carrying extra pictures (many phone and camera
+# photos): the file is a JPEG whose first picture is the one decoded.
+KEEPABLE_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png"}
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
+DEFAULT_MAX_FILE_MB = 64.0
+DEFAULT_DECODE_TIMEOUT_S = 30.0
+# Formats Pillow can read that are never opened: EPS is a PostScript program, which
+# Pillow hands to Ghostscript to get pixels. Inputs are data and are never run.
+NEVER_OPENED_FORMATS = frozenset({"EPS"})
+
+
+class ImageError(Exception):
+    """An input that cannot become a record. ``reason`` is a short stable category."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How every image is converted; fixed for a run."""
+
+    size: Optional[Tuple[int, int]] = None  # (width, height); None keeps each image's size
+    resize: str = "fill"
+    channels: int = 3
+    format: str = "keep"
+    quality: int = 90
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_file_bytes: int = int(DEFAULT_MAX_FILE_MB * 1024 * 1024)
+    decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S  # per image: see Deadline
+
+    def __post_init__(self):
+        if self.resize not in RESIZE_MODES:
+            raise ValueError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {self.resize!r}")
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.channels not in (1, 3):
+            raise ValueError(f"channels must be 1 or 3, got {self.channels!r}")
+        if self.size is not None and (self.size[0] <= 0 or self.size[1] <= 0):
+            raise ValueError(f"image size must be positive, got {self.size[0]}x{self.size[1]}")
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be between 1 and 100, got {self.quality}")
+        if self.max_pixels <= 0:
+            raise ValueError(f"max_pixels must be positive, got {self.max_pixels}")
+        if self.max_file_bytes <= 0:
+            raise ValueError(f"max_file_bytes must be positive, got {self.max_file_bytes}")
+        if not self.decode_timeout_s > 0:
+            raise ValueError(f"decode_timeout_s must be positive, got {self.decode_timeout_s}")
+
+    @property
+    def mode(self) -> str:
+        return "RGB" if self.channels == 3 else "L"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertedImage:
+    encoded: bytes
+    format: str  # "jpeg" / "png" / "raw"
+    height: int
+    width: int
+    channels: int
+    # The pixels that were encoded (RGB/L, width x height), kept only when asked for
+    # (convert_image(..., keep_pixels=True)) and only when the image was encoded here;
+    # None when the original file is stored byte for byte. See pixel_sums.
+    pixels: Optional[Image.Image] = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.encoded).hexdigest()

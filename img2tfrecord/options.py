@@ -1,0 +1,438 @@
+"""Every option of ``convert``, declared once.
+
+The CLI parser (:func:`add_convert_arguments`), the Flex Template's
+parameters (:func:`template_metadata`, written to ``flex_template/metadata.json``
+and checked by a test), the options table of ``docs/options.md``
+(:func:`options_table`, checked by a test) and the names ``dataset.json``
+records the options under (``Option.recorded_as``, checked against
+``ConvertConfig.options_json``) all come from :data:`CONVERT_OPTIONS`.
+
+No Beam and no TensorFlow: the parser is built before either is imported.
+
+    python -m img2tfrecord.options --flex-metadata > flex_template/metadata.json
+    python -m img2tfrecord.options --options-table
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from img2tfrecord.images.options import (
+    DEFAULT_DECODE_TIMEOUT_S,
+    DEFAULT_MAX_FILE_MB,
+    DEFAULT_MAX_PIXELS,
+    FORMATS,
+    RESIZE_MODES,
+)
+
+DEFAULT_SHARD_SIZE_MB = 128.0
+DEFAULT_QUALITY = 90
+
+
+def parse_image_size(text: str) -> Tuple[int, int]:
+    """``"224"`` -> (224, 224); ``"320x240"`` -> (320, 240) as (width, height)."""
+    m = re.fullmatch(r"\s*(-?\d+)\s*(?:[xX]\s*(-?\d+)\s*)?", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected N or WxH, got {text!r}")
+    w = int(m.group(1))
+    h = int(m.group(2)) if m.group(2) is not None else w
+    if w <= 0 or h <= 0:
+        raise argparse.ArgumentTypeError(f"image size must be positive, got {text!r}")
+    return w, h
+
+
+def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text!r}")
+    return value
+
+
+def quality(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer 1..100, got {text!r}") from None
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 100, got {text!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """How an option appears as a Flex Template parameter (its name is the option's dest)."""
+
+    label: str
+    help: str
+    regex: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One ``convert`` option: its flag, how argparse reads it, and where else it appears."""
+
+    flag: str
+    help: str
+    doc_default: str = ""  # the default as docs/options.md shows it ("" for none)
+    type: Optional[Callable[[str], Any]] = None
+    default: Any = None
+    choices: Optional[Sequence[Any]] = None
+    metavar: Optional[str] = None
+    switch: bool = False  # a flag without a value (store_true)
+    negates: Optional[str] = None  # a flag that turns off this dest (store_false)
+    required: bool = False
+    short: Optional[str] = None
+    exclusive_group: Optional[str] = None
+    recorded_as: Optional[str] = None  # its key in dataset.json's "options"
+    template: Optional[Template] = None
+    doc: Optional[str] = None  # its meaning in docs/options.md (Markdown, with links), when richer than ``help``
+
+    @property
+    def dest(self) -> str:
+        return self.negates or self.flag.lstrip("-").replace("-", "_")
+
+    def add_to(self, parser) -> None:
+        flags = [self.short, self.flag] if self.short else [self.flag]
+        kwargs: Dict[str, Any] = {"help": self.help.replace("%", "%%")}
+        if self.switch:
+            kwargs["action"] = "store_true"
+        elif self.negates:
+            kwargs.update(action="store_false", dest=self.negates)
+        else:
+            kwargs.update(type=self.type, default=self.default, required=self.required)
+            if self.choices is not None:
+                kwargs["choices"] = self.choices
+            if self.metavar is not None:
+                kwargs["metavar"] = self.metavar
+        parser.add_argument(*flags, **kwargs)
+
+
+_BOOLEAN = r"^(true|false)$"
+
+CONVERT_OPTIONS: Tuple[Option, ...] = (
+    Option(
+        "--input",
+        doc="folder, glob, archive(s) or manifest, local or `gs://` ([inputs](inputs.md))",
+        required=True,
+        doc_default="required",
+        help="folder (SRC/<class>/<file> or SRC/<split>/<class>/<file>), glob, archive(s) (.zip, .tar, .tar.gz, .tgz; "
+        "a glob of many) or manifest (.csv/.jsonl with path,label[,split]); local or gs://",
+        template=Template("Input images", "gs:// folder (SRC/<class>/<file> or SRC/<split>/<class>/<file>) or glob."),
+    ),
+    Option(
+        "--output",
+        required=True,
+        doc_default="required",
+        help="output folder for shards, dataset.json, labels.txt, errors.jsonl; must be empty (or --overwrite / --resume)",
+        template=Template(
+            "Output folder", "gs:// folder for the shards and dataset.json; must be empty unless overwrite is true."
+        ),
+    ),
+    Option(
+        "--image-size",
+        type=parse_image_size,
+        metavar="N|WxH",
+        doc_default="keep each image's size",
+        help="resize to N×N or W×H (224 = 224×224; 320x240 = 320 wide, 240 high)",
+        recorded_as="image_size",
+        template=Template(
+            "Image size", "N or WxH, e.g. 224 or 320x240. Empty keeps each image's size.", r"^[0-9]+([xX][0-9]+)?$"
+        ),
+    ),
+    Option(
+        "--resize",
+        choices=RESIZE_MODES,
+        default="fill",
+        doc_default="fill",
+        recorded_as="resize",
+        help="stretch ignores aspect; fit keeps aspect and pads with black; fill keeps aspect and centre-crops",
+        template=Template(
+            "Resize mode",
+            "stretch, fit (keep aspect, pad) or fill (keep aspect, centre-crop; default).",
+            r"^(stretch|fit|fill)$",
+        ),
+    ),
+    Option(
+        "--channels",
+        type=int,
+        choices=(1, 3),
+        default=3,
+        doc_default="3",
+        recorded_as="channels",
+        help="3 = RGB, 1 = grayscale",
+    ),
+    Option(
+        "--format",
+        doc="stored image format ([what happens to each image](inputs.md#what-happens-to-each-image), [raw pixels](inputs.md#raw-pixels-and-sequences))",
+        choices=FORMATS,
+        doc_default="`keep` without `--image-size`/`--channels 1`, else `jpeg`",
+        recorded_as="format",
+        help="stored image format; raw = uint8 pixels HxWxC",
+        template=Template(
+            "Stored format", "keep, jpeg or png (default: keep without resizing, else jpeg).", r"^(keep|jpeg|png)$"
+        ),
+    ),
+    Option(
+        "--sequence",
+        doc="one `tf.train.SequenceExample` per clip folder ([sequences](inputs.md#raw-pixels-and-sequences))",
+        switch=True,
+        doc_default="off",
+        recorded_as="sequence",
+        help="SRC/<class>/<clip>/<frames>: one tf.train.SequenceExample per clip, frames in natural name order",
+    ),
+    Option(
+        "--quality",
+        type=quality,
+        default=DEFAULT_QUALITY,
+        doc_default=str(DEFAULT_QUALITY),
+        recorded_as="quality",
+        help="JPEG quality",
+        template=Template("JPEG quality", "1-100 (default 90).", r"^[0-9]{1,3}$"),
+    ),
+    Option(
+        "--splits",
+        metavar="NAME=FRACTION,...",
+        doc_default="all train, or the input's split folders",
+        recorded_as="splits",
+        help="e.g. train=0.8,validation=0.1,test=0.1; fractions must sum to 1",
+        template=Template("Splits", "NAME=FRACTION,... summing to 1, e.g. train=0.8,validation=0.1,test=0.1."),
+    ),
+    Option(
+        "--seed",
+        type=int,
+        default=0,
+        doc_default="0",
+        recorded_as="seed",
+        help="seed of the split, shard and order of every work item",
+        template=Template("Seed", "Seed of the split assignment and the shuffle (default 0).", r"^-?[0-9]+$"),
+    ),
+    Option(
+        "--shard-size-mb",
+        type=positive(float),
+        exclusive_group="shards",
+        doc_default=f"{DEFAULT_SHARD_SIZE_MB:g}",
+        recorded_as="shard_size_mb",
+        help="shards per split = ceil(estimated split bytes / M), at least 1",
+        metavar="M",
+        template=Template("Shard size (MB)", "Target shard size (default 128).", r"^[0-9]+(\.[0-9]+)?$"),
+    ),
+    Option(
+        "--num-shards",
+        type=positive(int),
+        exclusive_group="shards",
+        recorded_as="num_shards",
+        metavar="N",
+        help="exactly N shards per split instead of --shard-size-mb",
+        template=Template("Shards per split", "Fixed number of shards per split instead of a shard size.", r"^[0-9]+$"),
+    ),
+    Option(
+        "--compression",
+        choices=("none", "gzip"),
+        default="none",
+        doc_default="none",
+        recorded_as="compression",
+        help="gzip writes .tfrecord.gz (no index files)",
+        template=Template("Compression", "none (default) or gzip.", r"^(none|gzip)$"),
+    ),
+    Option(
+        "--overwrite",
+        switch=True,
+        doc_default="off",
+        help="replace an earlier conversion in --output",
+        template=Template("Overwrite", "true to replace an earlier conversion in the output folder.", _BOOLEAN),
+    ),
+    Option(
+        "--resume",
+        doc="finish an interrupted conversion: shards it finished are kept, the rest converted ([resuming](output-format.md#resuming-an-interrupted-run))",
+        switch=True,
+        doc_default="off",
+        help="finish an interrupted conversion of the same input, options and seed: shards it finished are kept, "
+        "the rest converted",
+        template=Template(
+            "Resume",
+            "true to finish an interrupted conversion of the same input, options and seed, keeping the "
+            "shards it finished.",
+            _BOOLEAN,
+        ),
+    ),
+    Option(
+        "--max-pixels",
+        doc="reject images with more pixels (decompression bombs; [limits](bad-input.md#limits))",
+        type=positive(int),
+        default=DEFAULT_MAX_PIXELS,
+        doc_default=str(DEFAULT_MAX_PIXELS),
+        metavar="P",
+        recorded_as="max_pixels",
+        help="reject images with more pixels (decompression bombs)",
+    ),
+    Option(
+        "--max-file-mb",
+        type=positive(float),
+        default=DEFAULT_MAX_FILE_MB,
+        doc_default=f"{DEFAULT_MAX_FILE_MB:g}",
+        metavar="M",
+        recorded_as="max_file_bytes",
+        help="reject larger files",
+    ),
+    Option(
+        "--decode-timeout-s",
+        type=positive(float),
+        default=DEFAULT_DECODE_TIMEOUT_S,
+        doc_default=f"{DEFAULT_DECODE_TIMEOUT_S:g}",
+        metavar="S",
+        recorded_as="decode_timeout_s",
+        help="reject an image whose decoding and resizing take longer",
+    ),
+    Option(
+        "--max-error-rate",
+        doc="exit 3 when more than this fraction of inputs is rejected ([scheduled jobs](scheduled-jobs.md))",
+        type=fraction,
+        metavar="F",
+        doc_default="no limit",
+        recorded_as="max_error_rate",
+        help="exit 3 when more than this fraction of inputs is rejected (everything is still written)",
+        template=Template("Error budget", "Fraction of inputs that may be rejected before the job reports failure."),
+    ),
+    Option(
+        "--processes",
+        doc="local processes converting images ([choosing a runner](runners.md#choosing-a-runner))",
+        type=positive(int),
+        metavar="N",
+        doc_default="cores (local runner), 1 (others)",
+        help="local processes converting images; on distributed runners the workers are the parallelism",
+    ),
+    Option(
+        "--no-analyze",
+        doc="skip the tf.Transform analysis of the train split ([tf.Transform](tf-transform.md))",
+        negates="analyze",
+        doc_default="off",
+        recorded_as="analyze",
+        help="skip the tf.Transform analysis of the train split (no transform_fn/, no statistics in dataset.json)",
+    ),
+    Option(
+        "--exact-statistics",
+        doc="train statistics of re-encoded JPEGs from their stored bytes, not the encoder's input ([how the statistics are computed](tf-transform.md#how-the-statistics-are-computed))",
+        switch=True,
+        doc_default="off",
+        recorded_as="exact_statistics",
+        help="compute the train statistics of images stored as re-encoded JPEG from their stored bytes, decoded as "
+        "readers decode them, not from the pixels given to the JPEG encoder (about 9% more conversion CPU at 224x224)",
+        template=Template(
+            "Exact statistics",
+            "true to compute the train statistics of images re-encoded as JPEG from their stored "
+            "bytes (about 9% more conversion CPU) instead of the pixels given to the encoder.",
+            _BOOLEAN,
+        ),
+    ),
+    Option(
+        "--no-wait",
+        switch=True,
+        doc_default="off",
+        help="submit the job and exit (remote runners); the job writes _SUCCESS when done",
+    ),
+    Option("--quiet", short="-q", switch=True, doc_default="off", help="print only the summary"),
+)
+
+TEMPLATE_NAME = "img2tfrecord convert"
+TEMPLATE_DESCRIPTION = (
+    "Convert an image dataset (class folders, split folders or a glob on Cloud Storage) into shuffled, split, "
+    "sharded TFRecord files of tf.train.Example, with dataset.json, labels.txt, errors.jsonl and _SUCCESS."
+)
+
+
+def add_convert_arguments(parser: argparse.ArgumentParser) -> List[str]:
+    """Add every option to ``parser``; -> the option strings, for "did you mean" hints."""
+    groups: Dict[str, Any] = {}
+    strings: List[str] = []
+    for option in CONVERT_OPTIONS:
+        target = parser
+        if option.exclusive_group:
+            target = groups.setdefault(option.exclusive_group, parser.add_mutually_exclusive_group())
+        option.add_to(target)
+        strings.extend(s for s in (option.short, option.flag) if s)
+    return strings
+
+
+def template_options() -> Dict[str, Option]:
+    """Flex Template parameter name -> option."""
+    return {option.dest: option for option in CONVERT_OPTIONS if option.template}
+
+
+def template_metadata() -> str:
+    """``flex_template/metadata.json``: one parameter per option with a template entry."""
+    lines = []
+    for name, option in template_options().items():
+        entry: Dict[str, Any] = {
+            "name": name,
+            "label": option.template.label,
+            "helpText": option.template.help,
+            "isOptional": not option.required,
+        }
+        if option.template.regex:
+            entry["regexes"] = [option.template.regex]
+        lines.append("    " + json.dumps(entry, ensure_ascii=False))
+    head = json.dumps(TEMPLATE_NAME)
+    description = json.dumps(TEMPLATE_DESCRIPTION, ensure_ascii=False)
+    return (
+        '{\n  "name": '
+        + head
+        + ',\n  "description": '
+        + description
+        + ',\n  "parameters": [\n'
+        + ",\n".join(lines)
+        + "\n  ]\n}\n"
+    )
+
+
+def options_table() -> str:
+    """The Markdown table of ``docs/options.md``."""
+    bar = "\\|"
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for option in CONVERT_OPTIONS:
+        if option.switch or option.negates:
+            usage = f"`{option.short}`, `{option.flag}`" if option.short else f"`{option.flag}`"
+        elif option.choices is not None:
+            usage = f"`{option.flag} {bar.join(str(c) for c in option.choices)}`"
+        else:
+            usage = f"`{option.flag} {(option.metavar or option.dest.upper()).replace('|', bar)}`"
+        meaning = (option.doc or option.help).replace("|", bar)
+        rows.append(f"| {usage} | {option.doc_default} | {meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--flex-metadata"]:
+        sys.stdout.write(template_metadata())
+    elif args == ["--options-table"]:
+        sys.stdout.write(options_table())
+    else:
+        print("usage: python -m img2tfrecord.options --flex-metadata | --options-table", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Reading a converted output: tf.data (``tfdata``), without TensorFlow (``datasource``, ``records``), TFDS."""

@@ -1,0 +1,1 @@
+"""Where the images come from, without Beam: layouts, files, archive members, manifest rows."""

@@ -1,0 +1,294 @@
+"""Archives as inputs (zip, tar, tar.gz), without Beam: kinds, member names, listing, and a launch-time peek.
+
+A member becomes a work item whose ``member`` locator says how to read its
+bytes (``sources/files.py``): a zip member by seeking to its local header, an
+uncompressed tar member by seeking to its data, a tar.gz member (which cannot
+be seeked to) by carrying its bytes. Members are never extracted to disk.
+Member names lose a leading ``./`` and, when every file of an archive sits
+under one folder that wraps the dataset, that folder (see
+:func:`top_folder_to_strip`), so an archive gives the relpaths, and so the
+records, of its unpacked folder.
+"""
+
+from __future__ import annotations
+
+import struct
+import tarfile
+import zipfile
+import zlib
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+from img2tfrecord.conversion.sharding import split_of_folder
+from img2tfrecord.model import ArchiveEntry, ErrorEntry, InlineMember, MemberEntry, SkippedEntry, TarMember, ZipMember
+from img2tfrecord.sources.files import open_raw
+from img2tfrecord.sources.layout import is_junk, is_text, printable
+
+# Longest suffix first: "x.tar.gz" is a tar.gz, not a ".gz".
+ARCHIVE_SUFFIXES = ((".tar.gz", "tgz"), (".tgz", "tgz"), (".tar", "tar"), (".zip", "zip"))
+MEMBER_SEPARATOR = "!/"
+
+# Path parts of a file inside a class folder under a wrapping top folder:
+# TOP/<class>/<file> for images, TOP/<class>/<clip>/<frame> for sequences.
+MIN_DEPTH_IMAGES = 3
+MIN_DEPTH_SEQUENCES = 4
+
+_TAR_BLOCK = tarfile.BLOCKSIZE
+
+
+def suffix_kind(path: str, table) -> Optional[str]:
+    lower = path.lower()
+    for suffix, kind in table:
+        if lower.endswith(suffix):
+            return kind
+    return None
+
+
+def archive_kind(path: str) -> Optional[str]:
+    """``zip``, ``tar``, ``tgz`` (gzip-compressed tar) or None, by the file name."""
+    return suffix_kind(path, ARCHIVE_SUFFIXES)
+
+
+def member_path(archive: str, name: str) -> str:
+    return f"{archive}{MEMBER_SEPARATOR}{name}"
+
+
+# ---------------------------------------------------------------------------
+# Member names.
+
+
+def normalise_member_name(name: str) -> str:
+    """``./a/b.jpg`` -> ``a/b.jpg``: no leading ``./`` or ``/``, no empty or ``.`` parts."""
+    return "/".join(part for part in name.replace("\\", "/").split("/") if part not in ("", "."))
+
+
+_MIXED = "/"  # not a folder name: files under more than one top folder (or at the top)
+_Acc = Tuple[Optional[str], int, int]  # (common top folder, files deep enough, files)
+
+
+def merge_top(a: _Acc, b: _Acc) -> _Acc:
+    if a[0] is None:
+        return b
+    if b[0] is None:
+        return a
+    return (a[0] if a[0] == b[0] else _MIXED), a[1] + b[1], a[2] + b[2]
+
+
+def top_of(name: str, min_depth: int) -> _Acc:
+    parts = name.split("/")
+    return (parts[0] if len(parts) > 1 else _MIXED), int(len(parts) >= min_depth), 1
+
+
+def prefix_of(acc: _Acc) -> str:
+    top, deep, total = acc
+    if top in (None, _MIXED) or 2 * deep <= total or split_of_folder(top) is not None:
+        return ""
+    return top + "/"
+
+
+def top_folder_to_strip(names: Sequence[str], min_depth: int = MIN_DEPTH_IMAGES) -> str:
+    """The prefix ``TOP/`` that wraps a dataset in an archive, or ``""``.
+
+    An archive's files are taken to be wrapped in a folder when all of them
+    sit under that one folder, the folder is not a split name, and most
+    files are still inside a class folder once it is removed (at least
+    ``min_depth`` path parts with it). So ``flowers/cat/a.jpg`` becomes
+    ``cat/a.jpg`` (a stray ``flowers/LICENSE`` then is a file outside any
+    class folder, as in the unpacked folder), while ``cat/a.jpg`` (a single
+    class) and ``train/cat/a.jpg`` stay as they are.
+    """
+    acc: _Acc = (None, 0, 0)
+    for name in names:
+        acc = merge_top(acc, top_of(name, min_depth))
+    return prefix_of(acc)
+
+
+# ---------------------------------------------------------------------------
+# Listing archives: MemberEntry, SkippedEntry or ErrorEntry (model.py), names normalised.
+
+
+def _list_zip(path: str) -> Iterator[ArchiveEntry]:
+    with open_raw(path) as f:
+        try:
+            infos = zipfile.ZipFile(f).infolist()
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, struct.error) as e:
+            yield ErrorEntry("", "corrupt_archive", f"not a readable zip archive: {type(e).__name__}: {e}")
+            return
+    for info in infos:
+        if info.is_dir():
+            continue
+        name = normalise_member_name(info.filename)
+        if not name or is_junk(name):
+            yield SkippedEntry(name or info.filename)
+            continue
+        yield MemberEntry(
+            name,
+            info.file_size,
+            ZipMember(
+                path,
+                info.header_offset,
+                info.compress_type,
+                info.compress_size,
+                info.file_size,
+                info.CRC,
+                info.flag_bits,
+            ),
+        )
+
+
+def _tar_members(tar: tarfile.TarFile) -> Iterator[Tuple[str, str, tarfile.TarInfo]]:
+    """``(action, name, info)`` of each member to convert (``member``) or count as skipped (``skip``), in order.
+
+    Directories are left out. Headers are read one at a time, as the
+    caller asks for the next one, so a streamed archive is read once.
+    """
+    while True:
+        info = tar.next()
+        tar.members = []  # TarFile keeps every header it reads; a big archive must not fill memory
+        if info is None:
+            return
+        name, action = _classify_tar_member(info)
+        if action != "ignore":
+            yield action, name, info
+
+
+def _classify_tar_member(info: tarfile.TarInfo) -> Tuple[str, str]:
+    """``(name, action)`` of a tar member: ``member`` to convert, ``skip`` (counted as
+    skipped: junk, links, devices, unusable names) or ``ignore`` (directories)."""
+    name = normalise_member_name(info.name)
+    if not info.isfile() or info.issparse():
+        return name or info.name, "ignore" if info.isdir() else "skip"
+    if not name or is_junk(name):
+        return name or info.name, "skip"
+    return name, "member"
+
+
+def _list_tar(path: str, size: int) -> Iterator[ArchiveEntry]:
+    """An uncompressed tar: only the member headers are read (the data is seeked over)."""
+    truncated = False
+    with open_raw(path) as f:
+        try:
+            tar = tarfile.open(fileobj=f, mode="r:")
+        except (tarfile.TarError, EOFError, OSError) as e:
+            yield ErrorEntry("", "corrupt_archive", f"not a readable tar archive: {type(e).__name__}: {e}")
+            return
+        try:
+            for action, name, info in _tar_members(tar):
+                if action == "skip":
+                    yield SkippedEntry(name)
+                    continue
+                if info.offset_data + info.size > size:
+                    truncated = True
+                    yield ErrorEntry(
+                        name,
+                        "truncated_archive",
+                        (
+                            f"archive ends inside this member: it needs bytes up to {info.offset_data + info.size}, "
+                            f"the archive has {size}"
+                        ),
+                    )
+                    break
+                yield MemberEntry(name, info.size, TarMember(path, info.offset_data, info.size))
+        except (tarfile.TarError, EOFError, OSError) as e:
+            if not truncated:
+                yield ErrorEntry(
+                    "",
+                    "truncated_archive" if "end of" in str(e) else "corrupt_archive",
+                    (f"cannot read the archive past byte {tar.offset}: {type(e).__name__}: {e}"),
+                )
+            return
+        if not truncated and size - tar.offset < _TAR_BLOCK:
+            yield ErrorEntry(
+                "",
+                "truncated_archive",
+                (f"archive ends at byte {size} without the end-of-archive marker: members after it may be missing"),
+            )
+
+
+def _list_tgz(path: str, limit: int) -> Iterator[ArchiveEntry]:
+    """A compressed tar, streamed once: every member comes with its bytes."""
+    current = ""
+    with open_raw(path) as f:
+        try:
+            tar = tarfile.open(fileobj=f, mode="r|*")
+            for action, name, info in _tar_members(tar):
+                if action == "skip":
+                    yield SkippedEntry(name)
+                    continue
+                if info.size > limit:
+                    yield ErrorEntry(
+                        name,
+                        "file_too_large",
+                        (f"member is {info.size} bytes, over the limit of {limit} bytes (--max-file-mb)"),
+                    )
+                    continue
+                current = name
+                data = tar.extractfile(info).read()
+                if len(data) != info.size:
+                    raise EOFError(f"member data ends after {len(data)} of {info.size} bytes")
+                yield MemberEntry(name, info.size, InlineMember(data))
+                current = ""  # a failure from here on is in the next header, not in this member
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+            text = str(e).lower()
+            cut = isinstance(e, EOFError) or "end of" in text or "ended before" in text or "truncated" in text
+            yield ErrorEntry(
+                current,
+                "truncated_archive" if cut else "corrupt_archive",
+                (f"cannot read the compressed archive{' in this member' if current else ''}: {type(e).__name__}: {e}"),
+            )
+
+
+def list_archive(path: str, size: int, limit: int) -> Iterator[ArchiveEntry]:
+    """Every entry of one archive, in archive order; problems are ``error`` entries, never exceptions."""
+    kind = archive_kind(path)
+    listers = {
+        "zip": lambda: _list_zip(path),
+        "tar": lambda: _list_tar(path, size),
+        "tgz": lambda: _list_tgz(path, limit),
+    }
+    if kind not in listers:
+        yield ErrorEntry("", "corrupt_archive", "not a .zip, .tar, .tar.gz or .tgz file")
+        return
+    try:
+        for entry in listers[kind]():
+            problem = _name_problem(entry.name)
+            if problem and isinstance(entry, MemberEntry):
+                yield ErrorEntry(printable(entry.name), "bad_name", problem)
+            elif problem:
+                yield entry._replace(name=printable(entry.name))
+            else:
+                yield entry
+    except (OSError, EOFError) as e:  # the archive itself cannot be opened
+        yield ErrorEntry("", "unreadable", f"{type(e).__name__}: {e}")
+
+
+def _name_problem(name: str) -> Optional[str]:
+    """Why a member name cannot be carried as text (records, labels.txt, errors.jsonl), or None."""
+    if "\n" in name or "\r" in name:
+        return "member name contains a line break"
+    if not is_text(name):  # tar names that are not UTF-8 decode to surrogates
+        return "member name is not valid UTF-8"
+    return None
+
+
+def peek_archive(path: str, size: int, limit: int, max_members: int, max_bytes: int) -> Tuple[List[ArchiveEntry], bool]:
+    """The first entries of an archive (up to ``max_members`` members or ``max_bytes``
+    of member data) and whether that was all of it.
+
+    A zip's listing is its central directory (cheap); a tar's costs a read
+    per member header; a tar.gz is decompressed as far as it is read.
+    """
+    entries: List[ArchiveEntry] = []
+    members = data_bytes = 0
+    listing = list_archive(path, size, limit)
+    try:
+        for entry in listing:
+            if members >= max_members or data_bytes > max_bytes:
+                return entries, False
+            entries.append(entry)
+            if isinstance(entry, MemberEntry):
+                members += 1
+                if isinstance(entry.member, InlineMember):
+                    data_bytes += entry.size
+    finally:
+        listing.close()
+    return entries, True

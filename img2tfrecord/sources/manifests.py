@@ -1,0 +1,158 @@
+"""CSV and JSONL manifests as inputs, without Beam: rows, columns, paths and splits."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import posixpath
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+
+from img2tfrecord.conversion.sharding import split_of_folder
+from img2tfrecord.model import RowPlacement, WorkItem, error_row
+from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
+from img2tfrecord.sources.archives import suffix_kind
+from img2tfrecord.sources.files import open_raw
+
+MANIFEST_SUFFIXES = ((".csv", "csv"), (".jsonl", "jsonl"))
+
+
+def manifest_kind(path: str) -> Optional[str]:
+    """``csv``, ``jsonl`` or None, by the file name."""
+    return suffix_kind(path, MANIFEST_SUFFIXES)
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be used at all (a usage error at launch)."""
+
+
+MANIFEST_COLUMNS = ("path", "label", "split")
+
+
+def _text_lines(path: str) -> Iterator[str]:
+    with open_raw(path) as f:
+        yield from io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
+
+
+def manifest_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
+    """``(line number, {"path", ["label"], ["split"]} or {"error": message})`` of every row.
+
+    CSV: a header row naming the columns (``path``, ``label``, ``split``, in
+    any order, other columns ignored) or, without one, the columns
+    ``path,label,split`` in that order (fewer columns: no label / no split).
+    JSONL: one object per line with ``path`` and optional ``label``/``split``.
+    A label or split column present means every row must have a value.
+    """
+    kind = manifest_kind(path)
+    lines = _text_lines(path)
+    if kind == "jsonl":
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield number, {"error": f"line is not JSON: {e}"}
+                continue
+            if not isinstance(obj, dict):
+                yield number, {"error": "line is not a JSON object"}
+                continue
+            # A number label (JSONL "label": 3) is the class "3"; the ids still follow sorted names.
+            yield (
+                number,
+                {
+                    k: obj[k] if isinstance(obj[k], str) else json.dumps(obj[k])
+                    for k in MANIFEST_COLUMNS
+                    if k in obj and obj[k] is not None
+                },
+            )
+        return
+    columns: Optional[Dict[str, int]] = None
+    for number, cells in enumerate(csv.reader(lines), 1):
+        if not cells or not any(c.strip() for c in cells):
+            continue
+        if columns is None:
+            lowered = [c.strip().lower() for c in cells]
+            if "path" in lowered:
+                columns = {name: lowered.index(name) for name in MANIFEST_COLUMNS if name in lowered}
+                continue
+            columns = {name: i for i, name in enumerate(MANIFEST_COLUMNS[: len(cells)])}
+        yield number, {name: cells[i].strip() if i < len(cells) else "" for name, i in columns.items()}
+
+
+def manifest_columns(path: str, rows: Sequence[Tuple[int, Dict[str, Any]]]) -> Tuple[bool, bool]:
+    """``(has a label column, has a split column)`` of a manifest, from its parsed rows."""
+    good = [r for _, r in rows if "error" not in r]
+    return any("label" in r for r in good), any("split" in r for r in good)
+
+
+def canonical_split(value: str) -> str:
+    """A split value of a manifest: ``val`` -> ``validation`` (as split folders); others as written."""
+    return split_of_folder(value.strip().lower()) or value.strip()
+
+
+def _join(directory: str, relative: str) -> str:
+    if "://" in directory:
+        scheme, rest = directory.split("://", 1)
+        return f"{scheme}://{posixpath.normpath(posixpath.join(rest, relative))}"
+    return os.path.normpath(os.path.join(directory, relative))
+
+
+def manifest_dir(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
+def resolve_row_path(manifest_path: str, value: str) -> Tuple[str, str]:
+    """``(path to read, relpath)`` of a manifest row's path.
+
+    A relative path is relative to the manifest's folder and is its own
+    relpath (``./`` and ``a/../`` folded), so a manifest in a dataset's root
+    gives the relpaths of the folder. An absolute or ``gs://`` path is read
+    as given; its relpath is the part under the manifest's folder, or the
+    whole path.
+    """
+    directory = manifest_dir(manifest_path)
+    value = value.strip()
+    if "://" in value or value.startswith("/"):
+        base = directory.rstrip("/") + "/"
+        return value, value[len(base) :] if value.startswith(base) else value
+    relpath = posixpath.normpath(value.replace("\\", "/"))
+    return _join(directory, relpath), relpath
+
+
+def row_to_source(
+    manifest_path: str, number: int, row: Dict[str, Any], labeled: bool, has_split: bool, split_names: Sequence[str]
+):
+    """A work item for one manifest row, or an error row (as ``(False, row)``)."""
+    where = f"{manifest_path}:{number}"
+    if "error" in row:
+        return False, error_row(where, "", "bad_manifest_row", row["error"])
+    value = row.get("path", "")
+    if not value:
+        return False, error_row(where, "", "bad_manifest_row", "row has no path")
+    path, relpath = resolve_row_path(manifest_path, value)
+    label = row.get("label") if labeled else None
+    if labeled and not label:
+        return False, error_row(path, relpath, "missing_label", f"{where}: row has no label")
+    if label is not None and ("\n" in label or "\r" in label):
+        return False, error_row(path, relpath, "bad_label", f"{where}: label contains a line break")
+    split = None
+    if has_split:
+        raw = row.get("split", "")
+        if not raw:
+            return False, error_row(path, relpath, "missing_split", f"{where}: row has no split")
+        split = canonical_split(raw)
+        if split not in split_names:
+            return False, error_row(
+                path, relpath, "unknown_split", f"{where}: split {raw!r} is not one of {', '.join(split_names)}"
+            )
+    return True, WorkItem(path, relpath, 0, row=RowPlacement(split, label))
+
+
+def check_split_name(value: str) -> Optional[str]:
+    """None when a manifest split value is usable, else why not."""
+    split = canonical_split(value)
+    if not SPLIT_NAME_RE.match(split):
+        return f"split name {value!r} may only use letters, digits and '_'"
+    return None
