@@ -20,6 +20,7 @@ the medians and as the median of each round's own ratio), how far the
 default statistics are from the exact ones, and the load average around
 the runs. Results go to ``benchmarks/results/bench_analyze-<time>.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,23 @@ def build_corpus(images: int) -> str:
 
 def convert_once(src: str, out: str, extra: List[str]) -> Dict[str, float]:
     cmd = [
-        sys.executable, "-m", "img2tfrecord", "convert", "--input", src, "--output", out,
-        "--image-size", str(IMAGE_SIZE), "--resize", "stretch", "--format", "jpeg", "--overwrite", "-q", *extra,
+        sys.executable,
+        "-m",
+        "img2tfrecord",
+        "convert",
+        "--input",
+        src,
+        "--output",
+        out,
+        "--image-size",
+        str(IMAGE_SIZE),
+        "--resize",
+        "stretch",
+        "--format",
+        "jpeg",
+        "--overwrite",
+        "-q",
+        *extra,
     ]
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -74,8 +90,12 @@ def convert_once(src: str, out: str, extra: List[str]) -> Dict[str, float]:
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=12000, help="corpus size (default 12000, as bench_convert)")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs per mode (default 5; single runs drift by up to 10%%)")
-    parser.add_argument("--corpus", default=None, help="an existing corpus folder (SRC/<class>/<file>) instead of --images")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="timed runs per mode (default 5; single runs drift by up to 10%%)"
+    )
+    parser.add_argument(
+        "--corpus", default=None, help="an existing corpus folder (SRC/<class>/<file>) instead of --images"
+    )
     args = parser.parse_args(argv)
 
     src = os.path.abspath(args.corpus) if args.corpus else build_corpus(args.images)
@@ -88,8 +108,10 @@ def main(argv: List[str] | None = None) -> int:
         for mode in order:
             result = convert_once(src, outs[mode], MODES[mode])
             runs[mode].append(result)
-            print(f"run {r + 1}/{args.runs} {mode:<18} {result['wall_s']:7.2f} s wall {result['cpu_s']:7.2f} s cpu",
-                  flush=True)
+            print(
+                f"run {r + 1}/{args.runs} {mode:<18} {result['wall_s']:7.2f} s wall {result['cpu_s']:7.2f} s cpu",
+                flush=True,
+            )
     load_after = os.getloadavg()
 
     summary = {
@@ -107,9 +129,7 @@ def main(argv: List[str] | None = None) -> int:
         mode: {
             "wall": summary[mode]["median_wall_s"] / base["median_wall_s"] - 1,
             "cpu": summary[mode]["median_cpu_s"] / base["median_cpu_s"] - 1,
-            "wall_per_round": statistics.median(
-                r["wall_s"] / b["wall_s"] - 1 for r, b in zip(runs[mode], runs[BASE])
-            ),
+            "wall_per_round": statistics.median(r["wall_s"] / b["wall_s"] - 1 for r, b in zip(runs[mode], runs[BASE])),
         }
         for mode in (DEFAULT, EXACT)
     }
@@ -127,11 +147,15 @@ def main(argv: List[str] | None = None) -> int:
     for mode, s in summary.items():
         extra = f"{added[mode]['wall']:>+12.1%}{added[mode]['cpu']:>+12.1%}" if mode in added else ""
         print(f"{mode:<20}{s['median_wall_s']:>18.2f}{s['median_cpu_s']:>18.2f}{extra}")
-    print(f"added by the default analysis: {added[DEFAULT]['wall']:+.1%} wall "
-          f"({summary[DEFAULT]['median_wall_s'] - base['median_wall_s']:+.2f} s; target <= {TARGET:.0%} wall); "
-          f"median of the rounds' own ratios {added[DEFAULT]['wall_per_round']:+.1%}")
-    print(f"default vs exact statistics: mean differs by at most {mean_diff:.1e}, std by at most {std_diff:.2%} "
-          f"(per channel, [0, 1] units)")
+    print(
+        f"added by the default analysis: {added[DEFAULT]['wall']:+.1%} wall "
+        f"({summary[DEFAULT]['median_wall_s'] - base['median_wall_s']:+.2f} s; target <= {TARGET:.0%} wall); "
+        f"median of the rounds' own ratios {added[DEFAULT]['wall_per_round']:+.1%}"
+    )
+    print(
+        f"default vs exact statistics: mean differs by at most {mean_diff:.1e}, std by at most {std_diff:.2%} "
+        f"(per channel, [0, 1] units)"
+    )
     print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} CPUs")
 
     os.makedirs(RESULTS, exist_ok=True)
@@ -144,8 +168,12 @@ def main(argv: List[str] | None = None) -> int:
                 "images": args.images,
                 "image_size": IMAGE_SIZE,
                 "settings": vars(args),
-                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                            "loadavg_before": load_before, "loadavg_after": load_after},
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "loadavg_before": load_before,
+                    "loadavg_after": load_after,
+                },
                 "added": added,
                 "target_added_wall": TARGET,
                 "modes": summary,

@@ -19,6 +19,7 @@ images per CPU-second of the process (less sensitive to other load on the
 machine), the ratio load / hand-tuned, and the load average around the
 runs. Results go to ``benchmarks/results/bench_load-<time>.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,10 +56,24 @@ def build_corpus(images: int) -> str:
     print(f"converting to {out} ({IMAGE_SIZE}x{IMAGE_SIZE} JPEG, {NUM_SHARDS} shards)", flush=True)
     subprocess.run(
         [
-            sys.executable, "-m", "img2tfrecord", "convert", "--input", src, "--output", out,
-            "--image-size", str(IMAGE_SIZE), "--num-shards", str(NUM_SHARDS), "--overwrite", "-q",
+            sys.executable,
+            "-m",
+            "img2tfrecord",
+            "convert",
+            "--input",
+            src,
+            "--output",
+            out,
+            "--image-size",
+            str(IMAGE_SIZE),
+            "--num-shards",
+            str(NUM_SHARDS),
+            "--overwrite",
+            "-q",
         ],
-        check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        check=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
     )
     return out
 
@@ -135,8 +150,11 @@ def main(argv: List[str] | None = None) -> int:
         for name in order:
             result = measure(pipelines[name], args.warmup, args.batches)
             runs[name].append(result)
-            print(f"run {r + 1}/{args.runs} {name:<20} {result['images_per_s']:8.0f} images/s "
-                  f"{result['images_per_cpu_s']:8.0f} images/cpu-s", flush=True)
+            print(
+                f"run {r + 1}/{args.runs} {name:<20} {result['images_per_s']:8.0f} images/s "
+                f"{result['images_per_cpu_s']:8.0f} images/cpu-s",
+                flush=True,
+            )
     load_after = os.getloadavg()
 
     summary = {
@@ -167,8 +185,13 @@ def main(argv: List[str] | None = None) -> int:
                 "corpus": path,
                 "image_size": IMAGE_SIZE,
                 "settings": vars(args),
-                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "tensorflow": tf.__version__,
-                            "loadavg_before": load_before, "loadavg_after": load_after},
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "tensorflow": tf.__version__,
+                    "loadavg_before": load_before,
+                    "loadavg_after": load_after,
+                },
                 "ratio_wall": ratio,
                 "ratio_cpu": cpu_ratio,
                 "pipelines": summary,

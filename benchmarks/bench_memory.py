@@ -12,6 +12,7 @@ grow with the dataset has a ratio near 1.
 
 Prints a table and writes ``benchmarks/results/bench_memory-<time>.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -115,12 +116,29 @@ def main(argv=None):
                         os.link(path, os.path.join(subset, cls, os.path.basename(path)))
             for mode in modes:
                 out = os.path.join(work, "out")
-                cmd = [sys.executable, "-m", "img2tfrecord", "convert", "--input", subset, "--output", out, "-q",
-                       *MODES[mode]]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "img2tfrecord",
+                    "convert",
+                    "--input",
+                    subset,
+                    "--output",
+                    out,
+                    "-q",
+                    *MODES[mode],
+                ]
                 seconds, peak = peak_tree_rss(cmd, env)
-                out_mb = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out) if n.endswith(".tfrecord")) / 1e6
-                rows.append({"images": size, "mode": mode, "seconds": seconds, "peak_tree_rss_mb": peak, "output_mb": out_mb})
-                print(f"{size:7d} images  {mode:22s} {seconds:7.1f} s  peak {peak:7.0f} MB  output {out_mb:8.0f} MB", flush=True)
+                out_mb = (
+                    sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out) if n.endswith(".tfrecord")) / 1e6
+                )
+                rows.append(
+                    {"images": size, "mode": mode, "seconds": seconds, "peak_tree_rss_mb": peak, "output_mb": out_mb}
+                )
+                print(
+                    f"{size:7d} images  {mode:22s} {seconds:7.1f} s  peak {peak:7.0f} MB  output {out_mb:8.0f} MB",
+                    flush=True,
+                )
                 shutil.rmtree(out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -134,10 +152,16 @@ def main(argv=None):
         print(f"{mode:22s} {cells}  ratio {sizes[-1]}/{sizes[0]}: {ratio:.2f}")
     path = os.path.join(results_dir, f"bench_memory-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
     with open(path, "w") as f:
-        json.dump({
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "kind": args.kind, "cpu_count": os.cpu_count(), "rows": rows,
-        }, f, indent=2)
+        json.dump(
+            {
+                "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "kind": args.kind,
+                "cpu_count": os.cpu_count(),
+                "rows": rows,
+            },
+            f,
+            indent=2,
+        )
     print(f"wrote {path}")
 
 

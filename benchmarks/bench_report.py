@@ -9,6 +9,7 @@ states.
 
     python benchmarks/bench_report.py --num-images 3000 --num-shards 8 --runs 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,23 @@ def main() -> None:
     if not os.path.isdir(source):
         corpus.generate(source, ns.num_images)
     if not os.path.exists(os.path.join(records, "_SUCCESS")):
-        cli("convert", "--input", source, "--output", records, "--image-size", "224", "--no-analyze", "--overwrite",
-            "--splits", "train=0.8,validation=0.1,test=0.1", "--num-shards", str(ns.num_shards), "--runner=FnApiRunner", "--direct_running_mode=in_memory")
+        cli(
+            "convert",
+            "--input",
+            source,
+            "--output",
+            records,
+            "--image-size",
+            "224",
+            "--no-analyze",
+            "--overwrite",
+            "--splits",
+            "train=0.8,validation=0.1,test=0.1",
+            "--num-shards",
+            str(ns.num_shards),
+            "--runner=FnApiRunner",
+            "--direct_running_mode=in_memory",
+        )
     with open(os.path.join(records, "dataset.json"), encoding="utf-8") as f:
         count = json.load(f)["accounting"]["written"]
     cores = len(os.sched_getaffinity(0))
@@ -68,7 +84,9 @@ def main() -> None:
             if args[0] == "report":
                 with open(os.path.join(work, "report.json"), encoding="utf-8") as f:
                     read_rate[name].append(json.load(f)["read"]["images_per_second"])
-    print(f"{count} records of 224x224 JPEG in {ns.num_shards} shards per split, {ns.runs} runs, medians, {cores} cores")
+    print(
+        f"{count} records of 224x224 JPEG in {ns.num_shards} shards per split, {ns.runs} runs, medians, {cores} cores"
+    )
     print(f"{'command':<24} {'wall s':>8} {'records/s':>10} {'read pass records/s':>20}")
     for name in commands:
         wall = statistics.median(times[name])

@@ -9,6 +9,7 @@ Deterministic: the same arguments always write the same files. Each image is
 a smooth random colour field with shapes and grain, so file sizes and decode
 costs resemble real photos rather than flat synthetic shapes.
 """
+
 from __future__ import annotations
 
 import argparse

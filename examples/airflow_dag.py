@@ -10,6 +10,7 @@ Variables ``img2tfrecord_project``, ``img2tfrecord_region``,
 
 Needs ``apache-airflow-providers-google``.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -61,4 +62,3 @@ with DAG(
     )
 
     convert >> complete
-
