@@ -137,7 +137,8 @@ def main(argv=None):
                 seconds, rss = timed(cmd, env)
                 rows[name].append({"seconds": seconds, "peak_rss_mb": rss})
                 print(
-                    f"run {run + 1}/{args.runs} {name:8s} {seconds:7.1f} s  {args.num_images / seconds:7.1f} img/s  {rss:7.0f} MB",
+                    f"run {run + 1}/{args.runs} {name:8s} {seconds:7.1f} s  "
+                    f"{args.num_images / seconds:7.1f} img/s  {rss:7.0f} MB",
                     flush=True,
                 )
                 shutil.rmtree(out, ignore_errors=True)

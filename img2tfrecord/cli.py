@@ -63,10 +63,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_FAILURE
     except Exception as e:  # a pipeline failure: one clear line, details in the log above
         logging.getLogger(__name__).error("pipeline failure", exc_info=True)
-        print(
-            f"img2tfrecord: pipeline failed: {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}",
-            file=sys.stderr,
-        )
+        last_line = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+        print(f"img2tfrecord: pipeline failed: {type(e).__name__}: {last_line}", file=sys.stderr)
         return EXIT_FAILURE
 
 

@@ -260,7 +260,8 @@ def _analysis_lines(summary: Mapping[str, Any]) -> List[str]:
     if stats.get("label_vocabulary"):
         classes = len(stats.get("examples_per_class", {}))
         lines.append(
-            f"  label vocabulary {stats['label_vocabulary']!r}: {classes} classes, in the order of {manifest.LABELS_FILE}"
+            f"  label vocabulary {stats['label_vocabulary']!r}: {classes} classes, "
+            f"in the order of {manifest.LABELS_FILE}"
         )
     return lines
 
@@ -315,12 +316,14 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     out.append("splits and shards:")
     for name, info in summary["splits"].items():
         out.append(
-            f"  {name}: {info['num_examples']} examples in {len(info['shards'])} shard(s), {human_bytes(info['num_bytes'])}"
+            f"  {name}: {info['num_examples']} examples in {len(info['shards'])} shard(s), "
+            f"{human_bytes(info['num_bytes'])}"
         )
         for shard in info["shards"]:
             missing = "" if shard["present"] else "  MISSING"
             out.append(
-                f"    {shard['file']}  {shard['num_records']:>8} records  {human_bytes(shard['num_bytes']):>10}{missing}"
+                f"    {shard['file']}  {shard['num_records']:>8} records  "
+                f"{human_bytes(shard['num_bytes']):>10}{missing}"
             )
     out.append("")
     out.append("images (read from the records):")

@@ -145,7 +145,8 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         "--output",
         required=True,
         doc_default="required",
-        help="output folder for shards, dataset.json, labels.txt, errors.jsonl; must be empty (or --overwrite / --resume)",
+        help="output folder for shards, dataset.json, labels.txt, errors.jsonl; "
+        "must be empty (or --overwrite / --resume)",
         template=Template(
             "Output folder", "gs:// folder for the shards and dataset.json; must be empty unless overwrite is true."
         ),
@@ -185,7 +186,8 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "--format",
-        doc="stored image format ([what happens to each image](inputs.md#what-happens-to-each-image), [raw pixels](inputs.md#raw-pixels-and-sequences))",
+        doc="stored image format ([what happens to each image](inputs.md#what-happens-to-each-image), "
+        "[raw pixels](inputs.md#raw-pixels-and-sequences))",
         choices=FORMATS,
         doc_default="`keep` without `--image-size`/`--channels 1`, else `jpeg`",
         recorded_as="format",
@@ -265,7 +267,8 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "--resume",
-        doc="finish an interrupted conversion: shards it finished are kept, the rest converted ([resuming](output-format.md#resuming-an-interrupted-run))",
+        doc="finish an interrupted conversion: shards it finished are kept, the rest converted "
+        "([resuming](output-format.md#resuming-an-interrupted-run))",
         switch=True,
         doc_default="off",
         help="finish an interrupted conversion of the same input, options and seed: shards it finished are kept, "
@@ -333,7 +336,8 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "--exact-statistics",
-        doc="train statistics of re-encoded JPEGs from their stored bytes, not the encoder's input ([how the statistics are computed](tf-transform.md#how-the-statistics-are-computed))",
+        doc="train statistics of re-encoded JPEGs from their stored bytes, not the encoder's input "
+        "([how the statistics are computed](tf-transform.md#how-the-statistics-are-computed))",
         switch=True,
         doc_default="off",
         recorded_as="exact_statistics",

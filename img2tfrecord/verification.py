@@ -524,7 +524,8 @@ def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> N
     if not isinstance(exact, bool) or (options.get("exact_statistics") and exact is not True):
         report.add(
             scope,
-            f"exact is {exact!r}, not what the options ({'' if options.get('exact_statistics') else 'no '}--exact-statistics) give",
+            f"exact is {exact!r}, not what the options "
+            f"({'' if options.get('exact_statistics') else 'no '}--exact-statistics) give",
         )
     channels = options.get("channels")
     for key in ("pixel_mean", "pixel_std"):

@@ -113,9 +113,21 @@ def pytest_unconfigure(config):
 
 # Files whose tests run the CLI, a whole pipeline or a runner: ``./run_tests.sh --quick`` leaves them out.
 _END_TO_END = {
-    "test_convert_cli.py", "test_faults.py", "test_hostile.py", "test_inspect.py", "test_reader.py",
-    "test_readers_tf_free.py", "test_readers_tfds.py", "test_record_kinds.py", "test_report.py", "test_runners.py",
-    "test_scheduling.py", "test_scripts.py", "test_sources.py", "test_tft.py", "test_verify.py",
+    "test_convert_cli.py",
+    "test_faults.py",
+    "test_hostile.py",
+    "test_inspect.py",
+    "test_reader.py",
+    "test_readers_tf_free.py",
+    "test_readers_tfds.py",
+    "test_record_kinds.py",
+    "test_report.py",
+    "test_runners.py",
+    "test_scheduling.py",
+    "test_scripts.py",
+    "test_sources.py",
+    "test_tft.py",
+    "test_verify.py",
 }
 
 

@@ -131,7 +131,7 @@ def test_mixed_sizes_need_image_size(converted_keep):
         img2tfrecord.load(converted_keep)
     doc = manifest_doc(converted_keep)
     total = 0
-    for images, labels in img2tfrecord.load(converted_keep, batch_size=16, image_size=(40, 56)):
+    for images, _labels in img2tfrecord.load(converted_keep, batch_size=16, image_size=(40, 56)):
         assert images.shape[1:] == (40, 56, 3) and images.dtype == tf.float32
         assert float(tf.reduce_min(images)) >= 0.0 and float(tf.reduce_max(images)) <= 1.0
         total += images.shape[0]

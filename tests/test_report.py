@@ -508,7 +508,8 @@ _DOM_FACTS = """JSON.stringify({
     files: [...g.querySelectorAll('.member .filename')].map(e => e.textContent).sort()})),
   counts: [...document.querySelectorAll('#class-counts td[data-class]')].map(
     td => [td.dataset.split, td.dataset.class, Number(td.textContent.replace(/,/g, ''))]),
-  rejects: [...document.querySelectorAll('tr.reject')].map(tr => [tr.dataset.reason, tr.querySelector('.path').textContent]),
+  rejects: [...document.querySelectorAll('tr.reject')].map(
+    tr => [tr.dataset.reason, tr.querySelector('.path').textContent]),
   images: [...document.images].map(i => [i.complete, i.naturalWidth]),
   leakage: document.getElementById('leakage').innerText,
   text: document.body.innerText,

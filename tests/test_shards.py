@@ -258,7 +258,7 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     fn = WriteShardsFn(converter, sinks, run, processes=1)
     fn.setup()
     results = collections.defaultdict(list)
-    for attempt in range(2):
+    for _attempt in range(2):
         for split, n in NUM_SHARDS.items():
             for shard in range(n):
                 for value in fn.process(

@@ -214,7 +214,8 @@ def test_tf_transform_output_is_checked(converted_sample, tmp_path):
         "schema.pbtxt: names features not in dataset.json's feature_spec: ['image/wide']; "
         "lacks features of dataset.json's feature_spec: ['image/width']",
         "metadata/schema.pbtxt: not a tensorflow_metadata Schema",
-        f"dataset.json statistics: count {stats['num_examples']} examples, split train holds {stats['num_examples'] - 1}",
+        f"dataset.json statistics: count {stats['num_examples']} examples, "
+        f"split train holds {stats['num_examples'] - 1}",
         "dataset.json statistics: examples per class differ from split train's",
         "dataset.json statistics: pixel_std is [0.2, 1.5], not one value in [0, 1] per channel (3)",
         "dataset.json statistics: exact is False, not what the options (--exact-statistics) give",

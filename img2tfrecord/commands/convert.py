@@ -132,7 +132,8 @@ def format_summary(doc) -> str:
     )
     for split, info in doc["splits"].items():
         lines.append(
-            f"  {split}: {info['num_examples']} records in {len(info['shards'])} shard(s), {info['num_bytes'] / 1e6:.1f} MB"
+            f"  {split}: {info['num_examples']} records in {len(info['shards'])} shard(s), "
+            f"{info['num_bytes'] / 1e6:.1f} MB"
         )
         for class_name, n in info["examples_per_class"].items():
             lines.append(f"    {class_name}: {n}")

@@ -83,7 +83,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=perceptual_hash.DEFAULT_NEAR_DUPLICATE_DISTANCE,
         metavar="D",
         help="images whose 64-bit difference hashes differ in at most D bits are near duplicates "
-        f"(default {perceptual_hash.DEFAULT_NEAR_DUPLICATE_DISTANCE}, at most {perceptual_hash.MAX_NEAR_DUPLICATE_DISTANCE})",
+        f"(default {perceptual_hash.DEFAULT_NEAR_DUPLICATE_DISTANCE}, "
+        f"at most {perceptual_hash.MAX_NEAR_DUPLICATE_DISTANCE})",
     )
     p.add_argument(
         "--processes",
@@ -190,7 +191,10 @@ def _write(path: str, text: str) -> None:
 
 
 def build(directory: str, ns: argparse.Namespace) -> Tuple[Dict[str, Any], html_page.Pictures]:
-    """The report document and its pictures. Raises ReportUsageError before reading anything when the dataset is not one to report on."""
+    """The report document and its pictures.
+
+    Raises ReportUsageError before reading anything when the dataset is not one to report on.
+    """
     try:
         doc = records.read_manifest(directory)
     except (FileNotFoundError, ValueError) as e:

@@ -16,8 +16,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "verify",
         help="check every record of a converted output directory",
         description="Read every record of every shard: framing and CRC32C checksums, record counts, "
-        "schema, image decoding, labels and sha256 keys; and the tf.Transform output (transform_fn/, schema files, "
-        "label vocabulary, statistics) when the conversion analysed the train split. Exit 0 when all hold, 1 otherwise.",
+        "schema, image decoding, labels and sha256 keys; and the tf.Transform output (transform_fn/, "
+        "schema files, label vocabulary, statistics) when the conversion analysed the train split. "
+        "Exit 0 when all hold, 1 otherwise.",
     )
     p.add_argument("directory", metavar="DIR", help="output directory of convert (local or gs://)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

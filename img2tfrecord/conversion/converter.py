@@ -207,7 +207,8 @@ class ClipConverter(ImageConverter):
                     source.path,
                     clip,
                     "inconsistent_frames",
-                    f"frame {posixpath.basename(source.relpath)} is {w}x{h}x{c} {f}, the first frame {w0}x{h0}x{c0} {f0} "
+                    f"frame {posixpath.basename(source.relpath)} is {w}x{h}x{c} {f}, "
+                    f"the first frame {w0}x{h0}x{c0} {f0} "
                     f"(convert with --image-size and a fixed --format)",
                 )
         ids = self.label_ids(label_names)

@@ -327,7 +327,7 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
 
     step = max(1, len(rows) // _SAMPLE_SIZE)
     sample = []
-    for path, number, row in rows[::step][:_SAMPLE_SIZE]:
+    for path, _number, row in rows[::step][:_SAMPLE_SIZE]:
         resolved, relpath = manifests.resolve_row_path(path, row["path"])
         size = _file_size(resolved)
         if size is not None:

@@ -222,7 +222,8 @@ def shard_offsets(shard: ShardInfo) -> List[records.IndexEntry]:
             entries = records.walk_offsets(shard.path)
         except records.TruncatedRecordError as e:
             if shard.num_bytes is not None and size > shard.num_bytes:
-                raise ManifestMismatchError(shard.path, f"{size} bytes where dataset.json lists {shard.num_bytes}")
+                message = f"{size} bytes where dataset.json lists {shard.num_bytes}"
+                raise ManifestMismatchError(shard.path, message) from None
             raise TruncatedShardError(shard.path, e.message, e.index, e.offset) from None
         except records.RecordError as e:
             raise _read_error(shard.path, e) from None
