@@ -1,37 +1,40 @@
 """One work item -> one record, or one row of the error report.
 
-``ImageConverter`` turns one source file (or archive member, or manifest
-row) into a :class:`Record`; ``ClipConverter`` turns one clip folder of
-frames into a ``tf.train.SequenceExample`` record the same way. Each call
-gives exactly one output: ``(None, record)`` or ``(ERRORS, error row)``.
-Both also say, before converting, which split a work item belongs to
-(``split_of``) and which relpath keys it (``relpath_of``): the shard step
-groups work items, never records (``transforms/write.py``).
+``Converter`` is what the shard step and the conversion pool use: one
+item in, one output out. ``ImageConverter`` turns one source file (or
+archive member, or manifest row) into a :class:`Record`; ``ClipConverter``
+turns one clip folder of frames into a ``tf.train.SequenceExample`` record
+the same way. Each call gives exactly one output: ``(None, record)`` or
+``(ERRORS, error row)``. Both also say, before converting, which split an
+item belongs to (``split_of``) and which relpath keys it (``relpath_of``):
+the shard step groups items, never records (``transforms/shards.py``).
 
 No Beam and no TensorFlow: these objects are pickled into the conversion
-worker processes (``transforms/pool.py``), which then import only this
+worker processes (``conversion/pool.py``), which then import only this
 module, Pillow and protobuf.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import os
 import posixpath
 import re
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from img2tfrecord.conversion.examples import encode_example, encode_pixel_sums, encode_sequence_example
 from img2tfrecord.conversion.sharding import Splits, assign_split
-from img2tfrecord.images import ImageError, ImageOptions, convert_image, pixel_sums
+from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image, pixel_sums
 from img2tfrecord.model import ERRORS, Clip, Record, WorkItem, error_row
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.sources.files import is_permanent_read_error, read_source
 from img2tfrecord.sources.layout import PlacementError, placement
 
 Output = Tuple[Optional[str], Any]  # (None, Record) | (ERRORS, error row)
+ItemT = TypeVar("ItemT")  # what one call converts: a WorkItem, or a Clip
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -40,43 +43,31 @@ def _rejected(path: str, relpath: str, reason: str, message: str) -> Output:
     return ERRORS, error_row(path, relpath, reason, message)
 
 
-def natural_key(name: str):
+def natural_key(name: str) -> Tuple[List[Any], str]:
     """Sort key putting ``frame_2`` before ``frame_10`` (digit runs compare as numbers)."""
     parts = _DIGITS.split(name)
     return [int(p) if i % 2 else p.lower() for i, p in enumerate(parts)], name
 
 
-class ImageConverter:
-    """WorkItem -> ``(None, Record)`` or ``(ERRORS, error row)``.
+class Converter(abc.ABC, Generic[ItemT]):
+    """One item -> ``(None, Record)`` or ``(ERRORS, error row)``; the common part of the converters.
 
     ``label_names`` is the sorted class list of the whole input, so a class
     seen only in one split still gets its id from the one list. Thread-safe.
     A non-permanent read failure (a cloud storage hiccup) is raised, not
-    reported: the runner retries the bundle. ``sums_split`` names the split
-    whose records carry pixel sums (the analysed one), None for none;
-    ``exact_sums``: those of a re-encoded JPEG come from its stored bytes
-    decoded again, not from the pixels given to the encoder (``image.pixel_sums``).
+    reported: the runner retries the bundle. Plain objects, pickled into the
+    conversion worker processes.
     """
 
-    def __init__(
-        self,
-        options: ImageOptions,
-        layout: str,
-        splits: Splits,
-        seed: int,
-        sums_split: Optional[str] = None,
-        exact_sums: bool = False,
-    ):
+    def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int):
         self.options = options
         self.layout = layout
         self.splits = splits
         self.seed = seed
-        self.sums_split = sums_split
-        self.exact_sums = exact_sums
         self._ids: Optional[Dict[str, int]] = None
         self._ids_of: Optional[List[str]] = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_ids"] = state["_ids_of"] = None  # a cache, rebuilt where it is unpickled
         return state
@@ -88,7 +79,7 @@ class ImageConverter:
             self._ids, self._ids_of = ids, names
         return ids
 
-    def read_and_convert(self, source: WorkItem, keep_pixels: bool = False):
+    def read_and_convert(self, source: WorkItem, keep_pixels: bool = False) -> ConvertedImage:
         """The converted image, or ImageError; a transient read failure is raised as it is."""
         try:
             return convert_image(read_source(source, self.options.max_file_bytes), self.options, keep_pixels)
@@ -99,9 +90,48 @@ class ImageConverter:
                 raise  # a transient fault: the runner retries the bundle
             raise ImageError("unreadable", f"{type(e).__name__}: {e}") from None
 
-    def crashed(self, source: WorkItem, message: str) -> Output:
-        """The error output for a work item whose conversion killed its worker process."""
-        return _rejected(source.path, source.relpath, "worker_crashed", message)
+    def crashed(self, item: ItemT, message: str) -> Output:
+        """The error output for an item whose conversion killed its worker process."""
+        return _rejected(self.path_of(item), self.relpath_of(item), "worker_crashed", message)
+
+    @abc.abstractmethod
+    def relpath_of(self, item: ItemT) -> str:
+        """The relative path that keys an item's split, shard and position."""
+
+    @abc.abstractmethod
+    def path_of(self, item: ItemT) -> str:
+        """What the error report names an item by."""
+
+    @abc.abstractmethod
+    def split_of(self, item: ItemT) -> str:
+        """The split an item's record goes to; PlacementError when it has no place (rejected)."""
+
+    @abc.abstractmethod
+    def __call__(self, item: ItemT, label_names: List[str]) -> Output:
+        """The item's one output: ``(None, Record)`` or ``(ERRORS, error row)``."""
+
+
+class ImageConverter(Converter[WorkItem]):
+    """WorkItem -> ``(None, Record)`` or ``(ERRORS, error row)``.
+
+    ``sums_split`` names the split whose records carry pixel sums (the
+    analysed one), None for none; ``exact_sums``: those of a re-encoded JPEG
+    come from its stored bytes decoded again, not from the pixels given to
+    the encoder (``images.pixel_sums``).
+    """
+
+    def __init__(
+        self,
+        options: ImageOptions,
+        layout: str,
+        splits: Splits,
+        seed: int,
+        sums_split: Optional[str] = None,
+        exact_sums: bool = False,
+    ):
+        super().__init__(options, layout, splits, seed)
+        self.sums_split = sums_split
+        self.exact_sums = exact_sums
 
     def relpath_of(self, source: WorkItem) -> str:
         """The relative path that keys a work item's split, shard and position."""
@@ -131,7 +161,7 @@ class ImageConverter:
         ids = self.label_ids(label_names)
         if class_name is not None and class_name not in ids:  # the file appeared after classes were listed
             return _rejected(path, relpath, "unknown_class", f"class {class_name!r} is not in the label map")
-        label = ids.get(class_name)
+        label = None if class_name is None else ids[class_name]
         analysis = None
         if with_sums:
             try:
@@ -146,14 +176,11 @@ class ImageConverter:
         return None, Record(split, class_name, encode_example(image, label, class_name, relpath), analysis)
 
 
-class ClipConverter(ImageConverter):
-    """``((clip relpath, is_clip), frames)`` -> one SequenceExample record, or one error row.
+class ClipConverter(Converter[Clip]):
+    """Clip -> one SequenceExample record, or one error row.
 
     See ``transforms/sequence.py`` for the layout and the rules.
     """
-
-    def crashed(self, element: Clip, message: str) -> Output:
-        return _rejected(self.path_of(element), element.relpath, "worker_crashed", message)
 
     def relpath_of(self, element: Clip) -> str:
         return element.relpath
@@ -216,20 +243,19 @@ class ClipConverter(ImageConverter):
             clip_path = posixpath.dirname(first.path)
             return _rejected(clip_path, clip, "unknown_class", f"class {class_name!r} is not in the label map")
         split = split_folder or assign_split(clip, self.seed, self.splits)
-        return None, Record(
-            split, class_name, encode_sequence_example(converted, ids.get(class_name), class_name, clip)
-        )
+        label = None if class_name is None else ids[class_name]
+        return None, Record(split, class_name, encode_sequence_example(converted, label, class_name, clip))
 
 
-# -- in a conversion worker process (transforms/pool.py) -------------------------------------------
+# -- in a conversion worker process (conversion/pool.py) -------------------------------------------
 # The pool's functions live here, not in pool.py, so that unpickling them
-# in a worker imports no Beam.
+# in a worker imports no more than this module does.
 
-_worker_converter: Optional[ImageConverter] = None
+_worker_converter: Optional[Converter[Any]] = None
 _PARENT_CHECK_S = 1.0
 
 
-def install_converter(converter: ImageConverter, parent_pid: Optional[int] = None) -> None:
+def install_converter(converter: Converter[Any], parent_pid: Optional[int] = None) -> None:
     """The pool's initializer: the converter every task of this process uses.
 
     With ``parent_pid``, the process also exits on its own when that parent
@@ -250,4 +276,6 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 def convert_batch(batch: List[Any], label_names: List[str]) -> List[Output]:
     convert = _worker_converter
+    if convert is None:
+        raise RuntimeError("install_converter has not run in this process")
     return [convert(element, label_names) for element in batch]

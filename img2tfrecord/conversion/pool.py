@@ -1,6 +1,6 @@
 """Convert work items in local worker processes, handing the outputs back in submission order.
 
-The shard step (``transforms/write.py``) streams each shard's records into
+The shard step (``transforms/shards.py``) streams each shard's records into
 its file in a seeded order, so it needs the outputs in the order it queued
 the items, whichever process finished first. ``ConversionPool`` keeps a
 queue of items and up to ``in_flight_per_process`` batches per process
@@ -33,7 +33,7 @@ import os
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from img2tfrecord.conversion.converter import ImageConverter, Output, convert_batch, install_converter
+from img2tfrecord.conversion.converter import Converter, Output, convert_batch, install_converter
 
 CRASH_MESSAGE = (
     "the conversion worker process died while converting this item, twice "
@@ -65,7 +65,7 @@ class ConversionPool:
 
     def __init__(
         self,
-        converter: ImageConverter,
+        converter: Converter[Any],
         processes: int,
         batch_size: int = 32,
         in_flight_per_process: int = 2,
@@ -98,6 +98,11 @@ class ConversionPool:
             initargs=(self._converter, os.getpid()),  # workers exit if this process dies
         )
         self._generation += 1
+
+    def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
+        if self._pool is None:
+            raise RuntimeError("the conversion pool is closed")
+        return self._pool
 
     def _restart_pool(self) -> None:
         if self._pool is not None:
@@ -147,7 +152,7 @@ class ConversionPool:
             items: List[Any] = []
             while self._queue and len(items) < self._batch_size and self._queue[0][1] is labels:
                 items.append(self._queue.popleft()[0])
-            future = self._pool.submit(convert_batch, items, labels)
+            future = self._executor().submit(convert_batch, items, labels)
             self._in_flight.append(_Batch(items, labels, future, self._generation))
 
     def _results(self, batch: _Batch) -> Iterator[Tuple[Any, Output]]:
@@ -162,7 +167,7 @@ class ConversionPool:
 
     def _alone(self, item: Any, labels: List[str]) -> Output:
         """One item converted alone: if the pool breaks now, this item broke it."""
-        future = self._pool.submit(convert_batch, [item], labels)
+        future = self._executor().submit(convert_batch, [item], labels)
         try:
             return future.result()[0]
         except BrokenProcessPool:

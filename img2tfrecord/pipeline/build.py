@@ -9,11 +9,13 @@ committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS 
 
 from __future__ import annotations
 
+from typing import Any
+
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import img2tfrecord
-from img2tfrecord.conversion.converter import ClipConverter, ImageConverter
+from img2tfrecord.conversion.converter import ClipConverter, Converter, ImageConverter
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -34,7 +36,7 @@ def _one(unused_element):
     return 1
 
 
-def image_converter(config: ConvertConfig, plan: Plan) -> ImageConverter:
+def image_converter(config: ConvertConfig, plan: Plan) -> Converter[Any]:
     """The converter of a run's work items; the analysed split's records carry their analysis rows."""
     splits = config.splits or ((DEFAULT_SPLIT, 1.0),)
     if config.sequence:

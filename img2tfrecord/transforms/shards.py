@@ -37,7 +37,7 @@ from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils.windowed_value import WindowedValue
 
-from img2tfrecord.conversion.converter import ImageConverter
+from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.pool import ConversionPool
 from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
 from img2tfrecord.model import ERRORS, CommittedShard, Record, ShardItem, ShardResult, error_row
@@ -209,7 +209,7 @@ def parse_done(data: bytes) -> Tuple[ShardResult, List[Dict[str, str]], List[byt
 class AssignShardsFn(beam.DoFn):
     """Work item -> ``((split, shard), ShardItem)``; an item without a place -> its error row."""
 
-    def __init__(self, converter: ImageConverter, num_shards: Dict[str, int], seed: int):
+    def __init__(self, converter: Converter[Any], num_shards: Dict[str, int], seed: int):
         self._converter = converter
         self._num_shards = dict(num_shards)
         self._seed = seed
@@ -306,14 +306,14 @@ class WriteShardsFn(beam.DoFn):
 
     Items are converted in the seeded order and each record is written as it
     comes out of the converter. With ``processes`` > 1 the conversion runs in
-    a local pool (``transforms/pool.py``) that keeps converting the next
+    a local pool (``conversion/pool.py``) that keeps converting the next
     shards' items while earlier shards finish; with 1, in this worker. With
     ``resume``, a shard whose done file exists is replayed, not converted.
     """
 
     def __init__(
         self,
-        converter: ImageConverter,
+        converter: Converter[Any],
         sinks: Dict[str, ShardSink],
         run_dir: str,
         processes: int = 1,
@@ -365,15 +365,15 @@ class WriteShardsFn(beam.DoFn):
             return
         self._jobs.append(job)
         self._pool.put([i.item for i in items], label_names)
-        yield from self._collect(drain=False)
+        yield from self._collect(self._pool, drain=False)
 
     def finish_bundle(self):
         if self._pool is not None:
-            yield from self._collect(drain=True)
+            yield from self._collect(self._pool, drain=True)
 
-    def _collect(self, drain: bool) -> Iterator[Any]:
+    def _collect(self, pool: ConversionPool, drain: bool) -> Iterator[Any]:
         yield from self._finish_ready_jobs()
-        for _, (tag, value) in self._pool.outputs(drain):
+        for _, (tag, value) in pool.outputs(drain):
             job = self._jobs[0]
             self._count(tag, value)
             job.add(tag, value)
@@ -491,7 +491,7 @@ class WriteShards(beam.PTransform):
 
     def __init__(
         self,
-        converter: ImageConverter,
+        converter: Converter[Any],
         sinks: Dict[str, ShardSink],
         run_dir: str,
         seed: int,
