@@ -157,7 +157,7 @@ class CommittedShard(NamedTuple):
     num_records: int
     num_bytes: int
     sha256: str
-    index: Optional[str]  # relative to the output, e.g. index/train-00000-of-00004.tfrecord.idx
+    index_file: Optional[str]  # relative to the output, e.g. index/train-00000-of-00004.tfrecord.idx
     class_counts: ClassCounts
 
     def manifest_entry(self) -> Dict[str, object]:
@@ -167,6 +167,6 @@ class CommittedShard(NamedTuple):
             "num_bytes": self.num_bytes,
             "sha256": self.sha256,
         }
-        if self.index:
-            entry["index"] = self.index
+        if self.index_file:
+            entry["index"] = self.index_file
         return entry

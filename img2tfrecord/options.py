@@ -388,14 +388,17 @@ def template_metadata() -> str:
     """``flex_template/metadata.json``: one parameter per option with a template entry."""
     lines = []
     for name, option in template_options().items():
+        template = option.template
+        if template is None:  # never: template_options() keeps only options with a template
+            continue
         entry: Dict[str, Any] = {
             "name": name,
-            "label": option.template.label,
-            "helpText": option.template.help,
+            "label": template.label,
+            "helpText": template.help,
             "isOptional": not option.required,
         }
-        if option.template.regex:
-            entry["regexes"] = [option.template.regex]
+        if template.regex:
+            entry["regexes"] = [template.regex]
         lines.append("    " + json.dumps(entry, ensure_ascii=False))
     head = json.dumps(TEMPLATE_NAME)
     description = json.dumps(TEMPLATE_DESCRIPTION, ensure_ascii=False)

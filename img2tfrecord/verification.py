@@ -166,7 +166,7 @@ def _context(doc: Mapping[str, Any]) -> _Context:
         labels=tuple(doc.get("labels", [])),
         channels=options.get("channels"),
         size=(int(size[0]), int(size[1])) if size else None,
-        formats=_ALLOWED_FORMATS.get(options.get("format")),
+        formats=_ALLOWED_FORMATS.get(options.get("format", "")),
         compression=doc.get("compression", "none"),
         sequence=doc.get("record_type") == manifest.SEQUENCE_RECORD_TYPE,
     )
@@ -594,7 +594,7 @@ def _verify(directory: str, doc: Mapping[str, Any], report: Report) -> None:
         ctx = _context(doc)
         if ctx.compression not in manifest.COMPRESSIONS:
             report.add(manifest.MANIFEST_FILE, f"unknown compression {ctx.compression!r}")
-            return report
+            return
         present = _check_files(directory, doc, report)
         for split, info in doc.get("splits", {}).items():
             found: collections.Counter = collections.Counter()

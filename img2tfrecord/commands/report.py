@@ -163,7 +163,7 @@ def _pictures(
     for items in samples.values():
         for t in items:
             if not t.data_uri:
-                wanted.setdefault(t.shard, {})[t.index] = t.offset
+                wanted.setdefault(t.shard, {})[t.record_index] = t.offset
     for group in found.groups[: html_page.MAX_GROUPS_SHOWN]:
         for content in group.contents:
             first = content.records[0]
@@ -172,7 +172,7 @@ def _pictures(
     pictures = html_page.Pictures()
     for items in samples.values():
         for t in items:
-            uri = t.data_uri or drawn.get((t.shard, t.index))
+            uri = t.data_uri or drawn.get((t.shard, t.record_index))
             if uri:
                 pictures.samples[(t.split, t.filename)] = uri
     for group in found.groups[: html_page.MAX_GROUPS_SHOWN]:
@@ -216,7 +216,7 @@ def build(directory: str, ns: argparse.Namespace) -> Tuple[Dict[str, Any], html_
         scans = _read_all(tasks, sizes, workers)
         read_seconds = time.perf_counter() - started
         located = [
-            dup.Located(s.split, s.file, r.index, r.offset, r.filename, r.class_name, r.sha256, r.dhash)
+            dup.Located(s.split, s.file, r.record_index, r.offset, r.filename, r.class_name, r.sha256, r.dhash)
             for s in scans
             for r in s.records
         ]

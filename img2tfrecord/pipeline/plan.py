@@ -30,7 +30,7 @@ import logging
 import math
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
@@ -203,7 +203,7 @@ def _layout(config: ConvertConfig, files) -> Tuple[str, Tuple[str, ...]]:
     top_folders = sorted({f.relpath.split("/", 1)[0] for f in files if "/" in f.relpath})
     if is_split_layout(top_folders):
         layout = layouts.LAYOUT_SPLIT
-        split_names = tuple(sorted({split_of_folder(f) for f in top_folders}))
+        split_names = tuple(sorted({SPLIT_FOLDERS[f] for f in top_folders}))  # all split folders, as checked
         if config.splits:
             logging.warning("input has split folders (%s); --splits is ignored", ", ".join(top_folders))
     else:
@@ -312,14 +312,14 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
         raise PlanError("the manifests differ in their columns: every one needs the same label and split columns")
     labeled, has_split = columns.pop()
     if has_split:
-        split_names = set()
+        named: Set[str] = set()
         for path, number, row in rows:
             if row.get("split"):
                 problem = manifests.check_split_name(row["split"])
                 if problem:
                     raise PlanError(f"{path}:{number}: {problem}")
-                split_names.add(manifests.canonical_split(row["split"]))
-        split_names = tuple(sorted(split_names)) or (DEFAULT_SPLIT,)
+                named.add(manifests.canonical_split(row["split"]))
+        split_names: Tuple[str, ...] = tuple(sorted(named)) or (DEFAULT_SPLIT,)
         if config.splits:
             logging.warning("the manifest has a split column (%s); --splits is ignored", ", ".join(split_names))
     else:

@@ -323,8 +323,8 @@ class SplitDataSource:
         if self._pid != os.getpid():  # a forked child: the parent's descriptors are not this process's to use
             inherited = list(self._files.values())
             self._reset()
-            for file in inherited:
-                file.close()
+            for stale in inherited:
+                stale.close()
         entries = self._offsets.get(shard_no)
         file = self._files.get(shard_no)
         if entries is not None and file is not None:

@@ -153,6 +153,7 @@ def find_duplicates(items: Sequence[Located], max_distance: int) -> Duplicates:
             groups.append(Group(EXACT, [Content(content.sha256, content.dhash, content.records)], _ordered(pairs)))
 
     hashed = [c for c in contents if c.dhash is not None]
+    dhashes = [c.dhash for c in contents if c.dhash is not None]  # hashed's, in the same order
     parent = list(range(len(hashed)))
 
     def root(i: int) -> int:
@@ -161,7 +162,7 @@ def find_duplicates(items: Sequence[Located], max_distance: int) -> Duplicates:
             i = parent[i]
         return i
 
-    near = perceptual_hash.near_pairs([c.dhash for c in hashed], max_distance)
+    near = perceptual_hash.near_pairs(dhashes, max_distance)
     for pair in near:
         a, b = root(pair.first), root(pair.second)
         if a != b:
@@ -178,13 +179,13 @@ def find_duplicates(items: Sequence[Located], max_distance: int) -> Duplicates:
     for top, members in components.items():
         if len(members) < 2:
             continue
-        first = hashed[members[0]]
+        first = dhashes[members[0]]
         group_contents = [
             Content(
                 hashed[i].sha256,
                 hashed[i].dhash,
                 hashed[i].records,
-                perceptual_hash.hamming(first.dhash, hashed[i].dhash),
+                perceptual_hash.hamming(first, dhashes[i]),
             )
             for i in members
         ]

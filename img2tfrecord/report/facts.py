@@ -80,20 +80,24 @@ def imbalance(counts: Mapping[str, int]) -> Dict[str, Any]:
     return {"ratio": ratio, "largest": largest, "smallest": smallest, "empty_classes": empty}
 
 
+def _value_at(ordered: Sequence[Tuple[float, int]], rank: int) -> float:
+    """The value of 0-based ``rank`` among values given in order with their counts (``rank`` < their total)."""
+    seen = 0
+    for value, n in ordered:
+        seen += n
+        if seen > rank:
+            return value
+    raise ValueError(f"rank {rank} is past the last of {seen} values")
+
+
 def _summary(counter: Mapping[float, int]) -> Optional[Dict[str, float]]:
     """min, max, mean and median of values given with their counts."""
     total = sum(counter.values())
     if not total:
         return None
     ordered = sorted(counter.items())
-    seen, median_low, median_high = 0, None, None
-    for value, n in ordered:
-        if median_low is None and seen + n > (total - 1) // 2:
-            median_low = value
-        if seen + n > total // 2:
-            median_high = value
-            break
-        seen += n
+    median_low = _value_at(ordered, (total - 1) // 2)
+    median_high = _value_at(ordered, total // 2)
     return {
         "min": ordered[0][0],
         "max": ordered[-1][0],

@@ -16,11 +16,14 @@ import io
 import struct
 import time
 import warnings
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord.readers import records
 from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import features as keys
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 DEFAULT_THUMBNAIL_PX = 96
 _HASH_DECODE_PX = 16  # JPEGs are decoded at the smallest DCT scale at least this big for the hash
@@ -42,7 +45,7 @@ _FRAME = struct.Struct("<QI")  # a TFRecord's length and the masked CRC32C of it
 class RecordFacts(NamedTuple):
     """What the report keeps of one record; ``dhash`` is None when its image does not decode."""
 
-    index: int
+    record_index: int  # the record's number in its shard
     offset: int
     filename: str
     class_name: str
@@ -62,7 +65,7 @@ class Thumbnail(NamedTuple):
     filename: str
     data_uri: str
     shard: str
-    index: int
+    record_index: int
     offset: int
 
 
@@ -207,11 +210,11 @@ def scan_shard(task: ShardTask) -> ShardScan:
         scan.read_to_end = False
         scan.problems.append(f"cannot read shard: {type(e).__name__}: {e}")
     for class_name, heap in heaps.items():
-        for negated, filename, index, offset, values in sorted(heap, key=lambda e: (-e[0], e[1], e[2])):
+        for negated, filename, index, offset, sampled in sorted(heap, key=lambda e: (-e[0], e[1], e[2])):
             uri = ""
             if task.draw_samples:
                 try:
-                    uri = thumbnail_uri(decode_image(values, task.thumbnail_px), task.thumbnail_px)
+                    uri = thumbnail_uri(decode_image(sampled, task.thumbnail_px), task.thumbnail_px)
                 except Exception:  # reported above, when its hash was computed
                     continue
             scan.samples.append(Thumbnail(-negated, task.split, class_name, filename, uri, task.file, index, offset))
@@ -289,7 +292,7 @@ class Workers:
 
     def __init__(self, processes: int) -> None:
         self.processes = processes
-        self._pool = None
+        self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = None
 
     def map(self, function, tasks: Sequence[Any]) -> List[Any]:
         """``[function(task) for task in tasks]``, in the pool when there are several tasks and processes."""

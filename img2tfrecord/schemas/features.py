@@ -6,7 +6,7 @@ the reader, ``inspect``/``verify`` and the tests all import these names.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Mapping
 
 IMAGE_ENCODED = "image/encoded"
 IMAGE_FORMAT = "image/format"
@@ -93,7 +93,7 @@ def feature_spec_json(labeled: bool = True, sequence: bool = False) -> Dict[str,
     return spec
 
 
-def split_spec_json(spec_json: Dict[str, Dict[str, Any]]) -> tuple:
+def split_spec_json(spec_json: Mapping[str, Mapping[str, Any]]) -> tuple:
     """``(context features, feature lists)`` of a ``feature_spec`` block (the lists empty for Examples)."""
     context = {k: v for k, v in spec_json.items() if v.get("kind") != FIXED_LEN_SEQUENCE}
     lists = {k: v for k, v in spec_json.items() if v.get("kind") == FIXED_LEN_SEQUENCE}

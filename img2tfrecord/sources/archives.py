@@ -16,7 +16,7 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Generator, Iterator, List, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.sharding import split_of_folder
 from img2tfrecord.model import ArchiveEntry, ErrorEntry, InlineMember, MemberEntry, SkippedEntry, TarMember, ZipMember
@@ -143,7 +143,8 @@ def _tar_members(tar: tarfile.TarFile) -> Iterator[Tuple[str, str, tarfile.TarIn
     """
     while True:
         info = tar.next()
-        tar.members = []  # TarFile keeps every header it reads; a big archive must not fill memory
+        # TarFile keeps every header it reads in .members; a big archive must not fill memory.
+        tar.members = []  # type: ignore[attr-defined]  # a real TarFile attribute that typeshed leaves out
         if info is None:
             return
         name, action = _classify_tar_member(info)
@@ -222,7 +223,10 @@ def _list_tgz(path: str, limit: int) -> Iterator[ArchiveEntry]:
                     )
                     continue
                 current = name
-                data = tar.extractfile(info).read()
+                stream = tar.extractfile(info)
+                if stream is None:  # never: _classify_tar_member passes regular files only
+                    raise tarfile.TarError(f"member {name} has no data")
+                data = stream.read()
                 if len(data) != info.size:
                     raise EOFError(f"member data ends after {len(data)} of {info.size} bytes")
                 yield MemberEntry(name, info.size, InlineMember(data))
@@ -237,7 +241,7 @@ def _list_tgz(path: str, limit: int) -> Iterator[ArchiveEntry]:
             )
 
 
-def list_archive(path: str, size: int, limit: int) -> Iterator[ArchiveEntry]:
+def list_archive(path: str, size: int, limit: int) -> Generator[ArchiveEntry, None, None]:
     """Every entry of one archive, in archive order; problems are ``error`` entries, never exceptions."""
     kind = archive_kind(path)
     listers = {
