@@ -155,6 +155,8 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
     from img2tfrecord.schemas import manifest
     from img2tfrecord.transforms.finalize import ErrorBudgetExceeded
 
+    # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.
+    logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(levelname)s %(message)s")
     check_pipeline_args(pipeline_args, own_options)
     config = config_from_args(ns)
     config = dataclasses.replace(
@@ -162,7 +164,6 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
         processes=ns.processes or default_processes(pipeline_options(pipeline_args)),
         max_error_rate=ns.max_error_rate,
     )
-    logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(levelname)s %(message)s")
     # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
     # So do those of tf.Transform's libraries (the analysis, transforms/analyze.py).
