@@ -54,6 +54,7 @@ setuptools.setup(
             "tensorflow-datasets>=4.9.10,<5",  # test_readers_tfds: TFDS reads a converted output
             "grain>=0.2.18",  # test_readers_tf_free: grain reads through SplitDataSource
             "tfrecord>=1.14.6",  # test_readers_tf_free: its tfrecord2idx writes DALI-format index files
+            "gcp-storage-emulator>=2024.8",  # test_gcs: a Cloud Storage server on 127.0.0.1 for gs:// runs
             "ruff==0.17.6",  # lint and format, run by run_tests.sh (pinned: its rules change between releases)
             "mypy==2.4.1",
         ],

@@ -7,7 +7,7 @@ import math
 from typing import Any, List, Mapping, Sequence, Tuple
 
 from img2tfrecord.inspection import STAT_KEYS, sample_records, spec_subset
-from img2tfrecord.readers import records
+from img2tfrecord.readers import records, storage
 from img2tfrecord.schemas import features as keys
 
 
@@ -152,11 +152,5 @@ def draw_class_chart(doc: Mapping[str, Any], path: str) -> Tuple[int, int]:
 def _save_png(image, path: str) -> None:
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    if records.is_remote(path):
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(path, "wb") as f:
-            f.write(buf.getvalue())
-    else:
-        with open(path, "wb") as f:
-            f.write(buf.getvalue())
+    with storage.create_binary(path) as f:
+        f.write(buf.getvalue())

@@ -9,23 +9,15 @@ this module only writes them.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Mapping, Optional
 
-from img2tfrecord.readers import records
+from img2tfrecord.readers import records, storage
 from img2tfrecord.schemas import tfds_layout
 
 
 def _write_file(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` (local: through a temporary file renamed into place)."""
-    if records.is_remote(path):
-        with records._gfile().GFile(path, "w") as f:
-            f.write(text)
-        return
-    temp = f"{path}.tmp-{os.getpid()}"
-    with open(temp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(temp, path)
+    """Write ``text`` to ``path`` on any Beam filesystem (local: through a temporary file renamed into place)."""
+    storage.write_bytes(path, text.encode("utf-8"))
 
 
 def write_tfds_metadata(

@@ -1,0 +1,122 @@
+"""Launcher start-up on a big bucket: listing and plan of ``convert`` against an emulated Cloud Storage.
+
+    .venv/bin/python benchmarks/bench_gcs_startup.py [--objects 20000] [--runs 3]
+
+Starts ``gcp-storage-emulator`` on 127.0.0.1 (as ``tests/gcs_emulator.py``
+does), uploads ``--objects`` small JPEGs into 100 class folders, then times
+``make_plan`` (what ``convert`` does before it builds the Beam graph: one
+metadata listing of the input, the layout, and the size ratio from
+converting a small sample) at a tenth of the objects and at all of them, so
+the growth with the object count shows. Counted too: the objects the
+launcher opened (``FileSystems.open``), which must be the sample only. The
+emulator is a single-threaded Python server, far slower per request than
+Cloud Storage: the figures bound the real ones from above. Prints a table;
+results go to ``benchmarks/results/bench_gcs_startup-<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Dict
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(_HERE), os.path.join(os.path.dirname(_HERE), "tests")]
+
+import gcs_emulator  # noqa: E402
+from PIL import Image  # noqa: E402
+
+_CLASSES = 100
+
+
+def _jpeg(seed: int) -> bytes:
+    image = Image.new("RGB", (32, 24), ((seed * 37) % 256, (seed * 91) % 256, (seed * 13) % 256))
+    buf = io.BytesIO()
+    image.save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _upload(prefix: str, count: int) -> float:
+    """``count`` small JPEGs under ``prefix/class_XX/``; returns the seconds it took."""
+    from img2tfrecord.readers import storage
+
+    def put(i: int) -> None:
+        storage.write_bytes(f"{prefix}/class_{i % _CLASSES:02d}/img_{i:06d}.jpg", _jpeg(i))
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(put, range(count)))
+    return time.perf_counter() - start
+
+
+def _time_plan(source: str, runs: int) -> Dict[str, Any]:
+    """Median seconds of ``make_plan`` over ``runs``, and the objects it opened per run."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from img2tfrecord.images import ImageOptions
+    from img2tfrecord.pipeline.config import ConvertConfig
+    from img2tfrecord.pipeline.plan import make_plan
+
+    opened = []
+    original = FileSystems.open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(path)
+        return original(path, *args, **kwargs)
+
+    FileSystems.open = counting_open  # type: ignore[method-assign]
+    times = []
+    try:
+        for _ in range(runs):
+            opened.clear()
+            config = ConvertConfig(input=source, output=source + "-out", image=ImageOptions(size=(24, 24)))
+            start = time.perf_counter()
+            plan = make_plan(config)
+            times.append(time.perf_counter() - start)
+    finally:
+        FileSystems.open = original  # type: ignore[method-assign]
+    return {"seconds": statistics.median(times), "all": times, "files": plan.num_files, "opened": len(opened)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        proc, emulator = gcs_emulator.start(scratch)
+        os.environ.update(emulator.env)
+        try:
+            small = max(1, args.objects // 10)
+            upload_small = _upload(emulator.url("small"), small)
+            upload_big = _upload(emulator.url("big"), args.objects)
+            _time_plan(emulator.url("small"), 1)  # warm: imports, credentials, connections
+            rows = [
+                (small, _time_plan(emulator.url("small"), args.runs)),
+                (args.objects, _time_plan(emulator.url("big"), args.runs)),
+            ]
+        finally:
+            gcs_emulator.stop(proc)
+    print(f"upload: {small} objects {upload_small:.1f} s, {args.objects} objects {upload_big:.1f} s")
+    print(f"{'objects':>8}  {'plan s (median)':>16}  {'ms / 1000 objects':>18}  {'objects opened':>14}")
+    for count, result in rows:
+        assert result["files"] == count, result
+        per_thousand = 1e6 * result["seconds"] / count
+        print(f"{count:>8}  {result['seconds']:>16.2f}  {per_thousand:>18.1f}  {result['opened']:>14}")
+    os.makedirs(os.path.join(_HERE, "results"), exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    with open(os.path.join(_HERE, "results", f"bench_gcs_startup-{stamp}.json"), "w", encoding="utf-8") as f:
+        doc = {"objects": args.objects, "runs": args.runs, "rows": [{"objects": c, **r} for c, r in rows]}
+        json.dump(doc, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""The real CLI against Cloud Storage: a ``gcp-storage-emulator`` on 127.0.0.1 (tests/gcs_emulator.py).
+
+Every conversion here runs the default command (tf.Transform analysis on) from ``gs://`` to ``gs://``
+and is compared with the same input converted from a local folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List, Tuple
+
+import images as I
+import pytest
+from conftest import IN_MEMORY, ROOT, run_cli
+from gcs_emulator import Emulator, gcs_fixture, upload_file, upload_tree  # noqa: F401 - the gcs fixture
+from test_sources import dataset_files, write_tar, write_tree, write_zip
+
+from img2tfrecord.readers import records, storage
+from img2tfrecord.schemas import manifest
+
+SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--image-size", "24")
+BAD = {"cat/broken.jpg": I.truncated_jpeg(), "dog/notes.jpg": I.text_as_jpg()}
+
+
+def cli(emulator: Emulator, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    return run_cli(*args, env=emulator.env, timeout=timeout)
+
+
+def convert(emulator: Emulator, source: str, output: str, *extra: str) -> subprocess.CompletedProcess:
+    return cli(emulator, "convert", "--input", source, "--output", output, *SPLITS, *extra, *IN_MEMORY)
+
+
+def listing(directory: str) -> Dict[str, Tuple[int, float]]:
+    """relative path -> (size, last updated) of every object under ``directory`` (Beam's FileSystems)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    prefix = directory.rstrip("/") + "/"
+    found = FileSystems.match([prefix + "**"])[0].metadata_list
+    return {m.path[len(prefix) :]: (m.size_in_bytes, m.last_updated_in_seconds) for m in found}
+
+
+def digests(output: str) -> Dict[str, str]:
+    """sha256 of every shard and index file of an output, read through the storage facade."""
+    found = {}
+    for relative, _ in storage.walk_files(output):
+        if manifest.parse_shard_file_name(relative) or relative.startswith(manifest.INDEX_DIR + "/"):
+            with storage.open_binary(storage.join(output, relative)) as f:
+                found[relative] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def error_rows(output: str) -> List[Tuple[str, str]]:
+    text = storage.read_text(storage.join(output, manifest.ERRORS_FILE))
+    return sorted((row["relpath"], row["reason"]) for row in map(json.loads, text.splitlines()))
+
+
+def comparable(doc: dict) -> dict:
+    return {key: doc[key] for key in ("splits", "accounting", "classes", "statistics") if key in doc}
+
+
+def assert_same_output(remote: str, local: str) -> None:
+    """The gs:// output holds the local one's records, errors, manifest facts and labels, and _SUCCESS last."""
+    assert digests(remote) == digests(local) and digests(local)
+    assert error_rows(remote) == error_rows(local)
+    assert comparable(records.read_manifest(remote)) == comparable(records.read_manifest(local))
+    name = manifest.LABELS_FILE
+    assert storage.read_text(storage.join(remote, name)) == storage.read_text(storage.join(local, name))
+    objects = listing(remote)
+    for folder in (manifest.TRANSFORM_FN_DIR, manifest.TRANSFORMED_METADATA_DIR):
+        assert any(path.startswith(folder + "/") for path in objects), f"no {folder}/ in {remote}"
+    assert not [p for p in objects if p.startswith(manifest.TEMP_PREFIXES)], "temporary objects left behind"
+    stamps = {path: updated for path, (_, updated) in objects.items()}
+    assert max(stamps, key=lambda p: (stamps[p], p == manifest.SUCCESS_FILE)) == manifest.SUCCESS_FILE
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Dict[str, str]:
+    """Local inputs of every kind: a class folder with bad files, a zip, a tar, a CSV manifest."""
+    base = tmp_path_factory.mktemp("gcs_inputs")
+    files = {**dataset_files(), **BAD}
+    folder = str(base / "folder")
+    write_tree(folder, files)
+    write_zip(str(base / "flowers.zip"), files, top="flowers")
+    write_tar(str(base / "flowers.tar"), files)
+    manifest_dir = str(base / "manifest")
+    write_tree(manifest_dir, files)
+    with open(os.path.join(manifest_dir, "labels.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label"])
+        for rel in sorted(files) + ["emu/missing.jpg"]:  # a row naming an object that does not exist
+            w.writerow([rel, rel.split("/")[0]])
+    return {
+        "folder": folder,
+        "zip": str(base / "flowers.zip"),
+        "tar": str(base / "flowers.tar"),
+        "csv": os.path.join(manifest_dir, "labels.csv"),
+    }
+
+
+def upload(emulator: Emulator, local: str, name: str) -> str:
+    """``local`` (a folder, archive or manifest with its folder) uploaded under ``inputs/<name>``; its gs:// path."""
+    if os.path.isdir(local):
+        upload_tree(local, emulator.url("inputs", name))
+        return emulator.url("inputs", name)
+    if local.endswith(".csv"):
+        upload_tree(os.path.dirname(local), emulator.url("inputs", name))
+        return emulator.url("inputs", name, os.path.basename(local))
+    upload_file(local, emulator.url("inputs", name, os.path.basename(local)))
+    return emulator.url("inputs", name, os.path.basename(local))
+
+
+@pytest.mark.parametrize("kind", ["folder", "zip", "tar", "csv"])
+def test_gs_to_gs_gives_the_records_of_a_local_run(gcs, inputs, kind, tmp_path):
+    source = upload(gcs, inputs[kind], kind)
+    remote = gcs.url("out", kind)
+    done = convert(gcs, source, remote)
+    assert done.returncode == 0, done.stderr[-3000:]
+    local = str(tmp_path / "local")
+    assert convert(gcs, inputs[kind], local).returncode == 0
+    assert_same_output(remote, local)
+    reasons = dict(error_rows(remote))
+    assert set(BAD) <= set(reasons)
+    if kind == "csv":
+        assert reasons["emu/missing.jpg"] == "not_found"
+
+    # inspect and verify read the gs:// output through Beam's FileSystems.
+    shown = cli(gcs, "inspect", remote)
+    assert shown.returncode == 0 and "examples per class and split" in shown.stdout, shown.stderr[-2000:]
+    checked = cli(gcs, "verify", remote)
+    assert checked.returncode == 0 and checked.stdout.startswith("OK"), checked.stdout + checked.stderr[-2000:]
+
+
+def test_a_non_empty_output_is_refused_and_overwrite_removes_only_its_own_objects(gcs, inputs):
+    source = upload(gcs, inputs["folder"], "for-overwrite")
+    out = gcs.url("overwrite", "out")
+    sibling = gcs.url("overwrite", "out-notes.txt")  # shares the output's name as a prefix
+    storage.write_bytes(sibling, b"not ours")
+    storage.write_bytes(gcs.url("overwrite", "out", "notes.txt"), b"not ours either")
+    refused = convert(gcs, source, out)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
+    assert "--overwrite" in refused.stderr
+    refused = convert(gcs, source, out, "--overwrite")
+    assert refused.returncode == 2 and "did not write" in refused.stderr, refused.stderr[-2000:]
+    assert set(listing(out)) == {"notes.txt"}
+
+    storage_delete(gcs.url("overwrite", "out", "notes.txt"))
+    assert convert(gcs, source, out).returncode == 0
+    first = listing(out)
+    storage.write_bytes(gcs.url("overwrite", "out", "beam-temp-leftover", "x"), b"a temp file of ours")
+    again = convert(gcs, source, out, "--overwrite")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert set(listing(out)) == set(first)
+    assert storage.read_text(sibling) == "not ours"
+
+
+def storage_delete(path: str) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.delete([path])
+
+
+def _done_objects(out: str) -> List[str]:
+    return [p for p in listing(out) if p.startswith(manifest.RUN_FOLDER_PREFIX) and f"/{manifest.RUN_DONE_DIR}/" in p]
+
+
+RESUME_ARGS = ("--image-size", "96", "--format", "png", "--num-shards", "6", "--splits", "train=0.5,test=0.5")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="resume on gs:// (emulator): shards kept from the killed run come out as empty objects; not fixed yet",
+)
+def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_bytes(gcs, tmp_path):
+    from test_faults import make_images
+
+    root = str(tmp_path / "in")
+    make_images(root, classes=3, per_class=40, size=(320, 240), bad=1)
+    source = gcs.url("inputs", "resume")
+    upload_tree(root, source)
+    reference = gcs.url("resume", "reference")
+    done = cli(gcs, "convert", "--input", source, "--output", reference, *RESUME_ARGS)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    out = gcs.url("resume", "out")
+    args = ("convert", "--input", source, "--output", out, *RESUME_ARGS)
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **gcs.env)
+    proc = subprocess.Popen([sys.executable, "-m", "img2tfrecord", *args], cwd=ROOT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(_done_objects(out)) < 2:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no shard finished"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    finished = _done_objects(out)
+    assert 2 <= len(finished) < 12, "the kill came after every shard was written"
+    assert manifest.SUCCESS_FILE not in listing(out), "a killed run left _SUCCESS"
+
+    resumed = cli(gcs, *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "finished shard(s) kept" in resumed.stderr
+    assert digests(out) == digests(reference)
+    assert comparable(records.read_manifest(out)) == comparable(records.read_manifest(reference))
+    assert manifest.SUCCESS_FILE in listing(out)
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+def test_a_missing_bucket_or_object_is_one_line_and_exit_2(gcs):
+    for missing in ("gs://no-such-bucket-for-img2tfrecord/images", gcs.url("no", "such", "folder")):
+        proc = convert(gcs, missing, gcs.url("never-written"))
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+    assert listing(gcs.url("never-written")) == {}
+
+
+@pytest.mark.xfail(reason="the launcher's 'input: N files' line is not seen on stderr here, so nothing is deleted")
+def test_an_object_deleted_after_the_listing_is_an_error_row(gcs, inputs):
+    source = upload(gcs, inputs["folder"], "vanishing")
+    victim = "emu/emu_4.jpg"
+    out = gcs.url("vanishing-out")
+    args = ("convert", "--input", source, "--output", out, *SPLITS, *IN_MEMORY)
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **gcs.env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "img2tfrecord", *args], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # the launcher logs "input: N files ..." after its listing, before any read
+        seen.append(line)
+        if re.search(r"\binput: \d+ files, ", line):
+            storage_delete(storage.join(source, victim))
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=400) == 0, "".join(seen)[-2000:] + rest[-3000:]
+    reasons = dict(error_rows(out))
+    assert reasons[victim] in ("unreadable", "not_found"), reasons
+    doc = records.read_manifest(out)
+    assert doc["accounting"]["rejected"] == len(BAD) + 1
