@@ -115,9 +115,11 @@ def pytest_unconfigure(config):
 _END_TO_END = {
     "test_convert_cli.py",
     "test_faults.py",
+    "test_gcs.py",
     "test_hostile.py",
     "test_inspect.py",
     "test_reader.py",
+    "test_archive_safety.py",
     "test_readers_tf_free.py",
     "test_readers_tfds.py",
     "test_record_kinds.py",

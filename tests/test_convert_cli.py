@@ -15,6 +15,7 @@ from conftest import convert, run_cli
 from PIL import Image
 
 from img2tfrecord import schemas
+from img2tfrecord.conversion.sharding import shuffle_key
 from img2tfrecord.schemas import manifest
 
 tf = pytest.importorskip("tensorflow")
@@ -238,6 +239,14 @@ def test_records_are_shuffled_within_shards(tmp_path):
     # Listing order is class by class; the written order must not be.
     runs = sum(1 for x, y in zip(order, order[1:]) if x != y)
     assert runs > 20, order
+    # It is exactly the seeded order, and another seed gives another order of the same records.
+    names = [r[schemas.FILENAME].decode() for r in records["train"]]
+    assert names == sorted(names, key=lambda n: (shuffle_key(n, 0), n))
+    other = str(tmp_path / "other")
+    assert convert(root, other, "--num-shards", "1", "--seed", "1").returncode == 0
+    other_names = [r[schemas.FILENAME].decode() for r in read_records(other)[1]["train"]]
+    assert sorted(other_names) == sorted(names) and other_names != names
+    assert other_names == sorted(names, key=lambda n: (shuffle_key(n, 1), n))
 
 
 def test_adding_a_file_moves_no_other_file(tmp_path):

@@ -109,7 +109,13 @@ def damaged(draw, seeds=SEEDS):
 
 
 ANY_BYTES = st.one_of(st.binary(max_size=2048), damaged(), st.sampled_from(SEEDS))
-SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# In CI (CI=true) the examples are derandomised: the same fixed budget of examples on every run.
+SETTINGS = dict(
+    deadline=None,
+    database=None,
+    derandomize=os.environ.get("CI", "").lower() == "true",
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ records, of its unpacked folder.
 
 from __future__ import annotations
 
+import stat
 import struct
 import tarfile
 import zipfile
@@ -117,8 +118,15 @@ def _list_zip(path: str) -> Iterator[ArchiveEntry]:
         if info.is_dir():
             continue
         name = normalise_member_name(info.filename)
+        unsafe = unsafe_path(info.filename)
+        if unsafe:
+            yield ErrorEntry(name or info.filename, "bad_name", unsafe)
+            continue
         if not name or is_junk(name):
             yield SkippedEntry(name or info.filename)
+            continue
+        if stat.S_ISLNK(info.external_attr >> 16):
+            yield ErrorEntry(name, "unsupported_member", "a symbolic link: links in archives are not followed")
             continue
         yield MemberEntry(
             name,
@@ -153,14 +161,29 @@ def _tar_members(tar: tarfile.TarFile) -> Iterator[Tuple[str, str, tarfile.TarIn
 
 
 def _classify_tar_member(info: tarfile.TarInfo) -> Tuple[str, str]:
-    """``(name, action)`` of a tar member: ``member`` to convert, ``skip`` (counted as
-    skipped: junk, links, devices, unusable names) or ``ignore`` (directories)."""
+    """``(name, action)`` of a tar member: ``member`` to convert, ``skip`` (junk, counted as
+    skipped), ``unsafe`` (a path outside the archive's tree), ``unsupported`` (links, devices:
+    never followed) or ``ignore`` (directories)."""
     name = normalise_member_name(info.name)
-    if not info.isfile() or info.issparse():
-        return name or info.name, "ignore" if info.isdir() else "skip"
+    if info.isdir():
+        return name or info.name, "ignore"
+    if unsafe_path(info.name):
+        return name or info.name, "unsafe"
     if not name or is_junk(name):
         return name or info.name, "skip"
+    if not info.isfile() or info.issparse():
+        return name, "unsupported"
     return name, "member"
+
+
+def _not_a_member(action: str, name: str, info: tarfile.TarInfo) -> ArchiveEntry:
+    if action == "unsafe":
+        return ErrorEntry(name, "bad_name", unsafe_path(info.name) or "unsafe member path")
+    if action == "unsupported":
+        return ErrorEntry(
+            name, "unsupported_member", f"{_tar_kind(info)}: links and devices in archives are not followed"
+        )
+    return SkippedEntry(name)
 
 
 def _list_tar(path: str, size: int) -> Iterator[ArchiveEntry]:
@@ -174,8 +197,8 @@ def _list_tar(path: str, size: int) -> Iterator[ArchiveEntry]:
             return
         try:
             for action, name, info in _tar_members(tar):
-                if action == "skip":
-                    yield SkippedEntry(name)
+                if action != "member":
+                    yield _not_a_member(action, name, info)
                     continue
                 if info.offset_data + info.size > size:
                     truncated = True
@@ -212,8 +235,8 @@ def _list_tgz(path: str, limit: int) -> Iterator[ArchiveEntry]:
         try:
             tar = tarfile.open(fileobj=f, mode="r|*")
             for action, name, info in _tar_members(tar):
-                if action == "skip":
-                    yield SkippedEntry(name)
+                if action != "member":
+                    yield _not_a_member(action, name, info)
                     continue
                 if info.size > limit:
                     yield ErrorEntry(
@@ -271,7 +294,34 @@ def _name_problem(name: str) -> Optional[str]:
         return "member name contains a line break"
     if not is_text(name):  # tar names that are not UTF-8 decode to surrogates
         return "member name is not valid UTF-8"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "member name contains control characters"
     return None
+
+
+def unsafe_path(raw_name: str) -> Optional[str]:
+    """Why a member's path points outside the archive's own tree (absolute, a drive, ``..``), or None.
+
+    Members are never extracted, but such a name would still become a record name and a class.
+    """
+    name = raw_name.replace("\\", "/")
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":" and name[0].isalpha()):
+        return f"member path is absolute ({printable(raw_name)!r})"
+    if ".." in name.split("/"):
+        return f"member path climbs out of the archive with '..' ({printable(raw_name)!r})"
+    return None
+
+
+def _tar_kind(info: tarfile.TarInfo) -> str:
+    if info.issym():
+        return "a symbolic link"
+    if info.islnk():
+        return "a hard link"
+    if info.isdev():
+        return "a device or FIFO"
+    if info.issparse():
+        return "a sparse file"
+    return f"a tar entry of type {info.type!r}"
 
 
 def peek_archive(path: str, size: int, limit: int, max_members: int, max_bytes: int) -> Tuple[List[ArchiveEntry], bool]:

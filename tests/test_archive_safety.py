@@ -1,0 +1,106 @@
+"""Archives with hostile members: nothing is written or read outside the archive, every such member is reported.
+
+Members named ``../x``, ``/etc/x`` or with control characters, symbolic and
+hard links, devices and FIFOs: each is an ``errors.jsonl`` row with its reason,
+the good members are converted with the default command (analysis on), and the
+accounting holds exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import tarfile
+import zipfile
+
+import images as I
+import pytest
+from conftest import convert, manifest_doc
+
+from img2tfrecord.readers import datasource
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import manifest
+from img2tfrecord.sources import archives
+
+GOOD = {"cat/ok1.jpg": I.jpeg(40, 30), "cat/ok2.jpg": I.jpeg(30, 40), "dog/ok3.png": I.png(20, 20)}
+NAMES = {  # member name -> the reason its row must give
+    "../evil.jpg": "bad_name",
+    "cat/../../evil2.jpg": "bad_name",
+    "/etc/evil3.jpg": "bad_name",
+    "cat/esc\x1b.jpg": "bad_name",
+    "cat/del\x7f.jpg": "bad_name",
+}
+
+
+def _tar(path: str) -> dict:
+    """A tar of the good members, the hostile names, and link/device/FIFO entries; -> member -> reason."""
+    expected = dict(NAMES)
+    with tarfile.open(path, "w") as t:
+        for name, data in {**GOOD, **{n: I.jpeg(10, 10) for n in NAMES}}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        for name, kind, target in (
+            ("cat/passwd.jpg", tarfile.SYMTYPE, "/etc/passwd"),
+            ("cat/up.jpg", tarfile.SYMTYPE, "../../outside.jpg"),
+            ("dog/hard.jpg", tarfile.LNKTYPE, "cat/ok1.jpg"),
+            ("dog/zero.jpg", tarfile.CHRTYPE, ""),
+            ("dog/pipe.jpg", tarfile.FIFOTYPE, ""),
+        ):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, target
+            if kind == tarfile.CHRTYPE:
+                info.devmajor, info.devminor = 1, 5  # /dev/zero
+            t.addfile(info)
+            expected[name] = "unsupported_member"
+    return expected
+
+
+def _zip(path: str) -> dict:
+    expected = dict(NAMES)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in {**GOOD, **{n: I.jpeg(10, 10) for n in NAMES}}.items():
+            z.writestr(name, data)
+        link = zipfile.ZipInfo("cat/link.jpg")
+        link.create_system = 3  # unix: the mode in external_attr says "symbolic link"
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        z.writestr(link, "/etc/passwd")
+        expected["cat/link.jpg"] = "unsupported_member"
+    return expected
+
+
+@pytest.mark.parametrize("kind", ["tar", "zip"])
+def test_hostile_members_are_rows_and_nothing_leaves_the_archive(tmp_path, kind):
+    src = tmp_path / "in"
+    src.mkdir()
+    archive = str(src / f"data.{kind}")
+    expected = _tar(archive) if kind == "tar" else _zip(archive)
+    (tmp_path / "work").mkdir()
+    out = str(tmp_path / "work" / "out")
+    before = sorted(os.listdir(tmp_path))
+    proc = convert(archive, out, "--image-size", "32")  # the default command: the analysis runs too
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    assert sorted(os.listdir(tmp_path)) == before and os.listdir(tmp_path / "work") == ["out"], "written outside"
+    assert not os.path.exists("/etc/evil3.jpg")
+    for root, _, files in os.walk(tmp_path):
+        assert not {"evil.jpg", "evil2.jpg", "evil3.jpg", "outside.jpg"} & set(files), root
+
+    with open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    reasons = {row["path"].split("!/", 1)[1]: row["reason"] for row in rows}
+    assert reasons == {archives.normalise_member_name(n): r for n, r in expected.items()}
+    assert all(row["error"] for row in rows)
+
+    doc = manifest_doc(out)
+    acc = doc["accounting"]
+    assert acc["written"] == len(GOOD) and acc["inputs"] == acc["written"] + acc["rejected"]
+    assert acc["rejected"] == len(expected)
+    names = [r[keys.FILENAME].decode() for r in datasource.iter_split(out, "train", decode=False)]
+    assert sorted(names) == sorted(GOOD)
+    passwd = open("/etc/passwd", "rb").read()[:32]
+    assert all(passwd not in r[keys.IMAGE_ENCODED] for r in datasource.iter_split(out, "train", decode=False))
+    assert doc["statistics"]["num_examples"] == len(GOOD)  # the analysis ran over exactly the good members
+    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
