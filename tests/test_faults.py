@@ -26,6 +26,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -40,7 +41,7 @@ from conftest import ROOT, convert, manifest_doc
 from test_convert_cli import read_records
 from test_hostile import FAST
 
-from img2tfrecord import schemas
+from img2tfrecord import faults, schemas
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS
@@ -193,9 +194,9 @@ def _done_files(out: str):
     return sorted(glob.glob(os.path.join(folder, manifest.RUN_DONE_DIR, "*.json"))) if folder else []
 
 
-def _kill_when(args, ready, what: str):
+def _kill_when(args, ready, what: str, env=None):
     """Start ``convert args``, SIGKILL it as soon as ``ready()`` holds; -> its return code."""
-    proc = subprocess.Popen(_cli(*args), cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(_cli(*args), cwd=ROOT, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
         while not ready():
@@ -336,3 +337,128 @@ def test_writes_failing_mid_run_exit_1_then_overwrite_recovers(tmp_path):
     again = convert(root, out, "--format", "png", "--num-shards", "1", "--overwrite", *FAST)
     assert again.returncode == 0, again.stderr[-3000:]
     assert_exact_output(out, files)
+
+
+# -- a kill at each phase, at a known point (img2tfrecord/faults.py) ------------------------------
+
+PHASE_ARGS = ("--image-size", "48", "--num-shards", "3", "--splits", "train=0.5,test=0.5", *FAST)
+
+
+@pytest.fixture(scope="module")
+def phase_input(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("phases") / "in")
+    files = make_images(root, classes=3, per_class=20, size=(96, 72), bad=1)
+    reference = str(tmp_path_factory.mktemp("phases_reference") / "out")
+    done = convert(root, reference, *PHASE_ARGS, runner=())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root, files, reference
+
+
+def _assert_final_shards_whole(out: str, reference: str) -> None:
+    """A file under a final shard name is never partial: it is byte for byte the finished shard."""
+    expected = _shard_digests(reference)
+    for name in final_shards(out):
+        with open(os.path.join(out, name), "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == expected[name], f"{name} is not whole"
+
+
+@pytest.mark.parametrize("phase", faults.PHASES)
+def test_a_kill_at_each_phase_leaves_nothing_that_looks_complete_and_resume_finishes_it(tmp_path, phase_input, phase):
+    root, files, reference = phase_input
+    out = str(tmp_path / "out")
+    marker = str(tmp_path / "paused")
+    env = dict(_env(), **{faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
+    args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
+    assert _kill_when(args, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
+    with open(marker) as f:
+        assert f.read().split()[0] == phase
+    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    if os.path.isdir(out):
+        _assert_final_shards_whole(out, reference)
+        if phase == "committing":  # one split committed, the other not yet
+            assert 0 < len(final_shards(out)) < len(final_shards(reference))
+        if phase == "finalizing":
+            assert os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))  # written, but no _SUCCESS
+
+    resumed = convert(root, out, *PHASE_ARGS, "--resume", runner=())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_exact_output(out, files)
+    assert _shard_digests(out) == _shard_digests(reference)
+    assert _comparable(manifest_doc(out)) == _comparable(manifest_doc(reference))
+
+
+def test_a_kill_while_converting_then_overwrite_gives_the_same_output(tmp_path, phase_input):
+    root, files, reference = phase_input
+    out = str(tmp_path / "out")
+    marker = str(tmp_path / "paused")
+    env = dict(_env(), **{faults.ENV: "pause:converting", faults.MARKER_ENV: marker})
+    args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
+    assert _kill_when(args, lambda: os.path.exists(marker), "paused while converting", env=env) == -signal.SIGKILL
+    again = convert(root, out, *PHASE_ARGS, "--overwrite", runner=())
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _shard_digests(out) == _shard_digests(reference)
+
+
+# -- the accounting guard -------------------------------------------------------------------------
+
+
+def test_counts_that_do_not_add_up_fail_the_run_without_success(tmp_path, phase_input):
+    root, _, _ = phase_input
+    out = str(tmp_path / "out")
+    args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
+    env = dict(_env(), **{faults.ENV: "drop_record"})
+    proc = subprocess.run(_cli(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    found = re.search(r"AccountingError: (\d+) inputs but (\d+) records written and (\d+) rejected", last)
+    assert found, last
+    inputs, written, rejected = map(int, found.groups())
+    assert inputs == written + rejected + 1  # the one record the writer left out
+    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))
+
+
+def test_success_is_written_after_every_other_file(phase_input):
+    _, _, reference = phase_input
+    success = os.stat(os.path.join(reference, manifest.SUCCESS_FILE)).st_mtime_ns
+    others = [
+        os.stat(os.path.join(folder, name)).st_mtime_ns
+        for folder, _, names in os.walk(reference)
+        for name in names
+        if name != manifest.SUCCESS_FILE
+    ]
+    assert others and max(others) <= success
+
+
+# -- a full disk ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 2 MiB tmpfs mounted for the test (needs root, as CI runs)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield str(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_exits_1_with_a_clear_message_and_no_success(tmp_path, small_tmpfs):
+    root = str(tmp_path / "in")
+    make_images(root, classes=2, per_class=40, size=(160, 120))
+    out = os.path.join(small_tmpfs, "out")
+    proc = convert(root, out, "--format", "png", "--num-shards", "2", *FAST, runner=())
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("img2tfrecord: pipeline failed:") and "No space left on device" in last, last
+    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert final_shards(out) == [], "a shard got its final name on a full disk"
+    assert not os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))

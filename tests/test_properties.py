@@ -196,7 +196,7 @@ def test_convert_fn_emits_one_record_or_one_error_row(input_root, data, options,
         assert row["reason"] in REASONS and row["error"] and row["path"] == path and row["relpath"] == relpath
         assert json.loads(json.dumps(row, ensure_ascii=True)) == row
     else:
-        split, class_name, serialized, _ = out
+        split, class_name, serialized = out.split, out.class_name, out.example
         assert split == "train" and class_name == "cat"
         example = Example.FromString(serialized)
         feature = example.features.feature

@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
+from img2tfrecord import faults
 from img2tfrecord.conversion.sharding import (
     DEFAULT_SPLIT,
     SPLIT_FOLDERS,
@@ -170,6 +171,7 @@ def make_plan(config: ConvertConfig) -> Plan:
             f"(.zip, .tar, .tar.gz, .tgz) or a manifest (.csv, .jsonl)"
         )
     listing = list_input(pattern)
+    faults.pause_at("listing")
     if _GLOB_CHARS.search(config.input) and listing and all(archives.archive_kind(p) for p, _ in listing):
         return _plan_archives(config)  # a glob such as 'shards/*' that matches only archives
     files = []

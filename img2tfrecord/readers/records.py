@@ -2,8 +2,8 @@
 
 Used by ``inspect``, ``verify`` and the TensorFlow-free readers of
 :mod:`img2tfrecord.readers.datasource`. Local paths are read with plain Python
-file objects; paths with a scheme (``gs://...``) go through
-``tf.io.gfile``, which is then the only reason TensorFlow gets imported.
+file objects; paths with a scheme (``gs://...``) go through Beam's
+FileSystems (:mod:`img2tfrecord.readers.storage`), imported only then.
 
 TFRecord framing, per record::
 
@@ -26,71 +26,36 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
-import posixpath
 import struct
 import threading
 import zlib
-from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Mapping, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Mapping, Tuple, Union
 
 import google_crc32c
 
-from img2tfrecord.schemas import example_proto, manifest
+from img2tfrecord.readers import storage
+from img2tfrecord.schemas import example_proto, features, manifest
 
 _HEADER = struct.Struct("<QI")  # length, masked CRC32C of the length bytes
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _MASK_DELTA = 0xA282EAD8
-_READ_BUFFER = 1 << 20
 
 
 # ---------------------------------------------------------------------------
-# Files: local paths with the standard library, anything with a scheme via tf.io.gfile.
+# Files: local paths with the standard library, anything with a scheme via Beam (readers/storage.py).
 
-
-def is_remote(path: str) -> bool:
-    return "://" in path
-
-
-def _gfile():
-    import tensorflow as tf  # deferred: only remote paths need it
-
-    return tf.io.gfile
+is_remote = storage.is_remote
+exists = storage.exists
+isdir = storage.isdir
+listdir = storage.listdir
+file_size = storage.file_size
+open_binary = storage.open_binary
+read_text = storage.read_text
 
 
 def join(directory: str, name: str) -> str:
-    if is_remote(directory):
-        return posixpath.join(directory, name)
-    return os.path.join(directory, name)
-
-
-def exists(path: str) -> bool:
-    return _gfile().exists(path) if is_remote(path) else os.path.exists(path)
-
-
-def isdir(path: str) -> bool:
-    return _gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
-
-
-def listdir(path: str) -> List[str]:
-    """Base names in a directory (subdirectories without a trailing slash)."""
-    if is_remote(path):
-        return sorted(name.rstrip("/") for name in _gfile().listdir(path))
-    return sorted(os.listdir(path))
-
-
-def file_size(path: str) -> int:
-    return _gfile().stat(path).length if is_remote(path) else os.path.getsize(path)
-
-
-def open_binary(path: str) -> BinaryIO:
-    if is_remote(path):
-        return _gfile().GFile(path, "rb")
-    return open(path, "rb", buffering=_READ_BUFFER)
-
-
-def read_text(path: str) -> str:
-    with open_binary(path) as f:
-        return f.read().decode("utf-8")
+    return storage.join(directory, name)
 
 
 # ---------------------------------------------------------------------------
@@ -164,7 +129,10 @@ class Record:
     data_crc_ok: bool = True
 
 
-def _read_exactly(f: BinaryIO, n: int) -> bytes:
+_Stream = Union[BinaryIO, gzip.GzipFile]  # a shard's records: the file itself, or its gzip stream
+
+
+def _read_exactly(f: _Stream, n: int) -> bytes:
     chunks = []
     while n > 0:
         chunk = f.read(n)
@@ -175,7 +143,7 @@ def _read_exactly(f: BinaryIO, n: int) -> bytes:
     return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
 
-def _stream(path: str, compression: str) -> Tuple[BinaryIO, BinaryIO, int | None]:
+def _stream(path: str, compression: str) -> Tuple[_Stream, BinaryIO, int | None]:
     """(record stream, underlying file, size bound of the stream or None when unknown)."""
     raw = open_binary(path)
     if compression == "gzip":
@@ -291,7 +259,7 @@ class RandomAccessFile:
         self._lock = threading.Lock()
         if is_remote(path):
             self._fd = -1
-            self._file: BinaryIO | None = _gfile().GFile(path, "rb")
+            self._file: BinaryIO | None = open_binary(path)
         else:
             self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
             self._file = None
@@ -404,8 +372,8 @@ _KINDS = {"string": "bytes_list", "int64": "int64_list", "float32": "float_list"
 def parse_example(data: bytes, spec_json: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
     """Scalar values of a serialized ``tf.train.Example``, one per feature of ``spec_json``.
 
-    ``spec_json`` is the ``feature_spec`` block of ``dataset.json`` (every
-    feature a scalar ``FixedLenFeature``). Bytes features come back as
+    ``spec_json`` is the ``feature_spec`` block of ``dataset.json`` (scalar
+    ``FixedLenFeature``s; a ``VarLenFeature`` comes back as a list). Bytes features come back as
     ``bytes``, int64 as ``int``. Raises :class:`ExampleError` when the data
     is not an Example or a declared feature is missing, of another kind, or
     does not hold exactly one value. Features not in the spec are ignored,
@@ -418,13 +386,16 @@ def parse_example(data: bytes, spec_json: Mapping[str, Mapping[str, Any]]) -> Di
     feature_map = example.features.feature
     values: Dict[str, Any] = {}
     for key, entry in spec_json.items():
-        kind = _KINDS.get(entry.get("dtype"))
+        kind = _KINDS.get(entry.get("dtype", ""))
         if kind is None:
             raise ExampleError(f"{key}: unsupported dtype {entry.get('dtype')!r} in dataset.json")
         if key not in feature_map:
             raise ExampleError(f"feature {key} missing")
         feature = feature_map[key]
         actual = feature.WhichOneof("kind")
+        if entry.get("kind") == features.VAR_LEN and actual in (kind, None):  # detection: a list per image
+            values[key] = list(getattr(feature, kind).value)
+            continue
         if actual != kind:
             raise ExampleError(f"feature {key}: expected {kind}, found {actual or 'an empty feature'}")
         items = getattr(feature, kind).value

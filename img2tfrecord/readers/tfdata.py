@@ -13,6 +13,11 @@ is read with ``load(..., sequence=True)``. The pipeline is fast by construction:
 shard order, parallel interleaved shard reads, a record-level shuffle of
 the serialized bytes, batched parsing with ``tf.io.parse_example``,
 parallel decoding, and ``prefetch``.
+
+The shards are read by TensorFlow's own filesystems: local paths, ``gs://``
+(on real Cloud Storage; TensorFlow ignores ``STORAGE_EMULATOR_HOST``),
+``hdfs://``, and ``s3://`` with ``tensorflow-io``. ``dataset.json`` is read
+through Beam's FileSystems like every other reader of an output.
 """
 
 from __future__ import annotations
@@ -79,11 +84,12 @@ def _normalise_image_size(image_size: Optional[ImageSize]) -> Optional[Tuple[int
         size = (image_size, image_size)
     else:
         try:
-            size = tuple(int(v) for v in image_size)
+            values = tuple(int(v) for v in image_size)
         except TypeError:
             raise TypeError(f"image_size must be an int or a (height, width) pair, got {image_size!r}") from None
-        if len(size) != 2:
+        if len(values) != 2:
             raise ValueError(f"image_size must be an int or a (height, width) pair, got {image_size!r}")
+        size = (values[0], values[1])
     if size[0] <= 0 or size[1] <= 0:
         raise ValueError(f"image_size must be positive, got {image_size!r}")
     return size
@@ -279,8 +285,9 @@ def load(
     """A ``tf.data.Dataset`` over one split of an ``img2tfrecord convert`` output directory.
 
     Args:
-      path: the output directory (local or ``gs://``), holding ``dataset.json``
-        and ``_SUCCESS``.
+      path: the output directory, holding ``dataset.json`` and ``_SUCCESS``:
+        a local folder or a path TensorFlow opens itself (``gs://`` on Cloud
+        Storage, not an emulator; ``hdfs://``; ``s3://`` with tensorflow-io).
       split: a split name listed in ``dataset.json``.
       batch_size: examples per batch (the last batch may be smaller); None
         yields single examples, which may then have different sizes.

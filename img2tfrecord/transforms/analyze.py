@@ -3,8 +3,9 @@
     train analysis rows (the serialized tf.train.Example without its image bytes + the worker's pixel sums)
       -> Arrow RecordBatches (tfx_bsl's C++ Example decoder, TFExampleBeamRecord)
       -> tft_beam.AnalyzeDataset(preprocessing_fn)    one pass over the sums; no image decoded here
-      -> tft_beam.WriteTransformFn(<output dir>)       transform_fn/, transformed_metadata/
-      -> metadata/schema.pbtxt and schema.pbtxt; the temp dir is removed
+      -> tft_beam.WriteTransformFn(<temp dir>/export)  transform_fn/, transformed_metadata/
+      -> copied into the output through Beam's FileSystems, with metadata/schema.pbtxt
+         and schema.pbtxt; the temp dir is removed
       -> one statistics dict, copied into dataset.json by FinalizeOutput
 
 The ``preprocessing_fn`` turns raw records (parsed with
@@ -55,6 +56,14 @@ turned into the statistics once ``WriteTransformFn`` has finished, and
 ``FinalizeOutput`` takes that as a side input, so ``_SUCCESS`` follows a
 complete ``transform_fn/``.
 
+tf.Transform reads and writes its temp dir with TensorFlow's filesystem,
+which cannot open every path Beam can (an emulated bucket, a filesystem
+only Beam has a plugin for). On the local runner, where the analysis, the
+export and the copy all run in this process, the temp dir is therefore a
+local folder; on distributed runners it is under ``--temp_location``, which
+their workers share and TensorFlow opens (``gs://`` on Dataflow). The
+output folder itself is only ever written through Beam's FileSystems.
+
 TensorFlow 2 behaviour (TFT's default, ``force_tf_compat_v1=False``): with
 TF 2.21 and TFT 1.21 the preprocessing_fn is traced as a ``tf.function`` and
 exported as a TF2 SavedModel, which ``TFTransformOutput.transform_features_layer()``
@@ -68,11 +77,12 @@ import atexit
 import dataclasses
 import logging
 import math
+import os
 import posixpath
 import shutil
 import tempfile
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 import numpy as np
@@ -80,11 +90,13 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import StandardOptions
 from google.protobuf import text_format
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
 from img2tfrecord.images import LOSSLESS_FORMATS, ImageOptions
+from img2tfrecord.readers import storage
 from img2tfrecord.readers.tfdata import decode_encoded, decode_raw
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
@@ -226,6 +238,8 @@ def make_preprocessing_fn(
 # height min/max, width min/max, then (labeled) the batch's classes and their counts.
 _BATCH_CLASSES = 8
 
+Span = Union[Tuple[None, None], Tuple[int, int]]  # (min, max); (None, None) before the first image
+
 
 @dataclasses.dataclass
 class RunTotals:
@@ -236,8 +250,8 @@ class RunTotals:
     pixels: int = 0
     sums: List[int] = dataclasses.field(default_factory=list)
     squares: List[int] = dataclasses.field(default_factory=list)
-    height: Tuple[Optional[int], Optional[int]] = (None, None)  # (min, max)
-    width: Tuple[Optional[int], Optional[int]] = (None, None)
+    height: Span = (None, None)  # (min, max)
+    width: Span = (None, None)
     classes: Dict[Any, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -258,7 +272,7 @@ class RunTotals:
         return self
 
 
-def _span(a: Tuple[Optional[int], Optional[int]], b: Tuple[Optional[int], Optional[int]]):
+def _span(a: Span, b: Span) -> Span:
     if a[0] is None:
         return b
     if b[0] is None:
@@ -444,13 +458,14 @@ def analysis_schema(spec_json: Optional[Mapping[str, Any]] = None, channels: int
     return schema_utils.schema_from_feature_spec(spec)
 
 
-def temp_dir_for(output_dir: str, temp_location: Optional[str], dry_run: bool = False) -> str:
-    """tf.Transform's temp dir: under ``--temp_location`` when given, else inside the output.
+def temp_dir_for(output_dir: str, temp_location: Optional[str], dry_run: bool = False, local: bool = False) -> str:
+    """tf.Transform's temp dir: a local throw-away folder on the ``local`` runner and for a dry run,
+    else under ``--temp_location`` when given, else inside the output.
 
     TFT creates it (and traces into it) while the graph is built, so a dry
-    run, which must write nothing, gets a local throw-away folder instead.
+    run, which must write nothing, also gets the local folder.
     """
-    if dry_run:
+    if dry_run or local:
         path = tempfile.mkdtemp(prefix="img2tfrecord-tft-")
         atexit.register(shutil.rmtree, path, ignore_errors=True)
         return path
@@ -459,26 +474,27 @@ def temp_dir_for(output_dir: str, temp_location: Optional[str], dry_run: bool = 
     return FileSystems.join(output_dir, manifest.ANALYSIS_TEMP_DIR)
 
 
+def _export_dir(temp_dir: str) -> str:
+    return posixpath.join(temp_dir, "export") if "://" in temp_dir else os.path.join(temp_dir, "export")
+
+
 def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, exact: bool, totals, label_names=None):
-    """After WriteTransformFn: the raw schema files, the temp dir removed, the statistics out."""
-    metadata_dir = FileSystems.join(output_dir, manifest.RAW_METADATA_DIR)
-    tf.io.gfile.makedirs(metadata_dir)
+    """After WriteTransformFn: the export and the raw schema files in the output, the temp dir removed,
+    the statistics out."""
+    export = _export_dir(temp_dir)
+    for folder in (manifest.TRANSFORM_FN_DIR, manifest.TRANSFORMED_METADATA_DIR):
+        storage.copy_tree(storage.join(export, folder), storage.join(output_dir, folder))
     for path in (
-        FileSystems.join(metadata_dir, manifest.SCHEMA_FILE),
-        FileSystems.join(output_dir, manifest.SCHEMA_FILE),
+        storage.join(output_dir, manifest.RAW_METADATA_DIR, manifest.SCHEMA_FILE),
+        storage.join(output_dir, manifest.SCHEMA_FILE),
     ):
-        _write_text(path, schema_text)
+        storage.write_bytes(path, schema_text.encode("utf-8"))
     if tf.io.gfile.exists(temp_dir):
         tf.io.gfile.rmtree(temp_dir)
     stats = statistics_json(totals, label_names, exact)
     if not stats["num_examples"]:
         logging.warning("the %r split is empty: the transform only scales images to [0, 1]", names.ANALYZED_SPLIT)
     return stats
-
-
-def _write_text(path: str, text: str) -> None:
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(text)
 
 
 class AnalyzeTrainSplit(beam.PTransform):
@@ -520,7 +536,7 @@ class AnalyzeTrainSplit(beam.PTransform):
             transform_fn = (record_batches, source.TensorAdapterConfig()) | "Analyze" >> tft_beam.AnalyzeDataset(
                 make_preprocessing_fn(self._spec, statistics, vocabulary)
             )
-            written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(self._output_dir)
+            written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(_export_dir(self._temp_dir))
         if statistics.totals is None:
             raise RuntimeError("tf.Transform did not apply the train statistics analyzer")
         side = {"label_names": beam.pvalue.AsSingleton(self._label_names)} if self._spec.labeled else {}
@@ -561,11 +577,17 @@ def analyze_train_split(rows, label_names, config, plan) -> Optional[beam.PColle
     labeled = getattr(plan, "labeled", True)
     spec_json = keys.feature_spec_json() if labeled else keys.feature_spec_json(labeled=False)
     options = rows.pipeline.options.get_all_options()
+    runner = str(options.get("runner") or "DirectRunner").split(".")[-1]
     return rows | "AnalyzeTrainSplit" >> AnalyzeTrainSplit(
         config.output,
         label_names,
         TransformSpec.from_options(config.image, labeled=labeled),
-        temp_dir_for(config.output, options.get("temp_location"), bool(options.get("dry_run"))),
+        temp_dir_for(
+            config.output,
+            options.get("temp_location"),
+            bool(options.get("dry_run")),
+            local=runner in StandardOptions.LOCAL_RUNNERS,
+        ),
         spec_json,
         exact=config.exact_statistics or config.image.format in LOSSLESS_FORMATS,
     )

@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from img2tfrecord import faults
 from img2tfrecord.model import CommittedShard
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest, tfds_layout
@@ -155,6 +156,7 @@ class FinalizeOutput(beam.DoFn):
         for name, text in tfds_layout.metadata_files(doc).items():
             write_atomically(join(self._output_dir, name), text)
         write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), manifest.dumps(doc))
+        faults.pause_at("finalizing")
         remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
         with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:
             f.write(b"")

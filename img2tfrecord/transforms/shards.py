@@ -37,6 +37,7 @@ from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils.windowed_value import WindowedValue
 
+from img2tfrecord import faults
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.pool import ConversionPool
 from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
@@ -47,6 +48,7 @@ from img2tfrecord.sources.layout import PlacementError
 NAMESPACE = "img2tfrecord"  # Beam metrics namespace of the run's counters
 ANALYSIS = "analysis"  # the tag of the analysed split's small rows (transforms/analyze.py)
 RECORD_FRAMING_BYTES = 16  # TFRecord: length (8) + its CRC (4) + data CRC (4)
+_DROPPED: List[Record] = []  # faults.drops_records(): the one record left out in this process
 
 
 class OutputCounter:
@@ -272,7 +274,11 @@ class _ShardJob:
         record: Record = value
         if record.split != self.sink.split:
             raise RuntimeError(f"a record of split {record.split!r} reached a shard of {self.sink.split!r}")
+        if faults.drops_records() and not _DROPPED:
+            _DROPPED.append(record)  # test-only: a lost write, which the accounting must catch
+            return
         self._writer.write(record.example)
+        faults.pause_at("converting")
         length = RECORD_FRAMING_BYTES + len(record.example)
         self._offsets.append(f"{self._offset} {length}\n")
         self._offset += length
@@ -464,6 +470,7 @@ class CommitSplitFn(beam.DoFn):
         # commit must keep; the launcher has already refused or cleared stale shards.
         for _ in sink.finalize_write(sink.temp_dir, [r.temp_path for r in ordered], None):
             pass
+        faults.pause_at("committing")
         paths = [FileSystems.join(sink.output_dir, c.file) for c in committed]
         sizes = {m.path: m.size_in_bytes for result in FileSystems.match(paths) for m in result.metadata_list}
         for c, path in zip(committed, paths):

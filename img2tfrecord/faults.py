@@ -1,0 +1,35 @@
+"""Test-only fault injection, off unless ``IMG2TFRECORD_FAULT`` is set: the suite's way to stop a run at a known phase.
+
+* ``pause:<phase>``: at that phase the run writes the file named by
+  ``IMG2TFRECORD_FAULT_MARKER`` and sleeps, so a test can kill it right there.
+  Phases: ``listing``, ``converting``, ``committing``, ``finalizing``.
+* ``drop_record``: the shard writer leaves out the first record it is given,
+  as a lost write would; the accounting check must then fail the run.
+
+No Beam and no TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+ENV = "IMG2TFRECORD_FAULT"
+MARKER_ENV = "IMG2TFRECORD_FAULT_MARKER"
+PHASES = ("listing", "converting", "committing", "finalizing")
+_PAUSE_S = 600.0
+
+
+def pause_at(phase: str) -> None:
+    """Stop here, for a test to kill the run, when ``IMG2TFRECORD_FAULT=pause:<phase>``."""
+    if os.environ.get(ENV) != f"pause:{phase}":
+        return
+    marker = os.environ.get(MARKER_ENV)
+    if marker:
+        with open(marker, "w", encoding="utf-8") as f:
+            f.write(f"{phase} {os.getpid()}\n")
+    time.sleep(_PAUSE_S)
+
+
+def drops_records() -> bool:
+    return os.environ.get(ENV) == "drop_record"
