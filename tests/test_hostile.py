@@ -449,9 +449,15 @@ def test_output_through_a_file_exits_2_with_one_line(tmp_path):
     assert len(lines) == 1 and "is not writable" in lines[0] and "Not a directory" in lines[0], proc.stderr
 
 
-@pytest.mark.skipif(
-    os.geteuid() == 0, reason="root writes through permission bits; see the test above for a real refusal"
-)
+def convert_unprivileged(root: str, out: str, *extra: str) -> subprocess.CompletedProcess:
+    """``convert`` with permission bits in force: as root, without the capabilities that bypass them."""
+    argv = [sys.executable, "-m", "img2tfrecord", "convert", "--input", root, "--output", out, *extra]
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+
+
 def test_read_only_output_folder_exits_2(tmp_path):
     root = str(tmp_path / "in")
     _write(root, "cat/a.jpg", I.jpeg(8, 8))
@@ -459,23 +465,20 @@ def test_read_only_output_folder_exits_2(tmp_path):
     parent.mkdir()
     parent.chmod(0o555)
     try:
-        proc = convert(root, str(parent / "out"), *FAST)
+        proc = convert_unprivileged(root, str(parent / "out"), *FAST)
     finally:
         parent.chmod(0o755)
     assert proc.returncode == 2 and "is not writable: Permission denied" in proc.stderr, proc.stderr[-3000:]
+    assert os.listdir(parent) == []
 
 
-@pytest.mark.skipif(
-    os.geteuid() == 0,
-    reason="root reads through permission bits (the FIFO and /proc/self/mem in the corpus are real unreadable files)",
-)
 def test_permission_denied_file_is_an_unreadable_error(tmp_path):
     root = str(tmp_path / "in")
     _write(root, "cat/a.jpg", I.jpeg(8, 8))
     _write(root, "cat/secret.jpg", I.jpeg(8, 8))
     os.chmod(os.path.join(root, "cat", "secret.jpg"), 0)
     out = str(tmp_path / "out")
-    proc = convert(root, out, *FAST)
+    proc = convert_unprivileged(root, out, *FAST)
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
     assert [(e["relpath"], e["reason"]) for e in errors] == [("cat/secret.jpg", "unreadable")]
