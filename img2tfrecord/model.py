@@ -52,14 +52,52 @@ class RowPlacement(NamedTuple):
     label: Optional[str]
 
 
+class Box(NamedTuple):
+    """One annotated object: its class and its edges in source pixels (0-based, before EXIF orientation)."""
+
+    label: str
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+    difficult: bool = False  # VOC
+    truncated: bool = False  # VOC; also set when a crop or the image edge cuts the box
+    view: str = ""  # VOC <pose>
+    is_crowd: bool = False  # COCO iscrowd
+    area: Optional[float] = None  # COCO area in source pixels; None: the box's own area
+
+
+class DroppedBox(NamedTuple):
+    """A box left out of its image's record, with why (counted in ``dataset.json``, never silent)."""
+
+    label: str
+    reason: str
+    message: str
+
+
+class Annotation(NamedTuple):
+    """The objects of one detection image, as its annotation file or rows describe them."""
+
+    boxes: Tuple[Box, ...]
+    source_id: str  # image/source_id: the COCO image id, else the image's file name without extension
+    dropped: Tuple[DroppedBox, ...] = ()  # boxes already refused while parsing (bad coordinates, unknown class)
+
+
+class DetectionPlacement(NamedTuple):
+    """What the annotations say of a detection image: its split (None: assigned by hash) and its objects."""
+
+    split: Optional[str]
+    annotation: Annotation
+
+
 class WorkItem(NamedTuple):
-    """One input to convert: a file, an archive member or a manifest row."""
+    """One input to convert: a file, an archive member, a manifest row or an annotated detection image."""
 
     path: str  # the file, or ARCHIVE!/MEMBER (what errors.jsonl names)
     relpath: str  # relative to the input root: the key of its split, shard, position and record name
     size: int
     member: Optional[Member] = None  # None: a plain file at ``path``
-    row: Optional[RowPlacement] = None  # a manifest row's split and label
+    row: Optional[Union[RowPlacement, DetectionPlacement]] = None  # a manifest row's or annotation's placement
 
 
 class Clip(NamedTuple):
@@ -97,6 +135,10 @@ ArchiveEntry = Union[MemberEntry, SkippedEntry, ErrorEntry]
 # Conversion outputs.
 
 
+ClassCounts = Tuple[Tuple[Optional[str], int], ...]
+ReasonCounts = Tuple[Tuple[str, int], ...]
+
+
 class Record(NamedTuple):
     """A converted work item, ready to be written to its split's shard."""
 
@@ -106,6 +148,17 @@ class Record(NamedTuple):
     # For the analysed split: the record without its image bytes, plus the image's pixel
     # sums (schemas.transformed.ANALYSIS_FEATURES) -- the small row tf.Transform reads.
     analysis: Optional[bytes] = None
+
+
+class DetectionRecord(NamedTuple):
+    """A converted detection image: its record, and the count of its boxes written and left out."""
+
+    split: str
+    example: bytes  # the serialized TF Object Detection API tf.train.Example
+    boxes: ClassCounts  # boxes written per class
+    dropped_boxes: ReasonCounts  # boxes left out per reason
+    class_name: Optional[str] = None  # one record holds many classes: counted per box, not per record
+    analysis: Optional[bytes] = None  # never analysed
 
 
 class ErrorRow(TypedDict):
@@ -133,9 +186,6 @@ class ShardItem(NamedTuple):
     item: Union[WorkItem, Clip]
 
 
-ClassCounts = Tuple[Tuple[Optional[str], int], ...]
-
-
 class ShardResult(NamedTuple):
     """A written (not yet committed) shard, as its writer counted it."""
 
@@ -147,6 +197,8 @@ class ShardResult(NamedTuple):
     sha256: str
     class_counts: ClassCounts
     index_path: Optional[str]  # the index's temp path; None for gzip shards
+    box_counts: ClassCounts = ()  # detection: boxes written per class
+    dropped_boxes: ReasonCounts = ()  # detection: boxes left out per reason
 
 
 class CommittedShard(NamedTuple):
@@ -159,6 +211,8 @@ class CommittedShard(NamedTuple):
     sha256: str
     index_file: Optional[str]  # relative to the output, e.g. index/train-00000-of-00004.tfrecord.idx
     class_counts: ClassCounts
+    box_counts: ClassCounts = ()
+    dropped_boxes: ReasonCounts = ()
 
     def manifest_entry(self) -> Dict[str, object]:
         entry: Dict[str, object] = {

@@ -31,6 +31,9 @@ from img2tfrecord.images.options import (
 )
 
 DEFAULT_SHARD_SIZE_MB = 128.0
+TASK_CLASSIFICATION = "classification"
+TASK_DETECTION = "detection"
+TASKS = (TASK_CLASSIFICATION, TASK_DETECTION)
 DEFAULT_QUALITY = 90
 
 
@@ -203,6 +206,26 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         doc_default="off",
         recorded_as="sequence",
         help="SRC/<class>/<clip>/<frames>: one tf.train.SequenceExample per clip, frames in natural name order",
+    ),
+    Option(
+        "--task",
+        doc="`detection`: Pascal VOC, COCO or a manifest of boxes in, TF Object Detection API records out "
+        "([detection](inputs.md#object-detection))",
+        choices=TASKS,
+        doc_default="detected from the input",
+        recorded_as="task",
+        help="classification or detection (Pascal VOC, COCO or a CSV/JSONL of boxes in, TF Object Detection API "
+        "records out); detected from the input's layout when not given",
+        template=Template(
+            "Task", "classification or detection (default: detected from the input).", r"^(classification|detection)$"
+        ),
+    ),
+    Option(
+        "--require-boxes",
+        switch=True,
+        doc_default="off",
+        recorded_as="require_boxes",
+        help="detection: reject an image with no box (errors.jsonl, reason no_boxes) instead of writing it boxless",
     ),
     Option(
         "--quality",

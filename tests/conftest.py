@@ -114,12 +114,14 @@ def pytest_unconfigure(config):
 # Files whose tests run the CLI, a whole pipeline or a runner: ``./run_tests.sh --quick`` leaves them out.
 _END_TO_END = {
     "test_convert_cli.py",
+    "test_detection.py",
     "test_faults.py",
     "test_gcs.py",
     "test_hostile.py",
     "test_inspect.py",
     "test_reader.py",
     "test_archive_safety.py",
+    "test_default_command.py",
     "test_readers_tf_free.py",
     "test_readers_tfds.py",
     "test_record_kinds.py",

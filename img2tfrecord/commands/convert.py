@@ -19,7 +19,7 @@ import sys
 from typing import List, Sequence
 
 from img2tfrecord.commands.errors import EXIT_ERROR_BUDGET, EXIT_OK, UsageError
-from img2tfrecord.options import DEFAULT_SHARD_SIZE_MB, add_convert_arguments
+from img2tfrecord.options import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION, add_convert_arguments
 
 
 def add_parser(subparsers) -> List[str]:
@@ -87,6 +87,10 @@ def config_from_args(ns: argparse.Namespace):
         raise UsageError("--exact-statistics applies to the analysis, which --no-analyze skips")
     if ns.exact_statistics and ns.sequence:
         raise UsageError("--exact-statistics applies to the analysis, and --sequence records are not analysed")
+    if ns.task == TASK_DETECTION and ns.sequence:
+        raise UsageError("--sequence makes one record per clip; detection records are one per image")
+    if ns.require_boxes and ns.task == TASK_CLASSIFICATION:
+        raise UsageError("--require-boxes applies to detection, not to --task classification")
     image = ImageOptions(
         size=ns.image_size,
         resize=ns.resize,
@@ -111,6 +115,8 @@ def config_from_args(ns: argparse.Namespace):
         analyze=ns.analyze,
         exact_statistics=ns.exact_statistics,
         sequence=ns.sequence,
+        task=ns.task,
+        require_boxes=ns.require_boxes,
     )
 
 
@@ -137,6 +143,12 @@ def format_summary(doc) -> str:
         )
         for class_name, n in info["examples_per_class"].items():
             lines.append(f"    {class_name}: {n}")
+        if manifest.BOXES_PER_CLASS in info:
+            per_class = ", ".join(f"{name} {n}" for name, n in info[manifest.BOXES_PER_CLASS].items())
+            lines.append(f"    boxes: {per_class or 'none'}")
+            dropped = info[manifest.DROPPED_BOXES]
+            if dropped:
+                lines.append("    boxes dropped: " + ", ".join(f"{reason} {n}" for reason, n in dropped.items()))
     if acc["rejected_by_reason"]:
         lines.append("rejected by reason (details in errors.jsonl):")
         for reason, n in acc["rejected_by_reason"].items():

@@ -17,6 +17,7 @@ module, Pillow and protobuf.
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
 import os
 import posixpath
@@ -25,10 +26,26 @@ import threading
 import time
 from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
-from img2tfrecord.conversion.examples import encode_example, encode_pixel_sums, encode_sequence_example
+from img2tfrecord.conversion.examples import (
+    StoredObject,
+    encode_detection_example,
+    encode_example,
+    encode_pixel_sums,
+    encode_sequence_example,
+)
 from img2tfrecord.conversion.sharding import Splits, assign_split
 from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image, pixel_sums
-from img2tfrecord.model import ERRORS, Clip, Record, WorkItem, error_row
+from img2tfrecord.images.geometry import ImageTransform, map_box
+from img2tfrecord.model import (
+    ERRORS,
+    Annotation,
+    Clip,
+    DetectionPlacement,
+    DetectionRecord,
+    Record,
+    WorkItem,
+    error_row,
+)
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.sources.files import is_permanent_read_error, read_source
 from img2tfrecord.sources.layout import PlacementError, placement
@@ -245,6 +262,98 @@ class ClipConverter(Converter[Clip]):
         split = split_folder or assign_split(clip, self.seed, self.splits)
         label = None if class_name is None else ids[class_name]
         return None, Record(split, class_name, encode_sequence_example(converted, label, class_name, clip))
+
+
+class DetectionConverter(Converter[WorkItem]):
+    """An annotated image -> one TF Object Detection API record, or one error row.
+
+    Boxes go through the transform ``convert_image`` applied to the pixels
+    (``images.geometry``). A box is dropped, and counted by reason in the
+    record (``DetectionRecord.dropped_boxes``), when its annotation was unusable, when
+    it lies outside the source image (``box_outside_image``), or when the
+    ``fill`` crop removes it (``cropped_away``); a box the crop cuts is
+    clipped and marked truncated. ``require_boxes``: an image left with no
+    box is rejected (``no_boxes``) instead of written without boxes.
+    """
+
+    def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int, require_boxes: bool = False):
+        super().__init__(options, layout, splits, seed)
+        self.require_boxes = require_boxes
+
+    def relpath_of(self, source: WorkItem) -> str:
+        return source.relpath
+
+    def path_of(self, source: WorkItem) -> str:
+        return source.path
+
+    def split_of(self, source: WorkItem) -> str:
+        split, _ = placement(source, self.layout)
+        return split or assign_split(source.relpath, self.seed, self.splits)
+
+    def __call__(self, source: WorkItem, label_names: List[str]) -> Output:
+        path, relpath = source.path, source.relpath
+        if not isinstance(source.row, DetectionPlacement):
+            return _rejected(path, relpath, "no_annotation", "not an annotated detection image")
+        annotation = source.row.annotation
+        split = self.split_of(source)
+        try:
+            image = self.read_and_convert(source)
+        except ImageError as e:
+            return _rejected(path, relpath, e.reason, e.message)
+        if image.transform is None:
+            raise RuntimeError("convert_image gave no transform")
+        objects, dropped = stored_objects(annotation, image.transform, label_map.detection_ids(label_names))
+        if self.require_boxes and not objects:
+            message = f"no box left of {len(annotation.boxes) + len(annotation.dropped)} annotated (--require-boxes)"
+            return _rejected(path, relpath, "no_boxes", message)
+        boxes = collections.Counter(o.class_name for o in objects)
+        reasons = collections.Counter(reason for reason in dropped)
+        example = encode_detection_example(image, relpath, annotation.source_id, objects)
+        return None, DetectionRecord(split, example, tuple(sorted(boxes.items())), tuple(sorted(reasons.items())))
+
+
+def stored_objects(
+    annotation: Annotation, transform: ImageTransform, ids: Dict[str, int]
+) -> Tuple[List[StoredObject], List[str]]:
+    """``(the objects of a record, the reasons of the boxes dropped)`` of one annotated image."""
+    dropped = [d.reason for d in annotation.dropped]
+    objects = []
+    src_w, src_h = transform.source_size
+    w, h = transform.size
+    sx, sy = transform.scale[0] / transform.draft, transform.scale[1] / transform.draft
+    for box in annotation.boxes:
+        if box.label not in ids:  # appeared after the classes were listed
+            dropped.append("unknown_class")
+            continue
+        x0, y0 = max(0.0, box.xmin), max(0.0, box.ymin)
+        x1, y1 = min(float(src_w), box.xmax), min(float(src_h), box.ymax)
+        if x1 <= x0 or y1 <= y0:
+            dropped.append("box_outside_image")
+            continue
+        mapped = map_box(transform, x0, y0, x1, y1)
+        if mapped is None:
+            dropped.append("cropped_away")
+            continue
+        if box.area is not None:
+            area = box.area * sx * sy * mapped.kept_fraction
+        else:
+            area = (mapped.xmax - mapped.xmin) * (mapped.ymax - mapped.ymin)
+        objects.append(
+            StoredObject(
+                ymin=mapped.ymin / h,
+                xmin=mapped.xmin / w,
+                ymax=mapped.ymax / h,
+                xmax=mapped.xmax / w,
+                label=ids[box.label],
+                class_name=box.label,
+                difficult=box.difficult,
+                truncated=box.truncated or mapped.clipped,
+                view=box.view,
+                is_crowd=box.is_crowd,
+                area=area,
+            )
+        )
+    return objects, dropped
 
 
 # -- in a conversion worker process (conversion/pool.py) -------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from img2tfrecord.images import ConvertedImage
 from img2tfrecord.schemas import features as keys
@@ -28,6 +28,66 @@ def encode_example(image: ConvertedImage, label: Optional[int], class_name: Opti
     feature[keys.FILENAME].bytes_list.value.append(relpath.encode("utf-8"))
     feature[keys.KEY_SHA256].bytes_list.value.append(image.sha256.encode())
     return example.SerializeToString(deterministic=True)  # map keys sorted: the same bytes in every process
+
+
+class StoredObject(NamedTuple):
+    """One box of a detection record: edges as fractions of the stored image, class and flags."""
+
+    ymin: float
+    xmin: float
+    ymax: float
+    xmax: float
+    label: int  # 1-based (label_map.pbtxt)
+    class_name: str
+    difficult: bool
+    truncated: bool
+    view: str
+    is_crowd: bool
+    area: float  # stored pixels
+
+
+def encode_detection_example(
+    image: ConvertedImage, relpath: str, source_id: str, objects: Sequence[StoredObject]
+) -> bytes:
+    """The TF Object Detection API record of one image, every key of ``schemas.features.DETECTION_FEATURES``
+    and ``OBJECT_FEATURES`` present (the object lists empty for an image without boxes)."""
+    example = Example()
+    feature = example.features.feature
+    feature[keys.IMAGE_ENCODED].bytes_list.value.append(image.encoded)
+    feature[keys.IMAGE_FORMAT].bytes_list.value.append(image.format.encode())
+    feature[keys.IMAGE_HEIGHT].int64_list.value.append(image.height)
+    feature[keys.IMAGE_WIDTH].int64_list.value.append(image.width)
+    feature[keys.IMAGE_CHANNELS].int64_list.value.append(image.channels)
+    feature[keys.FILENAME].bytes_list.value.append(relpath.encode("utf-8"))
+    feature[keys.SOURCE_ID].bytes_list.value.append(source_id.encode("utf-8"))
+    feature[keys.KEY_SHA256].bytes_list.value.append(image.sha256.encode())
+    floats = {
+        keys.BBOX_XMIN: [o.xmin for o in objects],
+        keys.BBOX_YMIN: [o.ymin for o in objects],
+        keys.BBOX_XMAX: [o.xmax for o in objects],
+        keys.BBOX_YMAX: [o.ymax for o in objects],
+        keys.OBJECT_AREA: [o.area for o in objects],
+    }
+    ints = {
+        keys.OBJECT_CLASS_LABEL: [o.label for o in objects],
+        keys.OBJECT_DIFFICULT: [int(o.difficult) for o in objects],
+        keys.OBJECT_TRUNCATED: [int(o.truncated) for o in objects],
+        keys.OBJECT_IS_CROWD: [int(o.is_crowd) for o in objects],
+    }
+    strings = {
+        keys.OBJECT_CLASS_TEXT: [o.class_name.encode("utf-8") for o in objects],
+        keys.OBJECT_VIEW: [o.view.encode("utf-8") for o in objects],
+    }
+    for key, values in floats.items():  # SetInParent: an empty list is still a list of its type
+        feature[key].float_list.SetInParent()
+        feature[key].float_list.value.extend(values)
+    for key, ivalues in ints.items():
+        feature[key].int64_list.SetInParent()
+        feature[key].int64_list.value.extend(ivalues)
+    for key, svalues in strings.items():
+        feature[key].bytes_list.SetInParent()
+        feature[key].bytes_list.value.extend(svalues)
+    return example.SerializeToString(deterministic=True)
 
 
 def encode_pixel_sums(sums: Sequence[int], squares: Sequence[int]) -> bytes:

@@ -12,6 +12,7 @@ from typing import Tuple
 from PIL import Image
 
 from img2tfrecord.images.decode import Deadline, decoding, open_image
+from img2tfrecord.images.geometry import TRANSPOSED_ORIENTATIONS, ImageTransform, identity, resize_transform
 from img2tfrecord.images.options import (
     KEEPABLE_FORMATS,
     ConvertedImage,
@@ -24,7 +25,6 @@ _RESAMPLE = Image.Resampling.BICUBIC
 _REDUCING_GAP = 2.0  # resize via Image.reduce() first when shrinking a lot (much faster, same look)
 _PAD_COLOR = 0  # --resize fit pads with black
 _ALPHA_BACKGROUND = 255  # transparent pixels are composited onto white
-_TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 
 
 def _orientation(img: Image.Image) -> int:
@@ -165,7 +165,8 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
     ``decode_timeout_s``: see :class:`Deadline`).
 
     ``keep_pixels``: the result also holds the pixels that were encoded
-    (``ConvertedImage.pixels``), for :func:`pixel_sums`.
+    (``ConvertedImage.pixels``), for :func:`pixel_sums`. ``ConvertedImage.transform``
+    says where each source pixel went (``images.geometry``), for boxes.
     """
     if len(data) > options.max_file_bytes:
         raise ImageError(
@@ -184,7 +185,7 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
             # decode again after a failed load, the image would look valid).
             img.load()
         orientation = _orientation(img)
-    swap = orientation in _TRANSPOSED_ORIENTATIONS
+    swap = orientation in TRANSPOSED_ORIENTATIONS
 
     keep_original = (
         options.format == "keep"
@@ -194,6 +195,8 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
         and img.mode == options.mode
         and "transparency" not in img.info
     )
+    source_size = img.size
+    draft = 1
     with decoding(data, source_format):
         if keep_original:
             width, height = img.size
@@ -207,6 +210,7 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
                     height=height,
                     width=width,
                     channels=options.channels,
+                    transform=identity((width, height)),
                 )
             if img.size != (width, height):  # decoded at reduced scale: decode again, whole
                 img = open_image(data, options.max_pixels, deadline)
@@ -215,14 +219,20 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
             if options.resize == "fit":
                 ow, oh = img.size if not swap else img.size[::-1]
                 w, h = target_size((ow, oh), options.size, "fit")
-            img.draft(options.mode, (h, w) if swap else (w, h))
+            drafted = img.draft(options.mode, (h, w) if swap else (w, h))
+            if drafted is not None and drafted[1][2] > 0:
+                draft = round(source_size[0] / drafted[1][2])
         img.load()
         deadline.check("decoding")
+        decoded_size = img.size
         # Animated GIF/WebP/PNG: the frame loaded is the first one.
         img = _apply_orientation(img, orientation)
         img = normalise_mode(img, options.mode)
+        scale, offset = (1.0, 1.0), (0.0, 0.0)
         if options.size is not None:
             deadline.check("decoding and orienting")
+            fit_content = target_size(img.size, options.size, "fit")
+            scale, offset = resize_transform(img.size, options.size, options.resize, fit_content)
             img = resize_image(img, options.size, options.resize)
     deadline.check("decoding and resizing")
 
@@ -245,4 +255,5 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
         width=img.width,
         channels=options.channels,
         pixels=img if keep_pixels else None,
+        transform=ImageTransform(source_size, draft, decoded_size, orientation, scale, offset, img.size),
     )

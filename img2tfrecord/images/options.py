@@ -11,6 +11,8 @@ from typing import Optional, Tuple
 
 from PIL import Image
 
+from img2tfrecord.images.geometry import ImageTransform
+
 RESIZE_MODES = ("stretch", "fit", "fill")
 FORMATS = ("keep", "jpeg", "png", "raw")  # raw: uint8 pixels, row-major height x width x channels
 LOSSLESS_FORMATS = frozenset({"png", "raw"})  # stored formats whose decoded pixels are the encoded ones
@@ -82,6 +84,8 @@ class ConvertedImage:
     # (convert_image(..., keep_pixels=True)) and only when the image was encoded here;
     # None when the original file is stored byte for byte. See pixel_sums.
     pixels: Optional[Image.Image] = dataclasses.field(default=None, compare=False, repr=False)
+    # Where each source pixel went (images.geometry); None only for images built by hand.
+    transform: Optional[ImageTransform] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def sha256(self) -> str:

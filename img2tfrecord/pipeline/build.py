@@ -9,13 +9,14 @@ committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import img2tfrecord
-from img2tfrecord.conversion.converter import ClipConverter, Converter, ImageConverter
+from img2tfrecord.conversion.converter import ClipConverter, Converter, DetectionConverter, ImageConverter
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -25,7 +26,7 @@ from img2tfrecord.schemas import transformed as names
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
 from img2tfrecord.transforms.shards import ANALYSIS, ShardSink, WriteShards
-from img2tfrecord.transforms.sources import DiscoverSources
+from img2tfrecord.transforms.sources import DiscoverAnnotations, DiscoverSources
 
 
 def _reason(row):
@@ -39,6 +40,8 @@ def _one(unused_element):
 def image_converter(config: ConvertConfig, plan: Plan) -> Converter[Any]:
     """The converter of a run's work items; the analysed split's records carry their analysis rows."""
     splits = config.splits or ((DEFAULT_SPLIT, 1.0),)
+    if plan.annotations:
+        return DetectionConverter(config.image, plan.layout, splits, config.seed, config.require_boxes)
     if config.sequence:
         return ClipConverter(config.image, plan.layout, splits, config.seed)
     sums_split = names.ANALYZED_SPLIT if config.analyze else None
@@ -63,16 +66,21 @@ def shard_sinks(config: ConvertConfig, plan: Plan) -> dict:
 def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: bool = False) -> None:
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished."""
     # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
-    discovered = p | "DiscoverImages" >> DiscoverSources(
-        plan.input_kind,
-        plan.pattern,
-        plan.base,
-        config.image.max_file_bytes,
-        config.sequence,
-        plan.labeled,
-        plan.has_split_column,
-        plan.split_names,
-    )
+    if plan.annotations:
+        discovered = p | "DiscoverAnnotations" >> DiscoverAnnotations(
+            plan.annotations, plan.patterns, plan.base, plan.split_names, plan.has_split_column
+        )
+    else:
+        discovered = p | "DiscoverImages" >> DiscoverSources(
+            plan.input_kind,
+            plan.pattern,
+            plan.base,
+            config.image.max_file_bytes,
+            config.sequence,
+            plan.labeled,
+            plan.has_split_column,
+            plan.split_names,
+        )
     files = discovered["files"]
     label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
 
@@ -105,7 +113,9 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
     num_skipped = discovered[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
 
     analysis = {}  # tf.Transform statistics of the train split; FinalizeOutput waits for its transform_fn
-    if config.analyze:
+    if config.analyze and plan.annotations:
+        logging.info("detection: no tf.Transform analysis (its features are those of classification records)")
+    elif config.analyze:
         from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
 
         statistics = analyze_train_split(written[ANALYSIS], label_names, config, plan)
@@ -120,6 +130,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         "record_type": manifest.SEQUENCE_RECORD_TYPE if config.sequence else manifest.RECORD_TYPE,
         "labeled": plan.labeled,
         "run_fingerprint": plan.fingerprint(config),
+        "task": plan.task,
     }
     _ = (
         p

@@ -27,6 +27,8 @@ class ConvertConfig:
     max_error_rate: Optional[float] = None  # the job fails (after writing everything) past this rejected fraction
     processes: int = 1  # local conversion worker processes; 1: convert in the runner's worker (transforms/pool.py)
     sequence: bool = False  # SRC/<class>/<clip>/<frames> -> one tf.train.SequenceExample per clip
+    task: Optional[str] = None  # classification or detection; None: detected from the input's layout
+    require_boxes: bool = False  # detection: reject an image left without boxes instead of writing it
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""
@@ -49,4 +51,6 @@ class ConvertConfig:
             "analyze": self.analyze,
             "exact_statistics": self.exact_statistics,
             "sequence": self.sequence,
+            "task": self.task,
+            "require_boxes": self.require_boxes,
         }

@@ -45,8 +45,9 @@ from img2tfrecord.conversion.sharding import (
 )
 from img2tfrecord.images import ImageError, convert_image
 from img2tfrecord.model import MemberEntry, WorkItem
+from img2tfrecord.options import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.sources import archives, kinds, manifests
+from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.files import read_source
 
@@ -78,6 +79,13 @@ class Plan:
     labeled: bool = True  # False: a manifest without a label column
     has_split_column: bool = False  # a manifest whose rows name their split
     listing_digest: str = ""  # sha256 of what the launch listing saw (names, sizes, manifest rows)
+    annotations: str = ""  # detection: the annotation format (sources.detection: voc, coco, boxes)
+    patterns: Tuple[str, ...] = ()  # detection: globs of the annotation files the pipeline reads
+
+    @property
+    def task(self) -> str:
+        """classification or detection."""
+        return TASK_DETECTION if self.annotations else TASK_CLASSIFICATION
 
     def fingerprint(self, config: ConvertConfig) -> str:
         """16 hex digits that change with the options, the seed, the input listing or the shard counts."""
@@ -160,10 +168,25 @@ def _estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
 
 def make_plan(config: ConvertConfig) -> Plan:
     kind = kinds.input_kind(config.input)
+    detect = config.task != TASK_CLASSIFICATION
+    forced = config.task == TASK_DETECTION
     if kind == kinds.INPUT_ARCHIVES:
+        if forced:
+            raise PlanError("--task detection reads a folder (VOC, COCO) or a manifest of boxes, not archives")
         return _plan_archives(config)
     if kind == kinds.INPUT_MANIFEST:
+        if detect:
+            base, pattern = _file_pattern(config.input)
+            found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_kind(p))
+            if found and (forced or detection.is_box_manifest(found[0])):
+                return _plan_box_manifest(config, base, pattern, found)
         return _plan_manifest(config)
+    if detect and config.input.lower().endswith(".json"):
+        base, pattern = _file_pattern(config.input)
+        found = sorted(p for p, _ in list_input(pattern))
+        if not found:
+            raise PlanError(f"no COCO JSON files match {pattern}")
+        return _plan_detection(config, detection.COCO, _coco_base(found), list(found), [], tuple(found))
     base, pattern = resolve_input(config.input)
     if not _GLOB_CHARS.search(config.input) and _is_file(base.rstrip("/")):
         raise PlanError(
@@ -184,6 +207,15 @@ def make_plan(config: ConvertConfig) -> Plan:
     if not files:
         raise PlanError(f"no input files match {pattern}")
     files.sort(key=lambda f: f.relpath)
+    if detect:
+        found_kind = _detection_layout(files, forced)
+        if found_kind is not None:
+            return _plan_folder_detection(config, found_kind, base, files)
+    if forced:
+        raise PlanError(
+            f"--task detection: {config.input} holds neither a Pascal VOC layout (Annotations/*.xml, "
+            "JPEGImages/) nor COCO JSON (instances_*.json)"
+        )
     layout, split_names = _layout(config, files)
     ratio = _estimate_size_ratio(config, files)
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
@@ -359,4 +391,142 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
         labeled=labeled,
         has_split_column=has_split,
         listing_digest=_digest(rows),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Detection: VOC, COCO, manifests of boxes.
+
+
+def _is_image_name(relpath: str) -> bool:
+    return not relpath.lower().endswith((".xml", ".json", ".txt", ".csv", ".jsonl", ".pbtxt"))
+
+
+def _detection_layout(files: List[WorkItem], forced: bool) -> Optional[str]:
+    """voc, coco or None: a folder's annotation layout, from its relpaths."""
+    parts = [f.relpath.split("/") for f in files]
+    if any(
+        len(p) >= 2 and p[-2] == detection.VOC_ANNOTATIONS and p[-1].lower().endswith(".xml") for p in parts
+    ) and any(detection.VOC_IMAGES in p[:-1] for p in parts):
+        return detection.VOC
+    if any(p[-1].lower().endswith(".json") and (forced or p[-1].lower().startswith("instances")) for p in parts):
+        return detection.COCO
+    return None
+
+
+def _coco_base(jsons: List[str]) -> str:
+    """The input root of COCO files given directly: the folder above ``annotations/``, else their folder."""
+    directory = jsons[0].rsplit("/", 1)[0]
+    if directory.rsplit("/", 1)[-1].lower() == "annotations":
+        directory = directory.rsplit("/", 1)[0]
+    return directory + "/"
+
+
+def _plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: List[WorkItem]) -> Plan:
+    if kind == detection.VOC:
+        folders = sorted(
+            {f.path.rsplit("/", 1)[0] for f in files if f.relpath.split("/")[-2:-1] == [detection.VOC_ANNOTATIONS]}
+        )
+        patterns = tuple(folder + "/*.xml" for folder in folders)
+        annotations = [f.path for f in files if f.path.rsplit("/", 1)[0] in folders and f.path.endswith(".xml")]
+    else:
+        wanted = [f for f in files if f.relpath.lower().endswith(".json")]
+        instances = [f for f in wanted if f.relpath.rsplit("/", 1)[-1].lower().startswith("instances")]
+        annotations = [f.path for f in instances or wanted]
+        patterns = tuple(annotations)
+    images = [f for f in files if _is_image_name(f.relpath)]
+    return _plan_detection(config, kind, base, annotations, images, patterns)
+
+
+def _plan_detection(
+    config: ConvertConfig,
+    kind: str,
+    base: str,
+    annotations: List[str],
+    images: List[WorkItem],
+    patterns: Tuple[str, ...],
+) -> Plan:
+    """The plan of a VOC or COCO input: splits from the image sets / file names, shards from the image bytes."""
+    named: Tuple[str, ...] = ()
+    if kind == detection.VOC:
+        roots = sorted({detection.voc_root(a) for a in annotations})
+        named = tuple(sorted({s for root in roots for s in detection.voc_split_names(root)}))
+    else:
+        by_file = [detection.coco_split(a) for a in annotations]
+        if all(by_file) and len(set(by_file)) == len(by_file) and (len(by_file) > 1 or not config.splits):
+            named = tuple(sorted(s for s in by_file if s))
+    if named and config.splits:
+        logging.warning("the annotations name the splits (%s); --splits is ignored", ", ".join(named))
+    split_names = named or (tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,))
+    ratio = _estimate_size_ratio(config, images)
+    input_bytes = sum(f.size for f in images)
+    per_split = (input_bytes * ratio + _RECORD_OVERHEAD_BYTES * len(images)) / len(split_names)
+    return Plan(
+        base=base,
+        pattern=patterns[0] if patterns else base,
+        layout=layouts.LAYOUT_DETECTION,
+        split_names=split_names,
+        num_shards=_num_shards(config, split_names, {name: per_split for name in split_names}),
+        num_files=len(images) or len(annotations),
+        input_bytes=input_bytes,
+        size_ratio=ratio,
+        input_kind=kinds.INPUT_DETECTION,
+        has_split_column=bool(named),
+        listing_digest=_digest([(a,) for a in annotations] + [(f.relpath, f.size) for f in images]),
+        annotations=kind,
+        patterns=patterns,
+    )
+
+
+def _plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: List[str]) -> Plan:
+    """The plan of manifests of boxes: splits from a split column, shards from a sample of the images."""
+    named: Set[str] = set()
+    paths: Dict[str, None] = {}
+    digest_rows = []
+    for path in found:
+        if not detection.is_box_manifest(path):
+            raise PlanError(f"{path}: a manifest of boxes needs the columns path,label,xmin,ymin,xmax,ymax")
+        try:
+            for number, row in detection.box_rows(path):
+                digest_rows.append((path, number, row))
+                if row.get("split"):
+                    problem = manifests.check_split_name(str(row["split"]))
+                    if problem:
+                        raise PlanError(f"{path}:{number}: {problem}")
+                    named.add(manifests.canonical_split(str(row["split"])))
+                if row.get("path"):
+                    paths.setdefault(manifests.resolve_row_path(path, str(row["path"]))[0])
+        except (OSError, UnicodeDecodeError) as e:
+            raise PlanError(f"cannot read manifest {path}: {type(e).__name__}: {e}") from e
+    if not paths:
+        raise PlanError(f"{', '.join(found)}: no rows naming an image (columns path,label,xmin,ymin,xmax,ymax)")
+    if named and config.splits:
+        logging.warning("the manifest has a split column (%s); --splits is ignored", ", ".join(sorted(named)))
+    split_names = tuple(sorted(named)) or (
+        tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
+    )
+    listed = list(paths)
+    step = max(1, len(listed) // _SAMPLE_SIZE)
+    sample = []
+    for resolved in listed[::step][:_SAMPLE_SIZE]:
+        size = _file_size(resolved)
+        if size is not None:
+            sample.append(WorkItem(resolved, detection.rel(base, resolved), size))
+    mean_size = sum(f.size for f in sample) / len(sample) if sample else 0.0
+    ratio = _estimate_size_ratio(config, sample)
+    per_split = len(listed) * (mean_size * ratio + _RECORD_OVERHEAD_BYTES) / len(split_names)
+    return Plan(
+        base=base,
+        pattern=pattern,
+        layout=layouts.LAYOUT_DETECTION,
+        split_names=split_names,
+        num_shards=_num_shards(config, split_names, {name: per_split for name in split_names}),
+        num_files=len(listed),
+        input_bytes=int(mean_size * len(listed)),
+        size_ratio=ratio,
+        input_kind=kinds.INPUT_DETECTION,
+        has_split_column=bool(named),
+        listing_digest=_digest(digest_rows),
+        annotations=detection.BOXES,
+        patterns=tuple(found),
     )

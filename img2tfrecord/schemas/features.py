@@ -21,6 +21,22 @@ KEY_SHA256 = "image/key/sha256"
 CLIP_NAME = "clip/name"
 CLIP_NUM_FRAMES = "clip/num_frames"
 
+# Detection records (``--task detection``): the TF Object Detection API's keys. One value per
+# object in each list, all lists of a record the same length (0 for an image without boxes).
+SOURCE_ID = "image/source_id"
+BBOX_XMIN = "image/object/bbox/xmin"
+BBOX_YMIN = "image/object/bbox/ymin"
+BBOX_XMAX = "image/object/bbox/xmax"
+BBOX_YMAX = "image/object/bbox/ymax"
+OBJECT_CLASS_TEXT = "image/object/class/text"
+OBJECT_CLASS_LABEL = "image/object/class/label"
+OBJECT_DIFFICULT = "image/object/difficult"
+OBJECT_TRUNCATED = "image/object/truncated"
+OBJECT_VIEW = "image/object/view"
+OBJECT_IS_CROWD = "image/object/is_crowd"
+OBJECT_AREA = "image/object/area"
+BBOX_KEYS = (BBOX_YMIN, BBOX_XMIN, BBOX_YMAX, BBOX_XMAX)  # the order of load(task="detection")'s boxes
+
 # Not a record feature: the key under which ``img2tfrecord.load(..., as_dict=True)``
 # puts the decoded float32 image next to the parsed features.
 DECODED_IMAGE = "image"
@@ -71,17 +87,53 @@ SEQUENCE_CONTEXT_FEATURES: Dict[str, tuple] = {
 SEQUENCE_FEATURES: Dict[str, tuple] = {
     IMAGE_ENCODED: ("string", "one frame per step, stored as image/encoded of an Example is"),
 }
+# Detection records: the scalar features, then one list per object property (VarLenFeature).
+DETECTION_FEATURES: Dict[str, tuple] = {
+    IMAGE_ENCODED: FEATURES[IMAGE_ENCODED],
+    IMAGE_FORMAT: FEATURES[IMAGE_FORMAT],
+    IMAGE_HEIGHT: FEATURES[IMAGE_HEIGHT],
+    IMAGE_WIDTH: FEATURES[IMAGE_WIDTH],
+    IMAGE_CHANNELS: FEATURES[IMAGE_CHANNELS],
+    FILENAME: FEATURES[FILENAME],
+    SOURCE_ID: ("string", "the image's id: the COCO image id, else its file name without extension"),
+    KEY_SHA256: FEATURES[KEY_SHA256],
+}
+OBJECT_FEATURES: Dict[str, tuple] = {
+    BBOX_XMIN: ("float", "left edge of each box, as a fraction of the stored image's width"),
+    BBOX_YMIN: ("float", "top edge of each box, as a fraction of the stored image's height"),
+    BBOX_XMAX: ("float", "right edge of each box, as a fraction of the stored image's width"),
+    BBOX_YMAX: ("float", "bottom edge of each box, as a fraction of the stored image's height"),
+    OBJECT_CLASS_TEXT: ("string", "class name of each box"),
+    OBJECT_CLASS_LABEL: ("int64", "1-based class id of each box: its line in labels.txt + 1 (label_map.pbtxt)"),
+    OBJECT_DIFFICULT: ("int64", "1 for a box VOC marks difficult"),
+    OBJECT_TRUNCATED: ("int64", "1 for a box VOC marks truncated or that the crop or image edge cut"),
+    OBJECT_VIEW: ("string", "VOC <pose> of each box (empty when not given)"),
+    OBJECT_IS_CROWD: ("int64", "1 for a COCO crowd box"),
+    OBJECT_AREA: ("float", "area of each object in stored pixels (COCO's area scaled, else the box's)"),
+}
 FIXED_LEN = "FixedLenFeature"
+VAR_LEN = "VarLenFeature"  # a list of any length: one value per object of a detection record
 FIXED_LEN_SEQUENCE = "FixedLenSequenceFeature"  # a feature list of scalars: one value per step
 
 
-def feature_spec_json(labeled: bool = True, sequence: bool = False) -> Dict[str, Dict[str, Any]]:
+def feature_spec_json(
+    labeled: bool = True, sequence: bool = False, detection: bool = False
+) -> Dict[str, Dict[str, Any]]:
     """The parsing spec in a JSON-serialisable form, as stored in ``dataset.json``.
 
     ``sequence``: the spec of SequenceExample records, context features with
     kind FixedLenFeature and feature lists with kind FixedLenSequenceFeature.
-    ``labeled=False`` leaves out the label features.
+    ``detection``: the spec of detection records, the object lists with kind
+    VarLenFeature. ``labeled=False`` leaves out the label features.
     """
+    if detection:
+        spec = {
+            key: {"kind": FIXED_LEN, "shape": [], "dtype": dtype, "description": desc}
+            for key, (dtype, desc) in DETECTION_FEATURES.items()
+        }
+        for key, (dtype, desc) in OBJECT_FEATURES.items():
+            spec[key] = {"kind": VAR_LEN, "shape": [None], "dtype": dtype, "description": desc}
+        return spec
     spec = {
         key: {"kind": FIXED_LEN, "shape": [], "dtype": dtype, "description": desc}
         for key, (dtype, desc) in (SEQUENCE_CONTEXT_FEATURES if sequence else FEATURES).items()
@@ -117,6 +169,8 @@ def feature_spec(spec_json: Dict[str, Dict[str, Any]] | None = None) -> Dict[str
             spec[key] = tf.io.FixedLenFeature(entry["shape"], tf.dtypes.as_dtype(entry["dtype"]))
         elif kind == FIXED_LEN_SEQUENCE:
             spec[key] = tf.io.FixedLenSequenceFeature(entry["shape"], tf.dtypes.as_dtype(entry["dtype"]))
+        elif kind == VAR_LEN:
+            spec[key] = tf.io.VarLenFeature(tf.dtypes.as_dtype(entry["dtype"]))
         else:
             raise ValueError(f"unsupported feature kind {kind!r} for {key!r}")
     return spec

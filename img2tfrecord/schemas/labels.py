@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Dict, Iterable, List
 
 LABELS_FILE = "labels.txt"
+LABEL_MAP_FILE = "label_map.pbtxt"  # detection: the TF Object Detection API's label map, ids from 1
+DETECTION_FIRST_ID = 1  # the API keeps id 0 for the background
 
 
 def label_names(class_names: Iterable[str]) -> List[str]:
@@ -30,3 +32,25 @@ def labels_text(names: List[str]) -> str:
 
 def parse_labels_text(text: str) -> List[str]:
     return [line for line in text.split("\n") if line != ""]
+
+
+def detection_ids(names: List[str]) -> Dict[str, int]:
+    """Class name -> detection id: its position in the sorted names, from 1."""
+    return {name: i + DETECTION_FIRST_ID for i, name in enumerate(names)}
+
+
+def label_map_pbtxt(names: List[str]) -> str:
+    """``label_map.pbtxt`` (a StringIntLabelMap in text format): one ``item`` per class, ids from 1."""
+    items = []
+    for name, i in detection_ids(names).items():
+        quoted = name.replace("\\", "\\\\").replace("'", "\\'")
+        items.append(f"item {{\n  id: {i}\n  name: '{quoted}'\n  display_name: '{quoted}'\n}}\n")
+    return "".join(items)
+
+
+def parse_label_map_pbtxt(text: str) -> Dict[int, str]:
+    """Id -> name of a ``label_map.pbtxt`` written by :func:`label_map_pbtxt`."""
+    import re
+
+    found = re.findall(r"item\s*\{\s*id:\s*(\d+)\s*name:\s*'((?:[^'\\]|\\.)*)'", text)
+    return {int(i): re.sub(r"\\(.)", r"\1", name) for i, name in found}

@@ -7,6 +7,7 @@ compressed), plus:
 * ``dataset.json`` -- this module's manifest (:func:`build_manifest`);
 * ``labels.txt``   -- line i is the class name of id i;
 * ``errors.jsonl`` -- one JSON object per rejected input (``path``, ``reason``, ``error``);
+* ``label_map.pbtxt`` -- detection only: the TF Object Detection API's label map (ids from 1);
 * ``_SUCCESS``     -- written last: the directory is complete only when it exists;
 * ``index/<shard file name>.idx`` -- for every uncompressed shard, one line
   ``offset length`` per record (the format of NVIDIA DALI's ``tfrecord2idx``
@@ -33,6 +34,12 @@ from img2tfrecord.schemas import features, labels
 FORMAT_VERSION = 1
 MANIFEST_FILE = "dataset.json"
 LABELS_FILE = labels.LABELS_FILE
+LABEL_MAP_FILE = labels.LABEL_MAP_FILE
+TASK = "task"  # dataset.json: classification or detection
+TASK_CLASSIFICATION = "classification"
+TASK_DETECTION = "detection"
+BOXES_PER_CLASS = "boxes_per_class"  # a detection split: boxes written per class
+DROPPED_BOXES = "dropped_boxes"  # a detection split: boxes left out per reason
 ERRORS_FILE = "errors.jsonl"
 SUCCESS_FILE = "_SUCCESS"
 RECORD_TYPE = "tf.train.Example"
@@ -74,7 +81,14 @@ RUN_DONE_DIR = "done"
 
 # Every name convert may leave in an output directory (beam-temp-* are Beam's
 # write staging folders; they are removed when a write finalises).
-OUTPUT_FILE_NAMES = (MANIFEST_FILE, LABELS_FILE, ERRORS_FILE, SUCCESS_FILE, INDEX_DIR) + ANALYSIS_FILE_NAMES
+OUTPUT_FILE_NAMES = (
+    MANIFEST_FILE,
+    LABELS_FILE,
+    LABEL_MAP_FILE,
+    ERRORS_FILE,
+    SUCCESS_FILE,
+    INDEX_DIR,
+) + ANALYSIS_FILE_NAMES
 TEMP_PREFIXES = ("beam-temp-", ".tmp-")
 
 
@@ -132,6 +146,7 @@ def build_manifest(
     labeled: bool = True,
     statistics: Optional[Mapping[str, Any]] = None,
     run_fingerprint: Optional[str] = None,
+    task: str = TASK_CLASSIFICATION,
 ) -> Dict[str, Any]:
     """The ``dataset.json`` document.
 
@@ -145,7 +160,11 @@ def build_manifest(
     record per clip; the inputs counted are clips); ``labeled=False`` (a
     manifest without a label column) means the records hold no label
     features, ``labels`` is empty and ``examples_per_class`` stays empty.
+    ``task`` detection: TF Object Detection API records (one per image, every
+    box in it); each split also has ``boxes_per_class`` and ``dropped_boxes``
+    (per reason), and ``files`` names ``label_map.pbtxt``.
     """
+    detection = task == TASK_DETECTION
     if record_type not in RECORD_TYPES:
         raise ValueError(f"unknown record type {record_type!r}")
     return {
@@ -156,14 +175,22 @@ def build_manifest(
         "input": input_path,
         "options": dict(options),
         "record_type": record_type,
+        TASK: task,
         "compression": compression,
         "labeled": bool(labeled),
         "labels": list(label_names),
         "num_classes": len(label_names),
-        "feature_spec": features.feature_spec_json(labeled=labeled, sequence=record_type == SEQUENCE_RECORD_TYPE),
+        "feature_spec": features.feature_spec_json(
+            labeled=labeled, sequence=record_type == SEQUENCE_RECORD_TYPE, detection=detection
+        ),
         "splits": {name: dict(info) for name, info in sorted(splits.items())},
         "accounting": dict(accounting),
-        "files": {"labels": LABELS_FILE, "errors": ERRORS_FILE, "success": SUCCESS_FILE},
+        "files": {
+            "labels": LABELS_FILE,
+            **({"label_map": LABEL_MAP_FILE} if detection else {}),
+            "errors": ERRORS_FILE,
+            "success": SUCCESS_FILE,
+        },
         **({"run_fingerprint": run_fingerprint} if run_fingerprint else {}),
         # The tf.Transform analysis of the train split (transforms/analyze.py); absent with --no-analyze.
         **({STATISTICS: dict(statistics)} if statistics is not None else {}),

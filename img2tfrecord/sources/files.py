@@ -173,6 +173,9 @@ def _read_tar_member(member: TarMember, limit: int) -> bytes:
     return data
 
 
+_NOT_FOUND = "no such file (named by the manifest or the annotations)"
+
+
 def read_source(source: WorkItem, limit: int) -> bytes:
     """The bytes of a work item (a plain file is read with :func:`read_file`).
 
@@ -180,18 +183,18 @@ def read_source(source: WorkItem, limit: int) -> bytes:
     """
     member = source.member
     if member is None:
-        if source.row is not None:  # a manifest row: the file may not exist
+        if source.row is not None:  # a manifest row or an annotation: the file may not exist
             try:
                 return read_file(source.path, limit)
             except FileNotFoundError:
-                raise ImageError("not_found", "no such file (named by the manifest)") from None
+                raise ImageError("not_found", _NOT_FOUND) from None
             except Exception:  # e.g. a cloud client's "not found": look before calling it unreadable
                 try:
                     missing = not _filesystems().exists(source.path)
                 except Exception:  # pylint: disable=broad-except
                     missing = False
                 if missing:
-                    raise ImageError("not_found", "no such file (named by the manifest)") from None
+                    raise ImageError("not_found", _NOT_FOUND) from None
                 raise
         return read_file(source.path, limit)
     if isinstance(member, InlineMember):

@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from img2tfrecord.conversion.sharding import split_of_folder
-from img2tfrecord.model import WorkItem
+from img2tfrecord.model import DetectionPlacement, WorkItem
 
 LAYOUT_CLASS = "class"  # SRC/<class>/<file>
 LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>
 LAYOUT_MANIFEST = "manifest"  # label and split come from the rows of a CSV/JSONL manifest
+LAYOUT_DETECTION = "detection"  # split and boxes come from annotations (VOC, COCO, a manifest of boxes)
 LAYOUTS = (LAYOUT_CLASS, LAYOUT_SPLIT)
 
 
@@ -69,8 +70,10 @@ def class_of(relpath: str, layout: str) -> Optional[str]:
 def placement(source: WorkItem, layout: str) -> Tuple[Optional[str], Optional[str]]:
     """``(split or None, class name)`` of any source: from a manifest row, else from its relpath.
 
-    The class name is None only for a row of an unlabeled manifest.
+    The class name is None for a row of an unlabeled manifest and for a detection image.
     """
+    if isinstance(source.row, DetectionPlacement):
+        return source.row.split, None
     if source.row is not None:
         return source.row.split, source.row.label
     return parse_relpath(source.relpath, layout)
@@ -106,7 +109,12 @@ def is_junk(relpath: str) -> bool:
 
 
 def classes_of_file(source: WorkItem, layout: str):
-    """``[class name]`` of a work item, or ``[]`` when it has none (the label map is built from these)."""
+    """``[class name]`` of a work item (a detection image: its boxes' classes), or ``[]`` when it has none.
+
+    The label map is built from these.
+    """
+    if isinstance(source.row, DetectionPlacement):
+        return sorted({box.label for box in source.row.annotation.boxes})
     try:
         name = placement(source, layout)[1]
     except PlacementError:

@@ -72,11 +72,20 @@ def write_atomically(path: str, text: str) -> None:
     FileSystems.rename([tmp], [path])
 
 
-def summarise_splits(split_names: Iterable[str], shards: Iterable[CommittedShard]) -> Dict[str, Dict[str, Any]]:
-    """``dataset.json``'s ``splits``: per split the examples, bytes, examples per class and shards."""
+def summarise_splits(
+    split_names: Iterable[str], shards: Iterable[CommittedShard], detection: bool = False
+) -> Dict[str, Dict[str, Any]]:
+    """``dataset.json``'s ``splits``: per split the examples, bytes, examples per class and shards.
+
+    ``detection``: also the boxes written per class and the boxes dropped per reason.
+    """
     splits: Dict[str, Dict[str, Any]] = {
         name: {"num_examples": 0, "num_bytes": 0, "examples_per_class": {}, "shards": []} for name in split_names
     }
+    if detection:
+        for info in splits.values():
+            info[manifest.BOXES_PER_CLASS] = {}
+            info[manifest.DROPPED_BOXES] = {}
     for shard in sorted(shards, key=lambda s: s.file):
         info = splits[shard.split]
         info["shards"].append(shard.manifest_entry())
@@ -86,8 +95,18 @@ def summarise_splits(split_names: Iterable[str], shards: Iterable[CommittedShard
         for class_name, n in shard.class_counts:
             if class_name is not None:  # None: records of an unlabeled manifest
                 per_class[class_name] = per_class.get(class_name, 0) + n
+        if detection:
+            for key, counts in (
+                (manifest.BOXES_PER_CLASS, shard.box_counts),
+                (manifest.DROPPED_BOXES, shard.dropped_boxes),
+            ):
+                totals = info[key]
+                for name, n in counts:
+                    totals[name] = totals.get(name, 0) + n
     for info in splits.values():
-        info["examples_per_class"] = dict(sorted(info["examples_per_class"].items()))
+        for key in ("examples_per_class", manifest.BOXES_PER_CLASS, manifest.DROPPED_BOXES):
+            if key in info:
+                info[key] = dict(sorted(info[key].items()))
     return splits
 
 
@@ -102,7 +121,8 @@ def remove_tree(path: str) -> None:
 
 
 class FinalizeOutput(beam.DoFn):
-    """Check the accounting and write ``dataset.json``, ``labels.txt``, then ``_SUCCESS``."""
+    """Check the accounting and write ``dataset.json``, ``labels.txt`` (detection: ``label_map.pbtxt``), then
+    ``_SUCCESS``."""
 
     def __init__(
         self,
@@ -129,7 +149,8 @@ class FinalizeOutput(beam.DoFn):
         unused_error_files: List[str],
         statistics: Optional[Dict[str, Any]] = None,
     ):
-        splits = summarise_splits(self._split_names, shards)
+        detection = self._fields.get("task") == manifest.TASK_DETECTION
+        splits = summarise_splits(self._split_names, shards, detection)
         written = sum(info["num_examples"] for info in splits.values())
         by_reason = dict(sorted(rejected_counts))
         rejected = sum(by_reason.values())
@@ -153,6 +174,8 @@ class FinalizeOutput(beam.DoFn):
         doc[tfds_layout.MANIFEST_KEY] = tfds_layout.manifest_entry(doc)
         join = FileSystems.join
         write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
+        if detection:
+            write_atomically(join(self._output_dir, manifest.LABEL_MAP_FILE), label_map.label_map_pbtxt(label_names))
         for name, text in tfds_layout.metadata_files(doc).items():
             write_atomically(join(self._output_dir, name), text)
         write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), manifest.dumps(doc))

@@ -41,7 +41,7 @@ from img2tfrecord import faults
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.pool import ConversionPool
 from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
-from img2tfrecord.model import ERRORS, CommittedShard, Record, ShardItem, ShardResult, error_row
+from img2tfrecord.model import ERRORS, CommittedShard, DetectionRecord, Record, ShardItem, ShardResult, error_row
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources.layout import PlacementError
 
@@ -186,7 +186,12 @@ def _read_file(path: str) -> bytes:
 
 def done_json(result: ShardResult, errors: Sequence[Dict[str, str]], analysis: Sequence[bytes]) -> bytes:
     doc = {
-        "result": {**result._asdict(), "class_counts": [list(c) for c in result.class_counts]},
+        "result": {
+            **result._asdict(),
+            "class_counts": [list(c) for c in result.class_counts],
+            "box_counts": [list(c) for c in result.box_counts],
+            "dropped_boxes": [list(c) for c in result.dropped_boxes],
+        },
         "errors": list(errors),
         "analysis": [base64.b64encode(row).decode("ascii") for row in analysis],
     }
@@ -196,7 +201,8 @@ def done_json(result: ShardResult, errors: Sequence[Dict[str, str]], analysis: S
 def parse_done(data: bytes) -> Tuple[ShardResult, List[Dict[str, str]], List[bytes]]:
     doc = json.loads(data.decode("utf-8"))
     fields = dict(doc["result"])
-    fields["class_counts"] = tuple((name, n) for name, n in fields["class_counts"])
+    for counts in ("class_counts", "box_counts", "dropped_boxes"):
+        fields[counts] = tuple((name, n) for name, n in fields.get(counts, ()))
     return (
         ShardResult(**fields),
         list(doc["errors"]),
@@ -263,6 +269,8 @@ class _ShardJob:
         self._offsets: List[str] = []
         self._offset = 0
         self._classes: Dict[Optional[str], int] = collections.Counter()
+        self._boxes: Dict[Optional[str], int] = collections.Counter()
+        self._dropped: Dict[str, int] = collections.Counter()
         self.errors: List[Dict[str, str]] = []
         self.analysis: List[bytes] = []
 
@@ -271,7 +279,7 @@ class _ShardJob:
         if tag == ERRORS:
             self.errors.append(value)
             return
-        record: Record = value
+        record: Record = value  # or a DetectionRecord: the same fields, plus its box counts
         if record.split != self.sink.split:
             raise RuntimeError(f"a record of split {record.split!r} reached a shard of {self.sink.split!r}")
         if faults.drops_records() and not _DROPPED:
@@ -283,6 +291,11 @@ class _ShardJob:
         self._offsets.append(f"{self._offset} {length}\n")
         self._offset += length
         self._classes[record.class_name] += 1
+        if isinstance(value, DetectionRecord):
+            for class_name, n in value.boxes:
+                self._boxes[class_name] += n
+            for reason, n in value.dropped_boxes:
+                self._dropped[reason] += n
         if record.analysis is not None:
             self.analysis.append(record.analysis)
 
@@ -302,6 +315,8 @@ class _ShardJob:
             sha256=handle.file.hexdigest(),
             class_counts=tuple(sorted(self._classes.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))),
             index_path=index_path,
+            box_counts=tuple(sorted(self._boxes.items(), key=lambda kv: kv[0] or "")),
+            dropped_boxes=tuple(sorted(self._dropped.items())),
         )
         _write_file(done_path(self.run_dir, self.sink.split, self.shard), done_json(result, self.errors, self.analysis))
         return result
@@ -464,6 +479,8 @@ class CommitSplitFn(beam.DoFn):
                     r.sha256,
                     index,
                     r.class_counts,
+                    r.box_counts,
+                    r.dropped_boxes,
                 )
             )
         # Beam's pre_finalize is not called: it deletes existing final files, which a resumed

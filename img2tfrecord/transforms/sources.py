@@ -15,6 +15,7 @@ from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
 
 from img2tfrecord.model import ERRORS, MemberEntry, SkippedEntry, WorkItem, error_row
+from img2tfrecord.sources import detection
 from img2tfrecord.sources.archives import (
     MIN_DEPTH_IMAGES,
     MIN_DEPTH_SEQUENCES,
@@ -151,3 +152,60 @@ class DiscoverSources(beam.PTransform):
         )
         files = listed.members | "ToSource" >> beam.Map(_to_source, prefixes=beam.pvalue.AsDict(prefixes))
         return {"files": files, SKIPPED: listed[SKIPPED], ERRORS: listed[ERRORS]}
+
+
+class _ReadAnnotationsFn(beam.DoFn):
+    """One annotation file -> its detection work items; error rows on ``errors``."""
+
+    def __init__(self, kind: str, base: str, split_names: Sequence[str], named_splits: bool):
+        self._kind = kind
+        self._base = base
+        self._split_names = tuple(split_names)
+        self._named_splits = named_splits
+        self._image_sets: Dict[str, Dict[str, str]] = {}
+        self._images = beam.metrics.Metrics.counter("img2tfrecord", "annotated_images")
+
+    def _sets_of(self, root: str) -> Dict[str, str]:
+        if root not in self._image_sets:  # read once per VOC root and worker
+            self._image_sets[root] = detection.voc_image_sets(root)
+        return self._image_sets[root]
+
+    def process(self, metadata):
+        for out in detection.read_items(
+            self._kind, metadata.path, self._base, self._split_names, self._named_splits, self._sets_of
+        ):
+            if isinstance(out, WorkItem):
+                self._images.inc()
+                yield out
+            else:
+                yield beam.pvalue.TaggedOutput(ERRORS, out)
+
+
+class DiscoverAnnotations(beam.PTransform):
+    """Detection inputs: annotation files (``patterns``) of one ``kind`` (voc, coco, boxes) -> work items.
+
+    ``{"files": annotated images, "skipped": (none), "errors": error rows}``;
+    each error row counts as one input. ``named_splits``: the annotations
+    name each image's split (else the seeded hash places it).
+    """
+
+    def __init__(self, kind: str, patterns: Sequence[str], base: str, split_names: Sequence[str], named_splits: bool):
+        super().__init__()
+        self._kind = kind
+        self._patterns = list(patterns)
+        self._base = base
+        self._split_names = tuple(split_names)
+        self._named_splits = named_splits
+
+    def expand(self, pbegin):
+        found = (
+            pbegin
+            | "AnnotationPatterns" >> beam.Create(self._patterns)
+            | "MatchAnnotations" >> fileio.MatchAll(empty_match_treatment=EmptyMatchTreatment.ALLOW)
+            | "SpreadAnnotations" >> beam.Reshuffle()
+            | "ReadAnnotations"
+            >> beam.ParDo(
+                _ReadAnnotationsFn(self._kind, self._base, self._split_names, self._named_splits)
+            ).with_outputs(ERRORS, main="files")
+        )
+        return {"files": found.files, SKIPPED: pbegin | "NoSkipped" >> beam.Create([]), ERRORS: found[ERRORS]}

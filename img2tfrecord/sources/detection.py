@@ -1,0 +1,475 @@
+"""Detection annotations as inputs, without Beam: Pascal VOC XML, COCO JSON and manifests of boxes.
+
+Every box becomes a :class:`~img2tfrecord.model.Box` in source pixels, as
+continuous edges with the origin at the top-left corner of the top-left
+pixel: COCO's ``[x, y, width, height]`` and a manifest's
+``xmin,ymin,xmax,ymax`` are such edges already; VOC numbers pixels from 1
+with ``xmax`` inclusive, so its ``xmin``/``ymin`` move by one. A box that
+cannot be used is a :class:`~img2tfrecord.model.DroppedBox` of its image;
+an annotation that cannot be used at all is an error row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import posixpath
+import re
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from xml.etree import ElementTree
+from xml.parsers import expat
+
+from img2tfrecord.conversion.sharding import split_of_folder
+from img2tfrecord.model import (
+    Annotation,
+    Box,
+    DetectionPlacement,
+    DroppedBox,
+    ErrorRow,
+    WorkItem,
+    error_row,
+)
+from img2tfrecord.sources.files import open_raw, read_capped
+from img2tfrecord.sources.layout import relative_path
+from img2tfrecord.sources.manifests import canonical_split, manifest_kind, resolve_row_path
+
+VOC = "voc"
+COCO = "coco"
+BOXES = "boxes"  # a CSV/JSONL manifest with one row per box
+FORMATS = (VOC, COCO, BOXES)
+
+VOC_ANNOTATIONS = "Annotations"
+VOC_IMAGES = "JPEGImages"
+VOC_IMAGE_SETS = "ImageSets/Main"
+# ImageSets/Main/<name>.txt -> split; trainval is used only when train.txt and val.txt are absent.
+VOC_SET_SPLITS = {"train": "train", "val": "validation", "test": "test", "trainval": "train"}
+BOX_COLUMNS = ("path", "label", "xmin", "ymin", "xmax", "ymax", "split")
+MAX_ANNOTATION_BYTES = 64 * 1024 * 1024  # one VOC XML file
+MAX_COCO_BYTES = 4 * 1024 * 1024 * 1024  # one COCO JSON file (read whole)
+_COCO_PREFIX = re.compile(r"^(instances|annotations?)_", re.IGNORECASE)
+
+Output = Union[WorkItem, ErrorRow]
+
+
+class AnnotationError(ValueError):
+    """An annotation file that cannot be read as one (malformed XML or JSON, a forbidden DTD)."""
+
+
+# ---------------------------------------------------------------------------
+# Files.
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def list_files(pattern: str) -> List[str]:
+    """Sorted paths matching a glob, local or on any Beam filesystem."""
+    if not _is_uri(pattern):
+        import glob
+
+        return sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+
+
+def exists(path: str) -> bool:
+    if not _is_uri(path):
+        return os.path.isfile(path)
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+
+    return FileSystems.exists(path)
+
+
+def read_annotation_file(path: str, limit: int) -> bytes:
+    with open_raw(path) as f:
+        return read_capped(f, limit)
+
+
+def join(directory: str, name: str) -> str:
+    """``name`` (relative, with ``/``) under ``directory``, local or URI."""
+    return directory.rstrip("/") + "/" + name.lstrip("/")
+
+
+# ---------------------------------------------------------------------------
+# Pascal VOC.
+
+
+def _refuse(*unused: Any) -> Any:
+    raise AnnotationError("the XML declares a DTD or entities, which annotations never need")
+
+
+def parse_xml(data: bytes) -> ElementTree.Element:
+    """The root element of an XML document; AnnotationError for malformed XML or any DTD/entity declaration.
+
+    Built on expat directly so that a document type declaration is refused
+    before any entity could expand (no billion laughs, no external entities).
+    """
+    parser = expat.ParserCreate()
+    builder = ElementTree.TreeBuilder()
+    parser.StartElementHandler = lambda tag, attrs: builder.start(tag, attrs)
+    parser.EndElementHandler = lambda tag: builder.end(tag)
+    parser.CharacterDataHandler = builder.data
+    parser.StartDoctypeDeclHandler = _refuse
+    parser.EntityDeclHandler = _refuse
+    parser.ExternalEntityRefHandler = _refuse
+    try:
+        parser.Parse(data, True)
+        return builder.close()
+    except expat.ExpatError as e:
+        raise AnnotationError(f"malformed XML: {e}") from None
+
+
+def _text(element: Optional[ElementTree.Element], default: str = "") -> str:
+    return (element.text or "").strip() if element is not None else default
+
+
+def _flag(element: ElementTree.Element, name: str) -> bool:
+    return _text(element.find(name)) in ("1", "true", "True")
+
+
+def _number(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not finite")
+    return number
+
+
+def checked_box(label: str, xmin: Any, ymin: Any, xmax: Any, ymax: Any, **extra: Any) -> Union[Box, DroppedBox]:
+    """A box from four edge values, or why it cannot be one (``bad_box``, ``empty_box``, ``bad_label``)."""
+    if not label or "\n" in label or "\r" in label:
+        return DroppedBox(label, "bad_label", f"class name {label!r} is empty or has a line break")
+    try:
+        x0, y0, x1, y1 = (_number(v) for v in (xmin, ymin, xmax, ymax))
+    except (TypeError, ValueError) as e:
+        return DroppedBox(label, "bad_box", f"box coordinates are not numbers: {e}")
+    if x0 >= x1 or y0 >= y1:
+        return DroppedBox(label, "empty_box", f"box ({x0:g}, {y0:g}, {x1:g}, {y1:g}) has xmin >= xmax or ymin >= ymax")
+    return Box(label, x0, y0, x1, y1, **extra)
+
+
+def _split_boxes(found: Sequence[Union[Box, DroppedBox]]) -> Tuple[Tuple[Box, ...], Tuple[DroppedBox, ...]]:
+    return (
+        tuple(b for b in found if isinstance(b, Box)),
+        tuple(b for b in found if isinstance(b, DroppedBox)),
+    )
+
+
+def parse_voc(data: bytes, xml_name: str) -> Tuple[str, Annotation]:
+    """``(image file name, annotation)`` of one VOC XML; AnnotationError when it is not one."""
+    root = parse_xml(data)
+    if root.tag != "annotation":
+        raise AnnotationError(f"the root element is <{root.tag}>, not <annotation>")
+    stem = posixpath.splitext(posixpath.basename(xml_name))[0]
+    filename = _text(root.find("filename")) or stem + ".jpg"
+    if "/" in filename or "\\" in filename or filename in (".", ".."):
+        raise AnnotationError(f"<filename> {filename!r} is not a file name")
+    found: List[Union[Box, DroppedBox]] = []
+    for obj in root.iter("object"):
+        label = _text(obj.find("name"))
+        bndbox = obj.find("bndbox")
+        if bndbox is None:
+            found.append(DroppedBox(label, "bad_box", "<object> has no <bndbox>"))
+            continue
+        edges = [_text(bndbox.find(k)) for k in ("xmin", "ymin", "xmax", "ymax")]
+        try:  # VOC pixels are 1-based and inclusive: pixel edges are (xmin - 1, ymin - 1, xmax, ymax)
+            edges[0], edges[1] = str(_number(edges[0]) - 1), str(_number(edges[1]) - 1)
+        except (TypeError, ValueError):
+            pass  # checked_box reports it
+        found.append(
+            checked_box(
+                label,
+                *edges,
+                difficult=_flag(obj, "difficult"),
+                truncated=_flag(obj, "truncated"),
+                view=_text(obj.find("pose")),
+            )
+        )
+    boxes, dropped = _split_boxes(found)
+    return filename, Annotation(boxes, posixpath.splitext(filename)[0], dropped)
+
+
+def voc_root(annotation_path: str) -> str:
+    """The dataset root of ``ROOT/Annotations/NAME.xml`` (ending with ``/``)."""
+    return annotation_path.rsplit("/", 2)[0] + "/"
+
+
+def voc_image_sets(root: str) -> Dict[str, str]:
+    """Image id -> split from ``ROOT/ImageSets/Main/{train,val,trainval,test}.txt`` ({} when there are none)."""
+    sets: Dict[str, str] = {}
+    for path in list_files(join(root, VOC_IMAGE_SETS + "/*.txt")):
+        name = posixpath.splitext(posixpath.basename(path))[0]
+        if name in VOC_SET_SPLITS:
+            sets[name] = path
+    if "train" in sets or "val" in sets:
+        sets.pop("trainval", None)
+    splits: Dict[str, str] = {}
+    for name, path in sorted(sets.items()):
+        text = read_annotation_file(path, MAX_ANNOTATION_BYTES).decode("utf-8", "replace")
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 1 or (len(parts) == 2 and parts[1] != "-1"):  # per-class files mark absence with -1
+                splits.setdefault(parts[0], VOC_SET_SPLITS[name])
+    return splits
+
+
+def voc_split_names(root: str) -> Tuple[str, ...]:
+    """The splits the image sets of a VOC root name, sorted; () without image sets."""
+    return tuple(sorted(set(voc_image_sets(root).values())))
+
+
+def voc_item(annotation_path: str, base: str, image_sets: Dict[str, str], limit: int = MAX_ANNOTATION_BYTES) -> Output:
+    """The work item of one VOC annotation file, or its error row."""
+    relpath = rel(base, annotation_path)
+    try:
+        filename, annotation = parse_voc(read_annotation_file(annotation_path, limit), annotation_path)
+    except AnnotationError as e:
+        return error_row(annotation_path, relpath, "bad_annotation", str(e))
+    except Exception as e:  # pylint: disable=broad-except  (unreadable, over the limit)
+        return error_row(annotation_path, relpath, "bad_annotation", f"{type(e).__name__}: {e}")
+    root = voc_root(annotation_path)
+    image_path = join(root, f"{VOC_IMAGES}/{filename}")
+    split: Optional[str] = None
+    if image_sets:
+        split = image_sets.get(annotation.source_id)
+        if split is None:
+            return error_row(
+                image_path,
+                rel(base, image_path),
+                "not_in_image_sets",
+                f"{annotation.source_id} is in none of {VOC_IMAGE_SETS}/{{train,val,trainval,test}}.txt",
+            )
+    return WorkItem(image_path, rel(base, image_path), 0, row=DetectionPlacement(split, annotation))
+
+
+# ---------------------------------------------------------------------------
+# COCO.
+
+
+def coco_split(json_path: str) -> Optional[str]:
+    """The split a COCO file's name gives (``instances_val2017.json`` -> validation), or None."""
+    stem = posixpath.splitext(posixpath.basename(json_path))[0]
+    name = re.sub(r"\d+$", "", _COCO_PREFIX.sub("", stem)).strip("_-").lower()
+    return split_of_folder(name)
+
+
+def coco_image_dir(json_path: str, first_file: Optional[str]) -> str:
+    """The folder a COCO file's ``file_name``s are relative to (ending with ``/``).
+
+    Tried in order, keeping the first that holds ``first_file``: ROOT/STEM/,
+    ROOT/images/STEM/, ROOT/images/, ROOT/, where STEM is the file's name
+    without ``instances_`` (train2017) and ROOT the folder above ``annotations/``.
+    """
+    directory = json_path.rsplit("/", 1)[0]
+    root = directory.rsplit("/", 1)[0] if directory.rsplit("/", 1)[-1].lower() == "annotations" else directory
+    stem = _COCO_PREFIX.sub("", posixpath.splitext(posixpath.basename(json_path))[0])
+    candidates = [join(root, stem), join(root, f"images/{stem}"), join(root, "images"), root, directory]
+    if first_file:
+        for candidate in candidates:
+            if exists(join(candidate, first_file)):
+                return candidate.rstrip("/") + "/"
+    return root.rstrip("/") + "/"
+
+
+def coco_items(json_path: str, base: str, split: Optional[str], data: bytes) -> Iterator[Output]:
+    """The work items of one COCO detection file (one per image), and error rows.
+
+    An image listed without annotations is an item without boxes; annotations
+    of an image id that ``images`` does not list give one ``unknown_image``
+    row per id; a box whose category is missing from ``categories`` is dropped.
+    """
+    try:
+        doc = json.loads(data)
+        images = doc["images"]
+        annotations = doc.get("annotations") or []
+        categories = {c["id"]: str(c["name"]) for c in doc.get("categories") or []}
+        if not isinstance(images, list) or not isinstance(annotations, list):
+            raise TypeError("images and annotations must be lists")
+    except (ValueError, KeyError, TypeError) as e:
+        yield error_row(json_path, rel(base, json_path), "bad_annotation", f"not COCO JSON: {e}")
+        return
+    by_image: Dict[Any, List[Union[Box, DroppedBox]]] = {}
+    for a in annotations:
+        try:
+            image_id = a["image_id"]
+            x, y, w, h = a["bbox"]
+        except (KeyError, TypeError, ValueError):
+            by_image.setdefault(a.get("image_id") if isinstance(a, dict) else None, []).append(
+                DroppedBox("", "bad_box", "annotation without image_id or a 4-number bbox")
+            )
+            continue
+        name = categories.get(a.get("category_id"))
+        if name is None:
+            by_image.setdefault(image_id, []).append(
+                DroppedBox("", "unknown_category", f"category_id {a.get('category_id')!r} is not in categories")
+            )
+            continue
+        try:
+            area = float(a["area"]) if a.get("area") is not None else None
+            box = checked_box(name, x, y, x + w, y + h, is_crowd=bool(a.get("iscrowd")), area=area)
+        except (TypeError, ValueError) as e:
+            box = DroppedBox(name, "bad_box", f"bbox {a.get('bbox')!r}: {e}")
+        by_image.setdefault(image_id, []).append(box)
+    files = [i.get("file_name") for i in images if isinstance(i, dict)]
+    image_dir = coco_image_dir(json_path, next((f for f in files if isinstance(f, str)), None))
+    for image in images:
+        if not isinstance(image, dict) or not isinstance(image.get("file_name"), str) or "id" not in image:
+            yield error_row(json_path, "", "bad_annotation", f"image entry without id or file_name: {image!r:.200}")
+            continue
+        path = join(image_dir, image["file_name"])
+        boxes, dropped = _split_boxes(by_image.pop(image["id"], []))
+        annotation = Annotation(boxes, str(image["id"]), dropped)
+        yield WorkItem(path, rel(base, path), 0, row=DetectionPlacement(split, annotation))
+    for image_id, found in sorted(by_image.items(), key=lambda kv: str(kv[0])):
+        yield error_row(
+            f"{json_path}#image_id={image_id}",
+            "",
+            "unknown_image",
+            f"{len(found)} annotation(s) name image id {image_id!r}, which images does not list",
+        )
+
+
+# ---------------------------------------------------------------------------
+# Manifests of boxes: one row per box.
+
+
+def is_box_manifest(path: str) -> bool:
+    """True when a CSV/JSONL manifest has box columns (``xmin`` ... in its header or first object)."""
+    kind = manifest_kind(path)
+    try:
+        with open_raw(path) as f:
+            head = f.read(64 * 1024).decode("utf-8-sig", "replace")
+    except OSError:
+        return False
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    if kind == "jsonl":
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            return False
+        return isinstance(obj, dict) and "xmin" in obj
+    return "xmin" in [c.strip().lower() for c in next(csv.reader([first]), [])]
+
+
+def box_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
+    """``(line number, row)`` of a manifest of boxes; a row that cannot be read is ``{"error": message}``.
+
+    CSV needs a header naming ``path,label,xmin,ymin,xmax,ymax`` (``split``
+    optional, other columns ignored); JSONL one object per line with those keys.
+    A row whose label and coordinates are all empty names an image without boxes.
+    """
+    with open_raw(path) as raw:
+        lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        if manifest_kind(path) == "jsonl":
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError as e:
+                    yield number, {"error": f"line is not JSON: {e}"}
+                    continue
+                if not isinstance(obj, dict):
+                    yield number, {"error": "line is not a JSON object"}
+                    continue
+                yield number, {k: obj[k] for k in BOX_COLUMNS if obj.get(k) is not None}
+            return
+        columns: Optional[Dict[str, int]] = None
+        for number, cells in enumerate(csv.reader(lines), 1):
+            if not cells or not any(c.strip() for c in cells):
+                continue
+            if columns is None:
+                lowered = [c.strip().lower() for c in cells]
+                columns = {name: lowered.index(name) for name in BOX_COLUMNS if name in lowered}
+                continue
+            yield number, {k: cells[i].strip() for k, i in columns.items() if i < len(cells) and cells[i].strip()}
+
+
+def box_manifest_items(
+    manifest_path: str, base: str, rows: Iterator[Tuple[int, Dict[str, Any]]], split_names: Sequence[str]
+) -> Iterator[Output]:
+    """One work item per image path of a manifest of boxes (its rows grouped), and error rows.
+
+    A row without a path, or whose split is not one of ``split_names``, is an
+    error row; rows of one image naming different splits reject the image.
+    """
+    images: Dict[str, List[Union[Box, DroppedBox]]] = {}
+    splits: Dict[str, set] = {}
+    where_of: Dict[str, str] = {}
+    for number, row in rows:
+        where = f"{manifest_path}:{number}"
+        if "error" in row:
+            yield error_row(where, "", "bad_manifest_row", row["error"])
+            continue
+        value = str(row.get("path", ""))
+        if not value:
+            yield error_row(where, "", "bad_manifest_row", "row has no path")
+            continue
+        path, _ = resolve_row_path(manifest_path, value)
+        where_of.setdefault(path, where)
+        found = images.setdefault(path, [])
+        if "split" in row:
+            splits.setdefault(path, set()).add(canonical_split(str(row["split"])))
+        edges = [row.get(k) for k in ("xmin", "ymin", "xmax", "ymax")]
+        label = str(row.get("label", ""))
+        if not label and all(e in (None, "") for e in edges):
+            continue  # an image without boxes
+        found.append(checked_box(label, *edges))
+    for path, found in images.items():
+        relpath = rel(base, path)
+        named = splits.get(path, set())
+        if len(named) > 1:
+            message = f"{where_of[path]}: rows of this image name different splits ({', '.join(sorted(named))})"
+            yield error_row(path, relpath, "inconsistent_split", message)
+            continue
+        split = next(iter(named)) if named else None
+        if split is not None and split not in split_names:
+            message = f"{where_of[path]}: split {split!r} is not one of {', '.join(split_names)}"
+            yield error_row(path, relpath, "unknown_split", message)
+            continue
+        boxes, dropped = _split_boxes(found)
+        source_id = posixpath.splitext(posixpath.basename(relpath))[0]
+        yield WorkItem(path, relpath, 0, row=DetectionPlacement(split, Annotation(boxes, source_id, dropped)))
+
+
+def read_items(
+    kind: str,
+    path: str,
+    base: str,
+    split_names: Sequence[str],
+    named_splits: bool,
+    image_sets: Callable[[str], Dict[str, str]],
+) -> Iterator[Output]:
+    """Every work item and error row of one annotation file of ``kind`` (voc, coco, boxes).
+
+    ``named_splits``: the annotations name the splits (VOC image sets, COCO
+    file names, a split column); otherwise every item's split is None
+    (assigned by the seeded hash of its relpath).
+    """
+    if kind == VOC:
+        yield voc_item(path, base, image_sets(voc_root(path)) if named_splits else {})
+    elif kind == COCO:
+        try:
+            data = read_annotation_file(path, MAX_COCO_BYTES)
+        except Exception as e:  # pylint: disable=broad-except
+            yield error_row(path, rel(base, path), "bad_annotation", f"{type(e).__name__}: {e}")
+            return
+        yield from coco_items(path, base, coco_split(path) if named_splits else None, data)
+    else:
+        rows = box_rows(path) if named_splits else ((n, _without_split(r)) for n, r in box_rows(path))
+        yield from box_manifest_items(path, base, rows, split_names)
+
+
+def _without_split(row: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "split"}
+
+
+def rel(base: str, path: str) -> str:
+    """``path`` relative to the input root ``base``, or (outside it) the path without its scheme."""
+    if path.startswith(base):
+        return relative_path(base, path)
+    return path.split("://", 1)[-1].lstrip("/")

@@ -1,0 +1,35 @@
+"""Box geometry without a pipeline: orientation, scaling, crop and VOC/COCO parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from img2tfrecord.images.geometry import ImageTransform, identity, map_box, orient_point
+from img2tfrecord.model import Box
+from img2tfrecord.sources.detection import AnnotationError, parse_voc, parse_xml
+
+ROTATED = {1: (1, 2), 2: (9, 2), 3: (9, 6), 4: (1, 6), 5: (2, 1), 6: (6, 1), 7: (6, 9), 8: (2, 9)}
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_orient_point_follows_pillow_transpose(orientation):
+    assert orient_point(1, 2, (10, 8), orientation) == ROTATED[orientation]
+
+
+def test_map_box_clips_and_drops():
+    t = ImageTransform((100, 50), 1, (100, 50), 1, (0.5, 0.5), (-5.0, 0.0), (40, 25))  # fill: crop 10 px left
+    kept = map_box(t, 0, 0, 40, 20)
+    assert kept is not None and kept.clipped and (kept.xmin, kept.xmax) == (0.0, 15.0)
+    assert map_box(t, 0, 0, 8, 20) is None
+    assert map_box(identity((10, 10)), 1, 1, 5, 5) == (1, 1, 5, 5, False, 1.0)
+
+
+def test_voc_is_one_based_and_refuses_entities():
+    box = b"<bndbox><xmin>1</xmin><ymin>1</ymin><xmax>4</xmax><ymax>5</ymax></bndbox>"
+    xml = b"<annotation><object><name>a</name>" + box + b"</object></annotation>"
+    _, annotation = parse_voc(xml, "Annotations/x.xml")
+    assert annotation.boxes == (Box("a", 0.0, 0.0, 4.0, 5.0),)
+    with pytest.raises(AnnotationError):
+        parse_xml(b'<!DOCTYPE a [<!ENTITY x "y">]><a>&x;</a>')
+    with pytest.raises(AnnotationError):
+        parse_xml(b"<a>")
