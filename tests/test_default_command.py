@@ -1,0 +1,99 @@
+"""The default command (tf.Transform analysis on) on every input kind: what users run, not ``--no-analyze``.
+
+Hostile images (CMYK, 16-bit, animated, 1x20000 ...), zip, tar, tar.gz, CSV and JSONL manifests, an
+unlabeled manifest and ``--sequence`` clips: each run succeeds, the accounting holds, and the train
+statistics cover exactly the train records (or, for sequences, the analysis is skipped with a warning).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+from conftest import convert, manifest_doc
+from test_hostile import hostile_corpus
+from test_record_kinds import clip_dataset
+from test_sources import dataset_files, write_tar, write_tree, write_zip
+
+from img2tfrecord.readers import datasource
+from img2tfrecord.schemas import features as keys
+
+SPLITS = ("--splits", "train=0.6,test=0.4", "--seed", "3", "--image-size", "32")
+
+
+def _manifest(path: str, rows, kind: str, labeled: bool = True) -> None:
+    if kind == "csv":
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["path", "label"] if labeled else ["path"])
+            for rel, label in rows:
+                w.writerow([rel, label] if labeled else [rel])
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            for rel, label in rows:
+                f.write(json.dumps({"path": rel, "label": label} if labeled else {"path": rel}) + "\n")
+
+
+def _input(tmp_path, kind: str) -> str:
+    files = dataset_files()
+    if kind == "hostile":
+        root = str(tmp_path / "hostile")
+        write_tree(root, {rel: data for rel, (data, _) in hostile_corpus().items()})
+        return root
+    if kind in ("zip", "tar", "tgz"):
+        path = str(tmp_path / f"data.{'tar.gz' if kind == 'tgz' else kind}")
+        if kind == "zip":
+            write_zip(path, files)
+        else:
+            write_tar(path, files, mode="w:gz" if kind == "tgz" else "w")
+        return path
+    root = str(tmp_path / "images")
+    write_tree(root, files)
+    name = {"csv": "m.csv", "jsonl": "m.jsonl", "unlabeled": "m.csv"}[kind]
+    path = os.path.join(root, name)
+    _manifest(
+        path,
+        [(rel, rel.split("/")[0]) for rel in sorted(files)],
+        "jsonl" if kind == "jsonl" else "csv",
+        labeled=kind != "unlabeled",
+    )
+    return path
+
+
+@pytest.mark.parametrize("kind", ["hostile", "zip", "tar", "tgz", "csv", "jsonl", "unlabeled"])
+def test_the_default_command_analyses_every_input_kind(tmp_path, kind):
+    out = str(tmp_path / "out")
+    proc = convert(_input(tmp_path, kind), out, *SPLITS, runner=())  # no --no-analyze: the analysis runs
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = manifest_doc(out)
+    acc = doc["accounting"]
+    assert acc["inputs"] == acc["written"] + acc["rejected"] and acc["written"] > 0
+    stats = doc["statistics"]
+    train = doc["splits"]["train"]
+    assert stats["num_examples"] == train["num_examples"] > 0
+    assert len(stats["pixel_mean"]) == 3 and all(0.0 < m < 1.0 for m in stats["pixel_mean"])
+    assert all(s > 0 for s in stats["pixel_std"])
+    assert stats["exact"] is False  # re-encoded as JPEG: the encoder's input, by default
+    assert stats["image_height"] == {"min": 32, "max": 32}
+    if kind == "unlabeled":
+        assert not doc["labeled"] and "examples_per_class" not in stats
+    else:
+        assert stats["examples_per_class"] == {c: train["examples_per_class"].get(c, 0) for c in doc["labels"]}
+    assert os.path.isdir(os.path.join(out, "transform_fn"))
+    heights = {r[keys.IMAGE_HEIGHT] for r in datasource.iter_split(out, "train", decode=False)}
+    assert heights == {32}
+
+
+def test_the_default_command_on_sequences_skips_the_analysis_and_says_so(tmp_path):
+    files, _ = clip_dataset()
+    root = str(tmp_path / "clips")
+    write_tree(root, files)
+    out = str(tmp_path / "out")
+    proc = convert(root, out, "--sequence", *SPLITS, runner=())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--sequence records are SequenceExamples: skipping the tf.Transform analysis" in proc.stderr
+    doc = manifest_doc(out)
+    assert "statistics" not in doc and not os.path.exists(os.path.join(out, "transform_fn"))
+    assert doc["accounting"]["inputs"] == doc["accounting"]["written"] + doc["accounting"]["rejected"]
