@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
-import pytest
 from conftest import ROOT, convert
 
 sys.path.insert(0, os.path.join(ROOT, "flex_template"))
@@ -92,13 +90,3 @@ def test_job_fails_after_writing_everything_past_the_error_budget(tmp_path):
     assert doc["accounting"]["written"] == 1 and doc["accounting"]["rejected"] == 1
     assert (out / "_SUCCESS").exists() and (out / "errors.jsonl").read_text().count("\n") == 1
     assert convert(str(root), str(tmp_path / "out2"), "--max-error-rate", "0.5").returncode == 0
-
-
-def test_airflow_dag_imports_when_airflow_is_installed():
-    if importlib.util.find_spec("airflow") is None:
-        pytest.skip("Apache Airflow is not installed (the DAG is an example, not a dependency)")
-    spec = importlib.util.spec_from_file_location("airflow_dag", os.path.join(ROOT, "examples", "airflow_dag.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.dag.dag_id == "img2tfrecord_nightly"
-    assert {t.task_id for t in module.dag.tasks} == {"convert", "output_complete"}
