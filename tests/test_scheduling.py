@@ -1,4 +1,4 @@
-"""Batch-job contract: Flex Template entry point, the Airflow example, error budget inside the job."""
+"""Batch-job contract: Flex Template entry point and metadata, error budget inside the job."""
 
 from __future__ import annotations
 
