@@ -1,14 +1,56 @@
-"""Pictures of an output for ``inspect``: a contact sheet of sample images and a bar chart of classes (Pillow)."""
+"""Pictures of an output for ``inspect``: a contact sheet of sample images (with their boxes) and a class chart."""
 
 from __future__ import annotations
 
 import io
 import math
-from typing import Any, List, Mapping, Sequence, Tuple
+from typing import Any, List, Mapping, NamedTuple, Sequence, Tuple
 
 from img2tfrecord.inspection import STAT_KEYS, sample_records, spec_subset
 from img2tfrecord.readers import records, storage
 from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import manifest
+
+
+class DrawnBox(NamedTuple):
+    """A detection box to draw: edges as fractions of the image, its class name and 1-based id."""
+
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+    class_name: str
+    class_id: int
+
+
+class Sample(NamedTuple):
+    """One contact-sheet image: the picture, its class name and id ("" and -1 when none), its boxes."""
+
+    image: Any
+    class_name: str
+    label: int
+    boxes: Tuple[DrawnBox, ...] = ()
+
+
+# One colour per detection class id (cycling), opaque and far from grey backgrounds.
+BOX_COLORS = (
+    (230, 25, 75),
+    (60, 180, 75),
+    (0, 130, 200),
+    (245, 130, 48),
+    (145, 30, 180),
+    (70, 240, 240),
+    (240, 50, 230),
+    (210, 245, 60),
+    (255, 225, 25),
+    (0, 128, 128),
+)
+BOX_LINE_WIDTH = 2  # pixels, drawn inward from the box's edges
+
+
+def box_color(class_id: int) -> Tuple[int, int, int]:
+    """The fixed colour of a detection class id on the contact sheet."""
+    return BOX_COLORS[(class_id - 1) % len(BOX_COLORS)]
 
 
 def _font(size: int):
@@ -33,9 +75,20 @@ def _to_pil(values: Mapping[str, Any]):
     return img.convert("RGB")
 
 
-def sample_images(directory: str, doc: Mapping[str, Any], split: str, n: int) -> List[Tuple[Any, str, int]]:
-    """``(PIL image, class name, label id)`` of up to ``n`` records of a split (unreadable images skipped)."""
-    spec = spec_subset(doc, STAT_KEYS + (keys.CLASS_LABEL, keys.CLASS_TEXT))
+def _boxes(values: Mapping[str, Any]) -> Tuple[DrawnBox, ...]:
+    coords = [values[k] for k in (keys.BBOX_XMIN, keys.BBOX_YMIN, keys.BBOX_XMAX, keys.BBOX_YMAX)]
+    texts = [records.decode_text(t) for t in values[keys.OBJECT_CLASS_TEXT]]
+    return tuple(
+        DrawnBox(x0, y0, x1, y1, text, int(label))
+        for x0, y0, x1, y1, text, label in zip(*coords, texts, values[keys.OBJECT_CLASS_LABEL])
+    )
+
+
+def sample_images(directory: str, doc: Mapping[str, Any], split: str, n: int) -> List[Sample]:
+    """Up to ``n`` records of a split as :class:`Sample`s, boxes for detection (unreadable images skipped)."""
+    detection = doc.get(manifest.TASK) == manifest.TASK_DETECTION
+    wanted = STAT_KEYS + ((keys.OBJECT_CLASS_LABEL, keys.OBJECT_CLASS_TEXT) + keys.BBOX_KEYS if detection else ())
+    spec = spec_subset(doc, wanted + (keys.CLASS_LABEL, keys.CLASS_TEXT))
     out = []
     for _, _, data in sample_records(directory, doc, split, n):
         try:
@@ -43,15 +96,37 @@ def sample_images(directory: str, doc: Mapping[str, Any], split: str, n: int) ->
             image = _to_pil(values)
         except Exception:  # a broken record or image: verify reports it, the grid just skips it
             continue
-        if keys.CLASS_TEXT not in values:  # an unlabeled dataset
-            out.append((image, "", -1))
-            continue
-        out.append((image, records.decode_text(values[keys.CLASS_TEXT]), int(values[keys.CLASS_LABEL])))
+        if detection:
+            boxes = _boxes(values)
+            out.append(Sample(image, f"{len(boxes)} box{'' if len(boxes) == 1 else 'es'}", -1, boxes))
+        elif keys.CLASS_TEXT not in values:  # an unlabeled dataset
+            out.append(Sample(image, "", -1))
+        else:
+            out.append(Sample(image, records.decode_text(values[keys.CLASS_TEXT]), int(values[keys.CLASS_LABEL])))
     return out
 
 
-def draw_grid(samples: Sequence[Tuple[Any, str, int]], path: str, cell: int = 128) -> Tuple[int, int]:
-    """A contact sheet of the samples, each captioned ``class (id)``; returns its (width, height)."""
+def draw_boxes(thumb, boxes: Sequence[DrawnBox], font) -> None:
+    """Draw each box on ``thumb`` (scaled to its size) in its class colour, its class name at its top-left corner."""
+    from PIL import ImageDraw
+
+    draw = ImageDraw.Draw(thumb)
+    w, h = thumb.size
+    for box in boxes:
+        x0, y0 = round(box.xmin * w), round(box.ymin * h)
+        x1, y1 = max(x0, round(box.xmax * w) - 1), max(y0, round(box.ymax * h) - 1)
+        color = box_color(box.class_id)
+        draw.rectangle([x0, y0, x1, y1], outline=color, width=BOX_LINE_WIDTH)
+    for box in boxes:  # names over every outline, each on its class colour
+        tx = max(0, min(round(box.xmin * w) + 1, w - 1 - int(draw.textlength(box.class_name, font=font))))
+        ty = round(box.ymin * h) + 1
+        left, top, right, bottom = draw.textbbox((tx, ty), box.class_name, font=font)
+        draw.rectangle([left - 1, top - 1, right, bottom], fill=box_color(box.class_id))
+        draw.text((tx, ty), box.class_name, fill=(0, 0, 0), font=font)
+
+
+def draw_grid(samples: Sequence[Sample], path: str, cell: int = 128) -> Tuple[int, int]:
+    """A contact sheet of the samples with their boxes, each captioned ``class (id)``; returns its (width, height)."""
     from PIL import Image, ImageDraw
 
     cols = max(1, math.ceil(math.sqrt(len(samples))))
@@ -62,13 +137,17 @@ def draw_grid(samples: Sequence[Tuple[Any, str, int]], path: str, cell: int = 12
     width, height = cols * (cell + pad) + pad, rows * (cell + caption_h + pad) + pad
     sheet = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(sheet)
-    for i, (image, class_name, label) in enumerate(samples):
+    box_font = _font(10)
+    for i, (image, class_name, label, boxes) in enumerate(samples):
         x = pad + (i % cols) * (cell + pad)
         y = pad + (i // cols) * (cell + caption_h + pad)
         thumb = image.copy()
         thumb.thumbnail((cell, cell))
+        if boxes:
+            thumb = thumb.convert("RGB")
+            draw_boxes(thumb, boxes, box_font)
         sheet.paste(thumb, (x + (cell - thumb.width) // 2, y + (cell - thumb.height) // 2))
-        caption = _fit_text(draw, f"{class_name} ({label})", font, cell)
+        caption = _fit_text(draw, class_name if label < 0 and class_name else f"{class_name} ({label})", font, cell)
         draw.text((x + 2, y + cell + 2), caption, fill=(0, 0, 0), font=font)
     _save_png(sheet, path)
     return width, height

@@ -11,8 +11,11 @@ Checks, reading every record of every shard listed in ``dataset.json``:
   height, width and channels, in the declared format; the label id is in
   range and names ``image/class/text`` in ``dataset.json``'s labels;
   ``image/key/sha256`` is the SHA-256 of ``image/encoded``;
-* the accounting: per-split and per-class counts found in the records
-  against ``dataset.json``, and the rejected inputs against ``errors.jsonl``;
+* each detection record: every per-object list of one length, every box
+  within [0, 1] with min < max, every class id in ``label_map.pbtxt`` naming
+  the box's class text; ``label_map.pbtxt`` equal to ``labels.txt``'s ids + 1;
+* the accounting: per-split and per-class counts (boxes per class for
+  detection) found in the records against ``dataset.json``, and the rejected inputs against ``errors.jsonl``;
 * the tf.Transform analysis, when ``dataset.json`` has its statistics: the
   exported transform (``transform_fn/saved_model.pb``) and
   ``transformed_metadata/`` present; ``schema.pbtxt`` and
@@ -156,9 +159,11 @@ class _Context:
     formats: Optional[Tuple[str, ...]]  # image/format values the options allow
     compression: str
     sequence: bool = False  # tf.train.SequenceExample records (convert --sequence)
+    detection: bool = False  # TF Object Detection API records, checked against ``label_map``
+    label_map: Mapping[int, str] = dataclasses.field(default_factory=dict)  # detection: id -> class name
 
 
-def _context(doc: Mapping[str, Any]) -> _Context:
+def _context(doc: Mapping[str, Any], label_ids: Optional[Mapping[int, str]] = None) -> _Context:
     options = doc.get("options") or {}
     size = options.get("image_size")
     return _Context(
@@ -169,6 +174,8 @@ def _context(doc: Mapping[str, Any]) -> _Context:
         formats=_ALLOWED_FORMATS.get(options.get("format", "")),
         compression=doc.get("compression", "none"),
         sequence=doc.get("record_type") == manifest.SEQUENCE_RECORD_TYPE,
+        detection=doc.get(manifest.TASK) == manifest.TASK_DETECTION,
+        label_map=dict(label_ids or {}),
     )
 
 
@@ -238,14 +245,47 @@ def _label_problems(values: Mapping[str, Any], ctx: _Context, class_name: Option
     return []
 
 
+def object_problems(values: Mapping[str, Any], ctx: _Context) -> Tuple[List[str], collections.Counter]:
+    """(problems, boxes per class text) of a parsed detection record's object lists."""
+    lengths = {key: len(values[key]) for key in keys.OBJECT_FEATURES if key in values}
+    problems = []
+    if len(set(lengths.values())) > 1:
+        problems.append("object lists differ in length: " + ", ".join(f"{k} {n}" for k, n in lengths.items()))
+    texts = [records.decode_text(t) for t in values.get(keys.OBJECT_CLASS_TEXT, [])]
+    boxes = zip(*(values.get(k, []) for k in (keys.BBOX_XMIN, keys.BBOX_YMIN, keys.BBOX_XMAX, keys.BBOX_YMAX)))
+    for i, (xmin, ymin, xmax, ymax) in enumerate(boxes):
+        edges = {"xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax}
+        outside = [f"{name} {v!r}" for name, v in edges.items() if not 0.0 <= v <= 1.0]
+        if outside:
+            problems.append(f"box {i}: outside [0, 1]: {', '.join(outside)}")
+        if not xmin < xmax:
+            problems.append(f"box {i}: xmin {xmin!r} >= xmax {xmax!r}")
+        if not ymin < ymax:
+            problems.append(f"box {i}: ymin {ymin!r} >= ymax {ymax!r}")
+    for i, (label, text) in enumerate(zip(values.get(keys.OBJECT_CLASS_LABEL, []), texts)):
+        name = ctx.label_map.get(int(label))
+        if name is None:
+            problems.append(f"box {i}: class id {label} is not in {label_map.LABEL_MAP_FILE}")
+        elif name != text:
+            where = f"in {label_map.LABEL_MAP_FILE}"
+            problems.append(f"box {i}: class id {label} is {name!r} {where}, record says {text!r}")
+    return problems, collections.Counter(texts)
+
+
 def check_record(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str]]:
     """(problems, class name) of one serialized record."""
+    problems, class_name, _ = _check_example(data, ctx)
+    return problems, class_name
+
+
+def _check_example(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str], Optional[collections.Counter]]:
+    """(problems, class name, boxes per class text of a detection record) of one serialized record."""
     if ctx.sequence:
-        return check_sequence_record(data, ctx)
+        return (*check_sequence_record(data, ctx), None)
     try:
         values = records.parse_example(data, ctx.spec)
     except records.ExampleError as e:
-        return [str(e)], None
+        return [str(e)], None, None
     encoded = values.get(keys.IMAGE_ENCODED, b"")
     fmt, width, height, channels, class_name, problems = _declared_image(values, ctx, "image is")
     if width <= 0 or height <= 0:
@@ -259,7 +299,10 @@ def check_record(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str]]:
         digest = hashlib.sha256(encoded).hexdigest()
         if records.decode_text(values[keys.KEY_SHA256]) != digest:
             problems.append(f"image/key/sha256 does not match the image bytes (sha256 is {digest[:16]}...)")
-    return problems, class_name
+    if not ctx.detection:
+        return problems, class_name, None
+    found, boxes = object_problems(values, ctx)
+    return problems + found, class_name, boxes
 
 
 def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Optional[str]]:
@@ -311,8 +354,8 @@ def check_shard(
 ) -> Tuple[collections.Counter, bool]:
     """Check every record of one listed shard.
 
-    Returns its records per class name, and whether that count is complete
-    (every record was read and named a class).
+    Returns its records per class name (boxes per class name for detection),
+    and whether that count is complete (every record was read and counted).
     """
     name = shard["file"]
     path = records.join(directory, name)
@@ -327,10 +370,12 @@ def check_shard(
                 report.add(name, "data checksum mismatch (corrupt record data)", record.index, record.offset)
                 unclassified += 1
                 continue
-            problems, class_name = check_record(record.data, ctx)
+            problems, class_name, boxes = _check_example(record.data, ctx)
             for problem in problems:
                 report.add(name, problem, record.index, record.offset)
-            if class_name is None:
+            if boxes is not None:
+                classes += boxes
+            elif class_name is None:
                 unclassified += 1
             else:
                 classes[class_name] += 1
@@ -398,13 +443,31 @@ def _check_files(directory: str, doc: Mapping[str, Any], report: Report) -> set:
     return {name for name in listed if name in on_disk}
 
 
+def _read_label_map(directory: str, doc: Mapping[str, Any], report: Report) -> Dict[int, str]:
+    """Id -> class name of a detection output's ``label_map.pbtxt``, checked against dataset.json's labels."""
+    name = doc.get("files", {}).get("label_map", label_map.LABEL_MAP_FILE)
+    path = records.join(directory, name)
+    if not records.exists(path):
+        report.add(name, "missing: the label map of a detection output")
+        return {}
+    try:
+        ids = label_map.parse_label_map_pbtxt(records.read_text(path))
+    except (OSError, ValueError) as e:
+        report.add(name, f"unreadable: {type(e).__name__}: {e}")
+        return {}
+    expected = {i: n for n, i in label_map.detection_ids(list(doc.get("labels", []))).items()}
+    if ids != expected:
+        report.add(name, f"holds {len(ids)} item(s) that differ from dataset.json's labels numbered from 1")
+    return ids
+
+
 def _nonzero_counts(counts: Mapping[str, Any]) -> Dict[str, int]:
     """``{name: count}`` without the zero counts (dataset.json lists classes without examples)."""
     return {k: int(v) for k, v in counts.items() if int(v)}
 
 
 def _check_split_counts(
-    split: str, info: Mapping[str, Any], found: collections.Counter, report: Report, complete: bool
+    split: str, info: Mapping[str, Any], found: collections.Counter, report: Report, complete: bool, detection: bool
 ) -> None:
     """Listed counts against each other, and (when every record was read) against the classes found."""
     listed_total = sum(int(s.get("num_records", 0)) for s in info.get("shards", []))
@@ -415,7 +478,8 @@ def _check_split_counts(
         )
     if not complete:
         return
-    declared = _nonzero_counts(info.get("examples_per_class", {}))
+    counted, noun = (manifest.BOXES_PER_CLASS, "boxes") if detection else ("examples_per_class", "examples")
+    declared = _nonzero_counts(info.get(counted, {}))
     actual = _nonzero_counts(found)
     if declared != actual:
         diffs = [
@@ -423,9 +487,7 @@ def _check_split_counts(
             for c in sorted(set(declared) | set(actual))
             if declared.get(c, 0) != actual.get(c, 0)
         ]
-        report.add(
-            DATASET_SCOPE, f"split {split}: examples per class differ from dataset.json ({'; '.join(diffs[:10])})"
-        )
+        report.add(DATASET_SCOPE, f"split {split}: {noun} per class differ from dataset.json ({'; '.join(diffs[:10])})")
 
 
 def _check_accounting(directory: str, doc: Mapping[str, Any], report: Report) -> None:
@@ -596,6 +658,8 @@ def _verify(directory: str, doc: Mapping[str, Any], report: Report) -> None:
             report.add(manifest.MANIFEST_FILE, f"unknown compression {ctx.compression!r}")
             return
         present = _check_files(directory, doc, report)
+        if ctx.detection:
+            ctx = _context(doc, _read_label_map(directory, doc, report))
         for split, info in doc.get("splits", {}).items():
             found: collections.Counter = collections.Counter()
             complete = True
@@ -606,7 +670,7 @@ def _verify(directory: str, doc: Mapping[str, Any], report: Report) -> None:
                 classes, shard_complete = check_shard(directory, shard, ctx, report)
                 found += classes
                 complete = complete and shard_complete
-            _check_split_counts(split, info, found, report, complete)
+            _check_split_counts(split, info, found, report, complete, ctx.detection)
         _check_accounting(directory, doc, report)
         _check_analysis(directory, doc, report)
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a manifest missing fields or of the wrong shape

@@ -115,6 +115,7 @@ def pytest_unconfigure(config):
 _END_TO_END = {
     "test_convert_cli.py",
     "test_detection.py",
+    "test_detection_reading.py",
     "test_faults.py",
     "test_gcs.py",
     "test_hostile.py",

@@ -7,7 +7,9 @@
 An example is a dict keyed like ``img2tfrecord.load(..., as_dict=True)``:
 every feature of the record (``bytes`` or ``int``) plus, unless
 ``decode=False``, the image decoded by Pillow under
-``schemas.features.DECODED_IMAGE`` as uint8 ``[H, W, C]``. Records are
+``schemas.features.DECODED_IMAGE`` as uint8 ``[H, W, C]``. A detection
+record's object lists are Python lists, and ``boxes`` (float32 ``[N, 4]``,
+rows ``(ymin, xmin, ymax, xmax)``) and ``num_boxes`` are added. Records are
 CRC-checked; every problem raises a :class:`ReadError` naming the file and
 the record. Neither TensorFlow nor Beam is imported for local paths.
 """
@@ -96,6 +98,7 @@ class SplitInfo:
     spec: Mapping[str, Mapping[str, Any]]
     channels: int
     labels: Tuple[str, ...]
+    detection: bool = False  # TF Object Detection API records: examples get ``boxes`` and ``num_boxes``
 
     @property
     def num_records(self) -> int:
@@ -141,6 +144,7 @@ def read_split(path: str, split: str) -> SplitInfo:
         spec=dict(doc["feature_spec"]),
         channels=int(doc.get("options", {}).get("channels") or 3),
         labels=tuple(doc.get("labels", [])),
+        detection=doc.get(manifest.TASK) == manifest.TASK_DETECTION,
     )
 
 
@@ -165,12 +169,27 @@ def decode_image(values: Mapping[str, Any], channels: int) -> np.ndarray:
     return pixels[:, :, np.newaxis] if pixels.ndim == 2 else pixels
 
 
+def boxes_array(values: Mapping[str, Any]) -> np.ndarray:
+    """float32 ``[N, 4]`` of a parsed detection record, rows ``(ymin, xmin, ymax, xmax)``; ValueError if uneven."""
+    coords = [values[k] for k in keys.BBOX_KEYS]
+    if len({len(c) for c in coords}) != 1:
+        lengths = ", ".join(f"{k} {len(values[k])}" for k in keys.BBOX_KEYS)
+        raise ValueError(f"box lists of different lengths: {lengths}")
+    return np.array(coords, dtype=np.float32).T.reshape(len(coords[0]), 4)
+
+
 def to_example(data: bytes, info: SplitInfo, decode: bool, shard: str, record: int) -> Dict[str, Any]:
     """A serialized record as an example dict; :class:`CorruptRecordError` when it is not the declared Example."""
     try:
         values = records.parse_example(data, info.spec)
     except records.ExampleError as e:
         raise CorruptRecordError(shard, str(e), record) from None
+    if info.detection:
+        try:
+            values[keys.DECODED_BOXES] = boxes_array(values)
+        except ValueError as e:
+            raise CorruptRecordError(shard, str(e), record) from None
+        values[keys.DECODED_NUM_BOXES] = len(values[keys.DECODED_BOXES])
     if decode:
         try:
             values[keys.DECODED_IMAGE] = decode_image(values, info.channels)
@@ -412,6 +431,7 @@ __all__ = [
     "SplitDataSource",
     "SplitInfo",
     "TruncatedShardError",
+    "boxes_array",
     "decode_image",
     "iter_split",
     "read_split",

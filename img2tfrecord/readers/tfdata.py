@@ -9,7 +9,8 @@ their compression, the feature spec, the class names and the stored image
 size and channel count. ``--format raw`` records (uint8 pixels) are
 reshaped with their height/width/channels features; an unlabeled dataset
 (a manifest without labels) yields images only; a ``--sequence`` dataset
-is read with ``load(..., sequence=True)``. The pipeline is fast by construction: shuffled
+is read with ``load(..., sequence=True)``; a detection dataset yields its
+boxes and classes next to the images (``task``). The pipeline is fast by construction: shuffled
 shard order, parallel interleaved shard reads, a record-level shuffle of
 the serialized bytes, batched parsing with ``tf.io.parse_example``,
 parallel decoding, and ``prefetch``.
@@ -39,6 +40,7 @@ MAX_PARALLEL_SHARDS = 16  # shards read at the same time
 READ_BUFFER_BYTES = 4 << 20  # per open shard; large reads matter on GCS
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
 _ENCODED_FORMATS = ("keep", keys.FORMAT_JPEG, keys.FORMAT_PNG)  # options.format values decode_image handles
+TASK_AUTO = "auto"  # load's default task: the one dataset.json records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +55,8 @@ class _Plan:
     target_size: Optional[Tuple[int, int]]  # (height, width) to resize to, None to keep the stored size
     decoder: str  # "encoded", "raw" or "by_record"
     num_records: int  # in the listed shards
+    detection: bool = False  # TF Object Detection API records: yield boxes and classes
+    pad_boxes: bool = False  # detection, batched: zero-padded dense object lists instead of RaggedTensors
 
 
 # ---------------------------------------------------------------------------
@@ -117,12 +121,28 @@ def _decoder(doc: Mapping[str, Any]) -> str:
     return "by_record"
 
 
+def _task(path: str, doc: Mapping[str, Any], task: str) -> str:
+    """The task ``load`` reads ``path`` as: ``task``, or dataset.json's for ``"auto"``; ValueError when they differ."""
+    recorded = doc.get(manifest.TASK, manifest.TASK_CLASSIFICATION)
+    choices = (TASK_AUTO, manifest.TASK_CLASSIFICATION, manifest.TASK_DETECTION)
+    if task not in choices:
+        raise ValueError(f"task must be one of {', '.join(map(repr, choices))}, got {task!r}")
+    if task != TASK_AUTO and task != recorded:
+        raise ValueError(
+            f"{path} is a {recorded} output (dataset.json task {recorded!r}): task={task!r} cannot read it; "
+            f"pass task={recorded!r} or leave the default task={TASK_AUTO!r}"
+        )
+    return recorded
+
+
 def _plan(
     path: str,
     doc: Mapping[str, Any],
     split: str,
     batch_size: Optional[int],
     image_size: Optional[ImageSize],
+    detection: bool = False,
+    pad_boxes: bool = False,
 ) -> _Plan:
     splits = doc.get("splits", {})
     if split not in splits:
@@ -153,6 +173,8 @@ def _plan(
         target_size=target,
         decoder=_decoder(doc),
         num_records=sum(int(s["num_records"]) for s in shards),
+        detection=detection,
+        pad_boxes=pad_boxes,
     )
 
 
@@ -239,6 +261,38 @@ def _decode_batch(plan: _Plan, parsed: Dict[str, tf.Tensor]) -> tf.Tensor:
     return _to_unit_float(images)
 
 
+def _object_lists(plan: _Plan, parsed: Mapping[str, Any], batched: bool) -> Dict[str, Any]:
+    """``parsed`` plus ``boxes`` and ``num_boxes``; object lists ragged if batched without ``pad_boxes``, else dense."""
+    out = dict(parsed)
+    ymin = parsed[keys.BBOX_YMIN]
+    num_boxes = tf.RaggedTensor.from_sparse(ymin).row_lengths() if batched else ymin.dense_shape[0]
+    for key, value in parsed.items():
+        if isinstance(value, tf.sparse.SparseTensor):
+            ragged = batched and not plan.pad_boxes
+            out[key] = tf.RaggedTensor.from_sparse(value) if ragged else tf.sparse.to_dense(value)
+    coords = [out[k] for k in keys.BBOX_KEYS]
+    if isinstance(coords[0], tf.RaggedTensor):  # every list of a record has one value per box
+        out[keys.DECODED_BOXES] = coords[0].with_values(tf.stack([c.values for c in coords], axis=-1))
+    else:
+        out[keys.DECODED_BOXES] = tf.stack(coords, axis=-1)
+    out[keys.DECODED_NUM_BOXES] = num_boxes
+    return out
+
+
+def _detection_output(plan: _Plan, parsed: Mapping[str, Any], images: tf.Tensor, as_dict: bool, batched: bool):
+    lists = _object_lists(plan, parsed, batched)
+    if as_dict:
+        lists[keys.DECODED_IMAGE] = images
+        return lists
+    targets = {
+        keys.DECODED_BOXES: lists[keys.DECODED_BOXES],
+        keys.DECODED_CLASSES: lists[keys.OBJECT_CLASS_LABEL],
+        keys.DECODED_CLASS_TEXTS: lists[keys.OBJECT_CLASS_TEXT],
+        keys.DECODED_NUM_BOXES: lists[keys.DECODED_NUM_BOXES],
+    }
+    return images, targets
+
+
 def _output(parsed: Dict[str, tf.Tensor], images: tf.Tensor, as_dict: bool):
     if as_dict:
         out = dict(parsed)
@@ -281,6 +335,8 @@ def load(
     sequence: bool = False,
     pad_frames: bool = False,
     transform: bool = False,
+    task: str = TASK_AUTO,
+    pad_boxes: bool = False,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` over one split of an ``img2tfrecord convert`` output directory.
 
@@ -323,6 +379,11 @@ def load(
         labels from the ``label`` vocabulary; ``as_dict`` adds the
         transformed ``image`` and ``label``. ValueError when the directory
         has no ``transform_fn/`` (converted with ``--no-analyze``).
+      task: ``"auto"`` (the task ``dataset.json`` records), ``"classification"``
+        or ``"detection"``; a task other than the recorded one is a ValueError.
+      pad_boxes: detection with batching: zero-pad every object list of a
+        batch to its image with the most boxes (dense; class id 0, which no
+        class has, marks padding) instead of RaggedTensors.
 
     Returns:
       ``(images, labels)`` with images float32 ``[batch, H, W, C]`` in
@@ -339,6 +400,17 @@ def load(
       lengths)``. ``as_dict`` gives the context features plus
       ``schemas.features.DECODED_FRAMES`` and ``FRAME_COUNT``.
 
+      Detection: ``(images, targets)``, images as above, targets a dict of
+      ``boxes`` float32 ``[batch, (N), 4]``, each row ``(ymin, xmin, ymax,
+      xmax)`` as fractions of the image (the TF Object Detection API's order;
+      resizing with ``image_size`` leaves them exact), ``classes`` int64
+      ``[batch, (N)]`` (1-based ids of ``label_map.pbtxt``), ``class_texts``
+      string ``[batch, (N)]`` and ``num_boxes`` int64 ``[batch]``. ``(N)`` is
+      ragged (RaggedTensors), or the batch's most boxes with ``pad_boxes``;
+      unbatched, the lists are dense ``[N]``. ``as_dict`` gives every record
+      feature (object lists in the same form) plus ``image``, ``boxes`` and
+      ``num_boxes``.
+
     Raises:
       FileNotFoundError: ``path`` or its ``dataset.json`` does not exist.
       ValueError: the conversion is incomplete (no ``_SUCCESS``), ``split``
@@ -347,6 +419,13 @@ def load(
         ``batch_size=None`` was given.
     """
     doc = read_manifest(path)
+    detection = _task(path, doc, task) == manifest.TASK_DETECTION
+    if pad_boxes and not detection:
+        raise ValueError(f"pad_boxes=True reads detection outputs; {path} is a classification output")
+    if detection and (sequence or pad_frames or transform):
+        raise ValueError(
+            f"{path} is a detection output: sequence, pad_frames and transform apply to classification outputs"
+        )
     is_sequence = doc.get("record_type") == manifest.SEQUENCE_RECORD_TYPE
     if is_sequence != bool(sequence):
         raise ValueError(
@@ -357,7 +436,7 @@ def load(
                 else "sequence=True reads only datasets converted with --sequence"
             )
         )
-    plan = _plan(path, doc, split, batch_size, image_size)
+    plan = _plan(path, doc, split, batch_size, image_size, detection, bool(pad_boxes))
     if shuffle_buffer is not None and (isinstance(shuffle_buffer, bool) or int(shuffle_buffer) <= 0):
         raise ValueError(f"shuffle_buffer must be a positive int, got {shuffle_buffer!r}")
     ds = _records(plan, shuffle, seed, deterministic)
@@ -394,11 +473,15 @@ def load(
 def _single(plan: _Plan, record: tf.Tensor, as_dict: bool):
     parsed = tf.io.parse_single_example(record, plan.spec)
     image = _to_unit_float(_decode_one(plan, *_decode_fields(plan, parsed)))
+    if plan.detection:
+        return _detection_output(plan, parsed, image, as_dict, batched=False)
     return _output(parsed, image, as_dict)
 
 
 def _batch(plan: _Plan, records: tf.Tensor, as_dict: bool):
     parsed = tf.io.parse_example(records, plan.spec)
+    if plan.detection:
+        return _detection_output(plan, parsed, _decode_batch(plan, parsed), as_dict, batched=True)
     return _output(parsed, _decode_batch(plan, parsed), as_dict)
 
 
@@ -438,4 +521,4 @@ def _sequence_batches(ds, plan: _Plan, batch_size: Optional[int], as_dict: bool,
     return ds.padded_batch(batch_size) if pad else ds.ragged_batch(batch_size)
 
 
-__all__ = ["load", "read_manifest"]
+__all__ = ["TASK_AUTO", "load", "read_manifest"]

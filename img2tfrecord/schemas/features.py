@@ -40,6 +40,14 @@ BBOX_KEYS = (BBOX_YMIN, BBOX_XMIN, BBOX_YMAX, BBOX_XMAX)  # the order of load(ta
 # Not a record feature: the key under which ``img2tfrecord.load(..., as_dict=True)``
 # puts the decoded float32 image next to the parsed features.
 DECODED_IMAGE = "image"
+# Not record features either: what ``load(..., task="detection")`` and the TF-free readers add to a
+# detection record. ``boxes``: float32 [N, 4], each row (ymin, xmin, ymax, xmax) as fractions of the
+# image (BBOX_KEYS order); ``num_boxes``: N. The targets of ``load``'s ``(images, targets)`` are
+# ``{DECODED_BOXES, DECODED_CLASSES (1-based ids), DECODED_CLASS_TEXTS, DECODED_NUM_BOXES}``.
+DECODED_BOXES = "boxes"
+DECODED_CLASSES = "classes"
+DECODED_CLASS_TEXTS = "class_texts"
+DECODED_NUM_BOXES = "num_boxes"
 # The same for ``load(..., sequence=True, as_dict=True)``: the decoded frames and their count.
 DECODED_FRAMES = "frames"
 FRAME_COUNT = "length"
