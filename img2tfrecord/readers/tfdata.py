@@ -373,7 +373,7 @@ def load(
         batch to its longest clip (dense frames) instead of a RaggedTensor.
       transform: pass the records through the tf.Transform graph that
         ``convert`` exported (``TFTransformOutput(path).transform_features_layer()``,
-        see ``img2tfrecord/transformed_reader.py``): images come out
+        see ``img2tfrecord/readers/transformed.py``): images come out
         normalised with the train split's per-channel mean and standard
         deviation (``dataset.json`` ``statistics``) instead of in [0, 1],
         labels from the ``label`` vocabulary; ``as_dict`` adds the

@@ -1,6 +1,6 @@
 """Where a work item belongs: its class and, for the split layout, its split.
 
-No Beam import: conversion worker processes (transforms/parallel.py) load
+No Beam import: conversion worker processes (conversion/pool.py) load
 this module, and start faster without Beam.
 """
 
