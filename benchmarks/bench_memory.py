@@ -32,8 +32,8 @@ sys.path.insert(0, HERE)
 import corpus  # noqa: E402
 
 MODES = {
-    "keep, no analysis": ["--format", "keep", "--no-analyze"],
-    "jpeg 224, analysis": ["--image-size", "224", "--resize", "stretch", "--format", "jpeg", "--quality", "90"],
+    "keep --no-analyze": ["--format", "keep", "--no-analyze"],
+    "jpeg 224 + analysis": ["--image-size", "224", "--resize", "stretch", "--format", "jpeg", "--quality", "90"],
 }
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 

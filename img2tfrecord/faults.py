@@ -2,7 +2,9 @@
 
 * ``pause:<phase>``: at that phase the run writes the file named by
   ``IMG2TFRECORD_FAULT_MARKER`` and sleeps, so a test can kill it right there.
-  Phases: ``listing``, ``converting``, ``committing``, ``finalizing``.
+  Phases: ``listing``, ``converting`` (once a shard is finished and the next is half
+  written), ``committing`` (once the first split is committed), ``finalizing`` (``dataset.json``
+  written, ``_SUCCESS`` not yet).
 * ``drop_record``: the shard writer leaves out the first record it is given,
   as a lost write would; the accounting check must then fail the run.
 

@@ -170,14 +170,16 @@ def _done_objects(out: str) -> List[str]:
     return [p for p in listing(out) if p.startswith(manifest.RUN_FOLDER_PREFIX) and f"/{manifest.RUN_DONE_DIR}/" in p]
 
 
-RESUME_ARGS = ("--image-size", "96", "--format", "png", "--num-shards", "6", "--splits", "train=0.5,test=0.5")
+RESUME_ARGS = ("--image-size", "48", "--num-shards", "3", "--splits", "train=0.5,test=0.5")
 
 
 def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_bytes(gcs, tmp_path):
     from test_faults import make_images
 
+    from img2tfrecord import faults
+
     root = str(tmp_path / "in")
-    make_images(root, classes=3, per_class=40, size=(320, 240), bad=1)
+    make_images(root, classes=3, per_class=12, size=(96, 72), bad=1)
     source = gcs.url("inputs", "resume")
     upload_tree(root, source)
     reference = gcs.url("resume", "reference")
@@ -186,24 +188,27 @@ def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_byt
 
     out = gcs.url("resume", "out")
     args = ("convert", "--input", source, "--output", out, *RESUME_ARGS)
+    marker = str(tmp_path / "paused")
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **gcs.env)
+    env.update({faults.ENV: "pause:converting", faults.MARKER_ENV: marker})  # a shard done, the next half written
     proc = subprocess.Popen([sys.executable, "-m", "img2tfrecord", *args], cwd=ROOT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while len(_done_objects(out)) < 2:
+        while not os.path.exists(marker):
             assert proc.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "no shard finished"
-            time.sleep(0.2)
+            assert time.monotonic() < deadline, "the run never paused"
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
     finished = _done_objects(out)
-    assert 2 <= len(finished) < 12, "the kill came after every shard was written"
+    assert finished, "no finished shard to keep"
     assert manifest.SUCCESS_FILE not in listing(out), "a killed run left _SUCCESS"
+    assert not [p for p in listing(out) if manifest.parse_shard_file_name(p)], "a shard got its final name"
 
     resumed = cli(gcs, *args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "finished shard(s) kept" in resumed.stderr
+    assert f"{len(finished)} finished shard(s) kept" in resumed.stderr, resumed.stderr[-2000:]
     assert digests(out) == digests(reference)
     assert comparable(records.read_manifest(out)) == comparable(records.read_manifest(reference))
     assert manifest.SUCCESS_FILE in listing(out)

@@ -49,6 +49,7 @@ NAMESPACE = "img2tfrecord"  # Beam metrics namespace of the run's counters
 ANALYSIS = "analysis"  # the tag of the analysed split's small rows (transforms/analyze.py)
 RECORD_FRAMING_BYTES = 16  # TFRecord: length (8) + its CRC (4) + data CRC (4)
 _DROPPED: List[Record] = []  # faults.drops_records(): the one record left out in this process
+_FINISHED: List[int] = []  # shards this process finished (faults.pause_at("converting") waits for one)
 
 
 class OutputCounter:
@@ -286,7 +287,8 @@ class _ShardJob:
             _DROPPED.append(record)  # test-only: a lost write, which the accounting must catch
             return
         self._writer.write(record.example)
-        faults.pause_at("converting")
+        if _FINISHED:  # a shard is finished and another one half written
+            faults.pause_at("converting")
         length = RECORD_FRAMING_BYTES + len(record.example)
         self._offsets.append(f"{self._offset} {length}\n")
         self._offset += length
@@ -319,6 +321,7 @@ class _ShardJob:
             dropped_boxes=tuple(sorted(self._dropped.items())),
         )
         _write_file(done_path(self.run_dir, self.sink.split, self.shard), done_json(result, self.errors, self.analysis))
+        _FINISHED.append(self.shard)
         return result
 
 
