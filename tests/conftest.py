@@ -46,6 +46,21 @@ def write_manifest_doc(output_dir: str, doc: dict) -> None:
         f.write(manifest.dumps(doc))
 
 
+def shard_digests(output: str) -> dict:
+    """sha256 of every shard and index file of a local output, by path relative to it."""
+    import hashlib
+
+    from img2tfrecord.schemas import manifest
+
+    found = {}
+    for folder, _, names in os.walk(output):
+        for name in names:
+            if manifest.parse_shard_file_name(name) or name.endswith(manifest.INDEX_SUFFIX):
+                with open(os.path.join(folder, name), "rb") as f:
+                    found[os.path.relpath(os.path.join(folder, name), output)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
 def convert(
     input_dir: str, output_dir: str, *extra: str, runner: Sequence[str] = IN_MEMORY
 ) -> subprocess.CompletedProcess:

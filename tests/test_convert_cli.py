@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from conftest import convert, run_cli
+from conftest import convert, run_cli, shard_digests
 from PIL import Image
 
 from img2tfrecord import schemas
@@ -191,16 +191,6 @@ def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output
     assert split_membership(read_records(other)[1]) != split_membership(first)
 
 
-def _file_digests(output):
-    found = {}
-    for folder, _, names in os.walk(output):
-        for name in names:
-            if manifest.parse_shard_file_name(name) or name.endswith(manifest.INDEX_SUFFIX):
-                with open(os.path.join(folder, name), "rb") as f:
-                    found[os.path.relpath(os.path.join(folder, name), output)] = hashlib.sha256(f.read()).hexdigest()
-    return found
-
-
 def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_input, messy_output, tmp_path):
     """The same input, options and seed: the same shard files (names, bytes) and the same error report,
     converted in two processes (the default), in one, or again."""
@@ -218,13 +208,13 @@ def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_inpu
         with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
             errors = sorted(f.read().splitlines())
         shards = {split: info["shards"] for split, info in doc["splits"].items()}
-        return _file_digests(output), shards, errors, doc["labels"], doc["accounting"], doc["statistics"]
+        return shard_digests(output), shards, errors, doc["labels"], doc["accounting"], doc["statistics"]
 
     assert content(out) == content(one) == content(again)
     doc = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
     for info in doc["splits"].values():  # dataset.json's sha256 is the file's
         for shard in info["shards"]:
-            assert _file_digests(out)[shard["file"]] == shard["sha256"]
+            assert shard_digests(out)[shard["file"]] == shard["sha256"]
             assert shard["index"] == manifest.index_file(shard["file"])
 
 

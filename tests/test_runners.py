@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, convert
+from conftest import ROOT, convert, shard_digests
 from test_convert_cli import read_records
 
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -104,21 +104,9 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
     assert os.path.exists(os.path.join(portable, manifest.SUCCESS_FILE))
     assert not glob.glob(os.path.join(portable, "beam-temp-*"))
     # The same shard files, byte for byte, and dataset.json lists the same sha256 for each.
-    assert _file_digests(portable) == _file_digests(local) and _file_digests(local)
+    assert shard_digests(portable) == shard_digests(local) and shard_digests(local)
     for split in ("train", "test"):
         assert doc_port["splits"][split]["shards"] == doc_local["splits"][split]["shards"]
-
-
-def _file_digests(output: str) -> dict:
-    import hashlib
-
-    found = {}
-    for folder, _, names in os.walk(output):
-        for name in names:
-            if manifest.parse_shard_file_name(name) or name.endswith(manifest.INDEX_SUFFIX):
-                with open(os.path.join(folder, name), "rb") as f:
-                    found[os.path.relpath(os.path.join(folder, name), output)] = hashlib.sha256(f.read()).hexdigest()
-    return found
 
 
 def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):

@@ -10,6 +10,15 @@ from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.example_proto import Example, SequenceExample
 
 
+def _add_image(feature, image: ConvertedImage) -> None:
+    """The stored image and its format and shape, as every image record holds them."""
+    feature[keys.IMAGE_ENCODED].bytes_list.value.append(image.encoded)
+    feature[keys.IMAGE_FORMAT].bytes_list.value.append(image.format.encode())
+    feature[keys.IMAGE_HEIGHT].int64_list.value.append(image.height)
+    feature[keys.IMAGE_WIDTH].int64_list.value.append(image.width)
+    feature[keys.IMAGE_CHANNELS].int64_list.value.append(image.channels)
+
+
 def encode_example(image: ConvertedImage, label: Optional[int], class_name: Optional[str], relpath: str) -> bytes:
     """The record for one image, with every feature declared in ``schemas.features``.
 
@@ -17,11 +26,7 @@ def encode_example(image: ConvertedImage, label: Optional[int], class_name: Opti
     """
     example = Example()
     feature = example.features.feature
-    feature[keys.IMAGE_ENCODED].bytes_list.value.append(image.encoded)
-    feature[keys.IMAGE_FORMAT].bytes_list.value.append(image.format.encode())
-    feature[keys.IMAGE_HEIGHT].int64_list.value.append(image.height)
-    feature[keys.IMAGE_WIDTH].int64_list.value.append(image.width)
-    feature[keys.IMAGE_CHANNELS].int64_list.value.append(image.channels)
+    _add_image(feature, image)
     if class_name is not None:
         feature[keys.CLASS_LABEL].int64_list.value.append(label)
         feature[keys.CLASS_TEXT].bytes_list.value.append(class_name.encode("utf-8"))
@@ -53,11 +58,7 @@ def encode_detection_example(
     and ``OBJECT_FEATURES`` present (the object lists empty for an image without boxes)."""
     example = Example()
     feature = example.features.feature
-    feature[keys.IMAGE_ENCODED].bytes_list.value.append(image.encoded)
-    feature[keys.IMAGE_FORMAT].bytes_list.value.append(image.format.encode())
-    feature[keys.IMAGE_HEIGHT].int64_list.value.append(image.height)
-    feature[keys.IMAGE_WIDTH].int64_list.value.append(image.width)
-    feature[keys.IMAGE_CHANNELS].int64_list.value.append(image.channels)
+    _add_image(feature, image)
     feature[keys.FILENAME].bytes_list.value.append(relpath.encode("utf-8"))
     feature[keys.SOURCE_ID].bytes_list.value.append(source_id.encode("utf-8"))
     feature[keys.KEY_SHA256].bytes_list.value.append(image.sha256.encode())
