@@ -49,38 +49,29 @@ def parse_image_size(text: str) -> Tuple[int, int]:
     return w, h
 
 
-def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+def _checked(kind: Callable[[str], Any], valid: Callable[[Any], bool], expected: str, bound: str):
+    """An argparse type: ``kind(text)`` when ``valid``; else one line saying what was expected."""
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text!r}")
         return value
 
+    return parse
+
+
+def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    parse = _checked(kind, lambda v: v > 0, "a positive number", "positive")
     parse.__name__ = f"positive {kind.__name__}"
     return parse
 
 
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text!r}")
-    return value
-
-
-def quality(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer 1..100, got {text!r}") from None
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 100, got {text!r}")
-    return value
+fraction = _checked(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]", "in [0, 1]")
+quality = _checked(int, lambda v: 1 <= v <= 100, "an integer 1..100", "between 1 and 100")
 
 
 @dataclasses.dataclass(frozen=True)

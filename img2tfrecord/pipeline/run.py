@@ -30,15 +30,6 @@ def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = LOCAL_RUNNER
-    mode = options.view_as(DirectOptions).direct_running_mode
-    if is_local_runner(options) and mode != LOCAL_RUNNING_MODE:
-        logging.warning(
-            "--direct_running_mode=%s: Beam's local runner can drop elements in this mode (every record is "
-            "still accounted for: the run fails instead of writing an incomplete output); the default %s mode "
-            "with --processes is safe and faster",
-            mode,
-            LOCAL_RUNNING_MODE,
-        )
     return options
 
 
@@ -78,6 +69,15 @@ def run(
     (usage errors) before any pipeline starts; any pipeline failure propagates.
     """
     options = pipeline_options(pipeline_args)
+    mode = options.view_as(DirectOptions).direct_running_mode
+    if is_local_runner(options) and mode != LOCAL_RUNNING_MODE:
+        logging.warning(
+            "--direct_running_mode=%s: Beam's local runner can drop elements in this mode (every record is "
+            "still accounted for: the run fails instead of writing an incomplete output); the default %s mode "
+            "with --processes is safe and faster",
+            mode,
+            LOCAL_RUNNING_MODE,
+        )
     plan = plan or make_plan(config)
     if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
         # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
