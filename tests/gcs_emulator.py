@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 import pytest
 
@@ -68,14 +68,20 @@ def write_credentials(path: str) -> str:
     return path
 
 
-def start(directory: str, bucket: str = BUCKET, timeout: float = 30.0) -> tuple[subprocess.Popen, Emulator]:
-    """Start ``gcp-storage-emulator`` (in memory) on a free 127.0.0.1 port with ``bucket``; wait until it answers."""
+def start(
+    directory: str, bucket: str = BUCKET, timeout: float = 30.0, data_dir: Optional[str] = None
+) -> tuple[subprocess.Popen, Emulator]:
+    """Start ``gcp-storage-emulator`` on a free 127.0.0.1 port with ``bucket``; wait until it answers.
+
+    It keeps objects in memory, or in ``data_dir`` (its on-disk store, which may be seeded beforehand).
+    """
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     log = open(os.path.join(directory, "emulator.log"), "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--in-memory", "--default-bucket", bucket, "--quiet"],
+        [sys.executable, "-m", "gcp_storage_emulator"]
+        + (["--data-dir", data_dir, "start"] if data_dir else ["start", "--in-memory"])
+        + ["--host", "127.0.0.1", "--port", str(port), "--default-bucket", bucket, "--quiet"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
