@@ -301,7 +301,7 @@ def test_convert_image_fn_split_layout_resized_gray(tmp_path):
         assert_that(errors, equal_to(expected_errors), label="errors")
 
 
-def test_convert_image_fn_unknown_class_unreadable_and_too_large(tmp_path):
+def test_convert_image_fn_unknown_class_gone_and_too_large(tmp_path):
     files = {"cat/a.jpg": I.jpeg(40, 30), "zebra/z.jpg": I.jpeg(10, 10), "cat/big.png": I.png(64, 64, I.noise(64, 64))}
     sources = source_files(tmp_path, files)
     path = {s.relpath: s.path for s in sources}
@@ -312,7 +312,7 @@ def test_convert_image_fn_unknown_class_unreadable_and_too_large(tmp_path):
     expected_errors = [
         (path["zebra/z.jpg"], "zebra/z.jpg", "unknown_class", True),
         (path["cat/big.png"], "cat/big.png", "file_too_large", True),
-        (str(tmp_path / "cat" / "gone.jpg"), "cat/gone.jpg", "unreadable", True),
+        (str(tmp_path / "cat" / "gone.jpg"), "cat/gone.jpg", "not_found", True),
     ]
     with pipeline() as p:
         records, errors = convert_pipeline(p, sources, ["cat", "dog"], LAYOUT_CLASS, options=options)

@@ -173,7 +173,25 @@ def _read_tar_member(member: TarMember, limit: int) -> bytes:
     return data
 
 
-_NOT_FOUND = "no such file (named by the manifest or the annotations)"
+_NAMED_NOT_FOUND = "no such file (named by the manifest or the annotations)"
+_GONE = "no such file: it was listed, then removed before it was read"
+
+
+def _read_named_file(source: WorkItem, limit: int) -> bytes:
+    """A plain file's bytes; ImageError ``not_found`` when it does not exist (on any filesystem)."""
+    message = _NAMED_NOT_FOUND if source.row is not None else _GONE
+    try:
+        return read_file(source.path, limit)
+    except FileNotFoundError:
+        raise ImageError("not_found", message) from None
+    except Exception:  # e.g. a cloud client's "not found": look before calling it unreadable
+        try:
+            missing = not _filesystems().exists(source.path)
+        except Exception:  # pylint: disable=broad-except
+            missing = False
+        if missing:
+            raise ImageError("not_found", message) from None
+        raise
 
 
 def read_source(source: WorkItem, limit: int) -> bytes:
@@ -183,20 +201,7 @@ def read_source(source: WorkItem, limit: int) -> bytes:
     """
     member = source.member
     if member is None:
-        if source.row is not None:  # a manifest row or an annotation: the file may not exist
-            try:
-                return read_file(source.path, limit)
-            except FileNotFoundError:
-                raise ImageError("not_found", _NOT_FOUND) from None
-            except Exception:  # e.g. a cloud client's "not found": look before calling it unreadable
-                try:
-                    missing = not _filesystems().exists(source.path)
-                except Exception:  # pylint: disable=broad-except
-                    missing = False
-                if missing:
-                    raise ImageError("not_found", _NOT_FOUND) from None
-                raise
-        return read_file(source.path, limit)
+        return _read_named_file(source, limit)
     if isinstance(member, InlineMember):
         if len(member.data) > limit:
             raise _too_large(len(member.data), limit)
