@@ -52,6 +52,8 @@ MAX_COCO_BYTES = 4 * 1024 * 1024 * 1024  # one COCO JSON file (read whole)
 _COCO_PREFIX = re.compile(r"^(instances|annotations?)_", re.IGNORECASE)
 
 Output = Union[WorkItem, ErrorRow]
+Reader = Callable[[str, int], bytes]  # (path, limit) -> the bytes of an annotation file
+Exists = Callable[[str], bool]
 
 
 class AnnotationError(ValueError):
@@ -200,16 +202,24 @@ def voc_root(annotation_path: str) -> str:
 
 def voc_image_sets(root: str) -> Dict[str, str]:
     """Image id -> split from ``ROOT/ImageSets/Main/{train,val,trainval,test}.txt`` ({} when there are none)."""
-    sets: Dict[str, str] = {}
-    for path in list_files(join(root, VOC_IMAGE_SETS + "/*.txt")):
-        name = posixpath.splitext(posixpath.basename(path))[0]
-        if name in VOC_SET_SPLITS:
-            sets[name] = path
+    paths = {
+        posixpath.splitext(posixpath.basename(path))[0]: path
+        for path in list_files(join(root, VOC_IMAGE_SETS + "/*.txt"))
+    }
+    return parse_image_sets(lambda name: read_annotation_file(paths[name], MAX_ANNOTATION_BYTES), paths)
+
+
+def parse_image_sets(read: Callable[[str], bytes], names) -> Dict[str, str]:
+    """Image id -> split from the image set files ``names`` (file names without ``.txt``), read by ``read(name)``.
+
+    Only the files of :data:`VOC_SET_SPLITS` count; ``trainval`` only without ``train`` and ``val``.
+    """
+    sets = {name for name in names if name in VOC_SET_SPLITS}
     if "train" in sets or "val" in sets:
-        sets.pop("trainval", None)
+        sets.discard("trainval")
     splits: Dict[str, str] = {}
-    for name, path in sorted(sets.items()):
-        text = read_annotation_file(path, MAX_ANNOTATION_BYTES).decode("utf-8", "replace")
+    for name in sorted(sets):
+        text = read(name).decode("utf-8", "replace")
         for line in text.splitlines():
             parts = line.split()
             if len(parts) == 1 or (len(parts) == 2 and parts[1] != "-1"):  # per-class files mark absence with -1
@@ -222,11 +232,17 @@ def voc_split_names(root: str) -> Tuple[str, ...]:
     return tuple(sorted(set(voc_image_sets(root).values())))
 
 
-def voc_item(annotation_path: str, base: str, image_sets: Dict[str, str], limit: int = MAX_ANNOTATION_BYTES) -> Output:
-    """The work item of one VOC annotation file, or its error row."""
+def voc_item(
+    annotation_path: str,
+    base: str,
+    image_sets: Dict[str, str],
+    limit: int = MAX_ANNOTATION_BYTES,
+    read: Reader = read_annotation_file,
+) -> Output:
+    """The work item of one VOC annotation file (its bytes from ``read``), or its error row."""
     relpath = rel(base, annotation_path)
     try:
-        filename, annotation = parse_voc(read_annotation_file(annotation_path, limit), annotation_path)
+        filename, annotation = parse_voc(read(annotation_path, limit), annotation_path)
     except AnnotationError as e:
         return error_row(annotation_path, relpath, "bad_annotation", str(e))
     except Exception as e:  # pylint: disable=broad-except  (unreadable, over the limit)
@@ -257,7 +273,7 @@ def coco_split(json_path: str) -> Optional[str]:
     return split_of_folder(name)
 
 
-def coco_image_dir(json_path: str, first_file: Optional[str]) -> str:
+def coco_image_dir(json_path: str, first_file: Optional[str], exists_fn: Exists = exists) -> str:
     """The folder a COCO file's ``file_name``s are relative to (ending with ``/``).
 
     Tried in order, keeping the first that holds ``first_file``: ROOT/STEM/,
@@ -270,12 +286,14 @@ def coco_image_dir(json_path: str, first_file: Optional[str]) -> str:
     candidates = [join(root, stem), join(root, f"images/{stem}"), join(root, "images"), root, directory]
     if first_file:
         for candidate in candidates:
-            if exists(join(candidate, first_file)):
+            if exists_fn(join(candidate, first_file)):
                 return candidate.rstrip("/") + "/"
     return root.rstrip("/") + "/"
 
 
-def coco_items(json_path: str, base: str, split: Optional[str], data: bytes) -> Iterator[Output]:
+def coco_items(
+    json_path: str, base: str, split: Optional[str], data: bytes, exists_fn: Exists = exists
+) -> Iterator[Output]:
     """The work items of one COCO detection file (one per image), and error rows.
 
     An image listed without annotations is an item without boxes; annotations
@@ -315,7 +333,7 @@ def coco_items(json_path: str, base: str, split: Optional[str], data: bytes) -> 
             box = DroppedBox(name, "bad_box", f"bbox {a.get('bbox')!r}: {e}")
         by_image.setdefault(image_id, []).append(box)
     files = [i.get("file_name") for i in images if isinstance(i, dict)]
-    image_dir = coco_image_dir(json_path, next((f for f in files if isinstance(f, str)), None))
+    image_dir = coco_image_dir(json_path, next((f for f in files if isinstance(f, str)), None), exists_fn)
     for image in images:
         if not isinstance(image, dict) or not isinstance(image.get("file_name"), str) or "id" not in image:
             yield error_row(json_path, "", "bad_annotation", f"image entry without id or file_name: {image!r:.200}")
@@ -337,14 +355,19 @@ def coco_items(json_path: str, base: str, split: Optional[str], data: bytes) -> 
 # Manifests of boxes: one row per box.
 
 
-def is_box_manifest(path: str) -> bool:
-    """True when a CSV/JSONL manifest has box columns (``xmin`` ... in its header or first object)."""
+def is_box_manifest(path: str, data: Optional[bytes] = None) -> bool:
+    """True when a CSV/JSONL manifest has box columns (``xmin`` ... in its header or first object).
+
+    ``data``: the manifest's bytes (else its head is read from ``path``).
+    """
     kind = manifest_kind(path)
     try:
-        with open_raw(path) as f:
-            head = f.read(64 * 1024).decode("utf-8-sig", "replace")
+        if data is None:
+            with open_raw(path) as f:
+                data = f.read(64 * 1024)
     except OSError:
         return False
+    head = data[: 64 * 1024].decode("utf-8-sig", "replace")
     first = next((line for line in head.splitlines() if line.strip()), "")
     if kind == "jsonl":
         try:
@@ -355,14 +378,15 @@ def is_box_manifest(path: str) -> bool:
     return "xmin" in [c.strip().lower() for c in next(csv.reader([first]), [])]
 
 
-def box_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
+def box_rows(path: str, data: Optional[bytes] = None) -> Iterator[Tuple[int, Dict[str, Any]]]:
     """``(line number, row)`` of a manifest of boxes; a row that cannot be read is ``{"error": message}``.
 
     CSV needs a header naming ``path,label,xmin,ymin,xmax,ymax`` (``split``
     optional, other columns ignored); JSONL one object per line with those keys.
     A row whose label and coordinates are all empty names an image without boxes.
+    ``data``: the manifest's bytes (else it is streamed from ``path``).
     """
-    with open_raw(path) as raw:
+    with open_raw(path) if data is None else io.BytesIO(data) as raw:
         lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         if manifest_kind(path) == "jsonl":
             for number, line in enumerate(lines, 1):
@@ -443,24 +467,36 @@ def read_items(
     split_names: Sequence[str],
     named_splits: bool,
     image_sets: Callable[[str], Dict[str, str]],
+    read: Optional[Reader] = None,
+    exists_fn: Exists = exists,
 ) -> Iterator[Output]:
     """Every work item and error row of one annotation file of ``kind`` (voc, coco, boxes).
 
     ``named_splits``: the annotations name the splits (VOC image sets, COCO
     file names, a split column); otherwise every item's split is None
-    (assigned by the seeded hash of its relpath).
+    (assigned by the seeded hash of its relpath). ``read`` and ``exists_fn``
+    say where the annotation's bytes and its images are (an archive's
+    members); by default, on the filesystem, a manifest of boxes streamed.
     """
     if kind == VOC:
-        yield voc_item(path, base, image_sets(voc_root(path)) if named_splits else {})
-    elif kind == COCO:
+        yield voc_item(
+            path, base, image_sets(voc_root(path)) if named_splits else {}, read=read or read_annotation_file
+        )
+        return
+    data: Optional[bytes] = None
+    if kind == COCO or read is not None:
         try:
-            data = read_annotation_file(path, MAX_COCO_BYTES)
+            data = (read or read_annotation_file)(path, MAX_COCO_BYTES)
         except Exception as e:  # pylint: disable=broad-except
             yield error_row(path, rel(base, path), "bad_annotation", f"{type(e).__name__}: {e}")
             return
-        yield from coco_items(path, base, coco_split(path) if named_splits else None, data)
+    if kind == COCO:
+        assert data is not None
+        yield from coco_items(path, base, coco_split(path) if named_splits else None, data, exists_fn)
     else:
-        rows = box_rows(path) if named_splits else ((n, _without_split(r)) for n, r in box_rows(path))
+        rows = box_rows(path, data)
+        if not named_splits:
+            rows = ((n, _without_split(r)) for n, r in rows)
         yield from box_manifest_items(path, base, rows, split_names)
 
 
