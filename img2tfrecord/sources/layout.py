@@ -6,10 +6,10 @@ this module, and start faster without Beam.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 from img2tfrecord.conversion.sharding import split_of_folder
-from img2tfrecord.model import DetectionPlacement, WorkItem
+from img2tfrecord.model import DetectionPlacement, ErrorRow, SkippedEntry, WorkItem, error_row
 
 LAYOUT_CLASS = "class"  # SRC/<class>/<file>
 LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>
@@ -106,6 +106,17 @@ def relative_path(base: str, path: str) -> str:
 
 def is_junk(relpath: str) -> bool:
     return any(part.startswith(".") or part.lower() in _JUNK_NAMES for part in relpath.split("/"))
+
+
+def folder_entry(base: str, path: str, size: int) -> Union[WorkItem, SkippedEntry, ErrorRow]:
+    """One listed file of an input folder: a work item, junk to skip (its printable relpath), or a
+    ``bad_name`` error row (a local name that is not UTF-8: records and errors.jsonl hold names as text)."""
+    relpath = relative_path(base, path)
+    if is_junk(relpath):
+        return SkippedEntry(printable(relpath))
+    if not is_text(path):
+        return error_row(printable(path), printable(relpath), "bad_name", BAD_NAME)
+    return WorkItem(path, relpath, size)
 
 
 def classes_of_file(source: WorkItem, layout: str):

@@ -13,8 +13,8 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
 
-from img2tfrecord.model import ERRORS, WorkItem, error_row
-from img2tfrecord.sources.layout import BAD_NAME, classes_of_file, is_junk, is_text, printable, relative_path
+from img2tfrecord.model import ERRORS, SkippedEntry, WorkItem
+from img2tfrecord.sources.layout import classes_of_file, folder_entry
 
 SKIPPED = "skipped"
 
@@ -26,17 +26,13 @@ class _ToSourceFile(beam.DoFn):
         self._inputs = beam.metrics.Metrics.counter("img2tfrecord", "inputs")
 
     def process(self, metadata):
-        path = metadata.path
-        relpath = relative_path(self._base, path)
-        if is_junk(relpath):
+        entry = folder_entry(self._base, metadata.path, metadata.size_in_bytes)
+        if isinstance(entry, SkippedEntry):
             self._skipped.inc()
-            yield beam.pvalue.TaggedOutput(SKIPPED, printable(relpath))
+            yield beam.pvalue.TaggedOutput(SKIPPED, entry.name)
             return
         self._inputs.inc()
-        if not is_text(path):  # a local name of other bytes: records and errors.jsonl hold names as text
-            yield beam.pvalue.TaggedOutput(ERRORS, error_row(printable(path), printable(relpath), "bad_name", BAD_NAME))
-            return
-        yield WorkItem(path, relpath, metadata.size_in_bytes)
+        yield entry if isinstance(entry, WorkItem) else beam.pvalue.TaggedOutput(ERRORS, entry)
 
 
 class DiscoverImages(beam.PTransform):

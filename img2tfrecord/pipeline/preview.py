@@ -1,0 +1,548 @@
+"""``convert --plan``: what a run would do with its input, found without running it.
+
+The input is listed with the code the pipeline's discovery steps call
+(``sources/``: folder entries, archive listings, manifest rows, annotation
+files or archive members), every work item is placed by the run's own converter (its split
+from ``conversion/sharding.py`` or its split folder, manifest row or
+annotations; its class from ``sources/layout.py``), and shards come from the
+launch plan (``plan.py``) the run would use. So the counts per split and
+class are what the run writes when every input converts; an input that
+does not decode is found only by converting it, and then is rejected.
+
+Nothing is written: the output location is only listed. A few inputs
+spread over the listing are converted in memory with the run's converter,
+timed, and the time extrapolated to every input over the local processes,
+plus a fixed start-up cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import posixpath
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from img2tfrecord.images.names import looks_like_image
+from img2tfrecord.model import (
+    Clip,
+    DetectionPlacement,
+    ErrorEntry,
+    ErrorRow,
+    InlineMember,
+    MemberEntry,
+    SkippedEntry,
+    WorkItem,
+    error_row,
+)
+from img2tfrecord.pipeline.build import image_converter
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.inputs import check_local_input
+from img2tfrecord.pipeline.outputs import list_output
+from img2tfrecord.pipeline.plan import Plan, estimated_record_bytes, list_input, make_plan
+from img2tfrecord.schemas import manifest
+from img2tfrecord.sources import archives, detection, kinds, manifests
+from img2tfrecord.sources import detection_archives as archived
+from img2tfrecord.sources import layout as layouts
+from img2tfrecord.transforms.sequence import clip_key
+
+SAMPLE_SIZE = 16  # inputs converted and timed
+SAMPLE_PASSES = 2
+EXAMPLES = 5  # paths quoted per list
+# A local run's fixed cost on a 2-core machine: Python, TensorFlow and Beam start-up, the
+# graph, dataset.json (about 8 s); tf.Transform's analysis of the train split adds about 5 s.
+STARTUP_SECONDS = 8.0
+ANALYSIS_SECONDS = 5.0
+_INLINE_KEPT = 4 * SAMPLE_SIZE  # tar.gz members whose bytes are kept for the sample; the rest are dropped
+
+Item = Union[WorkItem, Clip]
+
+
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """How many, and the first few names."""
+
+    count: int
+    examples: List[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejected:
+    """Inputs the run rejects, found without converting them (by the listing, placement or a missing file)."""
+
+    count: int
+    by_reason: Dict[str, int]
+    examples: List[ErrorRow]  # as errors.jsonl rows
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitPlan:
+    examples: int  # inputs placed in this split: its records when every one converts
+    examples_per_class: Dict[str, int]  # as dataset.json counts them (empty for detection)
+    boxes_per_class: Dict[str, int]  # detection: valid boxes the annotations give (converting may drop some)
+    num_shards: int
+    estimated_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeEstimate:
+    """The local runner's run time: start-up + inputs x seconds per input / processes."""
+
+    seconds: float
+    startup_seconds: float  # fixed: STARTUP_SECONDS, plus ANALYSIS_SECONDS with the tf.Transform analysis
+    seconds_per_input: float  # measured on the sample, in one process
+    processes: int
+    sample_size: int
+    sample_seconds: float
+    sample_rejected: Dict[str, int]  # reasons of the sampled inputs the converter rejected
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputState:
+    path: str
+    exists: bool  # holds anything (files, or a local staging folder)
+    files: int
+    finished: bool  # holds _SUCCESS
+    note: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """Everything ``convert --plan`` reports; ``--plan --json`` prints it with these field names as keys."""
+
+    input: str
+    input_kind: str  # folder, archives, manifest, detection (sources/kinds.py)
+    layout: str  # class, split, manifest, detection (sources/layout.py)
+    task: str
+    annotations: Optional[str]  # detection: voc, coco or boxes
+    sequence: bool
+    labeled: bool
+    classes: List[str]  # the label map, sorted (ids are positions)
+    inputs: int  # what dataset.json's accounting will count as inputs
+    splits: Dict[str, SplitPlan]
+    skipped: Listed  # junk, skipped and counted, never an input
+    rejected: Rejected
+    not_image_names: Listed  # names no image format uses: probably rejected (the content decides)
+    size_ratio: float  # output / input bytes, from the launch plan's sample
+    estimated_bytes: int
+    time: TimeEstimate
+    output: OutputState
+    local_checks: Dict[str, List[str]]  # a local folder: what the run warns about at launch (logged too)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n"
+
+
+@dataclasses.dataclass
+class _SplitTally:
+    examples: int = 0
+    classes: Dict[str, int] = dataclasses.field(default_factory=dict)
+    boxes: Dict[str, int] = dataclasses.field(default_factory=dict)
+    bytes: float = 0.0
+
+
+@dataclasses.dataclass
+class _Listing:
+    files: List[WorkItem] = dataclasses.field(default_factory=list)  # frames, with --sequence
+    skipped: List[str] = dataclasses.field(default_factory=list)
+    errors: List[ErrorRow] = dataclasses.field(default_factory=list)
+
+
+def _list_folder(plan: Plan, listing: _Listing) -> None:
+    for path, size in list_input(plan.pattern):
+        if not path.startswith(plan.base):
+            continue
+        entry = layouts.folder_entry(plan.base, path, size)
+        if isinstance(entry, SkippedEntry):
+            listing.skipped.append(entry.name)
+        elif isinstance(entry, WorkItem):
+            listing.files.append(entry)
+        else:
+            listing.errors.append(entry)
+
+
+def _list_archives(config: ConvertConfig, plan: Plan, listing: _Listing) -> None:
+    min_depth = archives.MIN_DEPTH_SEQUENCES if config.sequence else archives.MIN_DEPTH_IMAGES
+    inline_kept = 0
+    for archive, size in list_input(plan.pattern):
+        members: List[MemberEntry] = []
+        for entry in archives.list_archive(archive, size, config.image.max_file_bytes):
+            if isinstance(entry, MemberEntry):
+                if isinstance(entry.member, InlineMember):  # a tar.gz member: keep a few members' bytes only
+                    inline_kept += 1
+                    if inline_kept > _INLINE_KEPT:
+                        entry = entry._replace(member=InlineMember(b""))
+                members.append(entry)
+            elif isinstance(entry, SkippedEntry):
+                listing.skipped.append(archives.member_path(archive, entry.name))
+            elif isinstance(entry, ErrorEntry):
+                where = archives.member_path(archive, entry.name) if entry.name else archive
+                listing.errors.append(error_row(where, entry.name, entry.reason, entry.message))
+        prefix = archives.top_folder_to_strip([m.name for m in members], min_depth)
+        listing.files.extend(archives.member_item(archive, m, prefix) for m in members)
+
+
+def _list_manifests(plan: Plan, listing: _Listing) -> None:
+    for path, _ in list_input(plan.pattern):
+        for number, row in manifests.manifest_rows(path):
+            ok, out = manifests.row_to_source(path, number, row, plan.labeled, plan.has_split_column, plan.split_names)
+            if ok:
+                listing.files.append(out)
+            else:
+                listing.errors.append(out)
+
+
+def _list_annotations(plan: Plan, listing: _Listing) -> None:
+    image_sets: Dict[str, Dict[str, str]] = {}
+
+    def sets_of(root: str) -> Dict[str, str]:
+        if root not in image_sets:
+            image_sets[root] = detection.voc_image_sets(root)
+        return image_sets[root]
+
+    seen = set()
+    for pattern in plan.patterns:
+        for path, _ in list_input(pattern):
+            if path in seen:
+                continue
+            seen.add(path)
+            for out in detection.read_items(
+                plan.annotations, path, plan.base, plan.split_names, plan.has_split_column, sets_of
+            ):
+                if isinstance(out, WorkItem):
+                    listing.files.append(out)
+                else:
+                    listing.errors.append(out)
+
+
+def _list_archived_annotations(config: ConvertConfig, plan: Plan, listing: _Listing) -> None:
+    """What ``DiscoverArchivedAnnotations`` gives, step by step: list the archives, parse the image
+    sets and annotation members, join each image an annotation names with its member."""
+    found = archived.ArchivedAnnotations(plan.annotations, plan.patterns)
+    annotation_members: List[Tuple[str, MemberEntry]] = []
+    set_texts: Dict[str, List[Tuple[str, bytes]]] = {}
+    members: Dict[str, List[Union[MemberEntry, ErrorEntry]]] = {}
+    inline_kept = 0
+    for archive, size in list_input(plan.pattern):
+        for entry in archived.list_members(found, archive, size, config.image.max_file_bytes):
+            if isinstance(entry, ErrorEntry):
+                row = archived.reported_problem(found, archive, entry)
+                if row is not None:
+                    listing.errors.append(row)
+                else:
+                    members.setdefault(archives.member_path(archive, entry.name), []).append(entry)
+                continue
+            role = found.role(entry.name)
+            if role == archived.ANNOTATION:
+                annotation_members.append((archive, entry))
+            elif role == archived.IMAGE_SET:
+                root, text = archived.image_set_text(archive, entry)
+                set_texts.setdefault(root, []).append(text)
+            else:
+                if isinstance(entry.member, InlineMember):  # a tar.gz member: keep a few members' bytes only
+                    inline_kept += 1
+                    if inline_kept > _INLINE_KEPT:
+                        entry = entry._replace(member=InlineMember(b""))
+                members.setdefault(archives.member_path(archive, entry.name), []).append(entry)
+    image_sets = {root: archived.root_image_sets(texts) for root, texts in set_texts.items()}
+    for archive, entry in annotation_members:
+        for out in archived.annotated_images(
+            found, archive, entry, plan.split_names, plan.has_split_column, image_sets, members
+        ):
+            if isinstance(out, archived.AnnotatedImage):
+                joined = archived.attach_member(out.item, members.get(out.key, ()))
+            else:
+                joined = out
+            if isinstance(joined, WorkItem):
+                listing.files.append(joined)
+            else:
+                listing.errors.append(joined)
+
+
+def list_sources(config: ConvertConfig, plan: Plan) -> _Listing:
+    """Every work item, junk name and early error row the run's discovery step would give."""
+    listing = _Listing()
+    if plan.annotations and plan.input_kind == kinds.INPUT_ARCHIVES:
+        _list_archived_annotations(config, plan, listing)
+    elif plan.annotations:
+        _list_annotations(plan, listing)
+    elif plan.input_kind == kinds.INPUT_ARCHIVES:
+        _list_archives(config, plan, listing)
+    elif plan.input_kind == kinds.INPUT_MANIFEST:
+        _list_manifests(plan, listing)
+    else:
+        _list_folder(plan, listing)
+    listing.files.sort(key=lambda f: f.relpath)
+    return listing
+
+
+def _clips(files: Sequence[WorkItem], layout: str) -> List[Clip]:
+    """Frames grouped into clips as ``transforms/sequence.py``'s GroupClips does."""
+    grouped: Dict[Any, List[WorkItem]] = {}
+    for frame in files:
+        key, _ = clip_key(frame, layout)
+        grouped.setdefault(key, []).append(frame)
+    return [
+        Clip(relpath, is_clip, tuple(sorted(frames, key=lambda s: s.relpath)))
+        for (relpath, is_clip), frames in sorted(grouped.items())
+    ]
+
+
+def _frames(item: Item) -> Sequence[WorkItem]:
+    return item.frames if isinstance(item, Clip) else (item,)
+
+
+def _missing_local_file(item: Item) -> bool:
+    """A local file a manifest row or annotation names that does not exist (a stat, not a read)."""
+    return (
+        isinstance(item, WorkItem)
+        and item.row is not None
+        and item.member is None
+        and "://" not in item.path
+        and not os.path.exists(item.path)
+    )
+
+
+def _has_bytes(item: Item) -> bool:
+    """False for a tar.gz member whose bytes the listing dropped."""
+    return all(not (isinstance(f.member, InlineMember) and f.size and not f.member.data) for f in _frames(item))
+
+
+def _output_state(config: ConvertConfig) -> OutputState:
+    """What the output location holds, listed only."""
+    path = config.output
+    existing = list_output(path)
+    try:  # Beam's staging folders a killed run can leave: empty, so not listed as files
+        local_folders = [n for n in os.listdir(path) if n.startswith(manifest.TEMP_PREFIXES)]
+    except OSError:  # remote, missing, not a folder or not listable
+        local_folders = []
+    finished = any(posixpath.basename(p) == manifest.SUCCESS_FILE for p in existing)
+    exists = bool(existing or local_folders)
+    if "://" not in path and os.path.exists(path) and not os.path.isdir(path):
+        exists, note = True, "not a folder: a run cannot write there"
+    elif not exists:
+        note = "absent or empty: a run writes there"
+    elif config.overwrite:
+        note = "output exists: a run would replace what an earlier run wrote (--overwrite)"
+    elif config.resume:
+        note = "output exists: a run would finish an interrupted conversion there (--resume)"
+    else:
+        held = "a finished conversion" if finished else f"{len(existing) or len(local_folders)} file(s)"
+        note = f"output exists ({held}): a run would need --overwrite or --resume"
+    return OutputState(path, exists, len(existing), finished, note)
+
+
+def _listed(names: Sequence[str]) -> Listed:
+    return Listed(len(names), list(names[:EXAMPLES]))
+
+
+def _local_checks(plan: Plan) -> Dict[str, List[str]]:
+    """The launch-time checks of a local folder the run makes (warnings are logged as the run logs them)."""
+    if plan.input_kind != kinds.INPUT_FOLDER or "://" in plan.base:
+        return {}
+    report = check_local_input(plan.base, plan.pattern, plan.layout)
+    found = {  # names that are not UTF-8 are among the rejected (bad_name)
+        "empty_class_folders": report.empty_class_folders,
+        "folder_links": report.folder_links,
+        "broken_links": report.broken_links,
+        "unlistable": report.unlistable,
+    }
+    return {name: names for name, names in found.items() if names}
+
+
+def _time_sample(converter, items: Sequence[Item], classes: List[str], processes: int, startup: float):
+    """Convert up to SAMPLE_SIZE evenly spaced inputs in memory, timed; -> the run's estimated time.
+
+    The sample is converted twice and the faster pass counts: the first also loads Pillow's
+    plugins and encoders, and either may lose the core to another process.
+    """
+    candidates = [item for item in items if _has_bytes(item)]
+    step = max(1, len(candidates) // SAMPLE_SIZE)
+    sample = candidates[::step][:SAMPLE_SIZE]
+    passes, outputs = [], []
+    for _ in range(SAMPLE_PASSES if sample else 0):
+        started = time.perf_counter()
+        outputs = [converter(item, classes) for item in sample]
+        passes.append(time.perf_counter() - started)
+    rejected: Dict[str, int] = {}
+    for tag, out in outputs:
+        if tag is not None:
+            rejected[out["reason"]] = rejected.get(out["reason"], 0) + 1
+    elapsed = min(passes, default=0.0)
+    per_input = elapsed / len(sample) if sample else 0.0
+    return TimeEstimate(
+        seconds=round(startup + per_input * len(items) / processes, 1),
+        startup_seconds=startup,
+        seconds_per_input=round(per_input, 6),
+        processes=processes,
+        sample_size=len(sample),
+        sample_seconds=round(elapsed, 3),
+        sample_rejected=dict(sorted(rejected.items())),
+    )
+
+
+def plan_run(config: ConvertConfig, processes: int, plan: Optional[Plan] = None) -> RunPlan:
+    """The plan of converting ``config`` with the local runner and ``processes`` processes.
+
+    Raises ``PlanError`` (a usage error) as a run would; writes nothing.
+    """
+    plan = plan or make_plan(config)
+    local_checks = _local_checks(plan)
+    listing = list_sources(config, plan)
+    converter = image_converter(config, plan)
+    labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.layout)})
+    items: List[Item] = list(_clips(listing.files, plan.layout) if config.sequence else listing.files)
+
+    rejected: List[ErrorRow] = list(listing.errors)  # the rejections found without converting
+    placed: List[Item] = []
+    splits = {name: _SplitTally() for name in plan.split_names}
+    mean_size = plan.input_bytes / plan.num_files if plan.num_files else 0.0  # manifest rows carry no size
+    for item in items:
+        try:
+            split = converter.split_of(item)
+        except layouts.PlacementError:
+            rejected.append(converter(item, [])[1])  # the converter's own rejection, nothing read
+            continue
+        if isinstance(item, Clip) and not item.is_clip:
+            rejected.append(converter(item, [])[1])
+            continue
+        if split not in splits:
+            rejected.append(
+                error_row(
+                    converter.path_of(item),
+                    converter.relpath_of(item),
+                    "unknown_split",
+                    f"split {split!r} was not seen when the run was planned (splits: {', '.join(splits)})",
+                )
+            )
+            continue
+        if _missing_local_file(item):  # named by a manifest or annotation: the converter's not_found row
+            rejected.append(converter(item, labels)[1])
+            continue
+        placed.append(item)
+        info = splits[split]
+        info.examples += 1
+        first = _frames(item)[0]
+        class_name = layouts.placement(first, plan.layout)[1]
+        if class_name is not None:
+            info.classes[class_name] = info.classes.get(class_name, 0) + 1
+        if isinstance(first.row, DetectionPlacement):
+            for box in first.row.annotation.boxes:
+                info.boxes[box.label] = info.boxes.get(box.label, 0) + 1
+        size = sum(f.size or mean_size for f in _frames(item))
+        info.bytes += estimated_record_bytes(size, plan.size_ratio)
+
+    by_reason: Dict[str, int] = {}
+    for row in rejected:
+        by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
+    analysed = config.analyze and not plan.annotations and not config.sequence
+    startup = STARTUP_SECONDS + (ANALYSIS_SECONDS if analysed else 0.0)
+    return RunPlan(
+        input=config.input,
+        input_kind=plan.input_kind,
+        layout=plan.layout,
+        task=plan.task,
+        annotations=plan.annotations or None,
+        sequence=config.sequence,
+        labeled=plan.labeled,
+        classes=labels,
+        inputs=len(items) + len(listing.errors),
+        splits={
+            name: SplitPlan(
+                examples=info.examples,
+                examples_per_class=dict(sorted(info.classes.items())),
+                boxes_per_class=dict(sorted(info.boxes.items())),
+                num_shards=plan.num_shards[name],
+                estimated_bytes=int(info.bytes),
+            )
+            for name, info in splits.items()
+        },
+        skipped=_listed(sorted(listing.skipped)),
+        rejected=Rejected(len(rejected), dict(sorted(by_reason.items())), rejected[:EXAMPLES]),
+        not_image_names=_listed(
+            [layouts.printable(f.relpath) for item in placed for f in _frames(item) if not looks_like_image(f.relpath)]
+        ),
+        size_ratio=round(plan.size_ratio, 4),
+        estimated_bytes=int(sum(info.bytes for info in splits.values())),
+        time=_time_sample(converter, placed, labels, processes, startup),
+        output=_output_state(config),
+        local_checks=local_checks,
+    )
+
+
+# ---------------------------------------------------------------------------
+# The text form.
+
+_LAYOUTS = {
+    layouts.LAYOUT_CLASS: "class folders (SRC/<class>/<file>)",
+    layouts.LAYOUT_SPLIT: "split folders (SRC/<split>/<class>/<file>)",
+    layouts.LAYOUT_MANIFEST: "manifest rows",
+    layouts.LAYOUT_DETECTION: "detection annotations",
+}
+_CLIP_LAYOUTS = {  # --sequence: one record per clip folder
+    layouts.LAYOUT_CLASS: "class folders of clips (SRC/<class>/<clip>/<frame>)",
+    layouts.LAYOUT_SPLIT: "split folders of clips (SRC/<split>/<class>/<clip>/<frame>)",
+    layouts.LAYOUT_MANIFEST: "manifest rows, frames grouped into clips by folder",
+}
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+def _names(listed: Listed) -> str:
+    more = listed.count - len(listed.examples)
+    return ", ".join(listed.examples) + (f" and {more} more" if more > 0 else "")
+
+
+def format_plan(p: RunPlan) -> str:
+    lines = ["plan: nothing converted or written (a timed sample was converted in memory)"]
+    layout = (_CLIP_LAYOUTS if p.sequence else _LAYOUTS).get(p.layout, p.layout)
+    if p.annotations:
+        layout += f" ({p.annotations})"
+    if p.layout == layouts.LAYOUT_MANIFEST and not p.labeled:
+        layout += ", unlabeled"
+    lines.append(f"input: {p.input} ({p.input_kind}), layout: {layout}, task: {p.task}")
+    if p.classes:
+        shown = ", ".join(p.classes[:20]) + (f" and {len(p.classes) - 20} more" if len(p.classes) > 20 else "")
+        lines.append(f"classes: {len(p.classes)} ({shown})")
+    lines.append(
+        f"inputs: {p.inputs} ({p.inputs - p.rejected.count} placed in a split, {p.rejected.count} rejected); "
+        f"junk skipped: {p.skipped.count}" + (f" ({_names(p.skipped)})" if p.skipped.count else "")
+    )
+    for name, split in p.splits.items():
+        lines.append(
+            f"  {name}: {split.examples} inputs -> {split.num_shards} shard(s), about {_mb(split.estimated_bytes)}"
+        )
+        for class_name, n in split.examples_per_class.items():
+            lines.append(f"    {class_name}: {n}")
+        if split.boxes_per_class:
+            lines.append("    boxes: " + ", ".join(f"{c} {n}" for c, n in split.boxes_per_class.items()))
+    if p.rejected.count:
+        lines.append("rejected, found without converting (errors.jsonl rows):")
+        for reason, n in p.rejected.by_reason.items():
+            paths = [r["path"] for r in p.rejected.examples if r["reason"] == reason]
+            lines.append(f"  {reason}: {n}" + (f" ({', '.join(paths)})" if paths else ""))
+    if p.not_image_names.count:
+        lines.append(
+            f"not image names, probably rejected (the content decides): {p.not_image_names.count} "
+            f"({_names(p.not_image_names)})"
+        )
+    t = p.time
+    lines.append(f"estimated output: about {_mb(p.estimated_bytes)} (output/input size ratio {p.size_ratio:g})")
+    fixed = f"{t.startup_seconds:.0f} s start-up" + (
+        f" (incl. {ANALYSIS_SECONDS:.0f} s tf.Transform analysis)" if t.startup_seconds > STARTUP_SECONDS else ""
+    )
+    lines.append(
+        f"estimated run time on the local runner: about {t.seconds:.0f} s = {fixed} + "
+        f"{p.inputs - p.rejected.count} inputs x {t.seconds_per_input * 1000:.1f} ms / {t.processes} process(es)"
+    )
+    rejected = ", ".join(f"{r} {n}" for r, n in t.sample_rejected.items())
+    lines.append(
+        f"  per input: timed on {t.sample_size} inputs converted in memory"
+        + (f" ({rejected} rejected)" if rejected else "")
+    )
+    lines.append(f"output: {p.output.path}: {p.output.note}")
+    lines.append("counts are of inputs: one that does not decode is rejected when converted, and not written")
+    return "\n".join(lines)

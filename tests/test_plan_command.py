@@ -1,0 +1,304 @@
+"""``convert --plan [--json]``: the real CLI plans a run, and a real run then writes what the plan counted."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tarfile
+
+import images as I
+import pytest
+from conftest import convert, manifest_doc, run_cli
+from test_detection import H, W, picture, write_coco, write_voc
+from test_detection_archives import RESIZE, VOC_TOP, pack, write_bad_voc
+from test_sources import JUNK, write_tar, write_tree, write_zip
+
+SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "11")
+
+
+def plan(input_path: str, output: str, *extra: str) -> dict:
+    proc = run_cli("convert", "--input", input_path, "--output", output, "--plan", "--json", *extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def assert_plan_is_the_run(found: dict, doc: dict, boxes: bool = True) -> None:
+    """Inputs, junk, splits, records and shards per split and records per class (and ``boxes`` per class) are
+    the run's."""
+    acc = doc["accounting"]
+    assert (found["inputs"], found["skipped"]["count"], found["rejected"]["count"]) == (
+        acc["inputs"],
+        acc["skipped"],
+        acc["rejected"],
+    )
+    assert found["classes"] == doc["labels"]
+    assert set(found["splits"]) == set(doc["splits"])
+    for name, info in doc["splits"].items():
+        planned = found["splits"][name]
+        assert planned["examples"] == info["num_examples"], name
+        assert planned["examples_per_class"] == info["examples_per_class"], name
+        assert planned["num_shards"] == len(info["shards"]), name
+        if boxes and "boxes_per_class" in info:
+            assert planned["boxes_per_class"] == info["boxes_per_class"], name
+
+
+def many_files() -> dict:
+    """relpath -> bytes: 3 classes of 12 small images, JPEG and PNG."""
+    files = {}
+    for ci, name in enumerate(("cat", "dog", "emu")):
+        for i in range(12):
+            files[f"{name}/{name}_{i}.{'png' if i % 3 else 'jpg'}"] = (
+                I.png(10 + i, 8 + ci) if i % 3 else I.jpeg(16 + i, 12 + ci)
+            )
+    return files
+
+
+@pytest.fixture(scope="module")
+def class_folder(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("plan") / "photos")
+    write_tree(root, {**many_files(), **JUNK})
+    return root
+
+
+def test_the_plan_of_class_folders_counts_what_the_run_writes_per_split_and_class(class_folder, tmp_path):
+    out = str(tmp_path / "records")
+    found = plan(class_folder, out, *SPLITS, "--image-size", "16")
+    assert not os.path.exists(out), "--plan created the output folder"
+    assert (found["input_kind"], found["layout"], found["task"]) == ("folder", "class", "classification")
+    assert set(found["splits"]) == {"train", "validation", "test"}
+    assert all(found["splits"][s]["examples"] > 0 for s in found["splits"])
+    assert found["skipped"] == {"count": 3, "examples": sorted(JUNK)}
+    assert found["not_image_names"]["count"] == 0 and found["rejected"]["count"] == 0
+    t = found["time"]
+    assert t["sample_size"] == 16 and t["processes"] >= 1 and t["seconds_per_input"] > 0
+    assert t["seconds"] >= t["startup_seconds"] > 0
+    assert found["output"]["exists"] is False
+
+    proc = convert(class_folder, out, *SPLITS, "--image-size", "16", "--no-analyze")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_plan_is_the_run(found, manifest_doc(out))
+
+
+def write_split_folders(root: str) -> None:
+    files = {}
+    for i, (rel, data) in enumerate(sorted(many_files().items())):
+        files[f"{('train', 'val', 'test')[i % 3]}/{rel}"] = data
+    write_tree(root, files)
+
+
+def write_manifest(root: str) -> str:
+    """A CSV manifest with a split column (``val`` stands for validation) next to its images, and
+    rows the run rejects without decoding anything: a missing file, a missing label."""
+    files = many_files()
+    write_tree(root, files)
+    path = os.path.join(root, "labels.csv")
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label", "split"])
+        for i, rel in enumerate(sorted(files)):
+            w.writerow([rel, rel.split("/")[0], ("train", "val", "test")[i % 4 % 3]])
+        w.writerow(["cat/gone.jpg", "cat", "train"])
+        w.writerow(["dog/dog_0.jpg", "", "test"])
+    return path
+
+
+def write_detection(root: str) -> str:
+    write_voc(root, {f"img{i}": 1 for i in range(6)})
+    return root
+
+
+@pytest.mark.parametrize("kind", ["split_folders", "manifest", "voc"])
+def test_the_plan_of_split_folders_a_manifest_and_voc_counts_what_the_run_writes(kind, tmp_path):
+    source = str(tmp_path / "source")
+    if kind == "split_folders":
+        write_split_folders(source)
+    elif kind == "manifest":
+        source = write_manifest(source)
+    else:
+        write_detection(source)
+    out = str(tmp_path / "records")
+    extra = ("--no-analyze",) if kind != "voc" else ()
+    found = plan(source, out, *SPLITS)
+    expected = {"split_folders": "split", "manifest": "manifest", "voc": "detection"}[kind]
+    assert found["layout"] == expected
+    if kind == "voc":
+        assert found["annotations"] == "voc" and found["classes"] == ["bird", "cat", "dog"]
+        assert sum(sum(s["boxes_per_class"].values()) for s in found["splits"].values()) == 6 * 3
+    else:
+        assert set(found["splits"]) == {"train", "validation", "test"}  # val is validation
+    if kind == "manifest":
+        assert found["rejected"]["by_reason"] == {"missing_label": 1, "not_found": 1}
+    proc = convert(source, out, *SPLITS, *extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_plan_is_the_run(found, manifest_doc(out))
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar.gz"])
+def test_an_archive_is_planned_as_its_unpacked_folder(kind, class_folder, tmp_path):
+    files = {**many_files(), **JUNK}
+    archive = str(tmp_path / f"photos.{kind}")
+    if kind == "zip":
+        write_zip(archive, files, top="photos")  # a wrapping folder, stripped as the run strips it
+    else:
+        write_tar(archive, files, mode="w:gz")
+    found = plan(archive, str(tmp_path / "out"), *SPLITS)
+    folder = plan(class_folder, str(tmp_path / "out"), *SPLITS)
+    assert found["input_kind"] == "archives" and found["layout"] == "class"
+    assert found["inputs"] == folder["inputs"] == len(many_files())
+    assert {s: v["examples_per_class"] for s, v in found["splits"].items()} == {
+        s: v["examples_per_class"] for s, v in folder["splits"].items()
+    }
+    assert found["skipped"]["count"] == 3
+    assert all("!/" in name for name in found["skipped"]["examples"])  # ARCHIVE!/MEMBER, as errors.jsonl names them
+    assert found["time"]["sample_size"] == 16
+
+
+def comparable(found: dict) -> dict:
+    """A plan without what names where the input is, or depends on timing or the output."""
+    same = {k: v for k, v in found.items() if k not in ("input", "input_kind", "time", "output", "rejected")}
+    rejected = found["rejected"]
+    examples = sorted((r["relpath"], r["reason"]) for r in rejected["examples"])
+    return dict(same, rejected=(rejected["count"], rejected["by_reason"], examples))
+
+
+@pytest.fixture(scope="module")
+def voc_with_bad_input(tmp_path_factory) -> str:
+    """``VOCdevkit/VOC2012/``: image sets, a missing image, malformed XML, an image in no image set, bad boxes."""
+    tree = str(tmp_path_factory.mktemp("plan-voc"))
+    write_bad_voc(os.path.join(tree, *VOC_TOP.split("/")))
+    return tree
+
+
+@pytest.mark.parametrize("name,top", [("voc.zip", ""), ("voc.tar.gz", "./data")])
+def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(
+    name, top, voc_with_bad_input, tmp_path
+):
+    root = os.path.join(voc_with_bad_input, *VOC_TOP.split("/"))
+    # The zip holds VOCdevkit/VOC2012/..., the tar.gz the VOC root's content under ./data/.
+    archive = pack(voc_with_bad_input if name.endswith(".zip") else root, str(tmp_path / name), top)
+    out = str(tmp_path / "records")
+    found = plan(archive, out, *RESIZE)
+    assert (found["input_kind"], found["layout"], found["annotations"]) == ("archives", "detection", "voc")
+    assert found["rejected"]["by_reason"] == {"bad_annotation": 2, "not_found": 1, "not_in_image_sets": 1}
+    assert found["inputs"] == 9 and found["time"]["sample_size"] == 5
+    assert all("!/" in row["path"] for row in found["rejected"]["examples"])  # ARCHIVE!/MEMBER, as errors.jsonl
+    assert comparable(found) == comparable(plan(root, out, *RESIZE))
+
+    proc = convert(archive, out, *RESIZE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = manifest_doc(out)
+    assert_plan_is_the_run(found, doc, boxes=False)
+    for name, info in doc["splits"].items():
+        # The plan counts the boxes the annotations give; the run drops the cat box planted outside each image.
+        outside = info["dropped_boxes"].get("box_outside_image", 0)
+        assert outside > 0, name
+        written = dict(info["boxes_per_class"], cat=info["boxes_per_class"]["cat"] + outside)
+        assert found["splits"][name]["boxes_per_class"] == written, name
+
+
+def test_archive_members_an_annotation_cannot_use_are_planned_as_the_run_rejects_them(tmp_path):
+    """A link and a name held twice: the run rejects the annotated images naming them, and so does the plan."""
+    root = str(tmp_path / "voc")
+    write_voc(root, {"good": 1, "twice": 1, "linked": 1})
+    archive = str(tmp_path / "voc.tar")
+    with tarfile.open(archive, "w") as t:
+        for directory in ("Annotations", "JPEGImages"):
+            for name in sorted(os.listdir(os.path.join(root, directory))):
+                if name != "linked.jpg":
+                    t.add(os.path.join(root, directory, name), f"{directory}/{name}")
+        data = picture()
+        info = tarfile.TarInfo("JPEGImages/twice.jpg")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("JPEGImages/linked.jpg")
+        link.type, link.linkname = tarfile.SYMTYPE, "good.jpg"
+        t.addfile(link)
+    out = str(tmp_path / "records")
+    found = plan(archive, out, *SPLITS)
+    assert found["rejected"]["by_reason"] == {"duplicate_member": 1, "unsupported_member": 1}
+    assert found["inputs"] == 3
+    proc = convert(archive, out, *SPLITS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_plan_is_the_run(found, manifest_doc(out))
+
+
+def write_coco_with_bad_input(root: str) -> None:
+    """COCO images and JSON; the JSON also names an image that is not there and annotates an unknown image id."""
+    write_coco(root, {f"c{i}": 1 + i % 8 for i in range(8)})
+    path = os.path.join(root, "annotations", "instances_data.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["images"].append({"id": 99, "file_name": "nowhere.jpg", "width": W, "height": H})
+    doc["annotations"].append({"id": 999, "image_id": 42, "category_id": 10, "bbox": [1, 1, 5, 5]})
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def test_a_coco_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(tmp_path):
+    root = str(tmp_path / "coco")
+    write_coco_with_bad_input(root)
+    archive = pack(root, str(tmp_path / "coco.zip"), "coco")
+    out = str(tmp_path / "records")
+    found = plan(archive, out, *SPLITS, *RESIZE)
+    assert (found["input_kind"], found["annotations"]) == ("archives", "coco")
+    assert found["rejected"]["by_reason"] == {"not_found": 1, "unknown_image": 1} and found["inputs"] == 10
+    assert comparable(found) == comparable(plan(root, out, *SPLITS, *RESIZE))
+
+    proc = convert(archive, out, *SPLITS, *RESIZE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_plan_is_the_run(found, manifest_doc(out))
+
+
+def test_junk_strays_and_non_images_are_listed_and_an_existing_output_is_reported_untouched(class_folder, tmp_path):
+    source = str(tmp_path / "photos")
+    write_tree(source, {**many_files(), **JUNK, "stray.jpg": I.jpeg(8, 8), "cat/notes.txt": b"not a picture"})
+    out = tmp_path / "records"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
+
+    proc = run_cli("convert", "--input", source, "--output", str(out), "--plan", *SPLITS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    assert "junk skipped: 3 (.DS_Store, __MACOSX/cat/._cat_0.jpg, cat/Thumbs.db)" in text
+    assert f"no_class_folder: 1 ({os.path.join(source, 'stray.jpg')})" in text
+    assert "probably rejected (the content decides): 1 (cat/notes.txt)" in text
+    assert "output exists (1 file(s)): a run would need --overwrite or --resume" in text
+    assert "estimated run time on the local runner" in text
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) == before
+
+    found = plan(source, str(out), *SPLITS)
+    assert found["output"]["exists"] is True and found["output"]["files"] == 1
+    assert found["rejected"]["by_reason"] == {"no_class_folder": 1}
+    # The plan counts inputs: the text file sits in a class folder until converting rejects it.
+    cats = sum(s["examples_per_class"].get("cat", 0) for s in found["splits"].values())
+    assert cats == 12 + 1
+    assert found["inputs"] == len(many_files()) + 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--json",), "--json prints the plan as JSON: give it with --plan"),
+        (("--plan", "--bogus-flag"), "unrecognized argument --bogus-flag"),
+        (("--plan", "--splits", "train=0.5"), "--splits: split fractions must sum to 1"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line_and_nothing_written(args, message, class_folder, tmp_path):
+    out = str(tmp_path / "records")
+    proc = run_cli("convert", "--input", class_folder, "--output", out, *args)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert proc.stdout == "" and not os.path.exists(out)
+
+
+def test_a_missing_input_exits_2_with_one_line(tmp_path):
+    missing = str(tmp_path / "nowhere")
+    proc = run_cli("convert", "--input", missing, "--output", str(tmp_path / "out"), "--plan", "--json")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no input files match" in lines[0], proc.stderr
+    assert proc.stdout == ""
