@@ -45,6 +45,7 @@ setuptools.setup(
         "tensorflow-metadata>=1.21,<1.22",  # verify reads the schema files
         "pillow>=11,<13",
         "google-crc32c>=1.5",
+        "rich>=13",  # convert's live progress line on a terminal
     ],
     extras_require={
         "test": [

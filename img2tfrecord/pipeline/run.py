@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any, Dict, Optional, Sequence
+import sys
+import urllib.parse
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+    StandardOptions,
+    TestOptions,
+)
 
+from img2tfrecord import progress
 from img2tfrecord.conversion.pool import usable_cores
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -16,6 +27,7 @@ from img2tfrecord.pipeline.inputs import check_local_input
 from img2tfrecord.pipeline.outputs import prepare_output
 from img2tfrecord.pipeline.plan import Plan, make_plan
 from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.shards import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE
 
 # The local default: Beam's FnApiRunner (what the DirectRunner falls back to
 # offline) in_memory, with each shard's images converted by a pool of one
@@ -50,6 +62,69 @@ def default_processes(options: Optional[PipelineOptions] = None) -> int:
     return usable_cores()
 
 
+def is_dataflow(options: PipelineOptions) -> bool:
+    return str(options.view_as(StandardOptions).runner or "").split(".")[-1] == "DataflowRunner"
+
+
+def dataflow_console_url(project: str, region: str, job_id: str) -> str:
+    """The Cloud Console page of a Dataflow job."""
+
+    def part(text: str) -> str:
+        return urllib.parse.quote(str(text), safe="")
+
+    return f"https://console.cloud.google.com/dataflow/jobs/{part(region)}/{part(job_id)}?project={part(project)}"
+
+
+COUNTS_HERE = "here"  # the steps run in this process: progress.TALLY
+COUNTS_FROM_JOB = "job"  # the running job's metrics (Dataflow reports them while it runs)
+
+
+def live_counts(options: PipelineOptions) -> Optional[str]:
+    """Where a running job's counts can be read; None when the runner reports them only at its end.
+
+    Beam's local runners run the steps in this process (not in
+    ``multi_processing`` mode), so does a portable runner's ``LOOPBACK``
+    environment; their metrics are queryable only after ``p.run()``.
+    Portable job services (Beam's own, Flink's, Spark's) report metrics when
+    the job ends.
+    """
+    if is_local_runner(options):
+        return None if options.view_as(DirectOptions).direct_running_mode == "multi_processing" else COUNTS_HERE
+    if is_dataflow(options):
+        return COUNTS_FROM_JOB
+    if str(options.view_as(PortableOptions).environment_type or "").upper() == "LOOPBACK":
+        return COUNTS_HERE
+    return None
+
+
+def job_counts(result) -> progress.Counts:
+    """A job's counts from its Beam metrics, summed over the steps that report them.
+
+    Committed values where the runner has them, else attempted ones (a
+    running Dataflow job's tentative counts).
+    """
+    query = beam.metrics.MetricsFilter().with_namespace(NAMESPACE)
+    found: Dict[str, int] = {}
+    for counter in result.metrics().query(query)["counters"]:
+        value = counter.committed or counter.attempted or 0
+        found[counter.key.metric.name] = found.get(counter.key.metric.name, 0) + int(value)
+    return progress.Counts(found.get(IMAGES_WRITTEN, 0), found.get(IMAGES_REJECTED, 0), found.get(BYTES_WRITTEN, 0))
+
+
+def progress_total(config: ConvertConfig, plan: Plan) -> Tuple[Optional[int], str]:
+    """What the progress counts toward: the launch's count of inputs (None: unknown) and their unit.
+
+    Clips are counted only when the pipeline groups the frames; detection
+    inputs are the annotated images, known once the annotations are read; a
+    partial peek into archives saw only part of them.
+    """
+    if config.sequence:
+        return None, "clips"
+    if plan.annotations or not plan.listing_complete:
+        return None, "images"
+    return plan.num_files, "images"
+
+
 def read_manifest(output_dir: str) -> Dict[str, Any]:
     with FileSystems.open(FileSystems.join(output_dir, manifest.MANIFEST_FILE)) as f:
         return manifest.loads(f.read().decode("utf-8"))
@@ -60,6 +135,7 @@ def run(
     pipeline_args: Sequence[str] = (),
     plan: Optional[Plan] = None,
     wait: bool = True,
+    show_progress: bool = False,
 ) -> Optional[Dict[str, Any]]:
     """Convert ``config.input`` into ``config.output``; returns the written ``dataset.json``.
 
@@ -67,6 +143,7 @@ def run(
     runs) and when ``wait`` is False (the job is submitted; it writes
     ``_SUCCESS`` itself when it completes). Raises ``PlanError``/``OutputNotEmpty``
     (usage errors) before any pipeline starts; any pipeline failure propagates.
+    ``show_progress``: report the counts on stderr while waiting (``progress.py``).
     """
     options = pipeline_options(pipeline_args)
     mode = options.view_as(DirectOptions).direct_running_mode
@@ -103,20 +180,46 @@ def run(
     )
     p = beam.Pipeline(options=options)
     build_pipeline(p, config, plan, resume=resuming)
-    result = p.run()
-    if not wait and not dry_run:
-        job_id = getattr(result, "job_id", None)
-        logging.info(
-            "submitted%s; %s appears in %s when it completes",
-            f" job {job_id()}" if callable(job_id) else "",
-            manifest.SUCCESS_FILE,
-            config.output,
-        )
-        return None
-    result.wait_until_finish()
+    source = live_counts(options)
+    reporter = None
+    if show_progress and wait and not dry_run:
+        total, unit = progress_total(config, plan)
+        read = progress.tally_since_now() if source == COUNTS_HERE else None
+        reporter = progress.ProgressReporter(read, total, unit, live=sys.stderr.isatty())
+    try:
+        if reporter is not None and source == COUNTS_HERE:
+            reporter.start()  # p.run() runs the whole job in this process
+        result = p.run()
+        if is_dataflow(options) and not dry_run:
+            _log_dataflow_job(options, result)
+        if not wait and not dry_run:
+            job_id = getattr(result, "job_id", None)
+            logging.info(
+                "submitted%s; %s appears in %s when it completes",
+                f" job {job_id()}" if callable(job_id) else "",
+                manifest.SUCCESS_FILE,
+                config.output,
+            )
+            return None
+        if reporter is not None and source != COUNTS_HERE:
+            if source == COUNTS_FROM_JOB:
+                reporter.use(progress.Polled(functools.partial(job_counts, result)))
+            reporter.start()
+        result.wait_until_finish()
+    finally:
+        if reporter is not None:
+            reporter.stop()
     if resuming:
         resumed = result.metrics().query(beam.metrics.MetricsFilter().with_name("shards_resumed"))["counters"]
         logging.info("%d finished shard(s) kept from the interrupted run", sum(c.committed or 0 for c in resumed))
     if dry_run:
         return None
     return read_manifest(config.output)
+
+
+def _log_dataflow_job(options: PipelineOptions, result) -> None:
+    job_id: Callable[[], str] = getattr(result, "job_id", lambda: "")
+    if not job_id():
+        return
+    cloud = options.view_as(GoogleCloudOptions)
+    logging.info("Dataflow job %s: %s", job_id(), dataflow_console_url(cloud.project, cloud.region, job_id()))

@@ -37,7 +37,7 @@ from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils.windowed_value import WindowedValue
 
-from img2tfrecord import faults
+from img2tfrecord import faults, progress
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.pool import ConversionPool
 from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
@@ -46,6 +46,9 @@ from img2tfrecord.schemas import manifest
 from img2tfrecord.sources.layout import PlacementError
 
 NAMESPACE = "img2tfrecord"  # Beam metrics namespace of the run's counters
+IMAGES_WRITTEN = "images_written"  # its counters: records written (clips with --sequence),
+IMAGES_REJECTED = "images_rejected"  # inputs rejected (error rows),
+BYTES_WRITTEN = "bytes_written"  # and bytes written to shard files
 ANALYSIS = "analysis"  # the tag of the analysed split's small rows (transforms/analyze.py)
 RECORD_FRAMING_BYTES = 16  # TFRecord: length (8) + its CRC (4) + data CRC (4)
 _DROPPED: List[Record] = []  # faults.drops_records(): the one record left out in this process
@@ -53,19 +56,49 @@ _FINISHED: List[int] = []  # shards this process finished (faults.pause_at("conv
 
 
 class OutputCounter:
-    """Beam counters of conversion outputs: records as ``images_written``, error rows as
-    ``images_rejected`` and ``rejected_<reason>``."""
+    """The one place that counts outputs: records as ``images_written``, error rows as ``images_rejected``
+    and ``rejected_<reason>``, shard file bytes as ``bytes_written``.
+
+    Each count goes to the Beam counter and to ``progress.TALLY``, which a
+    launcher running the steps in its own process reads while ``p.run()``
+    blocks (Beam's local runners give their metrics only at the end).
+    """
 
     def __init__(self):
-        self._written = beam.metrics.Metrics.counter(NAMESPACE, "images_written")
-        self._rejected = beam.metrics.Metrics.counter(NAMESPACE, "images_rejected")
+        self._written = beam.metrics.Metrics.counter(NAMESPACE, IMAGES_WRITTEN)
+        self._rejected = beam.metrics.Metrics.counter(NAMESPACE, IMAGES_REJECTED)
+        self._bytes = beam.metrics.Metrics.counter(NAMESPACE, BYTES_WRITTEN)
 
     def __call__(self, tag: Optional[str], value) -> None:
         if tag == ERRORS:
             self._rejected.inc()
             beam.metrics.Metrics.counter(NAMESPACE, f"rejected_{value['reason']}").inc()
+            progress.TALLY.add(rejected=1)
         else:
             self._written.inc()
+            progress.TALLY.add(written=1)
+
+    def records(self, n: int) -> None:
+        """``n`` records at once (a resumed run's finished shard)."""
+        if n:
+            self._written.inc(n)
+            progress.TALLY.add(written=n)
+
+    def wrote_bytes(self, n: int) -> None:
+        if n:
+            self._bytes.inc(n)
+            progress.TALLY.add(bytes_written=n)
+
+
+class CountRejectedFn(beam.DoFn):
+    """Counts the error rows of inputs rejected before the shard step (discovery, ``--dedupe``); outputs nothing."""
+
+    def __init__(self):
+        self._count = OutputCounter()
+
+    def process(self, row):
+        self._count(ERRORS, row)
+        return ()
 
 
 # ---------------------------------------------------------------------------
@@ -259,7 +292,16 @@ def every_shard(num_shards: Dict[str, int]) -> List[Tuple[Tuple[str, int], None]
 class _ShardJob:
     """One shard being written: outputs arrive in the shard's order and go straight to the file."""
 
-    def __init__(self, sink: ShardSink, run_dir: str, shard: int, items: List[ShardItem], window, timestamp):
+    def __init__(
+        self,
+        sink: ShardSink,
+        run_dir: str,
+        shard: int,
+        items: List[ShardItem],
+        window,
+        timestamp,
+        count: OutputCounter,
+    ):
         self.sink = sink
         self.run_dir = run_dir
         self.shard = shard
@@ -267,6 +309,8 @@ class _ShardJob:
         self.window = window
         self.timestamp = timestamp
         self._writer = sink.open_writer(sink.initialize_write(), f"{shard:05d}-{uuid.uuid4().hex}")
+        self._count = count
+        self._bytes_counted = 0
         self._offsets: List[str] = []
         self._offset = 0
         self._classes: Dict[Optional[str], int] = collections.Counter()
@@ -287,6 +331,8 @@ class _ShardJob:
             _DROPPED.append(record)  # test-only: a lost write, which the accounting must catch
             return
         self._writer.write(record.example)
+        self._count_bytes()
+        faults.slow_down()
         if _FINISHED:  # a shard is finished and another one half written
             faults.pause_at("converting")
         length = RECORD_FRAMING_BYTES + len(record.example)
@@ -301,9 +347,16 @@ class _ShardJob:
         if record.analysis is not None:
             self.analysis.append(record.analysis)
 
+    def _count_bytes(self) -> None:
+        """The bytes that reached the file since the last call (gzip: compressed, as they come)."""
+        written = self._writer.temp_handle.file.bytes_written
+        self._count.wrote_bytes(written - self._bytes_counted)
+        self._bytes_counted = written
+
     def finish(self) -> ShardResult:
         handle: _ShardHandle = self._writer.temp_handle
         temp_path = self._writer.close()
+        self._count_bytes()
         index_path = None
         if self.sink.indexed:
             index_path = index_temp_path(self.run_dir, self.sink.split, self.shard)
@@ -379,7 +432,7 @@ class WriteShardsFn(beam.DoFn):
             if replayed is not None:
                 yield from self._emit(*replayed, window=window, timestamp=timestamp)
                 return
-        job = _ShardJob(self._sinks[split], self._run_dir, shard, items, window, timestamp)
+        job = _ShardJob(self._sinks[split], self._run_dir, shard, items, window, timestamp, self._count)
         if self._pool is None:
             for i in items:
                 tag, value = self._converter(i.item, label_names)
@@ -419,6 +472,10 @@ class WriteShardsFn(beam.DoFn):
         if not FileSystems.exists(result.temp_path) and not FileSystems.exists(final):
             return None  # the done file outlived its shard: write the shard again
         beam.metrics.Metrics.counter(NAMESPACE, "shards_resumed").inc()
+        self._count.records(result.num_records)  # done, as far as the run's progress is concerned
+        self._count.wrote_bytes(result.num_bytes)
+        for row in errors:
+            self._count(ERRORS, row)
         return result, errors, analysis
 
     def _emit(self, result: ShardResult, errors, analysis, window, timestamp) -> Iterator[Any]:
