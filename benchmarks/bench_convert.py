@@ -12,6 +12,10 @@ from start to exit (imports included), with peak RSS from ``/usr/bin/time -v``.
     .venv/bin/python benchmarks/bench_convert.py --num-images 12000 --runs 3
     .venv/bin/python benchmarks/bench_convert.py --format keep --convert-args=--no-analyze
     .venv/bin/python benchmarks/bench_convert.py --kind mixed --convert-args=--no-analyze   # 300-2000 px, JPEG+PNG
+    .venv/bin/python benchmarks/bench_convert.py --num-images 2000 --convert-args=--no-analyze --variant=--dedupe
+
+``--variant ARGS`` adds a configuration: the same ``convert`` command plus ARGS, timed in the
+same alternation, with its time relative to plain ``convert``.
 
 Prints a table and writes ``benchmarks/results/bench_convert-<time>.json``.
 """
@@ -81,14 +85,20 @@ with tf.io.TFRecordWriter(os.path.join(out, "train-00000-of-00001.tfrecord")) as
 
 
 def timed(cmd, env=None):
-    """(seconds, peak RSS in MB) of a whole command, from /usr/bin/time -v."""
+    """(seconds, peak RSS in MB, CPU seconds: user + system) of a whole command, from /usr/bin/time -v.
+
+    The CPU time covers the process and the children it waited for (the conversion processes).
+    """
     start = time.perf_counter()
     proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[:4]} failed:\n{proc.stderr[-3000:]}")
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
-    return seconds, rss_kb / 1024
+    cpu = sum(
+        float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", proc.stderr).group(1)) for kind in ("User", "System")
+    )
+    return seconds, rss_kb / 1024, cpu
 
 
 def main(argv=None):
@@ -100,6 +110,13 @@ def main(argv=None):
     parser.add_argument("--format", choices=("jpeg", "keep"), default="jpeg")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--convert-args", default="", help="extra arguments for convert, e.g. '--direct_num_workers=4'")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="ARGS",
+        help="another configuration: convert with these extra arguments too, e.g. '--dedupe' (repeatable)",
+    )
     args = parser.parse_args(argv)
 
     results_dir = os.path.join(HERE, "results")
@@ -125,20 +142,21 @@ def main(argv=None):
         ),
         *args.convert_args.split(),
     ]
-    rows = {"baseline": [], "convert": []}
+    variants = {f"convert {v}": v.split() for v in args.variant}
+    rows = {"baseline": [], "convert": [], **{name: [] for name in variants}}
     try:
         for run in range(args.runs):
-            for name in ("baseline", "convert"):
-                out = os.path.join(work, f"{name}-{run}")
+            for i, name in enumerate(rows):
+                out = os.path.join(work, f"{i}-{run}")
                 if name == "baseline":
                     cmd = [sys.executable, "-c", BASELINE, src, out, str(args.image_size), args.format]
                 else:
-                    cmd = convert_cmd + ["--output", out]
-                seconds, rss = timed(cmd, env)
-                rows[name].append({"seconds": seconds, "peak_rss_mb": rss})
+                    cmd = convert_cmd + variants.get(name, []) + ["--output", out]
+                seconds, rss, cpu = timed(cmd, env)
+                rows[name].append({"seconds": seconds, "peak_rss_mb": rss, "cpu_seconds": cpu})
                 print(
                     f"run {run + 1}/{args.runs} {name:8s} {seconds:7.1f} s  "
-                    f"{args.num_images / seconds:7.1f} img/s  {rss:7.0f} MB",
+                    f"{args.num_images / seconds:7.1f} img/s  {rss:7.0f} MB  {cpu:7.1f} s CPU",
                     flush=True,
                 )
                 shutil.rmtree(out, ignore_errors=True)
@@ -152,6 +170,7 @@ def main(argv=None):
             "median_seconds": median,
             "images_per_second": args.num_images / median,
             "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
         }
     ratio = summary["convert"]["images_per_second"] / summary["baseline"]["images_per_second"]
     print()
@@ -159,11 +178,20 @@ def main(argv=None):
         f"{args.num_images} {args.kind} images, format {args.format}, {args.convert_args or 'default options'}, "
         f"{os.cpu_count()} cores, median of {args.runs} runs"
     )
-    print(f"{'':10s} {'img/s':>8s} {'seconds':>8s} {'peak RSS':>9s}")
-    for name in ("baseline", "convert"):
+    width = max(10, *(len(name) for name in rows))
+    print(f"{'':{width}s} {'img/s':>8s} {'seconds':>8s} {'peak RSS':>9s} {'CPU s':>8s}")
+    for name in rows:
         s = summary[name]
-        print(f"{name:10s} {s['images_per_second']:8.1f} {s['median_seconds']:8.1f} {s['peak_rss_mb']:7.0f} MB")
+        print(
+            f"{name:{width}s} {s['images_per_second']:8.1f} {s['median_seconds']:8.1f} {s['peak_rss_mb']:7.0f} MB "
+            f"{s['median_cpu_seconds']:8.1f}"
+        )
     print(f"ratio convert/baseline: {ratio:.2f}x")
+    for name in variants:
+        extra = summary[name]["median_seconds"] / summary["convert"]["median_seconds"] - 1
+        extra_cpu = summary[name]["median_cpu_seconds"] / summary["convert"]["median_cpu_seconds"] - 1
+        summary[name].update(time_vs_convert=extra, cpu_vs_convert=extra_cpu)
+        print(f"{name}: {extra:+.1%} time, {extra_cpu:+.1%} CPU against convert")
     result = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "num_images": args.num_images,
@@ -172,6 +200,7 @@ def main(argv=None):
         "image_size": args.image_size,
         "cpu_count": os.cpu_count(),
         "convert_args": args.convert_args,
+        "variants": args.variant,
         "runs": rows,
         "summary": summary,
         "ratio": ratio,

@@ -170,6 +170,9 @@ class ErrorRow(TypedDict):
     error: str  # the message
 
 
+DUPLICATE = "duplicate"  # the reason of a copy ``convert --dedupe`` left out (its message names the kept file)
+
+
 def error_row(path: str, relpath: str, reason: str, message: str) -> ErrorRow:
     return {"path": path, "relpath": relpath, "reason": reason, "error": message}
 

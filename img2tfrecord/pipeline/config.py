@@ -29,6 +29,7 @@ class ConvertConfig:
     sequence: bool = False  # SRC/<class>/<clip>/<frames> -> one tf.train.SequenceExample per clip
     task: Optional[str] = None  # classification or detection; None: detected from the input's layout
     require_boxes: bool = False  # detection: reject an image left without boxes instead of writing it
+    dedupe: bool = False  # files with identical bytes converted once (transforms/dedupe.py)
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""
@@ -53,4 +54,5 @@ class ConvertConfig:
             "sequence": self.sequence,
             "task": self.task,
             "require_boxes": self.require_boxes,
+            "dedupe": self.dedupe,
         }
