@@ -28,4 +28,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     echo "could not install chromium (see /tmp/img2tfrecord-chromium-install.log): the browser test will be skipped" >&2
   fi
 fi
-exec python -m pytest -q tests "$@"
+# Two pytest workers (pytest-xdist): most of an end-to-end test is one core starting Python, Beam and
+# TensorFlow, so two overlap well on two cores. IMG2TFRECORD_TEST_WORKERS=0 runs in one process.
+exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests "$@"

@@ -219,6 +219,22 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         help="detection: reject an image with no box (errors.jsonl, reason no_boxes) instead of writing it boxless",
     ),
     Option(
+        "--dedupe",
+        doc="convert files with identical bytes once: the copy whose relative path sorts first is kept, the "
+        "others are `errors.jsonl` rows, reason `duplicate` ([exact duplicates](inputs.md#exact-duplicates))",
+        switch=True,
+        doc_default="off",
+        recorded_as="dedupe",
+        help="convert files with identical bytes once: the copy whose relative path sorts first is kept, the others "
+        "become errors.jsonl rows with reason duplicate naming it (not with --sequence)",
+        template=Template(
+            "Deduplicate",
+            "true to convert files with identical bytes once (the first relative path is kept; the other copies "
+            "are listed in errors.jsonl with reason duplicate).",
+            _BOOLEAN,
+        ),
+    ),
+    Option(
         "--quality",
         type=quality,
         default=DEFAULT_QUALITY,
@@ -370,7 +386,40 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         doc_default="off",
         help="submit the job and exit (remote runners); the job writes _SUCCESS when done",
     ),
-    Option("--quiet", short="-q", switch=True, doc_default="off", help="print only the summary"),
+    Option(
+        "--plan",
+        doc="list and check the input as a run would and print the plan: layout, classes per split, junk, "
+        "shards, output size and an estimated run time; nothing is converted or written "
+        "([plan a run](inputs.md#plan-a-run))",
+        switch=True,
+        doc_default="off",
+        help="list and check the input as a run would and print the plan (layout, classes per split, junk, "
+        "shards, output size, estimated local run time); nothing is converted or written",
+    ),
+    Option(
+        "--json",
+        switch=True,
+        doc_default="off",
+        help="with --plan: print the plan as one JSON document",
+    ),
+    Option(
+        "--quiet",
+        short="-q",
+        switch=True,
+        exclusive_group="verbosity",
+        doc_default="off",
+        help="print only the summary, warnings and errors (no progress)",
+    ),
+    Option(
+        "--verbose",
+        doc="also print every library's log lines: Beam's INFO lines, TensorFlow's and absl's C++ start-up "
+        "lines, Cloud Storage credential warnings ([logs](troubleshooting.md#what-a-run-prints))",
+        switch=True,
+        exclusive_group="verbosity",
+        doc_default="off",
+        help="also print every library's log lines (Beam's INFO, TensorFlow's C++ start-up lines); "
+        "without it stderr carries only img2tfrecord's own lines",
+    ),
 )
 
 TEMPLATE_NAME = "img2tfrecord convert"

@@ -129,12 +129,16 @@ def pytest_unconfigure(config):
 # Files whose tests run the CLI, a whole pipeline or a runner: ``./run_tests.sh --quick`` leaves them out.
 _END_TO_END = {
     "test_convert_cli.py",
+    "test_dedupe.py",
     "test_detection.py",
+    "test_detection_archives.py",
     "test_detection_reading.py",
     "test_faults.py",
     "test_gcs.py",
     "test_hostile.py",
     "test_inspect.py",
+    "test_progress_cli.py",
+    "test_plan_command.py",
     "test_reader.py",
     "test_archive_safety.py",
     "test_default_command.py",

@@ -214,6 +214,69 @@ def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_byt
     assert manifest.SUCCESS_FILE in listing(out)
 
 
+def test_objects_deleted_while_the_run_converts_are_not_found_rows(gcs, tmp_path):
+    from apache_beam.io.filesystems import FileSystems
+    from test_faults import make_images
+
+    from img2tfrecord import faults
+
+    root = str(tmp_path / "in")
+    make_images(root, classes=3, per_class=12, size=(96, 72), bad=0)
+    source = gcs.url("inputs", "vanishing")
+    inputs = upload_tree(root, source)
+    out = gcs.url("vanishing", "out")
+    marker = str(tmp_path / "paused")
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **gcs.env)
+    env.update({faults.ENV: "pause:converting", faults.MARKER_ENV: marker})  # the pipeline listed; a shard is done
+    args = ("convert", "--input", source, "--output", out, *RESUME_ARGS, *IN_MEMORY, "--processes", "1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "img2tfrecord", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not os.path.exists(marker):
+            assert proc.poll() is None, "the run ended before it paused"
+            assert time.monotonic() < deadline, "the run never paused"
+            time.sleep(0.05)
+        FileSystems.delete([source + "/" + relative for relative in listing(source)])
+        os.remove(marker)  # the run goes on, its remaining objects gone
+        stdout, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout
+    doc = records.read_manifest(out)
+    accounting = doc["accounting"]
+    assert accounting["inputs"] == inputs == accounting["written"] + accounting["rejected"]
+    missing = [relpath for relpath, reason in error_rows(out) if reason == "not_found"]
+    assert missing and accounting["rejected"] == len(missing), error_rows(out)
+    assert accounting["written"] > 0 and manifest.SUCCESS_FILE in listing(out)
+    checked = cli(gcs, "verify", out)
+    assert checked.returncode == 0, checked.stdout + checked.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kind", ["folder", "zip"])
+def test_the_plan_of_a_gs_input_is_the_local_one_and_writes_nothing(gcs, inputs, kind, tmp_path):
+    source = upload(gcs, inputs[kind], f"plan-{kind}")
+    remote = gcs.url("out", f"plan-{kind}")
+
+    def plan(input_path: str, output: str) -> dict:
+        proc = cli(gcs, "convert", "--input", input_path, "--output", output, *SPLITS, "--plan", "--json")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout)
+
+    found, local = plan(source, remote), plan(inputs[kind], str(tmp_path / "out"))
+    assert found["inputs"] == local["inputs"] == len(dataset_files()) + len(BAD)
+    for key in ("classes", "layout", "input_kind", "skipped"):
+        if key != "skipped" or kind == "folder":  # an archive's junk is named by its path
+            assert found[key] == local[key], key
+    assert {s: (v["examples_per_class"], v["num_shards"]) for s, v in found["splits"].items()} == {
+        s: (v["examples_per_class"], v["num_shards"]) for s, v in local["splits"].items()
+    }
+    assert found["time"]["sample_size"] == 16 and found["output"]["exists"] is False
+    assert listing(remote) == {}
+
+
 # -- bad input ----------------------------------------------------------------------------------
 
 

@@ -83,6 +83,8 @@ def config_from_args(ns: argparse.Namespace):
         raise UsageError("--output must differ from --input")
     if ns.resume and ns.overwrite:
         raise UsageError("--resume keeps what an interrupted run finished, --overwrite replaces it: give one")
+    if ns.json and not ns.plan:
+        raise UsageError("--json prints the plan as JSON: give it with --plan")
     if ns.exact_statistics and not ns.analyze:
         raise UsageError("--exact-statistics applies to the analysis, which --no-analyze skips")
     if ns.exact_statistics and ns.sequence:
@@ -91,6 +93,8 @@ def config_from_args(ns: argparse.Namespace):
         raise UsageError("--sequence makes one record per clip; detection records are one per image")
     if ns.require_boxes and ns.task == TASK_CLASSIFICATION:
         raise UsageError("--require-boxes applies to detection, not to --task classification")
+    if ns.dedupe and ns.sequence:
+        raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
     image = ImageOptions(
         size=ns.image_size,
         resize=ns.resize,
@@ -117,6 +121,7 @@ def config_from_args(ns: argparse.Namespace):
         sequence=ns.sequence,
         task=ns.task,
         require_boxes=ns.require_boxes,
+        dedupe=ns.dedupe,
     )
 
 
@@ -159,7 +164,34 @@ def format_summary(doc) -> str:
     return "\n".join(lines)
 
 
+def print_plan(config, as_json: bool, processes: int) -> int:
+    """``convert --plan``: print what a run would do (``pipeline/preview.py``); nothing is written."""
+    from img2tfrecord.pipeline import PlanError
+    from img2tfrecord.pipeline.preview import format_plan, plan_run
+
+    try:
+        found = plan_run(config, processes)
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+    print(found.to_json() if as_json else format_plan(found), end="" if as_json else "\n")
+    return EXIT_OK
+
+
 def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
+    """``convert``; without ``--verbose`` stderr carries only img2tfrecord's own lines (``commands/quiet.py``)."""
+    from img2tfrecord.commands.quiet import StderrFilter
+
+    # Before Beam, gRPC or TensorFlow is loaded: their C++ code writes to fd 2 as it loads.
+    stderr_filter = None if ns.verbose else StderrFilter().start()
+    try:
+        return _run(ns, pipeline_args, own_options)
+    finally:
+        if stderr_filter is not None:
+            stderr_filter.stop()
+
+
+def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
+    from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.pipeline import OutputNotEmpty, PlanError
     from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotWritable
     from img2tfrecord.pipeline.run import default_processes, is_dry_run, pipeline_options, read_manifest
@@ -168,7 +200,12 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
     from img2tfrecord.transforms.finalize import ErrorBudgetExceeded
 
     # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.
+    configured = list(logging.getLogger().handlers)
     logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(levelname)s %(message)s")
+    if not ns.verbose:
+        for handler in logging.getLogger().handlers:
+            if handler not in configured:
+                handler.addFilter(OwnLinesOnly())
     check_pipeline_args(pipeline_args, own_options)
     config = config_from_args(ns)
     config = dataclasses.replace(
@@ -176,20 +213,23 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
         processes=ns.processes or default_processes(pipeline_options(pipeline_args)),
         max_error_rate=ns.max_error_rate,
     )
-    # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
-    # So do those of tf.Transform's libraries (the analysis, transforms/analyze.py).
-    for name in ("absl", "tensorflow"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # TensorFlow's C++ start-up lines (no GPU found, cuInit failed) say nothing about the run.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if not ns.verbose:
+        # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.
+        logging.getLogger("apache_beam").setLevel(logging.WARNING)
+        # So do those of tf.Transform's libraries (the analysis, transforms/analyze.py).
+        for name in ("absl", "tensorflow"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        # TensorFlow's own C++ log lines (no GPU found, CPU features) say nothing about the run.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # tf.Transform runs on Keras 2 and sets this itself, but only after TensorFlow is
     # imported, which then has loaded Keras 3 as well (~0.5 s); set before the import.
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    if ns.plan:
+        return print_plan(config, ns.json, ns.processes or default_processes())
     # The job itself enforces --max-error-rate: it writes everything, then fails.
     budget_exceeded = None
     try:
-        doc = run_pipeline(config, pipeline_args, wait=not ns.no_wait)
+        doc = run_pipeline(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet)
     except AlreadyComplete as e:
         logging.info("%s", e)
         doc = read_manifest(config.output)

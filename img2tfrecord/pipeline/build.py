@@ -1,6 +1,7 @@
 """The Beam graph of a conversion, built from a config and a launch plan.
 
 DiscoverSources -> work items (files, archive members, manifest rows; clips with --sequence)
+  [-> Dedupe (--dedupe): one work item per content, the other copies -> duplicate error rows]
   -> WriteShards: AssignShards ((split, shard) from seeded hashes) -> GroupByShard (small tuples only)
                   -> WriteShard (convert in the seeded order, stream into the shard file) -> CommitSplit
 error rows -> errors.jsonl;  analysis rows of the train split -> tf.Transform
@@ -23,10 +24,13 @@ from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
+from img2tfrecord.sources.detection_archives import ArchivedAnnotations
+from img2tfrecord.sources.kinds import INPUT_ARCHIVES
+from img2tfrecord.transforms.dedupe import Dedupe
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
-from img2tfrecord.transforms.shards import ANALYSIS, ShardSink, WriteShards
-from img2tfrecord.transforms.sources import DiscoverAnnotations, DiscoverSources
+from img2tfrecord.transforms.shards import ANALYSIS, CountRejectedFn, ShardSink, WriteShards
+from img2tfrecord.transforms.sources import DiscoverAnnotations, DiscoverArchivedAnnotations, DiscoverSources
 
 
 def _reason(row):
@@ -66,7 +70,15 @@ def shard_sinks(config: ConvertConfig, plan: Plan) -> dict:
 def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: bool = False) -> None:
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished."""
     # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
-    if plan.annotations:
+    if plan.annotations and plan.input_kind == INPUT_ARCHIVES:
+        discovered = p | "DiscoverAnnotations" >> DiscoverArchivedAnnotations(
+            ArchivedAnnotations(plan.annotations, plan.patterns),
+            plan.pattern,
+            plan.split_names,
+            plan.has_split_column,
+            config.image.max_file_bytes,
+        )
+    elif plan.annotations:
         discovered = p | "DiscoverAnnotations" >> DiscoverAnnotations(
             plan.annotations, plan.patterns, plan.base, plan.split_names, plan.has_split_column
         )
@@ -89,8 +101,16 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         from img2tfrecord.transforms.sequence import GroupClips
 
         items = files | "GroupClips" >> GroupClips(plan.layout)
-    written = items | "WriteShards" >> WriteShards(
-        image_converter(config, plan),
+    converter = image_converter(config, plan)
+    to_write, rejected_early = items, [discovered[ERRORS]]
+    if config.dedupe:
+        if config.sequence:
+            raise ValueError("--dedupe compares single files, not --sequence clips")
+        deduped = items | "Dedupe" >> Dedupe(converter, plan.split_names)
+        to_write = deduped["items"]
+        rejected_early.append(deduped[ERRORS])
+    written = to_write | "WriteShards" >> WriteShards(
+        converter,
         shard_sinks(config, plan),
         run_dir(config, plan),
         config.seed,
@@ -100,8 +120,14 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         resume=resume,
     )
     shards = written["shards"]
-    # Inputs rejected before conversion (an unreadable archive, a bad manifest row) join the report.
-    errors = (written[ERRORS], discovered[ERRORS]) | "AllErrors" >> beam.Flatten()
+    # Inputs rejected before conversion (an unreadable archive, a bad manifest row, a duplicate) join the report.
+    errors = (written[ERRORS], *rejected_early) | "AllErrors" >> beam.Flatten()
+    # Counted as the shard step counts its own rejections, so the run's progress reaches its inputs.
+    _ = (
+        tuple(rejected_early)
+        | "EarlyRejections" >> beam.Flatten()
+        | "CountEarlyRejections" >> beam.ParDo(CountRejectedFn())
+    )
 
     reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
     error_files = errors | "ErrorReport" >> WriteErrorReport(config.output)

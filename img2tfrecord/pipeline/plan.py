@@ -17,7 +17,10 @@ decompressed only that far), from the first few archives of a glob. The
 peek decides the layout; when it did not see everything, a split-folder
 layout gets every split name (train, validation, test) so a split first
 seen in the pipeline still has somewhere to go (one never seen is listed
-with 0 records). Manifests (``.csv``, ``.jsonl``) are read whole: their
+with 0 records). When the peek shows detection annotations (or with
+``--task detection``), every archive is listed whole: VOC image sets, COCO
+file names and box manifests name the splits, wherever they sit in it.
+Manifests (``.csv``, ``.jsonl``) are read whole: their
 columns decide labeled/unlabeled, their split column the split names.
 """
 
@@ -30,7 +33,7 @@ import logging
 import math
 import os
 import re
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
@@ -48,6 +51,7 @@ from img2tfrecord.model import MemberEntry, WorkItem
 from img2tfrecord.options import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.sources import archives, detection, kinds, manifests
+from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.files import read_source
 
@@ -81,6 +85,7 @@ class Plan:
     listing_digest: str = ""  # sha256 of what the launch listing saw (names, sizes, manifest rows)
     annotations: str = ""  # detection: the annotation format (sources.detection: voc, coco, boxes)
     patterns: Tuple[str, ...] = ()  # detection: globs of the annotation files the pipeline reads
+    listing_complete: bool = True  # False: num_files counts what a partial peek into the archives saw
 
     @property
     def task(self) -> str:
@@ -166,13 +171,16 @@ def _estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
     return out_bytes / in_bytes if in_bytes else 1.0
 
 
+def estimated_record_bytes(input_bytes: float, ratio: float) -> float:
+    """Output bytes of one record made from ``input_bytes`` of image data at the output/input ``ratio``."""
+    return input_bytes * ratio + _RECORD_OVERHEAD_BYTES
+
+
 def make_plan(config: ConvertConfig) -> Plan:
     kind = kinds.input_kind(config.input)
     detect = config.task != TASK_CLASSIFICATION
     forced = config.task == TASK_DETECTION
     if kind == kinds.INPUT_ARCHIVES:
-        if forced:
-            raise PlanError("--task detection reads a folder (VOC, COCO) or a manifest of boxes, not archives")
         return _plan_archives(config)
     if kind == kinds.INPUT_MANIFEST:
         if detect:
@@ -283,15 +291,23 @@ def _plan_archives(config: ConvertConfig) -> Plan:
     limit = config.image.max_file_bytes
     min_depth = archives.MIN_DEPTH_SEQUENCES if config.sequence else archives.MIN_DEPTH_IMAGES
     files: List[WorkItem] = []
+    peeked: List[Tuple[str, MemberEntry]] = []
+    peeked_names: List[str] = []  # every named entry, also those refused (a tar.gz member over the image limit)
     complete = len(found) <= _PEEK_ARCHIVES
     for path, size in found[:_PEEK_ARCHIVES]:
         max_members = _PEEK_ZIP_MEMBERS if archives.archive_kind(path) == "zip" else _PEEK_MEMBERS
         entries, whole = archives.peek_archive(path, size, limit, max_members, _PEEK_STREAM_BYTES)
         complete = complete and whole
         members = [e for e in entries if isinstance(e, MemberEntry)]
+        peeked.extend((path, m) for m in members)
+        peeked_names.extend(e.name for e in entries if e.name)
         prefix = archives.top_folder_to_strip([m.name for m in members], min_depth)
         for m in members:
             files.append(WorkItem(archives.member_path(path, m.name), m.name[len(prefix) :], m.size, m.member))
+    if config.task != TASK_CLASSIFICATION:
+        detection_plan = _plan_archived_detection(config, base, pattern, found, peeked, peeked_names, complete)
+        if detection_plan is not None:
+            return detection_plan
     files.sort(key=lambda f: f.relpath)
     layout, split_names = _layout(config, files)
     if layout == layouts.LAYOUT_SPLIT and not complete:
@@ -313,6 +329,7 @@ def _plan_archives(config: ConvertConfig) -> Plan:
         size_ratio=ratio,
         input_kind=kinds.INPUT_ARCHIVES,
         listing_digest=_digest(found),
+        listing_complete=complete,
     )
 
 
@@ -438,6 +455,22 @@ def _plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: L
     return _plan_detection(config, kind, base, annotations, images, patterns)
 
 
+def _named_splits(
+    config: ConvertConfig,
+    kind: str,
+    annotations: List[str],
+    voc_splits: Callable[[str], Tuple[str, ...]] = detection.voc_split_names,
+) -> Tuple[str, ...]:
+    """The splits VOC image sets (``voc_splits(root)``) or COCO file names give, sorted; () for none."""
+    if kind == detection.VOC:
+        roots = sorted({detection.voc_root(a) for a in annotations})
+        return tuple(sorted({s for root in roots for s in voc_splits(root)}))
+    by_file = [detection.coco_split(a) for a in annotations]
+    if all(by_file) and len(set(by_file)) == len(by_file) and (len(by_file) > 1 or not config.splits):
+        return tuple(sorted(s for s in by_file if s))
+    return ()
+
+
 def _plan_detection(
     config: ConvertConfig,
     kind: str,
@@ -445,20 +478,17 @@ def _plan_detection(
     annotations: List[str],
     images: List[WorkItem],
     patterns: Tuple[str, ...],
+    named: Optional[Tuple[str, ...]] = None,
+    sample: Optional[List[WorkItem]] = None,
 ) -> Plan:
-    """The plan of a VOC or COCO input: splits from the image sets / file names, shards from the image bytes."""
-    named: Tuple[str, ...] = ()
-    if kind == detection.VOC:
-        roots = sorted({detection.voc_root(a) for a in annotations})
-        named = tuple(sorted({s for root in roots for s in detection.voc_split_names(root)}))
-    else:
-        by_file = [detection.coco_split(a) for a in annotations]
-        if all(by_file) and len(set(by_file)) == len(by_file) and (len(by_file) > 1 or not config.splits):
-            named = tuple(sorted(s for s in by_file if s))
+    """The plan of a VOC or COCO input: splits from the image sets / file names (or ``named``),
+    shards from the image bytes (output/input ratio measured on ``sample``, else ``images``)."""
+    if named is None:
+        named = _named_splits(config, kind, annotations)
     if named and config.splits:
         logging.warning("the annotations name the splits (%s); --splits is ignored", ", ".join(named))
     split_names = named or (tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,))
-    ratio = _estimate_size_ratio(config, images)
+    ratio = _estimate_size_ratio(config, images if sample is None else sample)
     input_bytes = sum(f.size for f in images)
     per_split = (input_bytes * ratio + _RECORD_OVERHEAD_BYTES * len(images)) / len(split_names)
     return Plan(
@@ -489,11 +519,9 @@ def _plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Li
         try:
             for number, row in detection.box_rows(path):
                 digest_rows.append((path, number, row))
-                if row.get("split"):
-                    problem = manifests.check_split_name(str(row["split"]))
-                    if problem:
-                        raise PlanError(f"{path}:{number}: {problem}")
-                    named.add(manifests.canonical_split(str(row["split"])))
+                split = _row_split(path, number, row)
+                if split is not None:
+                    named.add(split)
                 if row.get("path"):
                     paths.setdefault(manifests.resolve_row_path(path, str(row["path"]))[0])
         except (OSError, UnicodeDecodeError) as e:
@@ -530,3 +558,103 @@ def _plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Li
         annotations=detection.BOXES,
         patterns=tuple(found),
     )
+
+
+def _row_split(path: str, number: int, row: Dict) -> Optional[str]:
+    """The split a row of a manifest of boxes names (canonical), None for none; PlanError for a bad name."""
+    if not row.get("split"):
+        return None
+    problem = manifests.check_split_name(str(row["split"]))
+    if problem:
+        raise PlanError(f"{path}:{number}: {problem}")
+    return manifests.canonical_split(str(row["split"]))
+
+
+def _plan_archived_detection(
+    config: ConvertConfig,
+    base: str,
+    pattern: str,
+    found: List[Tuple[str, int]],
+    peeked: List[Tuple[str, MemberEntry]],
+    peeked_names: List[str],
+    complete: bool,
+) -> Optional[Plan]:
+    """The plan of detection inputs inside archives; None (classification) unless the peek at their
+    first members (``peeked``; ``peeked_names`` also names the entries it refused) shows a VOC, COCO
+    or box-manifest layout, or ``--task detection`` forces it.
+
+    Detection lists every archive whole (the splits may be named by a member near the end); the
+    output/input ratio is measured on the peeked images.
+    """
+    forced = config.task == TASK_DETECTION
+
+    def peeked_data(name: str) -> Optional[bytes]:
+        for archive, entry in peeked:
+            if entry.name == name:
+                try:
+                    return archived.member_reader(archive, entry)("", detection.MAX_COCO_BYTES)
+                except (ImageError, OSError):
+                    return None
+        return None
+
+    if not forced and archived.find_annotations(peeked_names, peeked_data, False, complete) is None:
+        return None
+    limit = config.image.max_file_bytes
+    try:
+        scans = [archived.scan_archive(path, size, limit) for path, size in found]
+    except (ImageError, OSError) as e:
+        raise PlanError(f"cannot read the annotations in {pattern}: {type(e).__name__}: {e}") from e
+    data = {name: content for scan in scans for name, content in scan.data.items()}
+    names = sorted({m.name for scan in scans for m in scan.members})
+    annotations = archived.find_annotations(names, data.get, forced)
+    if annotations is None:
+        if forced:
+            raise PlanError(
+                f"--task detection: {config.input} holds neither a Pascal VOC layout (Annotations/*.xml, "
+                "JPEGImages/), COCO JSON nor a CSV/JSONL manifest of boxes"
+            )
+        return None
+
+    def voc_splits(root: str) -> Tuple[str, ...]:
+        splits: Set[str] = set()
+        for scan in scans:
+            head = archives.member_path(scan.archive, "")
+            if root.startswith(head):
+                texts = {
+                    archived.image_set_name(n): d
+                    for n, d in scan.data.items()
+                    if archived.image_set_root(n) == root[len(head) :]
+                }
+                splits.update(detection.parse_image_sets(texts.__getitem__, texts).values())
+        return tuple(sorted(splits))
+
+    kind, patterns = annotations.kind, annotations.patterns
+    if kind == detection.VOC:
+        named = _named_splits(
+            config, kind, [archives.member_path(a, p) for a, _ in found for p in patterns], voc_splits
+        )
+    elif kind == detection.COCO:
+        named = _named_splits(config, kind, list(patterns))
+    else:
+        box_splits: Set[str] = set()
+        for name in patterns:
+            try:
+                for number, row in detection.box_rows(name, data[name]):
+                    split = _row_split(name, number, row)
+                    if split is not None:
+                        box_splits.add(split)
+            except UnicodeDecodeError as e:
+                raise PlanError(f"cannot read manifest {name}: {type(e).__name__}: {e}") from e
+        named = tuple(sorted(box_splits))
+
+    def image_items(listed: List[Tuple[str, MemberEntry]]) -> List[WorkItem]:
+        items = [
+            WorkItem(archives.member_path(a, e.name), annotations.relpath(e.name), e.size, e.member)
+            for a, e in listed
+            if _is_image_name(e.name)
+        ]
+        return sorted(items, key=lambda f: f.relpath)
+
+    images = image_items([(scan.archive, m) for scan in scans for m in scan.members])
+    plan = _plan_detection(config, kind, base, [], images, patterns, named=named, sample=image_items(peeked))
+    return dataclasses.replace(plan, pattern=pattern, input_kind=kinds.INPUT_ARCHIVES, listing_digest=_digest(found))

@@ -17,10 +17,19 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from typing import Generator, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Generator, Iterator, List, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.sharding import split_of_folder
-from img2tfrecord.model import ArchiveEntry, ErrorEntry, InlineMember, MemberEntry, SkippedEntry, TarMember, ZipMember
+from img2tfrecord.model import (
+    ArchiveEntry,
+    ErrorEntry,
+    InlineMember,
+    MemberEntry,
+    SkippedEntry,
+    TarMember,
+    WorkItem,
+    ZipMember,
+)
 from img2tfrecord.sources.files import open_raw
 from img2tfrecord.sources.layout import is_junk, is_text, printable
 
@@ -51,6 +60,12 @@ def archive_kind(path: str) -> Optional[str]:
 
 def member_path(archive: str, name: str) -> str:
     return f"{archive}{MEMBER_SEPARATOR}{name}"
+
+
+def member_item(archive: str, entry: MemberEntry, prefix: str) -> WorkItem:
+    """The work item of one listed member, its relpath without the archive's wrapping folder ``prefix``."""
+    relpath = entry.name[len(prefix) :] if prefix and entry.name.startswith(prefix) else entry.name
+    return WorkItem(member_path(archive, entry.name), relpath, entry.size, entry.member)
 
 
 # ---------------------------------------------------------------------------
@@ -228,8 +243,9 @@ def _list_tar(path: str, size: int) -> Iterator[ArchiveEntry]:
             )
 
 
-def _list_tgz(path: str, limit: int) -> Iterator[ArchiveEntry]:
-    """A compressed tar, streamed once: every member comes with its bytes."""
+def _list_tgz(path: str, limit: int, member_limit: Optional[Callable[[str], int]] = None) -> Iterator[ArchiveEntry]:
+    """A compressed tar, streamed once: every member comes with its bytes (at most ``member_limit(name)``
+    when given, else ``limit``, the image limit)."""
     current = ""
     with open_raw(path) as f:
         try:
@@ -238,11 +254,11 @@ def _list_tgz(path: str, limit: int) -> Iterator[ArchiveEntry]:
                 if action != "member":
                     yield _not_a_member(action, name, info)
                     continue
-                if info.size > limit:
+                cap = member_limit(name) if member_limit else limit
+                if info.size > cap:
+                    flag = " (--max-file-mb)" if cap == limit else ""
                     yield ErrorEntry(
-                        name,
-                        "file_too_large",
-                        (f"member is {info.size} bytes, over the limit of {limit} bytes (--max-file-mb)"),
+                        name, "file_too_large", f"member is {info.size} bytes, over the limit of {cap} bytes{flag}"
                     )
                     continue
                 current = name
@@ -264,13 +280,18 @@ def _list_tgz(path: str, limit: int) -> Iterator[ArchiveEntry]:
             )
 
 
-def list_archive(path: str, size: int, limit: int) -> Generator[ArchiveEntry, None, None]:
-    """Every entry of one archive, in archive order; problems are ``error`` entries, never exceptions."""
+def list_archive(
+    path: str, size: int, limit: int, member_limit: Optional[Callable[[str], int]] = None
+) -> Generator[ArchiveEntry, None, None]:
+    """Every entry of one archive, in archive order; problems are ``error`` entries, never exceptions.
+
+    ``limit`` bounds the bytes a tar.gz member is listed with; ``member_limit(name)``, when given, instead.
+    """
     kind = archive_kind(path)
     listers = {
         "zip": lambda: _list_zip(path),
         "tar": lambda: _list_tar(path, size),
-        "tgz": lambda: _list_tgz(path, limit),
+        "tgz": lambda: _list_tgz(path, limit, member_limit),
     }
     if kind not in listers:
         yield ErrorEntry("", "corrupt_archive", "not a .zip, .tar, .tar.gz or .tgz file")

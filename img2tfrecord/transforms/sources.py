@@ -14,12 +14,14 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
 
-from img2tfrecord.model import ERRORS, MemberEntry, SkippedEntry, WorkItem, error_row
+from img2tfrecord.model import ERRORS, ErrorEntry, MemberEntry, SkippedEntry, WorkItem, error_row
 from img2tfrecord.sources import detection
+from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources.archives import (
     MIN_DEPTH_IMAGES,
     MIN_DEPTH_SEQUENCES,
     list_archive,
+    member_item,
     member_path,
     merge_top,
     prefix_of,
@@ -83,9 +85,7 @@ def _archive_and_name(listed: Tuple[str, MemberEntry]) -> Tuple[str, str]:
 
 def _to_source(listed: Tuple[str, MemberEntry], prefixes: Dict[str, str]) -> WorkItem:
     archive, entry = listed
-    prefix = prefixes.get(archive, "")
-    relpath = entry.name[len(prefix) :] if prefix and entry.name.startswith(prefix) else entry.name
-    return WorkItem(member_path(archive, entry.name), relpath, entry.size, entry.member)
+    return member_item(archive, entry, prefixes.get(archive, ""))
 
 
 class _ReadManifestFn(beam.DoFn):
@@ -209,3 +209,140 @@ class DiscoverAnnotations(beam.PTransform):
             ).with_outputs(ERRORS, main="files")
         )
         return {"files": found.files, SKIPPED: pbegin | "NoSkipped" >> beam.Create([]), ERRORS: found[ERRORS]}
+
+
+# ---------------------------------------------------------------------------
+# Detection inputs inside archives (sources/detection_archives.py).
+
+_ANNOTATIONS = "annotations"
+_IMAGE_SETS = "image_sets"
+
+
+class _ListDetectionArchiveFn(beam.DoFn):
+    """One archive -> ``(ARCHIVE!/NAME, MemberEntry or ErrorEntry)`` of the members an annotation may
+    name (main output), ``(archive, MemberEntry)`` of its annotation files and VOC image sets, and
+    error rows of the archive's own problems and of unreadable annotation files. Junk is left out."""
+
+    def __init__(self, annotations: archived.ArchivedAnnotations, limit: int):
+        self._annotations = annotations
+        self._limit = limit
+
+    def process(self, metadata):
+        archive = metadata.path
+        for entry in archived.list_members(self._annotations, archive, metadata.size_in_bytes, self._limit):
+            if isinstance(entry, ErrorEntry):
+                row = archived.reported_problem(self._annotations, archive, entry)
+                if row is not None:
+                    yield beam.pvalue.TaggedOutput(ERRORS, row)
+                else:
+                    yield member_path(archive, entry.name), entry
+                continue
+            role = self._annotations.role(entry.name)
+            if role == archived.ANNOTATION:
+                yield beam.pvalue.TaggedOutput(_ANNOTATIONS, (archive, entry))
+            elif role == archived.IMAGE_SET:
+                yield beam.pvalue.TaggedOutput(_IMAGE_SETS, (archive, entry))
+            else:
+                yield member_path(archive, entry.name), entry
+
+
+def _image_sets_of_root(root: str, texts) -> Tuple[str, Dict[str, str]]:
+    return root, archived.root_image_sets(texts)
+
+
+def _present(keyed) -> Tuple[str, bool]:
+    return keyed[0], True
+
+
+class _ReadArchivedAnnotationsFn(beam.DoFn):
+    """One annotation member -> ``(ARCHIVE!/IMAGE, work item)`` of each image it annotates; error rows."""
+
+    def __init__(self, annotations: archived.ArchivedAnnotations, split_names: Sequence[str], named_splits: bool):
+        self._annotations = annotations
+        self._split_names = tuple(split_names)
+        self._named_splits = named_splits
+
+    def process(self, listed, image_sets, members=None):
+        archive, entry = listed
+        for out in archived.annotated_images(
+            self._annotations, archive, entry, self._split_names, self._named_splits, image_sets, members
+        ):
+            if isinstance(out, archived.AnnotatedImage):
+                yield out.key, out.item
+            else:
+                yield beam.pvalue.TaggedOutput(ERRORS, out)
+
+
+class _AttachMemberFn(beam.DoFn):
+    def __init__(self):
+        self._images = beam.metrics.Metrics.counter("img2tfrecord", "annotated_images")
+
+    def process(self, joined):
+        _, grouped = joined
+        found = list(grouped["members"])
+        for item in grouped["items"]:
+            out = archived.attach_member(item, found)
+            if isinstance(out, WorkItem):
+                self._images.inc()
+                yield out
+            else:
+                yield beam.pvalue.TaggedOutput(ERRORS, out)
+
+
+class DiscoverArchivedAnnotations(beam.PTransform):
+    """Detection inputs inside the archives ``pattern`` matches -> work items that read image members.
+
+    ``{"files": annotated images, "skipped": (none), "errors": error rows}``; each error row counts
+    as one input. The annotations are parsed from their members; each image they name is joined
+    with the member of that name (``sources/detection_archives.py``).
+    """
+
+    def __init__(
+        self,
+        annotations: archived.ArchivedAnnotations,
+        pattern: str,
+        split_names: Sequence[str],
+        named_splits: bool,
+        max_file_bytes: int,
+    ):
+        super().__init__()
+        self._annotations = annotations
+        self._pattern = pattern
+        self._split_names = tuple(split_names)
+        self._named_splits = named_splits
+        self._limit = max_file_bytes
+
+    def expand(self, pbegin):
+        listed = (
+            pbegin
+            | "MatchArchives" >> fileio.MatchFiles(self._pattern, empty_match_treatment=EmptyMatchTreatment.ALLOW)
+            | "SpreadArchives" >> beam.Reshuffle()
+            | "ListArchives"
+            >> beam.ParDo(_ListDetectionArchiveFn(self._annotations, self._limit)).with_outputs(
+                _ANNOTATIONS, _IMAGE_SETS, ERRORS, main="members"
+            )
+        )
+        image_sets = (
+            listed[_IMAGE_SETS]
+            | "ReadImageSets" >> beam.MapTuple(archived.image_set_text)
+            | "GroupImageSets" >> beam.GroupByKey()
+            | "ParseImageSets" >> beam.MapTuple(_image_sets_of_root)
+        )
+        side_inputs = {"image_sets": beam.pvalue.AsDict(image_sets)}
+        if self._annotations.kind == detection.COCO:  # file_names are looked up among the members
+            side_inputs["members"] = beam.pvalue.AsDict(listed.members | "MemberNames" >> beam.Map(_present))
+        items = (
+            listed[_ANNOTATIONS]
+            | "SpreadAnnotations" >> beam.Reshuffle()
+            | "ReadAnnotations"
+            >> beam.ParDo(
+                _ReadArchivedAnnotationsFn(self._annotations, self._split_names, self._named_splits), **side_inputs
+            ).with_outputs(ERRORS, main="items")
+        )
+        joined = (
+            {"items": items.items, "members": listed.members}
+            | "JoinMembers" >> beam.CoGroupByKey()
+            | "AttachMembers" >> beam.ParDo(_AttachMemberFn()).with_outputs(ERRORS, main="files")
+        )
+        errors = (listed[ERRORS], items[ERRORS], joined[ERRORS]) | "AnnotationErrors" >> beam.Flatten()
+        return {"files": joined.files, SKIPPED: pbegin | "NoSkipped" >> beam.Create([]), ERRORS: errors}
