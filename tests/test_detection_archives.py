@@ -160,16 +160,17 @@ def test_voc_archive_gives_the_records_of_its_folder(voc_tree, voc_folder_output
     assert "DTD" in rows["Annotations/bomb.xml"]["error"]
 
 
-def test_voc_members_that_cannot_be_read_are_rejected_by_name(tmp_path):
-    """A link, a name held twice: the annotation naming it is rejected; the rest converts."""
-    root = str(tmp_path / "voc")
+def write_voc_tar_with_link_and_twin(directory: str) -> str:
+    """``DIRECTORY/voc.tar``: VOC images good, twice, linked, where ``twice.jpg`` is two members and
+    ``linked.jpg`` a symbolic link; returns its path."""
+    root = os.path.join(directory, "voc")
     write_voc(root, {"good": 1, "twice": 1, "linked": 1})
-    archive = str(tmp_path / "voc.tar")
+    archive = os.path.join(directory, "voc.tar")
     with tarfile.open(archive, "w") as t:
-        for directory in ("Annotations", "JPEGImages"):
-            for name in sorted(os.listdir(os.path.join(root, directory))):
+        for folder in ("Annotations", "JPEGImages"):
+            for name in sorted(os.listdir(os.path.join(root, folder))):
                 if name != "linked.jpg":
-                    t.add(os.path.join(root, directory, name), f"{directory}/{name}")
+                    t.add(os.path.join(root, folder, name), f"{folder}/{name}")
         data = picture()
         info = tarfile.TarInfo("JPEGImages/twice.jpg")  # a second member of this name
         info.size = len(data)
@@ -177,6 +178,12 @@ def test_voc_members_that_cannot_be_read_are_rejected_by_name(tmp_path):
         link = tarfile.TarInfo("JPEGImages/linked.jpg")
         link.type, link.linkname = tarfile.SYMTYPE, "good.jpg"
         t.addfile(link)
+    return archive
+
+
+def test_voc_members_that_cannot_be_read_are_rejected_by_name(tmp_path):
+    """A link, a name held twice: the annotation naming it is rejected; the rest converts."""
+    archive = write_voc_tar_with_link_and_twin(str(tmp_path))
     out = converted(archive, str(tmp_path / "out"), "--task", "detection")
     acc = manifest_doc(out)["accounting"]
     assert acc["written"] == 1 and acc["inputs"] == 3

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
-import tarfile
 
 import images as I
 import pytest
 from conftest import convert, manifest_doc, run_cli
-from test_detection import H, W, picture, write_coco, write_voc
-from test_detection_archives import RESIZE, VOC_TOP, pack, write_bad_voc
+from test_detection import H, W, write_coco, write_voc
+from test_detection_archives import RESIZE, VOC_TOP, pack, write_bad_voc, write_voc_tar_with_link_and_twin
 from test_sources import JUNK, write_tar, write_tree, write_zip
 
 SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "11")
@@ -200,21 +198,7 @@ def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_count
 
 def test_archive_members_an_annotation_cannot_use_are_planned_as_the_run_rejects_them(tmp_path):
     """A link and a name held twice: the run rejects the annotated images naming them, and so does the plan."""
-    root = str(tmp_path / "voc")
-    write_voc(root, {"good": 1, "twice": 1, "linked": 1})
-    archive = str(tmp_path / "voc.tar")
-    with tarfile.open(archive, "w") as t:
-        for directory in ("Annotations", "JPEGImages"):
-            for name in sorted(os.listdir(os.path.join(root, directory))):
-                if name != "linked.jpg":
-                    t.add(os.path.join(root, directory, name), f"{directory}/{name}")
-        data = picture()
-        info = tarfile.TarInfo("JPEGImages/twice.jpg")
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-        link = tarfile.TarInfo("JPEGImages/linked.jpg")
-        link.type, link.linkname = tarfile.SYMTYPE, "good.jpg"
-        t.addfile(link)
+    archive = write_voc_tar_with_link_and_twin(str(tmp_path))
     out = str(tmp_path / "records")
     found = plan(archive, out, *SPLITS)
     assert found["rejected"]["by_reason"] == {"duplicate_member": 1, "unsupported_member": 1}
