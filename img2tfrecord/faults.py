@@ -33,8 +33,9 @@ def pause_at(phase: str) -> None:
     if not marker:
         time.sleep(_PAUSE_S)
         return
-    with open(marker, "w", encoding="utf-8") as f:
+    with open(marker + ".tmp", "w", encoding="utf-8") as f:
         f.write(f"{phase} {os.getpid()}\n")
+    os.replace(marker + ".tmp", marker)  # whole when it appears: the test may read it at once
     deadline = time.monotonic() + _PAUSE_S
     while os.path.exists(marker) and time.monotonic() < deadline:  # the test removes it to let the run go on
         time.sleep(0.05)
