@@ -14,6 +14,10 @@ from start to exit (imports included), with peak RSS from ``/usr/bin/time -v``.
     .venv/bin/python benchmarks/bench_convert.py --kind mixed --convert-args=--no-analyze   # 300-2000 px, JPEG+PNG
     .venv/bin/python benchmarks/bench_convert.py --num-images 2000 --convert-args=--no-analyze --variant=--dedupe
 
+``--ceiling`` adds the loop run as two processes started together, each on half of the images
+(every second file): the speed-up that splitting the one-core work across the cores gives on this
+machine, to read the ratio of ``convert`` against.
+
 ``--variant ARGS`` adds a configuration: the same ``convert`` command plus ARGS, timed in the
 same alternation, with its time relative to plain ``convert``.
 
@@ -46,15 +50,16 @@ from PIL import Image
 import tensorflow as tf
 
 src, out, size, fmt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+part, parts = (int(n) for n in (sys.argv[5] if len(sys.argv) > 5 else "0/1").split("/"))
 classes = sorted(os.listdir(src))
 os.makedirs(out, exist_ok=True)
 
 def feature_bytes(v): return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
 def feature_int(v): return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
 
-with tf.io.TFRecordWriter(os.path.join(out, "train-00000-of-00001.tfrecord")) as writer:
+with tf.io.TFRecordWriter(os.path.join(out, f"train-{part:05d}-of-{parts:05d}.tfrecord")) as writer:
     for label, name in enumerate(classes):
-        for fname in sorted(os.listdir(os.path.join(src, name))):
+        for fname in sorted(os.listdir(os.path.join(src, name)))[part::parts]:
             path = os.path.join(src, name, fname)
             data = open(path, "rb").read()
             img = Image.open(io.BytesIO(data))
@@ -84,21 +89,36 @@ with tf.io.TFRecordWriter(os.path.join(out, "train-00000-of-00001.tfrecord")) as
 """
 
 
+def _usage(proc, stderr, cmd):
+    """(peak RSS in MB, CPU seconds: user + system) from /usr/bin/time -v's report on ``stderr``."""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:4]} failed:\n{stderr[-3000:]}")
+    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1))
+    cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", stderr).group(1)) for kind in ("User", "System"))
+    return rss_kb / 1024, cpu
+
+
 def timed(cmd, env=None):
     """(seconds, peak RSS in MB, CPU seconds: user + system) of a whole command, from /usr/bin/time -v.
 
     The CPU time covers the process and the children it waited for (the conversion processes).
     """
+    return timed_together([cmd], env)
+
+
+def timed_together(cmds, env=None):
+    """(seconds until the last exits, summed peak RSS in MB, summed CPU seconds) of commands started together."""
     start = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
+    procs = [
+        subprocess.Popen(
+            ["/usr/bin/time", "-v", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for cmd in cmds
+    ]
+    outputs = [proc.communicate()[1] for proc in procs]
     seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[:4]} failed:\n{proc.stderr[-3000:]}")
-    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
-    cpu = sum(
-        float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", proc.stderr).group(1)) for kind in ("User", "System")
-    )
-    return seconds, rss_kb / 1024, cpu
+    usage = [_usage(proc, stderr, cmd) for cmd, proc, stderr in zip(cmds, procs, outputs)]
+    return seconds, sum(rss for rss, _ in usage), sum(cpu for _, cpu in usage)
 
 
 def main(argv=None):
@@ -116,6 +136,12 @@ def main(argv=None):
         default=[],
         metavar="ARGS",
         help="another configuration: convert with these extra arguments too, e.g. '--dedupe' (repeatable)",
+    )
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also time the loop as two processes started together, each on half of the images: "
+        "what splitting the one-core loop across the cores gives on this machine",
     )
     args = parser.parse_args(argv)
 
@@ -143,16 +169,19 @@ def main(argv=None):
         *args.convert_args.split(),
     ]
     variants = {f"convert {v}": v.split() for v in args.variant}
-    rows = {"baseline": [], "convert": [], **{name: [] for name in variants}}
+    rows = {"baseline": [], **({"2 loops": []} if args.ceiling else {}), "convert": []}
+    rows.update({name: [] for name in variants})
     try:
         for run in range(args.runs):
             for i, name in enumerate(rows):
                 out = os.path.join(work, f"{i}-{run}")
+                loop = [sys.executable, "-c", BASELINE, src, out, str(args.image_size), args.format]
                 if name == "baseline":
-                    cmd = [sys.executable, "-c", BASELINE, src, out, str(args.image_size), args.format]
+                    seconds, rss, cpu = timed(loop, env)
+                elif name == "2 loops":
+                    seconds, rss, cpu = timed_together([loop + ["0/2"], loop + ["1/2"]], env)
                 else:
-                    cmd = convert_cmd + variants.get(name, []) + ["--output", out]
-                seconds, rss, cpu = timed(cmd, env)
+                    seconds, rss, cpu = timed(convert_cmd + variants.get(name, []) + ["--output", out], env)
                 rows[name].append({"seconds": seconds, "peak_rss_mb": rss, "cpu_seconds": cpu})
                 print(
                     f"run {run + 1}/{args.runs} {name:8s} {seconds:7.1f} s  "
@@ -187,6 +216,10 @@ def main(argv=None):
             f"{s['median_cpu_seconds']:8.1f}"
         )
     print(f"ratio convert/baseline: {ratio:.2f}x")
+    ceiling = None
+    if args.ceiling:
+        ceiling = summary["baseline"]["median_seconds"] / summary["2 loops"]["median_seconds"]
+        print(f"ratio 2 loops/baseline: {ceiling:.2f}x (the loop split across two processes on this machine)")
     for name in variants:
         extra = summary[name]["median_seconds"] / summary["convert"]["median_seconds"] - 1
         extra_cpu = summary[name]["median_cpu_seconds"] / summary["convert"]["median_cpu_seconds"] - 1
@@ -204,6 +237,7 @@ def main(argv=None):
         "runs": rows,
         "summary": summary,
         "ratio": ratio,
+        "two_loops_ratio": ceiling,
     }
     path = os.path.join(results_dir, f"bench_convert-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
     with open(path, "w") as f:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 
 _SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 _PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 _SKIPPED_SEGMENTS = frozenset({0xFE} | set(range(0xE0, 0xF0)))  # COM, APP0-APP15
+# The first 0xFF that starts a marker: not stuffing (00), a restart marker (D0-D7) or a fill byte (FF).
+_NEXT_MARKER = re.compile(rb"\xff(?![\x00\xd0-\xd7\xff])")
 
 
 def jpeg_can_be_kept(data: bytes) -> bool:
@@ -39,16 +42,11 @@ def jpeg_can_be_kept(data: bytes) -> bool:
             break
     if frame_components is None or progressive or data[pos - length + 2] < frame_components:
         return True  # several scans: Pillow has read the file to its end
-    # Skip the entropy-coded data: 0xFF is followed by 0x00 (stuffing), a restart marker or fill bytes.
-    while True:
-        pos = data.find(b"\xff", pos)
-        if pos < 0 or pos + 1 >= n:
-            return False
-        following = data[pos + 1]
-        if following == 0x00 or 0xD0 <= following <= 0xD7 or following == 0xFF:
-            pos += 1 if following == 0xFF else 2
-            continue
-        break
+    # Skip the entropy-coded data: there 0xFF is followed by 0x00 (stuffing), a restart marker or fill bytes.
+    found = _NEXT_MARKER.search(data, pos)
+    if found is None or found.start() + 1 >= n:
+        return False
+    pos = found.start()
     # After the one scan: comment and application segments may come, then the end-of-image marker.
     while True:
         marker = data[pos + 1]
