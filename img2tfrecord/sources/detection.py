@@ -34,7 +34,7 @@ from img2tfrecord.model import (
 )
 from img2tfrecord.sources.files import open_raw, read_capped
 from img2tfrecord.sources.layout import relative_path
-from img2tfrecord.sources.manifests import canonical_split, manifest_kind, resolve_row_path
+from img2tfrecord.sources.manifests import canonical_split, csv_rows, jsonl_objects, manifest_kind, resolve_row_path
 
 VOC = "voc"
 COCO = "coco"
@@ -389,23 +389,14 @@ def box_rows(path: str, data: Optional[bytes] = None) -> Iterator[Tuple[int, Dic
     with open_raw(path) if data is None else io.BytesIO(data) as raw:
         lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         if manifest_kind(path) == "jsonl":
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except ValueError as e:
-                    yield number, {"error": f"line is not JSON: {e}"}
-                    continue
-                if not isinstance(obj, dict):
-                    yield number, {"error": "line is not a JSON object"}
+            for number, obj in jsonl_objects(lines):
+                if isinstance(obj, str):
+                    yield number, {"error": obj}
                     continue
                 yield number, {k: obj[k] for k in BOX_COLUMNS if obj.get(k) is not None}
             return
         columns: Optional[Dict[str, int]] = None
-        for number, cells in enumerate(csv.reader(lines), 1):
-            if not cells or not any(c.strip() for c in cells):
-                continue
+        for number, cells in csv_rows(lines):
             if columns is None:
                 lowered = [c.strip().lower() for c in cells]
                 columns = {name: lowered.index(name) for name in BOX_COLUMNS if name in lowered}

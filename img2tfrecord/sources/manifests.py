@@ -7,7 +7,7 @@ import io
 import json
 import os
 import posixpath
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.sharding import split_of_folder
 from img2tfrecord.model import RowPlacement, WorkItem, error_row
@@ -35,6 +35,29 @@ def _text_lines(path: str) -> Iterator[str]:
         yield from io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
 
 
+def jsonl_objects(lines: Iterable[str]) -> Iterator[Tuple[int, Union[Dict[str, Any], str]]]:
+    """``(line number, object)`` of each non-blank JSONL line; a line that is not a JSON object: ``(number, why)``."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            yield number, f"line is not JSON: {e}"
+            continue
+        if not isinstance(obj, dict):
+            yield number, "line is not a JSON object"
+            continue
+        yield number, obj
+
+
+def csv_rows(lines: Iterable[str]) -> Iterator[Tuple[int, List[str]]]:
+    """``(row number, cells)`` of each CSV row that has a non-blank cell (the header included)."""
+    for number, cells in enumerate(csv.reader(lines), 1):
+        if cells and any(c.strip() for c in cells):
+            yield number, cells
+
+
 def manifest_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
     """``(line number, {"path", ["label"], ["split"]} or {"error": message})`` of every row.
 
@@ -47,16 +70,9 @@ def manifest_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
     kind = manifest_kind(path)
     lines = _text_lines(path)
     if kind == "jsonl":
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield number, {"error": f"line is not JSON: {e}"}
-                continue
-            if not isinstance(obj, dict):
-                yield number, {"error": "line is not a JSON object"}
+        for number, obj in jsonl_objects(lines):
+            if isinstance(obj, str):
+                yield number, {"error": obj}
                 continue
             # A number label (JSONL "label": 3) is the class "3"; the ids still follow sorted names.
             yield (
@@ -69,9 +85,7 @@ def manifest_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
             )
         return
     columns: Optional[Dict[str, int]] = None
-    for number, cells in enumerate(csv.reader(lines), 1):
-        if not cells or not any(c.strip() for c in cells):
-            continue
+    for number, cells in csv_rows(lines):
         if columns is None:
             lowered = [c.strip().lower() for c in cells]
             if "path" in lowered:
