@@ -24,7 +24,6 @@ the runs. Results go to ``benchmarks/results/bench_analyze-<time>.json``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -37,8 +36,10 @@ from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
 sys.path[:0] = [ROOT, HERE]
+
+from common import RESULTS_DIR as RESULTS  # noqa: E402
+from common import save_result  # noqa: E402
 
 IMAGE_SIZE = 224
 BASE, DEFAULT, EXACT = "--no-analyze", "analyze (default)", "--exact-statistics"
@@ -158,32 +159,26 @@ def main(argv: List[str] | None = None) -> int:
     )
     print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} CPUs")
 
-    os.makedirs(RESULTS, exist_ok=True)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(RESULTS, f"bench_analyze-{stamp}.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(
-            {
-                "corpus": src,
-                "images": args.images,
-                "image_size": IMAGE_SIZE,
-                "settings": vars(args),
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "platform": platform.platform(),
-                    "loadavg_before": load_before,
-                    "loadavg_after": load_after,
-                },
-                "added": added,
-                "target_added_wall": TARGET,
-                "modes": summary,
-                "statistics": stats,
-                "default_vs_exact": {"max_mean_difference": mean_diff, "max_std_relative_difference": std_diff},
+    save_result(
+        "bench_analyze",
+        {
+            "corpus": src,
+            "images": args.images,
+            "image_size": IMAGE_SIZE,
+            "settings": vars(args),
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "loadavg_before": load_before,
+                "loadavg_after": load_after,
             },
-            f,
-            indent=2,
-        )
-    print(f"wrote {path}")
+            "added": added,
+            "target_added_wall": TARGET,
+            "modes": summary,
+            "statistics": stats,
+            "default_vs_exact": {"max_mean_difference": mean_diff, "max_std_relative_difference": std_diff},
+        },
+    )
     return 0
 
 

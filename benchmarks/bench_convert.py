@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import re
 import shutil
@@ -43,6 +42,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
+from common import save_result  # noqa: E402
 
 BASELINE = r"""
 import hashlib, io, os, sys
@@ -239,10 +239,7 @@ def main(argv=None):
         "ratio": ratio,
         "two_loops_ratio": ceiling,
     }
-    path = os.path.join(results_dir, f"bench_convert-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {path}")
+    save_result("bench_convert", result)
 
 
 if __name__ == "__main__":

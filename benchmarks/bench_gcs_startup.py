@@ -18,9 +18,7 @@ results go to ``benchmarks/results/bench_gcs_startup-<time>.json``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import io
-import json
 import os
 import statistics
 import sys
@@ -32,6 +30,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(_HERE), os.path.join(os.path.dirname(_HERE), "tests")]
 
 import gcs_emulator  # noqa: E402
+from common import save_result  # noqa: E402
 from PIL import Image  # noqa: E402
 
 _CLASSES = 100
@@ -123,11 +122,8 @@ def main() -> None:
         assert result["files"] == count, result
         per_thousand = 1e6 * result["seconds"] / count
         print(f"{count:>8}  {result['seconds']:>16.2f}  {per_thousand:>18.1f}  {result['opened']:>14}")
-    os.makedirs(os.path.join(_HERE, "results"), exist_ok=True)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    with open(os.path.join(_HERE, "results", f"bench_gcs_startup-{stamp}.json"), "w", encoding="utf-8") as f:
-        doc = {"objects": args.objects, "runs": args.runs, "rows": [{"objects": c, **r} for c, r in rows]}
-        json.dump(doc, f, indent=1)
+    doc = {"objects": args.objects, "runs": args.runs, "rows": [{"objects": c, **r} for c, r in rows]}
+    save_result("bench_gcs_startup", doc, indent=1)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ runs. Results go to ``benchmarks/results/bench_load-<time>.json``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -35,8 +34,11 @@ from typing import Callable, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
 sys.path[:0] = [ROOT, HERE]
+
+from common import RESULTS_DIR as RESULTS  # noqa: E402
+from common import save_result  # noqa: E402
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 IMAGE_SIZE = 224
@@ -176,30 +178,24 @@ def main(argv: List[str] | None = None) -> int:
     print(f"ratio load / hand-tuned: {ratio:.2f}x wall clock, {cpu_ratio:.2f}x per CPU-second (target >= 0.9x)")
     print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} CPUs")
 
-    os.makedirs(RESULTS, exist_ok=True)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(RESULTS, f"bench_load-{stamp}.json")
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(
-            {
-                "corpus": path,
-                "image_size": IMAGE_SIZE,
-                "settings": vars(args),
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "platform": platform.platform(),
-                    "tensorflow": tf.__version__,
-                    "loadavg_before": load_before,
-                    "loadavg_after": load_after,
-                },
-                "ratio_wall": ratio,
-                "ratio_cpu": cpu_ratio,
-                "pipelines": summary,
+    save_result(
+        "bench_load",
+        {
+            "corpus": path,
+            "image_size": IMAGE_SIZE,
+            "settings": vars(args),
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "tensorflow": tf.__version__,
+                "loadavg_before": load_before,
+                "loadavg_after": load_after,
             },
-            f,
-            indent=2,
-        )
-    print(f"wrote {out}")
+            "ratio_wall": ratio,
+            "ratio_cpu": cpu_ratio,
+            "pipelines": summary,
+        },
+    )
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
+from common import save_result  # noqa: E402
 
 MODES = {
     "keep --no-analyze": ["--format", "keep", "--no-analyze"],
@@ -150,19 +150,15 @@ def main(argv=None):
         ratio = peaks[sizes[-1]] / peaks[sizes[0]]
         cells = "  ".join(f"{n}: {peaks[n]:.0f} MB" for n in sizes)
         print(f"{mode:22s} {cells}  ratio {sizes[-1]}/{sizes[0]}: {ratio:.2f}")
-    path = os.path.join(results_dir, f"bench_memory-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
-    with open(path, "w") as f:
-        json.dump(
-            {
-                "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "kind": args.kind,
-                "cpu_count": os.cpu_count(),
-                "rows": rows,
-            },
-            f,
-            indent=2,
-        )
-    print(f"wrote {path}")
+    save_result(
+        "bench_memory",
+        {
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "kind": args.kind,
+            "cpu_count": os.cpu_count(),
+            "rows": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

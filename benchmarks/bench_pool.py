@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import resource
 import statistics
@@ -27,6 +26,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+
+from common import save_result  # noqa: E402
 
 from img2tfrecord.conversion.converter import ImageConverter  # noqa: E402
 from img2tfrecord.conversion.pool import ConversionPool  # noqa: E402
@@ -106,12 +107,7 @@ def main(argv=None):
         "median_seconds": {str(n): s for n, s in medians.items()},
         "speedup": speedup,
     }
-    results_dir = os.path.join(HERE, "results")
-    os.makedirs(results_dir, exist_ok=True)
-    path = os.path.join(results_dir, f"bench_pool-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {path}")
+    save_result("bench_pool", result)
 
 
 if __name__ == "__main__":
