@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 from conftest import convert, manifest_doc
@@ -63,7 +63,8 @@ def write_voc(root: str, images: Dict[str, int], extra_objects: str = "") -> Non
             f.write(xml)
 
 
-def write_coco(root: str, images: Dict[str, int]) -> None:
+def write_coco(root: str, images: Dict[str, int], change: Optional[Callable[[dict], None]] = None) -> None:
+    """A COCO folder of ``images`` (name -> EXIF orientation) and their boxes; ``change`` edits the JSON first."""
     os.makedirs(os.path.join(root, "annotations"))
     os.makedirs(os.path.join(root, "images"))
     doc: Dict[str, list] = {"images": [], "annotations": [], "categories": []}
@@ -84,6 +85,8 @@ def write_coco(root: str, images: Dict[str, int]) -> None:
                     "iscrowd": 0,
                 }
             )
+    if change is not None:
+        change(doc)
     with open(os.path.join(root, "annotations", "instances_data.json"), "w") as f:
         json.dump(doc, f)
 
@@ -250,15 +253,13 @@ def test_bad_input_is_reported_and_accounted(tmp_path):
 
 def test_coco_bad_input(tmp_path):
     root = str(tmp_path / "coco")
-    write_coco(root, {"a": 1, "b": 1})
-    path = os.path.join(root, "annotations", "instances_data.json")
-    with open(path) as f:
-        doc = json.load(f)
-    doc["annotations"].append({"id": 99, "image_id": 1, "category_id": 77, "bbox": [1, 1, 5, 5]})
-    doc["annotations"].append({"id": 98, "image_id": 42, "category_id": 10, "bbox": [1, 1, 5, 5]})
-    doc["images"].append({"id": 3, "file_name": "nowhere.jpg", "width": W, "height": H})
-    with open(path, "w") as f:
-        json.dump(doc, f)
+
+    def add_bad_entries(doc):
+        doc["annotations"].append({"id": 99, "image_id": 1, "category_id": 77, "bbox": [1, 1, 5, 5]})
+        doc["annotations"].append({"id": 98, "image_id": 42, "category_id": 10, "bbox": [1, 1, 5, 5]})
+        doc["images"].append({"id": 3, "file_name": "nowhere.jpg", "width": W, "height": H})
+
+    write_coco(root, {"a": 1, "b": 1}, change=add_bad_entries)
     with open(os.path.join(root, "annotations", "instances_broken.json"), "w") as f:
         f.write("{not json")
     out = str(tmp_path / "out")

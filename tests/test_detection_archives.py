@@ -226,12 +226,7 @@ def test_coco_archive_with_split_files_gives_the_records_of_its_folder(tmp_path)
 def test_coco_json_over_the_image_limit_is_read_from_a_tar_gz(tmp_path):
     """A tar.gz carries its members' bytes, up to --max-file-mb for images; annotation files have their own limit."""
     root = str(tmp_path / "coco")
-    write_coco(root, {"a": 1, "b": 6})
-    path = os.path.join(root, "annotations", "instances_data.json")
-    with open(path) as f:
-        doc = json.load(f)
-    with open(path, "w") as f:
-        json.dump(dict(doc, info={"description": "x" * 40_000}), f)
+    write_coco(root, {"a": 1, "b": 6}, change=lambda doc: doc.update(info={"description": "x" * 40_000}))
     archive = pack(root, str(tmp_path / "coco.tgz"))
     out = converted(archive, str(tmp_path / "out"), "--max-file-mb", "0.02")  # 20 KB: the JSON is 40 KB
     acc = manifest_doc(out)["accounting"]

@@ -210,14 +210,12 @@ def test_archive_members_an_annotation_cannot_use_are_planned_as_the_run_rejects
 
 def write_coco_with_bad_input(root: str) -> None:
     """COCO images and JSON; the JSON also names an image that is not there and annotates an unknown image id."""
-    write_coco(root, {f"c{i}": 1 + i % 8 for i in range(8)})
-    path = os.path.join(root, "annotations", "instances_data.json")
-    with open(path) as f:
-        doc = json.load(f)
-    doc["images"].append({"id": 99, "file_name": "nowhere.jpg", "width": W, "height": H})
-    doc["annotations"].append({"id": 999, "image_id": 42, "category_id": 10, "bbox": [1, 1, 5, 5]})
-    with open(path, "w") as f:
-        json.dump(doc, f)
+
+    def add_bad_entries(doc):
+        doc["images"].append({"id": 99, "file_name": "nowhere.jpg", "width": W, "height": H})
+        doc["annotations"].append({"id": 999, "image_id": 42, "category_id": 10, "bbox": [1, 1, 5, 5]})
+
+    write_coco(root, {f"c{i}": 1 + i % 8 for i in range(8)}, change=add_bad_entries)
 
 
 def test_a_coco_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(tmp_path):
