@@ -212,25 +212,31 @@ def test_voc_coco_and_csv_give_the_same_records(tmp_path):
     assert len(results["voc"]) == 4
 
 
-def test_bad_input_is_reported_and_accounted(tmp_path):
-    root = str(tmp_path / "voc")
-    bad_object = (
+def write_voc_with_bad_annotations(root: str, images: Dict[str, int]) -> None:
+    """A VOC folder of ``images`` whose boxes include two bad ones, plus a malformed annotation, a DTD
+    bomb, an annotation of a missing image and ``empty.jpg`` annotated without boxes."""
+    bad_boxes = (
         "<object><name>dog</name><bndbox><xmin>50</xmin><ymin>5</ymin><xmax>40</xmax><ymax>9</ymax></bndbox></object>"
         "<object><name>cat</name><bndbox><xmin>500</xmin><ymin>500</ymin><xmax>600</xmax><ymax>600</ymax></bndbox>"
         "</object>"
     )
-    write_voc(root, {"good": 1}, extra_objects=bad_object)
+    write_voc(root, images, extra_objects=bad_boxes)
     ann = os.path.join(root, "Annotations")
     with open(os.path.join(ann, "broken.xml"), "w") as f:
         f.write("<annotation><filename>broken.jpg</filename>")  # malformed
     with open(os.path.join(ann, "bomb.xml"), "w") as f:
         f.write('<?xml version="1.0"?><!DOCTYPE a [<!ENTITY x "xxxxxxxx">]><annotation>&x;</annotation>')
     with open(os.path.join(ann, "missing.xml"), "w") as f:
-        f.write("<annotation><filename>missing.jpg</filename></annotation>")
+        f.write("<annotation><filename>missing.jpg</filename></annotation>")  # no such image
     with open(os.path.join(ann, "empty.xml"), "w") as f:
-        f.write("<annotation><filename>empty.jpg</filename></annotation>")
+        f.write("<annotation><filename>empty.jpg</filename></annotation>")  # an image without boxes
     with open(os.path.join(root, "JPEGImages", "empty.jpg"), "wb") as f:
         f.write(picture())
+
+
+def test_bad_input_is_reported_and_accounted(tmp_path):
+    root = str(tmp_path / "voc")
+    write_voc_with_bad_annotations(root, {"good": 1})
     out = str(tmp_path / "out")
     proc = convert(root, out)
     assert proc.returncode == 0, proc.stderr

@@ -24,6 +24,7 @@ from test_detection import (
     write_coco,
     write_csv,
     write_voc,
+    write_voc_with_bad_annotations,
 )
 
 from img2tfrecord.schemas import features as keys
@@ -91,24 +92,10 @@ def converted(source: str, output: str, *extra: str) -> str:
 
 def write_bad_voc(root: str) -> None:
     """A VOC root: good images (EXIF orientations), bad boxes, bad and missing annotations, image sets."""
-    bad_boxes = (
-        "<object><name>dog</name><bndbox><xmin>50</xmin><ymin>5</ymin><xmax>40</xmax><ymax>9</ymax></bndbox></object>"
-        "<object><name>cat</name><bndbox><xmin>500</xmin><ymin>500</ymin><xmax>600</xmax><ymax>600</ymax></bndbox>"
-        "</object>"
-    )
-    write_voc(root, {"o1": 1, "o3": 3, "o6": 6, "o8": 8}, extra_objects=bad_boxes)
-    ann = os.path.join(root, "Annotations")
-    with open(os.path.join(ann, "broken.xml"), "w") as f:
-        f.write("<annotation><filename>broken.jpg</filename>")  # malformed
-    with open(os.path.join(ann, "bomb.xml"), "w") as f:
-        f.write('<?xml version="1.0"?><!DOCTYPE a [<!ENTITY x "xxxxxxxx">]><annotation>&x;</annotation>')
-    with open(os.path.join(ann, "missing.xml"), "w") as f:
-        f.write("<annotation><filename>missing.jpg</filename></annotation>")  # no such image
-    with open(os.path.join(ann, "empty.xml"), "w") as f:
-        f.write("<annotation><filename>empty.jpg</filename></annotation>")  # an image without boxes
-    with open(os.path.join(ann, "orphan.xml"), "w") as f:
+    write_voc_with_bad_annotations(root, {"o1": 1, "o3": 3, "o6": 6, "o8": 8})
+    with open(os.path.join(root, "Annotations", "orphan.xml"), "w") as f:
         f.write("<annotation><filename>orphan.jpg</filename></annotation>")  # in no image set
-    for name in ("empty", "orphan", "stray"):  # stray.jpg: no annotation names it, so it is no input
+    for name in ("orphan", "stray"):  # stray.jpg: no annotation names it, so it is no input
         with open(os.path.join(root, "JPEGImages", name + ".jpg"), "wb") as f:
             f.write(picture())
     sets = os.path.join(root, "ImageSets", "Main")
