@@ -15,18 +15,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IN_MEMORY = ("--runner=FnApiRunner", "--direct_running_mode=in_memory")
 
 
+def cli_command(*args: str) -> list:
+    """The argv of ``python -m img2tfrecord ARGS`` (run with ``cwd=ROOT`` and :func:`cli_env`)."""
+    return [sys.executable, "-m", "img2tfrecord", *args]
+
+
+def cli_env(env=None) -> dict:
+    """This environment with the project importable and TensorFlow's C++ logging quieter, plus ``env``."""
+    return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+
+
 def run_cli(*args: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
     """Run ``python -m img2tfrecord ARGS`` and return the finished process (text output)."""
-    full_env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    if env:
-        full_env.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "img2tfrecord", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-        cwd=ROOT,
+        cli_command(*args), capture_output=True, text=True, timeout=timeout, env=cli_env(env), cwd=ROOT
     )
 
 

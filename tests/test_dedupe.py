@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 import zipfile
@@ -28,7 +27,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import ROOT, convert, manifest_doc, run_cli, shard_digests
+from conftest import ROOT, cli_command, cli_env, convert, manifest_doc, run_cli, shard_digests
 
 from img2tfrecord import faults
 from img2tfrecord.conversion.converter import ImageConverter
@@ -231,13 +230,8 @@ def test_resume_with_another_dedupe_is_refused_and_the_same_one_finishes(planted
     reference, _ = deduped
     out = str(tmp_path / "out")
     marker = str(tmp_path / "paused")
-    env = dict(
-        os.environ,
-        PYTHONPATH=ROOT,
-        TF_CPP_MIN_LOG_LEVEL="2",
-        **{faults.ENV: "pause:finalizing", faults.MARKER_ENV: marker},
-    )
-    cmd = [sys.executable, "-m", "img2tfrecord", "convert", "--input", root, "--output", out, *ARGS, "--dedupe"]
+    env = cli_env({faults.ENV: "pause:finalizing", faults.MARKER_ENV: marker})
+    cmd = cli_command("convert", "--input", root, "--output", out, *ARGS, "--dedupe")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180

@@ -30,14 +30,13 @@ import re
 import resource
 import signal
 import subprocess
-import sys
 import time
 
 import apache_beam as beam
 import images as I
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from conftest import ROOT, convert, manifest_doc
+from conftest import ROOT, cli_command, cli_env, convert, manifest_doc
 from test_convert_cli import read_records
 from test_hostile import FAST
 
@@ -176,14 +175,6 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
 # -- the whole process killed ---------------------------------------------------------------------
 
 
-def _cli(*args):
-    return [sys.executable, "-m", "img2tfrecord", *args]
-
-
-def _env():
-    return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-
-
 def _run_folder(out: str):
     found = glob.glob(os.path.join(out, manifest.RUN_FOLDER_PREFIX + "*"))
     return found[0] if found else None
@@ -196,7 +187,9 @@ def _done_files(out: str):
 
 def _kill_when(args, ready, what: str, env=None):
     """Start ``convert args``, SIGKILL it as soon as ``ready()`` holds; -> its return code."""
-    proc = subprocess.Popen(_cli(*args), cwd=ROOT, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cli_command(*args), cwd=ROOT, env=env or cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 180
         while not ready():
@@ -300,9 +293,9 @@ def test_writes_failing_mid_run_exit_1_then_overwrite_recovers(tmp_path):
         *FAST,
     )
     proc = subprocess.run(
-        _cli(*args),
+        cli_command(*args),
         cwd=ROOT,
-        env=_env(),
+        env=cli_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -348,7 +341,7 @@ def test_a_kill_at_each_phase_leaves_nothing_that_looks_complete_and_resume_fini
     root, files, reference = phase_input
     out = str(tmp_path / "out")
     marker = str(tmp_path / "paused")
-    env = dict(_env(), **{faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
+    env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
     args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
     assert _kill_when(args, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
     with open(marker) as f:
@@ -377,7 +370,7 @@ def test_a_kill_while_converting_then_overwrite_gives_the_same_output(tmp_path, 
     root, files, reference = phase_input
     out = str(tmp_path / "out")
     marker = str(tmp_path / "paused")
-    env = dict(_env(), **{faults.ENV: "pause:converting", faults.MARKER_ENV: marker})
+    env = cli_env({faults.ENV: "pause:converting", faults.MARKER_ENV: marker})
     args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
     assert _kill_when(args, lambda: os.path.exists(marker), "paused while converting", env=env) == -signal.SIGKILL
     again = convert(root, out, *PHASE_ARGS, "--overwrite", runner=())
@@ -392,8 +385,8 @@ def test_counts_that_do_not_add_up_fail_the_run_without_success(tmp_path, phase_
     root, _, _ = phase_input
     out = str(tmp_path / "out")
     args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
-    env = dict(_env(), **{faults.ENV: "drop_record"})
-    proc = subprocess.run(_cli(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = cli_env({faults.ENV: "drop_record"})
+    proc = subprocess.run(cli_command(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     found = re.search(r"AccountingError: (\d+) inputs but (\d+) records written and (\d+) rejected", last)

@@ -12,13 +12,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from typing import Dict, List, Tuple
 
 import images as I
 import pytest
-from conftest import IN_MEMORY, ROOT, run_cli
+from conftest import IN_MEMORY, ROOT, cli_command, cli_env, run_cli
 from gcs_emulator import Emulator, gcs_fixture, upload_file, upload_tree  # noqa: F401 - the gcs fixture
 from test_sources import dataset_files, write_tar, write_tree, write_zip
 
@@ -189,9 +188,9 @@ def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_byt
     out = gcs.url("resume", "out")
     args = ("convert", "--input", source, "--output", out, *RESUME_ARGS)
     marker = str(tmp_path / "paused")
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **gcs.env)
-    env.update({faults.ENV: "pause:converting", faults.MARKER_ENV: marker})  # a shard done, the next half written
-    proc = subprocess.Popen([sys.executable, "-m", "img2tfrecord", *args], cwd=ROOT, env=env, start_new_session=True)
+    # Paused with a shard done and the next half written.
+    env = cli_env({**gcs.env, faults.ENV: "pause:converting", faults.MARKER_ENV: marker})
+    proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not os.path.exists(marker):
@@ -226,12 +225,10 @@ def test_objects_deleted_while_the_run_converts_are_not_found_rows(gcs, tmp_path
     inputs = upload_tree(root, source)
     out = gcs.url("vanishing", "out")
     marker = str(tmp_path / "paused")
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **gcs.env)
-    env.update({faults.ENV: "pause:converting", faults.MARKER_ENV: marker})  # the pipeline listed; a shard is done
+    # Paused once the pipeline has listed the input and a shard is done.
+    env = cli_env({**gcs.env, faults.ENV: "pause:converting", faults.MARKER_ENV: marker})
     args = ("convert", "--input", source, "--output", out, *RESUME_ARGS, *IN_MEMORY, "--processes", "1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "img2tfrecord", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
         while not os.path.exists(marker):

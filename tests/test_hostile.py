@@ -20,7 +20,7 @@ from typing import Dict, Optional, Tuple, Union
 import images as I
 import numpy as np
 import pytest
-from conftest import ROOT, convert
+from conftest import ROOT, cli_command, cli_env, convert
 from PIL import Image
 from test_convert_cli import read_records
 
@@ -451,11 +451,10 @@ def test_output_through_a_file_exits_2_with_one_line(tmp_path):
 
 def convert_unprivileged(root: str, out: str, *extra: str) -> subprocess.CompletedProcess:
     """``convert`` with permission bits in force: as root, without the capabilities that bypass them."""
-    argv = [sys.executable, "-m", "img2tfrecord", "convert", "--input", root, "--output", out, *extra]
+    argv = cli_command("convert", "--input", root, "--output", out, *extra)
     if os.geteuid() == 0:
         argv = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=cli_env(), cwd=ROOT)
 
 
 def test_read_only_output_folder_exits_2(tmp_path):

@@ -10,13 +10,12 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import termios
 import time
 
 import images as I
 import pytest
-from conftest import IN_MEMORY, ROOT, convert, manifest_doc, run_cli
+from conftest import IN_MEMORY, ROOT, cli_command, cli_env, convert, manifest_doc, run_cli
 
 from img2tfrecord import faults, progress
 
@@ -114,10 +113,10 @@ def run_in_terminal(*args: str, env: dict, timeout: float = 300) -> tuple:
     """``python -m img2tfrecord ARGS`` with stdin, stdout and stderr on a pseudo-terminal; -> (exit code, output)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-    full_env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TERM="xterm-256color", **env)
+    full_env = cli_env({"TERM": "xterm-256color", **env})
     full_env.pop("NO_COLOR", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "img2tfrecord", *args],
+        cli_command(*args),
         stdin=slave,
         stdout=slave,
         stderr=slave,
