@@ -98,6 +98,10 @@ class ConversionPool:
             initargs=(self._converter, os.getpid()),  # workers exit if this process dies
         )
         self._generation += 1
+        # Start every process now (an empty batch each): their start-up overlaps the
+        # caller's own until the first items come, instead of delaying those items.
+        for _ in range(self._processes):
+            self._pool.submit(convert_batch, [], [])
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:

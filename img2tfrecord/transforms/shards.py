@@ -410,10 +410,10 @@ class WriteShardsFn(beam.DoFn):
         self._jobs: Deque[_ShardJob] = collections.deque()
 
     def setup(self):
+        if self._processes > 1:  # first: its processes start while the sinks are prepared
+            self._pool = ConversionPool(self._converter, self._processes, self._batch_size)
         for sink in self._sinks.values():
             sink.initialize_write()
-        if self._processes > 1:
-            self._pool = ConversionPool(self._converter, self._processes, self._batch_size)
 
     def teardown(self):
         if self._pool is not None:
