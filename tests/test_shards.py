@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -211,6 +212,15 @@ def test_pool_outputs_keep_queue_order_across_several_puts(tmp_path):
         got.extend(pool.outputs(drain=True))
     assert [item for item, _ in got] == sources
     assert [out for _, out in got] == [converter(s, LABELS) for s in sources]
+
+
+def test_pool_starts_its_processes_before_the_first_items():
+    """They start up while the caller prepares its first shard, not when that shard's first batch comes."""
+    before = set(multiprocessing.active_children())
+    with ConversionPool(ImageConverter(OPTIONS, "class", SPLITS, SEED), 2) as pool:
+        started = set(multiprocessing.active_children()) - before
+        assert len(started) == 2 and pool.pending == 0
+    assert not started & set(multiprocessing.active_children())  # closing stops them
 
 
 def test_a_transient_read_failure_in_a_worker_fails_the_bundle_instead_of_rejecting(tmp_path):
