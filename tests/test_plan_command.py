@@ -161,6 +161,32 @@ def comparable(found: dict) -> dict:
     return dict(same, rejected=(rejected["count"], rejected["by_reason"], examples))
 
 
+@pytest.mark.parametrize("kind", ["folder", "zip"])
+def test_the_plan_and_its_counts_share_one_listing_of_the_input(kind, class_folder, tmp_path, monkeypatch):
+    """A bucket of a million objects is listed once by ``--plan``, not once for the plan and again for the counts."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from img2tfrecord.pipeline.config import ConvertConfig
+    from img2tfrecord.pipeline.preview import plan_run
+
+    source = class_folder
+    if kind == "zip":
+        os.makedirs(tmp_path / "in")
+        source = str(tmp_path / "in" / "photos.zip")
+        write_zip(source, many_files())
+    listed = []
+    match = FileSystems.match
+
+    def counting_match(patterns, *args, **kwargs):
+        listed.extend(p for p in patterns if p.startswith(os.path.dirname(source)))
+        return match(patterns, *args, **kwargs)
+
+    monkeypatch.setattr(FileSystems, "match", counting_match)
+    found = plan_run(ConvertConfig(input=source, output=str(tmp_path / "out"), analyze=False), 1)
+    assert found.inputs == 36 and sum(s.examples for s in found.splits.values()) == 36
+    assert len(listed) == 1, listed
+
+
 @pytest.fixture(scope="module")
 def voc_with_bad_input(tmp_path_factory) -> str:
     """``VOCdevkit/VOC2012/``: image sets, a missing image, malformed XML, an image in no image set, bad boxes."""

@@ -26,6 +26,8 @@ columns decide labeled/unlabeled, their split column the split names.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -33,7 +35,7 @@ import logging
 import math
 import os
 import re
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
@@ -141,8 +143,34 @@ def _is_file(path: str) -> bool:
         return False
 
 
+# pattern -> listing, inside listing_once(); None outside it, where every call lists again.
+_LISTINGS: contextvars.ContextVar[Optional[Dict[str, List[Tuple[str, int]]]]] = contextvars.ContextVar(
+    "img2tfrecord_listings", default=None
+)
+
+
+@contextlib.contextmanager
+def listing_once() -> Iterator[None]:
+    """Inside the block each pattern is listed once and that listing reused (the plan, then ``--plan``'s
+    count of every input): a bucket of a million objects is not listed twice."""
+    token = _LISTINGS.set({})
+    try:
+        yield
+    finally:
+        _LISTINGS.reset(token)
+
+
 def list_input(pattern: str) -> List[Tuple[str, int]]:
     """``(path, size)`` of every file matching ``pattern`` (metadata only); nothing matched is ``[]``."""
+    listings = _LISTINGS.get()
+    if listings is None:
+        return _list(pattern)
+    if pattern not in listings:
+        listings[pattern] = _list(pattern)
+    return listings[pattern]
+
+
+def _list(pattern: str) -> List[Tuple[str, int]]:
     try:
         result = FileSystems.match([pattern])[0]
     except BeamIOError as e:  # the filesystem refused the listing (permissions, a missing bucket)

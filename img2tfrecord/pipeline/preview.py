@@ -40,7 +40,7 @@ from img2tfrecord.pipeline.build import image_converter
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
 from img2tfrecord.pipeline.outputs import list_output
-from img2tfrecord.pipeline.plan import Plan, estimated_record_bytes, list_input, make_plan
+from img2tfrecord.pipeline.plan import Plan, estimated_record_bytes, list_input, listing_once, make_plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
@@ -387,9 +387,10 @@ def plan_run(config: ConvertConfig, processes: int, plan: Optional[Plan] = None)
 
     Raises ``PlanError`` (a usage error) as a run would; writes nothing.
     """
-    plan = plan or make_plan(config)
-    local_checks = _local_checks(plan)
-    listing = list_sources(config, plan)
+    with listing_once():
+        plan = plan or make_plan(config)
+        local_checks = _local_checks(plan)
+        listing = list_sources(config, plan)
     converter = image_converter(config, plan)
     labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.layout)})
     items: List[Item] = list(_clips(listing.files, plan.layout) if config.sequence else listing.files)
