@@ -223,6 +223,22 @@ def test_pool_starts_its_processes_before_the_first_items():
     assert not started & set(multiprocessing.active_children())  # closing stops them
 
 
+def test_a_shard_step_whose_setup_fails_stops_the_processes_it_started(tmp_path):
+    """A DoFn whose setup raised may never be torn down by the runner: the step stops its own pool."""
+
+    class UnwritableSink(ShardSink):
+        def initialize_write(self):
+            raise PermissionError("cannot create the temp folder")
+
+    out = str(tmp_path / "out")
+    sinks = {s: UnwritableSink(out, s, n, "none", str(tmp_path / "shards" / s)) for s, n in NUM_SHARDS.items()}
+    fn = WriteShardsFn(ImageConverter(OPTIONS, "class", SPLITS, SEED), sinks, str(tmp_path / "run"), processes=2)
+    before = set(multiprocessing.active_children())
+    with pytest.raises(PermissionError, match="cannot create the temp folder"):
+        fn.setup()
+    assert not set(multiprocessing.active_children()) - before
+
+
 def test_a_transient_read_failure_in_a_worker_fails_the_bundle_instead_of_rejecting(tmp_path):
     sources = _sources(tmp_path / "in", good_per_class=2, extra={"cat/flaky.jpg": I.jpeg(20, 20)})
     with pytest.raises(Exception, match="connection reset by peer"):

@@ -412,8 +412,12 @@ class WriteShardsFn(beam.DoFn):
     def setup(self):
         if self._processes > 1:  # first: its processes start while the sinks are prepared
             self._pool = ConversionPool(self._converter, self._processes, self._batch_size)
-        for sink in self._sinks.values():
-            sink.initialize_write()
+        try:
+            for sink in self._sinks.values():
+                sink.initialize_write()
+        except BaseException:
+            self.teardown()  # a DoFn whose setup raised may never be torn down by the runner
+            raise
 
     def teardown(self):
         if self._pool is not None:
