@@ -382,13 +382,13 @@ def _time_sample(converter, items: Sequence[Item], classes: List[str], processes
     )
 
 
-def plan_run(config: ConvertConfig, processes: int, plan: Optional[Plan] = None) -> RunPlan:
+def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
     """The plan of converting ``config`` with the local runner and ``processes`` processes.
 
     Raises ``PlanError`` (a usage error) as a run would; writes nothing.
     """
     with listing_once():
-        plan = plan or make_plan(config)
+        plan = make_plan(config)
         local_checks = _local_checks(plan)
         listing = list_sources(config, plan)
     converter = image_converter(config, plan)
