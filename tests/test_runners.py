@@ -96,6 +96,7 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
     doc_local, rec_local = read_records(local)
     doc_port, rec_port = read_records(portable)
     assert doc_port["accounting"] == doc_local["accounting"]
+    assert doc_port["statistics"] == doc_local["statistics"] and doc_local["statistics"]["num_examples"] > 0
     for split in ("train", "test"):
         assert sorted(r["image/key/sha256"] for r in rec_port[split]) == sorted(
             r["image/key/sha256"] for r in rec_local[split]
