@@ -24,11 +24,9 @@ def pixel_sums(image: ConvertedImage, exact: bool = False) -> Tuple[List[int], L
       (``image.pixels``) are the stored ones, and are used when kept.
     * An image re-encoded as JPEG (lossy): by default the pixels given to
       the JPEG encoder, which costs a histogram; the stored image differs
-      from them by the JPEG loss (on photo-like 224x224 images at quality
-      90: mean within 1e-5 and std within 0.5% of the decoded images', on
-      [0, 1]; std up to 5% on tiny images with hard colour edges). With
+      from them by the JPEG loss (docs/tf-transform.md gives how much). With
       ``exact`` the stored bytes are decoded again, as a reader decodes
-      them: about 0.3 ms more per 224x224 image, some 9% of its conversion.
+      them, at the cost of one JPEG decode per image.
     * An original JPEG or PNG stored byte for byte (no pixels kept): its
       bytes are decoded.
 
