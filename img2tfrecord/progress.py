@@ -1,7 +1,7 @@
 """Progress of a running conversion: images done / total, images/s, ETA, rejected so far, bytes written.
 
 The counts come from one callable: the process-local :data:`TALLY` that the
-shard step adds to (``transforms/shards.py``: ``OutputCounter`` feeds it and
+shard step adds to (``transforms/counters.py``: ``OutputCounter`` feeds it and
 the Beam counters together) when the runner runs the steps in this process,
 or a running job's metrics polled by ``pipeline/run.py`` (Dataflow).
 

@@ -45,9 +45,10 @@ from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
 from img2tfrecord.transforms.discover import DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.finalize import WriteErrorReport
-from img2tfrecord.transforms.shards import ShardSink, WriteShards
+from img2tfrecord.transforms.shards import WriteShards
 
 tf = pytest.importorskip("tensorflow")
 

@@ -1,4 +1,4 @@
-"""Work items grouped by shard and each shard streamed to its file (transforms/write.py, transforms/pool.py)."""
+"""Work items grouped by shard and each shard streamed to its file (transforms/shards.py, conversion/pool.py)."""
 
 from __future__ import annotations
 
@@ -25,18 +25,16 @@ from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool
 from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
 from img2tfrecord.images import ImageOptions
-from img2tfrecord.model import ERRORS, WorkItem
+from img2tfrecord.model import ERRORS, ShardResult, WorkItem
 from img2tfrecord.readers import records as R
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.shards import (
-    ANALYSIS,
-    RECORD_FRAMING_BYTES,
-    ShardSink,
-    WriteShards,
-    WriteShardsFn,
-    done_path,
-    parse_done,
-)
+from img2tfrecord.tfrecord_codec import framed_length
+from img2tfrecord.transforms.assign_shards import AssignShardsFn
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
+from img2tfrecord.transforms.commit_split import CommitSplitFn
+from img2tfrecord.transforms.done_files import done_path, parse_done
+from img2tfrecord.transforms.shard_writer import ANALYSIS, WriteShardsFn
+from img2tfrecord.transforms.shards import WriteShards
 
 SPLITS = (("train", 0.5), ("test", 0.5))
 LABELS = ["cat", "dog"]
@@ -74,7 +72,7 @@ def _expected_shards(sources, converter, num_shards=NUM_SHARDS):
     return shards, errors
 
 
-def _write(out, sources, converter, processes, compression="none", resume=False, batch_size=3):
+def _write(out, sources, converter, processes, compression="none", resume=False, batch_size=3, faults=None):
     """Run WriteShards on a real in-memory pipeline; -> the run folder."""
     out = str(out)
     run = os.path.join(out, manifest.run_folder("0123456789abcdef"))
@@ -97,6 +95,7 @@ def _write(out, sources, converter, processes, compression="none", resume=False,
                 beam.pvalue.AsSingleton(labels),
                 batch_size=batch_size,
                 resume=resume,
+                faults=faults,
             )
         )
         expected_shards, expected_errors = _expected_shards(sources, ImageConverter(OPTIONS, "class", SPLITS, SEED))
@@ -133,9 +132,7 @@ def _check_files(out, sources, compression="none"):
         if compression == "none":
             with open(os.path.join(str(out), manifest.index_file(name))) as f:
                 lines = [tuple(map(int, line.split())) for line in f]
-            offsets = [
-                (r.offset, RECORD_FRAMING_BYTES + len(r.data)) for r in R.scan_records(os.path.join(str(out), name))
-            ]
+            offsets = [(r.offset, framed_length(len(r.data))) for r in R.scan_records(os.path.join(str(out), name))]
             assert lines == offsets
     leftovers = [n for n in os.listdir(str(out)) if n.startswith("beam-temp-")]
     assert not leftovers
@@ -183,6 +180,60 @@ def test_every_item_is_converted_once_and_a_finished_shard_leaves_a_done_file(tm
     assert result.num_bytes == sum(
         os.path.getsize(tmp_path / "out" / n) for n in [manifest.shard_file_name("train", 0, 3)]
     )
+
+
+class LoggedFaults:
+    """A fault plan that drops the record of one relpath and logs every hook call to ``log_path``, from any process."""
+
+    def __init__(self, drop: str, log_path: str):
+        self.drop = drop.encode("utf-8")
+        self.log_path = log_path
+
+    def _log(self, event: str) -> None:
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(event + "\n")
+
+    def drops(self, record) -> bool:
+        dropped = self.drop in record.example  # the record's filename feature
+        if dropped:
+            self._log("dropped")
+        return dropped
+
+    def record_written(self) -> None:
+        self._log("written")
+
+    def shard_finished(self) -> None:
+        self._log("finished")
+
+    def split_committed(self) -> None:
+        self._log("committed")
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_faults_reach_the_step_only_as_the_plan_it_is_given(tmp_path, processes):
+    sources = _sources(tmp_path / "in")
+    converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
+    log = str(tmp_path / "faults.log")
+    dropped = "dog/img_03.jpg"
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="shards"):  # the one shard that lost its record differs from the expected
+        _write(out, sources, converter, processes, faults=LoggedFaults(dropped, log))
+    with open(log) as f:
+        events = collections.Counter(f.read().split())
+    expected, _ = _expected_shards(sources, converter)
+    assert events == {
+        "dropped": 1,
+        "written": sum(len(rows) for rows in expected.values()) - 1,
+        "finished": sum(NUM_SHARDS.values()),
+        "committed": len(NUM_SHARDS),
+    }
+    kept = [
+        r.data
+        for name in os.listdir(out)
+        if manifest.parse_shard_file_name(name)
+        for r in R.scan_records(os.path.join(str(out), name))
+    ]
+    assert len(kept) == events["written"] and not any(dropped.encode() in data for data in kept)
 
 
 def test_a_worker_crash_rejects_that_item_and_the_run_goes_on(tmp_path):
@@ -273,9 +324,6 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     run = os.path.join(out, manifest.run_folder("retryretryretry0"))
     sinks = {s: ShardSink(out, s, n, "none", os.path.join(run, "shards", s)) for s, n in NUM_SHARDS.items()}
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
-    from img2tfrecord.model import ShardResult
-    from img2tfrecord.transforms.shards import AssignShardsFn, CommitSplitFn
-
     groups = collections.defaultdict(list)
     for s in sources:
         for out_value in AssignShardsFn(converter, NUM_SHARDS, SEED).process(s):

@@ -17,6 +17,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import img2tfrecord
+from img2tfrecord import faults
 from img2tfrecord.conversion.converter import ClipConverter, Converter, DetectionConverter, ImageConverter
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import ERRORS
@@ -26,10 +27,13 @@ from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.sources.detection_archives import ArchivedAnnotations
 from img2tfrecord.sources.kinds import INPUT_ARCHIVES
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
+from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
-from img2tfrecord.transforms.shards import ANALYSIS, CountRejectedFn, ShardSink, WriteShards
+from img2tfrecord.transforms.shard_writer import ANALYSIS
+from img2tfrecord.transforms.shards import WriteShards
 from img2tfrecord.transforms.sources import DiscoverAnnotations, DiscoverArchivedAnnotations, DiscoverSources
 
 
@@ -92,6 +96,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
             plan.labeled,
             plan.has_split_column,
             plan.split_names,
+            plan.skipped_outputs,
         )
     files = discovered["files"]
     label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
@@ -118,6 +123,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         beam.pvalue.AsSingleton(label_names),
         batch_size=1 if config.sequence else 32,  # a clip is many frames: one clip per task
         resume=resume,
+        faults=faults.from_environment(),  # test-only: none unless IMG2TFRECORD_FAULT is set
     )
     shards = written["shards"]
     # Inputs rejected before conversion (an unreadable archive, a bad manifest row, a duplicate) join the report.

@@ -13,11 +13,11 @@ import dataclasses
 import hashlib
 import heapq
 import io
-import struct
 import time
 import warnings
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import features as keys
@@ -39,7 +39,6 @@ _WANTED = (
     keys.KEY_SHA256,
 )
 UNLABELED = ""  # the class name of every record of an unlabeled dataset
-_FRAME = struct.Struct("<QI")  # a TFRecord's length and the masked CRC32C of its 8 bytes
 
 
 class RecordFacts(NamedTuple):
@@ -234,20 +233,6 @@ class FetchTask:
     thumbnail_px: int = DEFAULT_THUMBNAIL_PX
 
 
-def _read_at(f, offset: int) -> bytes:
-    """The data of the record whose header starts at ``offset`` of an uncompressed shard, checksums checked."""
-    f.seek(offset)
-    header = f.read(_FRAME.size)
-    length, length_crc = _FRAME.unpack(header)
-    if records.masked_crc32c(header[:8]) != length_crc:
-        raise records.RecordError(-1, offset, "length checksum mismatch")
-    data = f.read(length)
-    footer = f.read(4)
-    if len(data) != length or len(footer) != 4 or records.masked_crc32c(data) != struct.unpack("<I", footer)[0]:
-        raise records.RecordError(-1, offset, "truncated or corrupt record")
-    return data
-
-
 def fetch_thumbnails(task: FetchTask) -> Dict[int, str]:
     """``{record index: data URI}`` for the wanted records that read and decode; others are left out.
 
@@ -267,11 +252,11 @@ def fetch_thumbnails(task: FetchTask) -> Dict[int, str]:
 
     try:
         if task.compression == "none":
-            with records.open_binary(path) as f:
+            with records.RandomAccessFile(path) as f:
                 for index, offset in task.wanted:
                     try:
-                        data = _read_at(f, offset)
-                    except (records.RecordError, struct.error):
+                        data = tfrecord_codec.read_record_at(f, index, offset)
+                    except tfrecord_codec.RecordError:
                         continue
                     draw(index, data)
         else:

@@ -30,7 +30,7 @@ from img2tfrecord.images import ImageError
 from img2tfrecord.model import DUPLICATE, ERRORS, DetectionPlacement, WorkItem, error_row
 from img2tfrecord.sources.files import is_permanent_read_error, read_source
 from img2tfrecord.sources.layout import PlacementError
-from img2tfrecord.transforms.shards import NAMESPACE
+from img2tfrecord.transforms.counters import NAMESPACE
 
 NOT_COMPARED = "not_compared"  # the tag of items that go on without a digest
 SPREAD_GROUPS = 1024  # groups of work items whose reads any worker may take

@@ -1,0 +1,70 @@
+"""What a finished shard step leaves in the run folder for a resumed run: its done file and its staged index.
+
+A done file (``<run>/done/<split>-<shard>.json``) holds the shard's
+``ShardResult``, its error rows and its analysis rows (base64), so a
+``--resume``d run replays the shard instead of converting it again. Both
+files are written through a temporary name: never seen half written.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from typing import Dict, List, Sequence, Tuple
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from img2tfrecord.model import ShardResult
+from img2tfrecord.schemas import manifest
+
+
+def done_path(run_dir: str, split: str, shard: int) -> str:
+    return FileSystems.join(run_dir, manifest.RUN_DONE_DIR, f"{split}-{shard:05d}.json")
+
+
+def index_temp_path(run_dir: str, split: str, shard: int) -> str:
+    """Where a shard's index waits for the commit (then ``index/<final name>.idx``)."""
+    return FileSystems.join(run_dir, manifest.INDEX_DIR, f"{split}-{shard:05d}.idx")
+
+
+def write_whole(path: str, data: bytes) -> None:
+    """Write ``path`` through a temporary name, so it is never seen half written."""
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with FileSystems.create(tmp) as f:
+        f.write(data)
+    FileSystems.rename([tmp], [path])
+
+
+def read_whole(path: str) -> bytes:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def done_json(result: ShardResult, errors: Sequence[Dict[str, str]], analysis: Sequence[bytes]) -> bytes:
+    """The done file of a finished shard."""
+    doc = {
+        "result": {
+            **result._asdict(),
+            "class_counts": [list(c) for c in result.class_counts],
+            "box_counts": [list(c) for c in result.box_counts],
+            "dropped_boxes": [list(c) for c in result.dropped_boxes],
+        },
+        "errors": list(errors),
+        "analysis": [base64.b64encode(row).decode("ascii") for row in analysis],
+    }
+    return json.dumps(doc, sort_keys=True).encode("utf-8")
+
+
+def parse_done(data: bytes) -> Tuple[ShardResult, List[Dict[str, str]], List[bytes]]:
+    """``(result, error rows, analysis rows)`` of a done file, as :func:`done_json` wrote them."""
+    doc = json.loads(data.decode("utf-8"))
+    fields = dict(doc["result"])
+    for counts in ("class_counts", "box_counts", "dropped_boxes"):
+        fields[counts] = tuple((name, n) for name, n in fields.get(counts, ()))
+    return (
+        ShardResult(**fields),
+        list(doc["errors"]),
+        [base64.b64decode(row) for row in doc["analysis"]],
+    )

@@ -1,0 +1,130 @@
+"""What img2tfrecord/transforms/beam_tfrecord_sink.py relies on inside Beam, checked against the installed Beam.
+
+setup.py pins apache-beam to the range these tests cover. A Beam upgrade that
+renames or reshapes one of these internals fails here, naming the Beam version
+and the attribute, before it can fail (or silently misname shards) in a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+
+import apache_beam as beam
+import pytest
+from apache_beam.io import filebasedsink, filesystem
+
+from img2tfrecord.schemas import manifest
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, WrittenShard
+
+BEAM = f"apache-beam {beam.__version__}"
+
+# (owner, attribute, the leading parameters the adapter passes or overrides, in order)
+RELIED_ON = [
+    (
+        filebasedsink.FileBasedSink,
+        "__init__",
+        (
+            "self",
+            "file_path_prefix",
+            "coder",
+            "file_name_suffix",
+            "num_shards",
+            "shard_name_template",
+            "mime_type",
+            "compression_type",
+        ),
+    ),
+    (filebasedsink.FileBasedSink, "open_writer", ("self", "init_result", "uid")),
+    (
+        filebasedsink.FileBasedSink,
+        "finalize_write",
+        ("self", "init_result", "writer_results", "unused_pre_finalize_results"),
+    ),
+    (filebasedsink.FileBasedSink, "initialize_write", ("self",)),
+    (filebasedsink.FileBasedSink, "open", ("self", "temp_path")),
+    (filebasedsink.FileBasedSink, "write_record", ("self", "file_handle", "value")),
+    (filebasedsink.FileBasedSink, "write_encoded_record", ("self", "file_handle", "encoded_value")),
+    (filebasedsink.FileBasedSink, "close", ("self", "file_handle")),
+    (filebasedsink.FileBasedSinkWriter, "__init__", ("self", "sink", "temp_shard_path")),
+    (filebasedsink.FileBasedSinkWriter, "write", ("self", "value")),
+    (filebasedsink.FileBasedSinkWriter, "close", ("self",)),
+    (filesystem.CompressedFile, "__init__", ("self", "fileobj", "compression_type")),
+]
+
+
+@pytest.mark.parametrize("owner, name, parameters", RELIED_ON, ids=[f"{o.__name__}.{n}" for o, n, _ in RELIED_ON])
+def test_beam_still_has_each_internal_the_adapter_uses(owner, name, parameters):
+    where = f"{owner.__module__}.{owner.__qualname__}.{name}"
+    attribute = getattr(owner, name, None)
+    assert attribute is not None, f"{BEAM}: {where} is gone; beam_tfrecord_sink.py relies on it"
+    found = tuple(inspect.signature(attribute).parameters)
+    assert found[: len(parameters)] == parameters, (
+        f"{BEAM}: {where} changed: parameters {found}, beam_tfrecord_sink.py relies on {parameters}"
+    )
+
+
+def test_beam_still_has_the_compression_types_the_adapter_uses():
+    for name in ("GZIP", "UNCOMPRESSED"):
+        assert hasattr(filesystem.CompressionTypes, name), f"{BEAM}: CompressionTypes.{name} is gone"
+
+
+def test_beam_writer_still_keeps_the_handle_its_sink_opened(tmp_path):
+    sink = ShardSink(str(tmp_path), "train", 1, "none", str(tmp_path / "staging"))
+    writer = sink.open_writer(sink.initialize_write(), "00000-handle")
+    try:
+        assert hasattr(writer, "temp_handle"), (
+            f"{BEAM}: {type(writer).__qualname__} has no temp_handle; beam_tfrecord_sink.ShardFile reads it"
+        )
+        assert hasattr(writer.temp_handle, "file") and hasattr(writer.temp_handle, "stream"), (
+            f"{BEAM}: the writer's temp_handle is not what ShardSink.open returned: {writer.temp_handle!r}"
+        )
+    finally:
+        writer.close()
+
+
+def _records(shard: int, n: int):
+    return [f"shard {shard} record {i} ".encode() * (i + 1) for i in range(n)]
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_shards_written_and_committed_through_the_adapter_read_back_in_tensorflow(tmp_path, compression):
+    tf = pytest.importorskip("tensorflow")
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    staging = str(tmp_path / "run" / "shards" / "train")
+    sink = ShardSink(out, "train", 3, compression, staging)
+    expected = {shard: _records(shard, n) for shard, n in ((0, 5), (1, 0), (2, 7))}
+    written = {}
+    for shard in (2, 0, 1):  # opened out of order: the commit numbers shards by their sorted temp names
+        file = sink.open_shard(shard)
+        sizes = [file.bytes_written]
+        for record in expected[shard]:
+            file.write(record)
+            sizes.append(file.bytes_written)
+        written[shard] = file.close()
+        assert isinstance(written[shard], WrittenShard)
+        assert sizes == sorted(sizes) and file.bytes_written == written[shard].num_bytes
+        assert os.path.dirname(written[shard].temp_path) == staging
+        assert _sha256(written[shard].temp_path) == written[shard].sha256, f"{BEAM}: the digest missed bytes"
+        assert os.path.getsize(written[shard].temp_path) == written[shard].num_bytes
+
+    renamed = sink.commit([written[s].temp_path for s in (1, 2, 0)])
+    finals = [os.path.join(out, sink.final_name(s)) for s in range(3)]
+    assert sorted(renamed) == finals, f"{BEAM}: finalize_write renamed {renamed}, not {finals}"
+    assert sink.final_name(0) == manifest.shard_file_name("train", 0, 3, compression)
+    assert not os.path.exists(staging), f"{BEAM}: finalize_write left the temp folder"
+    for shard, path in enumerate(finals):
+        assert _sha256(path) == written[shard].sha256, f"{BEAM}: {path} is not the temp file of shard {shard}"
+        dataset = tf.data.TFRecordDataset(path, compression_type="GZIP" if compression == "gzip" else "")
+        assert [t.numpy() for t in dataset] == expected[shard], f"{BEAM}: {path} does not hold shard {shard}"
+
+    # A resumed commit of the same split: every shard already renamed, nothing moves or goes.
+    assert sink.commit([written[s].temp_path for s in range(3)]) == []
+    assert [_sha256(p) for p in finals] == [written[s].sha256 for s in range(3)]
