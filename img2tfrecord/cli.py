@@ -2,7 +2,7 @@
 
 Parses, dispatches to ``img2tfrecord/commands/``, and turns failures into
 one line and an exit code: 0 success, 1 failure, 2 usage error, 3 error
-budget exceeded (``commands/errors.py``).
+budget exceeded, 141 stdout closed by its reader (``commands/errors.py``).
 """
 
 from __future__ import annotations
@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
+import select
+import shlex
+import signal
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from img2tfrecord.commands.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
+from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_FAILURE, EXIT_USAGE, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,25 +62,86 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as e:
         print(f"img2tfrecord: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("img2tfrecord: interrupted", file=sys.stderr)
-        return EXIT_FAILURE
+    except KeyboardInterrupt as e:  # Ctrl-C; during a conversion also SIGTERM (pipeline/run.py Interrupted)
+        print(f"img2tfrecord: {_interrupted(e, ns, argv)}", file=sys.stderr)
+        return int(getattr(e, "exit_code", 128 + signal.SIGINT))
     except Exception as e:  # a pipeline failure: one clear line, details in the log above
+        if isinstance(e, BrokenPipeError) and _stdout_closed():
+            return _leave_closed_stdout()
         logging.getLogger(__name__).error("pipeline failure", exc_info=True)
         last_line = str(e).strip().splitlines()[-1] if str(e).strip() else ""
         print(f"img2tfrecord: pipeline failed: {type(e).__name__}: {last_line}", file=sys.stderr)
         return EXIT_FAILURE
 
 
+def _interrupted(e: KeyboardInterrupt, ns: argparse.Namespace, argv: Sequence[str]) -> str:
+    """The line for a stopped command; for a conversion, what it kept and the command that finishes it."""
+    kept = getattr(e, "kept", None)
+    if kept is None:
+        return "interrupted"
+    # The same command line with --resume (and without --overwrite, in any abbreviation argparse took).
+    again = [a for a in argv if not (ns.overwrite and len(a) > 3 and "--overwrite".startswith(a))]
+    if not ns.resume:
+        again.append("--resume")
+    name = getattr(e, "signal_name", "SIGINT")
+    return f"interrupted by {name}: {kept}; to finish, run: img2tfrecord {shlex.join(again)}"
+
+
+def _stdout_closed() -> bool:
+    """True when stdout is a pipe whose reader has left, so a BrokenPipeError was about stdout."""
+    if not hasattr(select, "poll"):
+        return True
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _flushed_stdout() -> bool:
+    """Flush stdout; False when its reader has left."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return False
+    return True
+
+
+def _leave_closed_stdout() -> int:
+    """Exit code for a closed stdout, with nothing on stderr.
+
+    stdout is pointed at the null device (Python's documented recipe, in the
+    ``signal`` module's notes on SIGPIPE) so the interpreter's final flush of
+    what is still buffered does not raise again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
+
+
 def run(argv: Optional[Sequence[str]] = None) -> None:
     """The program: ``main(argv)``, then exit with its code.
 
     The objects TensorFlow and Beam leave behind are frozen first, so the
-    interpreter's final garbage collection skips them: that collection
-    alone took about 1 s after a run with tf.Transform. Everything is
-    written and closed by then, and exit handlers still run.
+    interpreter's final garbage collection skips them (a long pause after a
+    run with tf.Transform; docs/performance.md). Everything is written and
+    closed by then, and exit handlers still run.
     """
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse after --help, --version or a usage error
+        # argparse itself swallows the error of writing help into a closed pipe (unbuffered stdout).
+        if _flushed_stdout() and not (e.code in (None, 0) and _stdout_closed()):
+            raise
+        code = _leave_closed_stdout()
+    except BrokenPipeError:  # argparse writing a long help into a closed pipe
+        code = _leave_closed_stdout()
+    else:
+        if not _flushed_stdout():
+            code = _leave_closed_stdout()
     gc.freeze()
     sys.exit(code)
 

@@ -20,6 +20,11 @@ batches that were in flight are converted again one item at a time, and an
 item whose conversion kills a fresh worker again becomes an error row with
 reason ``worker_crashed``.
 
+The workers ignore SIGINT and SIGTERM: a terminal's Ctrl-C (sent to the
+whole process group) or a service manager's SIGTERM is for the run, which
+then shuts its pools down (:func:`close_open_pools`); a worker whose parent
+is gone exits by itself.
+
 No Beam here: the pool is plain ``concurrent.futures``.
 """
 
@@ -30,6 +35,8 @@ import concurrent.futures
 import logging
 import multiprocessing
 import os
+import signal
+import weakref
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -47,6 +54,24 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+_RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_OPEN: weakref.WeakSet[ConversionPool] = weakref.WeakSet()
+
+
+def close_open_pools() -> None:
+    """Close every pool of this process that is still open (a run stopped before its steps were torn down)."""
+    for pool in list(_OPEN):
+        pool.close()
+
+
+def _start_worker(converter: Converter[Any], parent_pid: int) -> None:
+    """The initializer of a worker process: the run's signals ignored, then the converter installed."""
+    for signum in _RUN_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _RUN_SIGNALS)  # blocked by the parent while it started this
+    install_converter(converter, parent_pid)
 
 
 class _Batch(NamedTuple):
@@ -83,6 +108,7 @@ class ConversionPool:
         self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = None
         self._generation = 0
         self._start_pool()
+        _OPEN.add(self)
 
     def __enter__(self) -> ConversionPool:
         return self
@@ -94,14 +120,20 @@ class ConversionPool:
         self._pool = concurrent.futures.ProcessPoolExecutor(
             self._processes,
             mp_context=multiprocessing.get_context("spawn"),  # never fork the runner's threads
-            initializer=install_converter,
+            initializer=_start_worker,
             initargs=(self._converter, os.getpid()),  # workers exit if this process dies
         )
         self._generation += 1
         # Start every process now (an empty batch each): their start-up overlaps the
         # caller's own until the first items come, instead of delaying those items.
-        for _ in range(self._processes):
-            self._pool.submit(convert_batch, [], [])
+        # The run's signals stay blocked in them until their initializer ignores them
+        # (a blocked signal mask is inherited; a Ctrl-C meanwhile would break their start-up).
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _RUN_SIGNALS)
+        try:
+            for _ in range(self._processes):
+                self._pool.submit(convert_batch, [], [])
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
@@ -115,6 +147,7 @@ class ConversionPool:
 
     def close(self) -> None:
         """Stop the workers; outputs not read yet are dropped."""
+        _OPEN.discard(self)
         self._queue.clear()
         self._in_flight.clear()
         if self._pool is not None:

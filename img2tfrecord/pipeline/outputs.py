@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.schemas import manifest
+
+if TYPE_CHECKING:  # lock.py imports this module
+    from img2tfrecord.pipeline.lock import OutputLock
 
 
 class OutputNotEmpty(ValueError):
@@ -25,7 +28,7 @@ class OutputNotWritable(ValueError):
     """The output location cannot be written or cleared (a usage error, found before any pipeline starts)."""
 
 
-def _one_line(e: Exception) -> str:
+def error_cause(e: Exception) -> str:
     """The cause of a filesystem error in a few words (``Permission denied``, ``Read-only file system``)."""
     if isinstance(e, BeamIOError) and e.exception_details:
         e = next(iter(e.exception_details.values()))
@@ -53,16 +56,21 @@ def check_writable(output_dir: str) -> None:
             f.write(b"img2tfrecord write check\n")
         FileSystems.delete([probe])
     except Exception as e:  # pylint: disable=broad-except
-        raise OutputNotWritable(f"output {output_dir} is not writable: {_one_line(e)}") from None
+        raise OutputNotWritable(f"output {output_dir} is not writable: {error_cause(e)}") from None
 
 
 def list_output(output_dir: str) -> List[str]:
-    """Paths of every file under ``output_dir`` (empty when it does not exist)."""
+    """Paths of every file under ``output_dir`` (empty when it does not exist), except the run lock.
+
+    The lock (``manifest.LOCK_FILE``, ``pipeline/lock.py``) says who writes
+    the output, not what it holds: it never makes an output non-empty.
+    """
     try:
         result = FileSystems.match([FileSystems.join(output_dir, "**")])[0]
     except Exception:  # a missing directory is an empty output
         return []
-    return [m.path for m in result.metadata_list]
+    base = output_dir.rstrip("/") + "/"
+    return [m.path for m in result.metadata_list if _relative(base, m.path) != manifest.LOCK_FILE]
 
 
 def _relative(base: str, path: str) -> str:
@@ -85,7 +93,9 @@ def _read_fingerprint(output_dir: str) -> Optional[str]:
         return None
 
 
-def prepare_output(output_dir: str, overwrite: bool, resume_folder: Optional[str] = None) -> bool:
+def prepare_output(
+    output_dir: str, overwrite: bool, resume_folder: Optional[str] = None, lock: Optional[OutputLock] = None
+) -> bool:
     """Refuse a non-empty output, or with ``overwrite`` clear what an earlier run left.
 
     Only files img2tfrecord writes are removed; a directory holding anything
@@ -97,11 +107,22 @@ def prepare_output(output_dir: str, overwrite: bool, resume_folder: Optional[str
     a run to resume. Raises ``AlreadyComplete`` when the output is a finished
     conversion of this fingerprint, and ``OutputNotEmpty`` (changing nothing)
     when the output belongs to a run of other options, seed or input.
+
+    ``lock`` is this run's lock on the output (``pipeline/lock.py``), acquired
+    by the caller: nothing is deleted unless it still holds the output, and a
+    stale lock it did not take over (neither flag given) is named in the
+    refusal. The lock file itself is never counted or deleted here.
     """
     existing = list_output(output_dir)
     base = output_dir.rstrip("/") + "/"
     runs = _run_folders(output_dir, existing)
+    stale = lock.stale_note() if lock is not None and not lock.held else ""
     if not existing and not _temp_folders(output_dir):
+        if stale:
+            raise OutputNotEmpty(
+                f"output {output_dir} holds only the lock of a run that stopped; "
+                f"pass --resume or --overwrite to take it over ({stale})"
+            )
         check_writable(output_dir)
         return False
     foreign = [
@@ -129,6 +150,8 @@ def prepare_output(output_dir: str, overwrite: bool, resume_folder: Optional[str
             )
         resumable = resume_folder in runs
         keep = (resume_folder, manifest.INDEX_DIR) if resumable else ()
+        if lock is not None:
+            lock.ensure_held()
         _clear(
             output_dir,
             [
@@ -142,18 +165,21 @@ def prepare_output(output_dir: str, overwrite: bool, resume_folder: Optional[str
         check_writable(output_dir)
         return resumable
     if not overwrite:
+        also = f"; {stale}" if stale else ""
         if runs:
             raise OutputNotEmpty(
                 f"output {output_dir} holds the staging folder of an unfinished conversion ({runs[0]}); "
-                "pass --resume to finish it, or --overwrite to replace it"
+                f"pass --resume to finish it, or --overwrite to replace it{also}"
             )
         if not existing:
             raise OutputNotEmpty(
                 f"output {output_dir} holds the staging folder of an unfinished conversion "
-                f"({os.path.basename(_temp_folders(output_dir)[0])}); pass --overwrite to replace it"
+                f"({os.path.basename(_temp_folders(output_dir)[0])}); pass --overwrite to replace it{also}"
             )
         what = "a finished conversion" if finished else f"{len(existing)} file(s)"
-        raise OutputNotEmpty(f"output {output_dir} already holds {what}; pass --overwrite to replace it")
+        raise OutputNotEmpty(f"output {output_dir} already holds {what}; pass --overwrite to replace it{also}")
+    if lock is not None:
+        lock.ensure_held()
     _clear(output_dir, existing)
     check_writable(output_dir)
     return False
@@ -174,7 +200,7 @@ def _clear(output_dir: str, paths: List[str], keep_folders: Sequence[str] = ()) 
                 if FileSystems.exists(folder):
                     FileSystems.delete([folder])
     except Exception as e:  # pylint: disable=broad-except
-        raise OutputNotWritable(f"cannot clear output {output_dir}: {_one_line(e)}") from None
+        raise OutputNotWritable(f"cannot clear output {output_dir}: {error_cause(e)}") from None
     _remove_temp_folders(output_dir, keep_folders)
 
 
@@ -207,3 +233,31 @@ def _temp_folders(output_dir: str) -> List[str]:
         if name.startswith(manifest.TEMP_PREFIXES) and os.path.isdir(path) and not os.path.islink(path):
             found.append(path)
     return found
+
+
+def remove_write_staging(output_dir: str) -> None:
+    """Delete Beam's write staging folders (``beam-temp-*``) of a run that was stopped.
+
+    Their writes never finalise; a ``--resume``'d run writes those files
+    again. The run's own staging folder (``.tmp-run-*``) is kept for it.
+    """
+    prefix = manifest.TEMP_PREFIXES[0]
+    base = output_dir.rstrip("/") + "/"
+    found = [p for p in list_output(output_dir) if _relative(base, p).startswith(prefix)]
+    try:
+        if found:
+            FileSystems.delete(found)
+        for path in _temp_folders(output_dir):
+            if os.path.basename(path).startswith(prefix):
+                shutil.rmtree(path, ignore_errors=True)
+    except Exception as e:  # pylint: disable=broad-except
+        raise OutputNotWritable(f"cannot clear output {output_dir}: {error_cause(e)}") from None
+
+
+def finished_shards(output_dir: str, run_folder: str) -> int:
+    """How many shards the staging folder ``run_folder`` records as finished (what ``--resume`` keeps)."""
+    done = FileSystems.join(output_dir, run_folder, manifest.RUN_DONE_DIR)
+    try:
+        return len(FileSystems.match([FileSystems.join(done, "*")])[0].metadata_list)
+    except Exception:  # pylint: disable=broad-except  # no staging folder yet
+        return 0

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 import sys
+import threading
 import urllib.parse
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -20,14 +22,21 @@ from apache_beam.options.pipeline_options import (
 )
 
 from img2tfrecord import progress
-from img2tfrecord.conversion.pool import usable_cores
+from img2tfrecord.conversion.pool import close_open_pools, usable_cores
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
-from img2tfrecord.pipeline.outputs import prepare_output
+from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output
+from img2tfrecord.pipeline.outputs import (
+    OutputNotEmpty,
+    OutputNotWritable,
+    finished_shards,
+    prepare_output,
+    remove_write_staging,
+)
 from img2tfrecord.pipeline.plan import Plan, make_plan
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.shards import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE
+from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE, SHARDS_RESUMED
 
 # The local default: Beam's FnApiRunner (what the DirectRunner falls back to
 # offline) in_memory, with each shard's images converted by a pool of one
@@ -141,9 +150,15 @@ def run(
 
     Returns None for a ``--dry_run`` (the job is built and translated, nothing
     runs) and when ``wait`` is False (the job is submitted; it writes
-    ``_SUCCESS`` itself when it completes). Raises ``PlanError``/``OutputNotEmpty``
-    (usage errors) before any pipeline starts; any pipeline failure propagates.
+    ``_SUCCESS`` itself when it completes). Raises ``PlanError``/``OutputNotEmpty``/
+    ``OutputLocked`` (usage errors) before any pipeline starts; any pipeline failure propagates.
     ``show_progress``: report the counts on stderr while waiting (``progress.py``).
+
+    The run holds the output's lock (``pipeline/lock.py``) from before it
+    changes anything until after ``_SUCCESS``, whatever the outcome; with
+    ``wait`` False, only until the job is submitted. SIGINT and SIGTERM
+    (main thread only) end it with ``Interrupted``, Beam's write staging
+    removed and its own staging folder kept for ``--resume``.
     """
     options = pipeline_options(pipeline_args)
     mode = options.view_as(DirectOptions).direct_running_mode
@@ -159,18 +174,55 @@ def run(
     if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
         # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
         check_local_input(plan.base, plan.pattern, plan.layout)
+    if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
+        _execute(config, plan, options, resuming=False, wait=wait, show_progress=False)
+        return None
+    staging = manifest.run_folder(plan.fingerprint(config))
+    lock = lock_output(config.output, options)
+    with _StopSignals() as stop:
+        try:
+            lock.acquire(take_over_stale=config.resume or config.overwrite)
+            resuming = _prepare(config, staging, lock)
+            _execute(config, plan, options, resuming, wait, show_progress)
+        except BaseException:
+            if stop.signum is None:
+                raise
+            stop.cleaning = True  # further signals are ignored until the lock is released
+            raise _stopped(stop.signum, config, options, staging) from None
+        finally:
+            lock.release()  # with --no-wait, at submission: the job runs on unlocked
+    if not wait:
+        return None
+    return read_manifest(config.output)
+
+
+def _prepare(config: ConvertConfig, staging: str, lock: OutputLock) -> bool:
+    """``prepare_output`` under the lock; True when the run resumes ``staging``.
+
+    A refused run leaves the output as it found it: a stale lock it took
+    over is put back.
+    """
+    try:
+        resuming = prepare_output(config.output, config.overwrite, staging if config.resume else None, lock)
+    except (OutputNotEmpty, OutputNotWritable, OutputLocked):
+        lock.release(restore=True)
+        raise
+    took_over = lock.took_over()
+    if took_over:
+        logging.warning("%s", took_over)
+    if config.resume:
+        logging.info(
+            "resuming %s: finished shards are kept" if resuming else "nothing to resume in %s: converting everything",
+            config.output,
+        )
+    return resuming
+
+
+def _execute(
+    config: ConvertConfig, plan: Plan, options: PipelineOptions, resuming: bool, wait: bool, show_progress: bool
+) -> None:
+    """Build the pipeline and run it (only submit it when ``wait`` is False)."""
     dry_run = is_dry_run(options)
-    resuming = False
-    if not dry_run:
-        run_folder = manifest.run_folder(plan.fingerprint(config)) if config.resume else None
-        resuming = prepare_output(config.output, config.overwrite, run_folder)
-        if config.resume:
-            logging.info(
-                "resuming %s: finished shards are kept"
-                if resuming
-                else "nothing to resume in %s: converting everything",
-                config.output,
-            )
     logging.info(
         "input: %d files, %.1f MB, layout %s; shards per split: %s",
         plan.num_files,
@@ -200,7 +252,7 @@ def run(
                 manifest.SUCCESS_FILE,
                 config.output,
             )
-            return None
+            return
         if reporter is not None and source != COUNTS_HERE:
             if source == COUNTS_FROM_JOB:
                 reporter.use(progress.Polled(functools.partial(job_counts, result)))
@@ -210,11 +262,96 @@ def run(
         if reporter is not None:
             reporter.stop()
     if resuming:
-        resumed = result.metrics().query(beam.metrics.MetricsFilter().with_name("shards_resumed"))["counters"]
+        resumed = result.metrics().query(beam.metrics.MetricsFilter().with_name(SHARDS_RESUMED))["counters"]
         logging.info("%d finished shard(s) kept from the interrupted run", sum(c.committed or 0 for c in resumed))
-    if dry_run:
-        return None
-    return read_manifest(config.output)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped a run; its output keeps what ``--resume`` goes on from.
+
+    ``kept`` says what that is, in a few words; ``exit_code`` is the shell's
+    128 + the signal's number.
+    """
+
+    def __init__(self, signum: int, kept: str):
+        super().__init__(kept)
+        self.signum = signum
+        self.kept = kept
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class _StopSignals:
+    """While a run holds its output, SIGINT and SIGTERM raise KeyboardInterrupt in the main thread.
+
+    The first signal's number is kept in ``signum``: Beam's runners re-raise
+    the interrupt wrapped in their own exceptions (``RuntimeError:
+    KeyboardInterrupt [while running ...]``), so the run tells an interrupt
+    by the signal it received, not by the exception it got back. Once
+    ``cleaning`` is set, signals are ignored. Off the main thread Python
+    cannot handle signals: nothing is installed there.
+
+    The runner's own reports of the interrupt it re-raises (Beam logs each
+    step's exception with its traceback) are left out of the log: the run
+    ends with one line saying what it kept.
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self.cleaning = False
+        self._previous: Dict[int, Any] = {}
+        self._handlers: List[logging.Handler] = []
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self._SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+            self._handlers = list(logging.getLogger().handlers)
+            for handler in self._handlers:
+                handler.addFilter(self._not_the_interrupt)
+        return self
+
+    def __exit__(self, *unused) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        for log_handler in self._handlers:
+            log_handler.removeFilter(self._not_the_interrupt)
+
+    def _not_the_interrupt(self, record: logging.LogRecord) -> bool:
+        if self.signum is None:
+            return True
+        about = record.exc_info[0] if record.exc_info else None
+        return not (about is not None and issubclass(about, KeyboardInterrupt)) and (
+            "KeyboardInterrupt" not in record.getMessage()
+        )
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if not self.cleaning:
+            raise KeyboardInterrupt
+
+
+def _stopped(signum: int, config: ConvertConfig, options: PipelineOptions, staging: str) -> Interrupted:
+    """Leave a stopped run's output for ``--resume``: the pool closed, Beam's write staging gone."""
+    close_open_pools()
+    try:
+        remove_write_staging(config.output)
+    except OutputNotWritable as e:
+        logging.warning("%s", e)
+    if not is_local_runner(options):
+        return Interrupted(signum, "stopped waiting for the job, which may still run on its runner (stop it there)")
+    done = finished_shards(config.output, staging)
+    where = FileSystems.join(config.output, staging)
+    return Interrupted(signum, f"{done} finished shard(s) kept in {where}" if done else "no shard finished yet")
 
 
 def _log_dataflow_job(options: PipelineOptions, result) -> None:

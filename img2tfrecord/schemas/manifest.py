@@ -9,6 +9,7 @@ compressed), plus:
 * ``errors.jsonl`` -- one JSON object per rejected input (``path``, ``reason``, ``error``);
 * ``label_map.pbtxt`` -- detection only: the TF Object Detection API's label map (ids from 1);
 * ``_SUCCESS``     -- written last: the directory is complete only when it exists;
+* ``_LOCK``        -- only while a run writes the directory: who holds it (``pipeline/lock.py``);
 * ``index/<shard file name>.idx`` -- for every uncompressed shard, one line
   ``offset length`` per record (the format of NVIDIA DALI's ``tfrecord2idx``
   and of the ``tfrecord`` package's ``create_index``; ``length`` counts the
@@ -39,9 +40,12 @@ TASK = "task"  # dataset.json: classification or detection
 TASK_CLASSIFICATION = "classification"
 TASK_DETECTION = "detection"
 BOXES_PER_CLASS = "boxes_per_class"  # a detection split: boxes written per class
-DROPPED_BOXES = "dropped_boxes"  # a detection split: boxes left out per reason
+DROPPED_BOXES = "dropped_boxes"  # a detection split: boxes left out per reason, and clipped_to_image (kept)
 ERRORS_FILE = "errors.jsonl"
 SUCCESS_FILE = "_SUCCESS"
+# The exclusive lock of the run writing an output (pipeline/lock.py): created before the run
+# changes anything, removed after _SUCCESS. Not part of the dataset: readers never look at it.
+LOCK_FILE = "_LOCK"
 RECORD_TYPE = "tf.train.Example"
 SEQUENCE_RECORD_TYPE = "tf.train.SequenceExample"  # convert --sequence: one record per clip
 RECORD_TYPES = (RECORD_TYPE, SEQUENCE_RECORD_TYPE)
@@ -87,6 +91,7 @@ OUTPUT_FILE_NAMES = (
     LABEL_MAP_FILE,
     ERRORS_FILE,
     SUCCESS_FILE,
+    LOCK_FILE,
     INDEX_DIR,
 ) + ANALYSIS_FILE_NAMES
 TEMP_PREFIXES = ("beam-temp-", ".tmp-")

@@ -1,0 +1,245 @@
+"""The output lock (``pipeline/lock.py``): one writer per output, locally and in Cloud Storage.
+
+In-process against a local folder and against fake-gcs-server (which honours
+generation preconditions, ``tests/fake_gcs.py``); the race between two
+processes runs as two real processes on each. The CLI's answers to a held
+output are in ``tests/test_first_hour_runs.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import ROOT, cli_env
+from fake_gcs import fake_gcs_fixture  # noqa: F401 - the fake_gcs fixture
+
+from img2tfrecord.pipeline import lock as lock_module
+from img2tfrecord.pipeline.lock import Holder, OutputLock, OutputLocked, lock_output
+from img2tfrecord.pipeline.lock_stores import GcsStore, LocalStore
+from img2tfrecord.pipeline.outputs import list_output
+from img2tfrecord.schemas import manifest
+
+
+def _dead_pid() -> int:
+    """The pid of a process of this host that has exited."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _planted(pid: int, host: str, age_s: float) -> bytes:
+    then = time.time() - age_s
+    return Holder(pid, host, then, then, "planted").to_bytes()
+
+
+def test_a_lock_names_its_holder_and_refuses_a_second_run(tmp_path):
+    out = str(tmp_path / "out")
+    first = lock_output(out)
+    first.acquire(take_over_stale=False)
+    try:
+        with open(os.path.join(out, manifest.LOCK_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+        assert doc["pid"] == os.getpid() and doc["host"] == socket.gethostname()
+        assert {"started", "heartbeat", "token"} <= set(doc)
+        # The lock never makes an output non-empty, and neither flag takes a live run's lock.
+        assert list_output(out) == []
+        for take_over in (False, True):
+            with pytest.raises(OutputLocked, match=f"being written by another run \\(pid {os.getpid()} on host "):
+                lock_output(out).acquire(take_over_stale=take_over)
+    finally:
+        first.release()
+    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+    again = lock_output(out)
+    again.acquire(take_over_stale=False)
+    assert again.held
+    again.release()
+
+
+def test_the_heartbeat_rewrites_the_lock_and_notices_a_takeover(tmp_path, caplog):
+    out = str(tmp_path / "out")
+    store = LocalStore(os.path.join(out, manifest.LOCK_FILE))
+    held = OutputLock(out, store, heartbeat_s=0.05)
+    held.acquire(take_over_stale=False)
+    first = Holder.parse(store.read().data, 0).heartbeat
+    deadline = time.monotonic() + 10
+    while Holder.parse(store.read().data, 0).heartbeat == first:
+        assert time.monotonic() < deadline, "the heartbeat was never rewritten"
+        time.sleep(0.05)
+    held.ensure_held()
+    # Another run replaces the lock (as a takeover of a stalled run would): this run stops holding it.
+    with open(store.path, "wb") as f:
+        f.write(_planted(os.getpid(), socket.gethostname(), 0))
+    deadline = time.monotonic() + 10
+    while held.held:
+        assert time.monotonic() < deadline, "the heartbeat did not notice the takeover"
+        time.sleep(0.05)
+    assert "another run took over the lock" in caplog.text
+    with pytest.raises(OutputLocked, match="no longer holds its lock"):
+        held.ensure_held()
+    held.release()
+    assert os.path.exists(store.path), "a run must not remove a lock that is no longer its own"
+
+
+@pytest.mark.parametrize(
+    "holder, why",
+    [
+        (lambda: (_dead_pid(), socket.gethostname(), 1.0), "its process is gone"),
+        (lambda: (1, "another-host", 2 * lock_module.STALE_AFTER_S), "no heartbeat for 20 min"),
+    ],
+    ids=["process-gone", "heartbeat-old"],
+)
+def test_a_stale_lock_is_named_and_taken_over_only_when_asked(tmp_path, holder, why):
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    path = os.path.join(out, manifest.LOCK_FILE)
+    planted = _planted(*holder())
+    with open(path, "wb") as f:
+        f.write(planted)
+
+    left = lock_output(out)
+    left.acquire(take_over_stale=False)
+    assert not left.held and why in left.stale_note()
+    assert open(path, "rb").read() == planted
+
+    taker = lock_output(out)
+    taker.acquire(take_over_stale=True)
+    try:
+        assert taker.held and why in taker.took_over()
+        assert Holder.parse(open(path, "rb").read(), 0).pid == os.getpid()
+    finally:
+        taker.release(restore=True)  # a refused run puts the stale lock back as it found it
+    assert open(path, "rb").read() == planted
+
+
+def test_a_live_holder_on_another_host_is_not_stale(tmp_path):
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    with open(os.path.join(out, manifest.LOCK_FILE), "wb") as f:
+        f.write(_planted(1, "another-host", 60))
+    with pytest.raises(OutputLocked, match="pid 1 on host another-host"):
+        lock_output(out).acquire(take_over_stale=True)
+
+
+def test_an_unreadable_lock_is_dated_by_its_file(tmp_path, monkeypatch):
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    path = os.path.join(out, manifest.LOCK_FILE)
+    with open(path, "wb") as f:
+        f.write(b"{not json")
+    monkeypatch.setattr(lock_module, "_UNREADABLE_WAIT_S", 0.0)
+    with pytest.raises(OutputLocked, match="holder unknown"):
+        lock_output(out).acquire(take_over_stale=True)
+    old = time.time() - 2 * lock_module.STALE_AFTER_S
+    os.utime(path, (old, old))
+    taker = lock_output(out)
+    taker.acquire(take_over_stale=True)
+    assert taker.held and "no heartbeat" in taker.took_over()
+    taker.release()
+
+
+# Each process waits for the same start time, then tries to take the lock and holds it a moment.
+_RACE = textwrap.dedent(
+    """
+    import sys, time
+    from img2tfrecord.pipeline.lock import OutputLocked, lock_output
+    output, start = sys.argv[1], float(sys.argv[2])
+    held = lock_output(output)
+    time.sleep(max(0.0, start - time.time()))
+    try:
+        held.acquire(take_over_stale=True)
+    except OutputLocked as e:
+        print("refused", e)
+    else:
+        print("held")
+        time.sleep(2)
+        held.release()
+    """
+)
+
+
+def _race(output: str, env=None, runs: int = 4) -> list:
+    start = time.time() + 3
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACE, output, str(start)],
+            cwd=ROOT,
+            env=cli_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(runs)
+    ]
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-2000:]
+        results.append(stdout.strip())
+    return results
+
+
+def _one_winner(results: list) -> None:
+    assert sum(r == "held" for r in results) == 1, results
+    assert all(r.startswith("refused output ") and "being written by another run" in r for r in results if r != "held")
+
+
+def test_runs_racing_for_a_local_output_one_wins(tmp_path):
+    out = str(tmp_path / "out")
+    _one_winner(_race(out))
+    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+
+
+# -- gs:// on fake-gcs-server --------------------------------------------------------------------------
+
+
+def test_a_gs_lock_is_created_only_if_absent_and_taken_over_when_stale(fake_gcs):
+    out = fake_gcs.url("held")
+    first = lock_output(out)
+    first.acquire(take_over_stale=False)
+    try:
+        with pytest.raises(OutputLocked, match=f"pid {os.getpid()} on host"):
+            lock_output(out).acquire(take_over_stale=True)
+    finally:
+        first.release()
+    assert lock_output(out)._store.read() is None  # pylint: disable=protected-access
+
+    stale_out = fake_gcs.url("stale")
+    store = lock_output(stale_out)._store  # pylint: disable=protected-access
+    assert isinstance(store, GcsStore)
+    assert store.create(_planted(1, "another-host", 2 * lock_module.STALE_AFTER_S)) is not None
+    assert store.create(b"a second create-if-absent") is None  # the precondition: 412
+    taker = lock_output(stale_out)
+    taker.acquire(take_over_stale=True)
+    assert taker.held and "no heartbeat for 20 min" in taker.took_over()
+    assert Holder.parse(store.read().data, 0).pid == os.getpid()
+    # A take-over of a version that changed meanwhile loses.
+    assert store.take_over(1, b"late") is None
+    taker.release()
+    assert store.read() is None
+
+
+def test_the_gs_heartbeat_rewrites_the_lock_under_its_generation(fake_gcs):
+    out = fake_gcs.url("beating")
+    store = lock_output(out)._store  # pylint: disable=protected-access
+    held = OutputLock(out, store, heartbeat_s=0.1)
+    held.acquire(take_over_stale=False)
+    first = store.read()
+    deadline = time.monotonic() + 20
+    while store.read().version == first.version:
+        assert time.monotonic() < deadline, "the heartbeat was never rewritten"
+        time.sleep(0.1)
+    assert held.held
+    held.ensure_held()
+    held.release()
+    assert store.read() is None
+
+
+def test_runs_racing_for_a_gs_output_one_wins(fake_gcs):
+    _one_winner(_race(fake_gcs.url("race"), env=fake_gcs.env))
