@@ -36,9 +36,19 @@ TASK_DETECTION = "detection"
 TASKS = (TASK_CLASSIFICATION, TASK_DETECTION)
 DEFAULT_QUALITY = 90
 
+# Upper bounds of the size options: past them a value is a mistake that would exhaust memory or
+# files, not a bigger dataset. docs/options.md ("Bounds") says why each is where it is.
+MAX_IMAGE_SIDE = 16384  # pixels: a 16384x16384 RGB image is 768 MiB in each conversion process
+MAX_PIXELS_BOUND = 1 << 30  # --max-pixels: a decoded RGB image of 2^30 pixels is 3 GiB
+MAX_FILE_MB_BOUND = 2000  # --max-file-mb: a record is a protocol buffer, which holds less than 2 GiB
+MAX_SHARD_SIZE_MB = 16384  # --shard-size-mb: 16 GiB, over a hundred times the recommended 100-200 MB
+MAX_NUM_SHARDS = 10000  # --num-shards: per split; each shard is a file, a task and an index
+LIMITS_DOC = "docs/options.md#bounds"
+
 
 def parse_image_size(text: str) -> Tuple[int, int]:
-    """``"224"`` -> (224, 224); ``"320x240"`` -> (320, 240) as (width, height)."""
+    """``"224"`` -> (224, 224); ``"320x240"`` -> (320, 240) as (width, height); each side at most
+    :data:`MAX_IMAGE_SIDE`."""
     m = re.fullmatch(r"\s*(-?\d+)\s*(?:[xX]\s*(-?\d+)\s*)?", text)
     if not m:
         raise argparse.ArgumentTypeError(f"expected N or WxH, got {text!r}")
@@ -46,6 +56,11 @@ def parse_image_size(text: str) -> Tuple[int, int]:
     h = int(m.group(2)) if m.group(2) is not None else w
     if w <= 0 or h <= 0:
         raise argparse.ArgumentTypeError(f"image size must be positive, got {text!r}")
+    if w > MAX_IMAGE_SIDE or h > MAX_IMAGE_SIDE:
+        raise argparse.ArgumentTypeError(
+            f"each side must be at most {MAX_IMAGE_SIDE} pixels (a larger image does not fit a conversion "
+            f"process's memory; {LIMITS_DOC}), got {text!r}"
+        )
     return w, h
 
 
@@ -64,8 +79,13 @@ def _checked(kind: Callable[[str], Any], valid: Callable[[Any], bool], expected:
     return parse
 
 
-def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    parse = _checked(kind, lambda v: v > 0, "a positive number", "positive")
+def positive(kind: Callable[[str], Any], at_most: Optional[int] = None, why: str = "") -> Callable[[str], Any]:
+    """An argparse type for a number above 0 and, when given, at most ``at_most`` (``why`` says why)."""
+    if at_most is None:
+        parse = _checked(kind, lambda v: v > 0, "a positive number", "positive")
+    else:
+        bound = f"positive and at most {at_most} ({why}; {LIMITS_DOC})"
+        parse = _checked(kind, lambda v: 0 < v <= at_most, "a positive number", bound)
     parse.__name__ = f"positive {kind.__name__}"
     return parse
 
@@ -150,7 +170,7 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         type=parse_image_size,
         metavar="N|WxH",
         doc_default="keep each image's size",
-        help="resize to N×N or W×H (224 = 224×224; 320x240 = 320 wide, 240 high)",
+        help=f"resize to N×N or W×H (224 = 224×224; 320x240 = 320 wide, 240 high); each side at most {MAX_IMAGE_SIDE}",
         recorded_as="image_size",
         template=Template(
             "Image size", "N or WxH, e.g. 224 or 320x240. Empty keeps each image's size.", r"^[0-9]+([xX][0-9]+)?$"
@@ -248,7 +268,7 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         metavar="NAME=FRACTION,...",
         doc_default="all train, or the input's split folders",
         recorded_as="splits",
-        help="e.g. train=0.8,validation=0.1,test=0.1; fractions must sum to 1",
+        help="e.g. train=0.8,validation=0.1,test=0.1; fractions must sum to 1; val means validation",
         template=Template("Splits", "NAME=FRACTION,... summing to 1, e.g. train=0.8,validation=0.1,test=0.1."),
     ),
     Option(
@@ -262,21 +282,21 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "--shard-size-mb",
-        type=positive(float),
+        type=positive(float, MAX_SHARD_SIZE_MB, "a shard is read by one reader; --num-shards 1 for one per split"),
         exclusive_group="shards",
         doc_default=f"{DEFAULT_SHARD_SIZE_MB:g}",
         recorded_as="shard_size_mb",
-        help="shards per split = ceil(estimated split bytes / M), at least 1",
+        help=f"shards per split = ceil(estimated split bytes / M), at least 1; M at most {MAX_SHARD_SIZE_MB}",
         metavar="M",
         template=Template("Shard size (MB)", "Target shard size (default 128).", r"^[0-9]+(\.[0-9]+)?$"),
     ),
     Option(
         "--num-shards",
-        type=positive(int),
+        type=positive(int, MAX_NUM_SHARDS, "each shard is a file, a task and an index file"),
         exclusive_group="shards",
         recorded_as="num_shards",
         metavar="N",
-        help="exactly N shards per split instead of --shard-size-mb",
+        help=f"exactly N shards per split instead of --shard-size-mb; at most {MAX_NUM_SHARDS}",
         template=Template("Shards per split", "Fixed number of shards per split instead of a shard size.", r"^[0-9]+$"),
     ),
     Option(
@@ -312,22 +332,23 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "--max-pixels",
-        doc="reject images with more pixels (decompression bombs; [limits](bad-input.md#limits))",
-        type=positive(int),
+        doc=f"reject images with more pixels (decompression bombs; [limits](bad-input.md#limits)); "
+        f"at most {MAX_PIXELS_BOUND}",
+        type=positive(int, MAX_PIXELS_BOUND, "a decoded image of that many pixels takes 3 GiB"),
         default=DEFAULT_MAX_PIXELS,
         doc_default=str(DEFAULT_MAX_PIXELS),
         metavar="P",
         recorded_as="max_pixels",
-        help="reject images with more pixels (decompression bombs)",
+        help=f"reject images with more pixels (decompression bombs); at most {MAX_PIXELS_BOUND}",
     ),
     Option(
         "--max-file-mb",
-        type=positive(float),
+        type=positive(float, MAX_FILE_MB_BOUND, "a record is a protocol buffer, which holds less than 2 GiB"),
         default=DEFAULT_MAX_FILE_MB,
         doc_default=f"{DEFAULT_MAX_FILE_MB:g}",
         metavar="M",
         recorded_as="max_file_bytes",
-        help="reject larger files",
+        help=f"reject larger files; at most {MAX_FILE_MB_BOUND}",
     ),
     Option(
         "--decode-timeout-s",
@@ -436,7 +457,10 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> List[str]:
     for option in CONVERT_OPTIONS:
         target = parser
         if option.exclusive_group:
-            target = groups.setdefault(option.exclusive_group, parser.add_mutually_exclusive_group())
+            # One group per name: argparse's help refuses a group left empty.
+            if option.exclusive_group not in groups:
+                groups[option.exclusive_group] = parser.add_mutually_exclusive_group()
+            target = groups[option.exclusive_group]
         option.add_to(target)
         strings.extend(s for s in (option.short, option.flag) if s)
     return strings

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 
+import pytest
 from conftest import ROOT
 
 from img2tfrecord import options
@@ -47,3 +48,53 @@ def test_defaults_are_the_declared_ones():
         if not (option.switch or option.negates or option.required):
             assert getattr(ns, option.dest) == option.default, option.flag
     assert ns.analyze is True and ns.resume is False
+
+
+BOUNDS = {  # flag -> (largest value accepted, smallest refused)
+    "--image-size": (str(options.MAX_IMAGE_SIDE), str(options.MAX_IMAGE_SIDE + 1)),
+    "--max-pixels": (str(options.MAX_PIXELS_BOUND), str(options.MAX_PIXELS_BOUND + 1)),
+    "--max-file-mb": (str(options.MAX_FILE_MB_BOUND), f"{options.MAX_FILE_MB_BOUND}.5"),
+    "--shard-size-mb": (str(options.MAX_SHARD_SIZE_MB), f"{options.MAX_SHARD_SIZE_MB + 1}"),
+    "--num-shards": (str(options.MAX_NUM_SHARDS), str(options.MAX_NUM_SHARDS + 1)),
+}
+
+
+def _option(flag: str) -> options.Option:
+    return next(o for o in options.CONVERT_OPTIONS if o.flag == flag)
+
+
+def test_size_options_have_upper_bounds_checked_when_parsed():
+    for flag, (largest, refused) in BOUNDS.items():
+        parse = _option(flag).type
+        assert parse is not None
+        parse(largest)
+        for text in (refused, "1e12", "inf", "nan"):
+            with pytest.raises(argparse.ArgumentTypeError) as info:
+                parse(text)
+            message = str(info.value)
+            assert "\n" not in message
+            assert message.startswith("expected") or ("at most" in message and "docs/options.md#bounds" in message)
+        assert "at most" in _message(parse, refused), flag
+    assert _option("--image-size").type("320x16384") == (320, 16384)
+    for text in ("16385x10", "10x16385", "100000"):
+        assert f"at most {options.MAX_IMAGE_SIDE} pixels" in _message(options.parse_image_size, text)
+    # The defaults are within the bounds.
+    assert options.DEFAULT_MAX_PIXELS <= options.MAX_PIXELS_BOUND
+    assert options.DEFAULT_MAX_FILE_MB <= options.MAX_FILE_MB_BOUND
+    assert options.DEFAULT_SHARD_SIZE_MB <= options.MAX_SHARD_SIZE_MB
+
+
+def _message(parse, text: str) -> str:
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        parse(text)
+    return str(info.value)
+
+
+def test_the_bounds_are_the_documented_ones():
+    with open(os.path.join(ROOT, "docs", "options.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("\n## Bounds\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line.split("|")[2] for line in section.splitlines() if line.startswith("| `")}
+    assert set(rows) == {f"`{flag}`" for flag in BOUNDS}
+    for flag, (largest, _) in BOUNDS.items():
+        assert rows[f"`{flag}`"].split()[0] == largest, flag

@@ -331,6 +331,65 @@ def test_near_pairs_match_brute_force():
         assert [tuple(p) for p in perceptual_hash.near_pairs(hashes, distance)] == brute
 
 
+def _located(name: str, split: str, dhash: int) -> dup.Located:
+    return dup.Located(split, "s.tfrecord", 0, 0, name, "c", f"sha-{name}", dhash)
+
+
+def _flip(h: int, bits) -> int:
+    for b in bits:
+        h ^= 1 << b
+    return h
+
+
+def test_near_groups_do_not_chain():
+    # a..d: each 6 bits from the one before, so a chain of pairs would join a and d, 18 bits apart.
+    a = 0
+    b = _flip(a, range(0, 6))
+    c = _flip(b, range(6, 12))
+    d = _flip(c, range(12, 18))
+    items = [_located("a.jpg", "train", a), _located("b.jpg", "test", b), _located("c.jpg", "train", c)]
+    items.append(_located("d.jpg", "validation", d))
+    found = dup.find_duplicates(items, 6)
+    near = [g for g in found.groups if g.kind == dup.NEAR]
+    assert sorted([c.records[0].filename for c in g.contents] for g in near) == [
+        ["a.jpg", "b.jpg"],
+        ["c.jpg", "d.jpg"],
+    ]
+    for g in near:
+        assert [c.distance for c in g.contents] == [0, 6] and g.largest_distance == 6
+    # Each group counts its own pair; the totals count all three, b-c between the groups too.
+    assert {tuple(g.pairs.items()) for g in near} == {(("train/test", 1),), (("train/validation", 1),)}
+    assert found.near_pairs == {"train/validation": 1, "train/test": 2}
+    section = facts.duplicates_section(found)
+    assert sorted(g["largest_distance"] for g in section["groups"]) == [6, 6]
+
+
+def test_near_groups_hold_only_images_close_to_the_first():
+    rng = random.Random(3)
+    centres = [rng.getrandbits(64) for _ in range(12)]
+    hashes = []
+    for _ in range(400):  # dense clusters: pairs chain through them at distance 6
+        h = rng.choice(centres)
+        for _ in range(rng.randint(0, 8)):
+            h ^= 1 << rng.randrange(64)
+        hashes.append(h)
+    items = [_located(f"{i:04d}.jpg", rng.choice(["train", "test"]), h) for i, h in enumerate(hashes)]
+    found = dup.find_duplicates(items, 6)
+    grouped = {}
+    for g in (g for g in found.groups if g.kind == dup.NEAR):
+        first = g.contents[0].dhash
+        assert all(perceptual_hash.hamming(first, c.dhash) == c.distance <= 6 for c in g.contents)
+        assert g.largest_distance == max(c.distance for c in g.contents) <= 6
+        for c in g.contents:
+            assert c.sha256 not in grouped, "a content is in one group at most"
+            grouped[c.sha256] = g
+    assert len(grouped) > 50
+    # find_duplicates orders contents by file name, as items are: near_pairs' positions are the items'.
+    for pair in perceptual_hash.near_pairs(hashes, 6):
+        # Two close images are never both left out: the first of them would have led a group.
+        assert items[pair.first].sha256 in grouped or items[pair.second].sha256 in grouped
+
+
 def test_difference_hash_is_stable_under_small_changes():
     base = photo(1)
     h = perceptual_hash.difference_hash(base)

@@ -4,7 +4,8 @@ Two filters, both off with ``convert --verbose``:
 
 * :class:`OwnLinesOnly`, on the logging handler: records logged by
   img2tfrecord's code pass; those of other libraries (Beam, TensorFlow,
-  absl, google-auth's credential warnings) pass only at ERROR and above.
+  absl, google-auth's credential warnings) pass only at ERROR and above,
+  except a failure the command itself reports in one line (the error budget).
 * :class:`StderrFilter`, on file descriptor 2: TensorFlow's and gRPC's C++
   code logs through absl before anything can configure it ("All log
   messages before absl::InitializeLog() is called are written to STDERR",
@@ -46,6 +47,9 @@ NOISE = (
     re.compile(rb"To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\."),
 )
 _PARTIAL_WAIT_S = 0.1  # an unfinished line is passed on after this long without more bytes
+# Exceptions a job raises on purpose and the command reports as one line of its own (``convert``'s
+# error budget): a runner's log of them, with the job's traceback, is left out.
+REPORTED_BY_COMMAND = ("ErrorBudgetExceeded",)
 
 
 def is_noise(line: bytes) -> bool:
@@ -70,12 +74,30 @@ class OwnLinesOnly(logging.Filter):
         self._ours: Dict[str, bool] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if reported_by_command(record):
+            return False
         if record.levelno >= logging.ERROR:
             return True
         ours = self._ours.get(record.pathname)
         if ours is None:
             ours = self._ours[record.pathname] = os.path.abspath(record.pathname).startswith(_PACKAGE_DIR)
         return ours
+
+
+def reported_by_command(record: logging.LogRecord) -> bool:
+    """True for a log record about an exception named in :data:`REPORTED_BY_COMMAND`.
+
+    Told by the exception's class, or by its name in the message for runners
+    that pass on their worker's log as text.
+    """
+    if record.exc_info and record.exc_info[1] is not None:
+        if any(cls.__name__ in REPORTED_BY_COMMAND for cls in type(record.exc_info[1]).__mro__):
+            return True
+    try:
+        message = record.getMessage()
+    except Exception:  # a library's malformed log call: let the handler show it as it would
+        return False
+    return any(name in message for name in REPORTED_BY_COMMAND)
 
 
 def copy_without_noise(src: int, dst: int) -> None:

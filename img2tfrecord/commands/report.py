@@ -2,9 +2,10 @@
 
 Shards are read in parallel, one shard per task in a pool of spawned
 processes (``--processes``, default one per core). The HTML page goes to
-``--output`` (default ``./report.html``; a folder gets ``report.html``
-inside it) and the JSON document beside it with the suffix ``.json``. The
-command prints the page's path.
+``--output`` (default ``./report.html``) and the JSON document beside it
+with the suffix ``.json``; a folder (``DIR/`` or an existing folder, created
+when missing) gets ``report.html`` and ``report.json``. The command prints
+the page's path.
 
 Exit codes: 0 the report covers every record; 1 it was written but something
 could not be read (a damaged or missing shard, undecodable images, no
@@ -20,17 +21,19 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from img2tfrecord.conversion.pool import usable_cores
-from img2tfrecord.readers import records
-from img2tfrecord.report import duplicates as dup
-from img2tfrecord.report import facts, html_page, perceptual_hash, shard_scan
+from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import manifest
+
+if TYPE_CHECKING:  # imported where used: the parser is built without any third-party package
+    from img2tfrecord.report import duplicates as dup
+    from img2tfrecord.report import html_page, shard_scan
 
 EXIT_INCOMPLETE = EXIT_FAILURE  # the report was written, but something could not be read
 DEFAULT_OUTPUT = "report.html"
+DEFAULT_JSON_OUTPUT = "report.json"
 DEFAULT_THUMBNAILS_PER_CLASS = 8
 _PROG = "img2tfrecord report"
 
@@ -66,8 +69,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--output",
         metavar="PATH",
         default=DEFAULT_OUTPUT,
-        help="where to write the HTML page (default ./report.html; a folder gets report.html inside it); "
-        "the JSON goes beside it with the suffix .json",
+        help="where to write the HTML page (default ./report.html), the JSON beside it with the suffix .json; "
+        "a folder (a path ending in / or an existing folder, created when missing) gets report.html and "
+        "report.json",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the thumbnail sample (default 0)")
     p.add_argument(
@@ -97,15 +101,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def is_folder_output(output: str) -> bool:
+    """``--output`` names a folder: it ends with a slash, or is an existing folder."""
+    return output.endswith(("/", os.sep)) or os.path.isdir(output)
+
+
 def output_paths(output: str) -> Tuple[str, str]:
-    """``(report.html path, report.json path)`` for ``--output``."""
-    html_path = os.path.join(output, DEFAULT_OUTPUT) if os.path.isdir(output) else output
-    html_path = os.path.abspath(html_path)
+    """``(report.html path, report.json path)`` for ``--output``.
+
+    A folder (:func:`is_folder_output`) gets ``report.html`` and ``report.json``;
+    any other path is the page, with the JSON beside it under the suffix ``.json``.
+    """
+    if is_folder_output(output):
+        folder = os.path.abspath(output)
+        return os.path.join(folder, DEFAULT_OUTPUT), os.path.join(folder, DEFAULT_JSON_OUTPUT)
+    html_path = os.path.abspath(output)
     stem, ext = os.path.splitext(html_path)
     return html_path, (stem if ext.lower() in (".html", ".htm") else html_path) + ".json"
 
 
 def _tasks(directory: str, doc: Mapping[str, Any], ns: argparse.Namespace) -> List[shard_scan.ShardTask]:
+    from img2tfrecord.readers import records
+    from img2tfrecord.report import duplicates as dup
+    from img2tfrecord.report import shard_scan
+
     compression = records.compression_of(doc)
     spec = shard_scan.scalar_spec(doc.get("feature_spec") or {})
     tasks = []
@@ -130,6 +149,8 @@ def _read_all(
     tasks: Sequence[shard_scan.ShardTask], sizes: Mapping[str, int], workers: shard_scan.Workers
 ) -> List[shard_scan.ShardScan]:
     """Every shard scanned once, largest first so the pool ends together; results in task order."""
+    from img2tfrecord.report import shard_scan
+
     order = sorted(range(len(tasks)), key=lambda i: -int(sizes.get(tasks[i].file) or 0))
     results = workers.map(shard_scan.scan_shard, [tasks[i] for i in order])
     by_position = dict(zip(order, results))
@@ -140,6 +161,9 @@ def _draw(
     directory: str, doc: Mapping[str, Any], wanted: Mapping[str, Mapping[int, int]], workers: shard_scan.Workers
 ) -> Dict[Tuple[str, int], str]:
     """``{(shard, index): data URI}`` of the wanted records (shard -> index -> offset), read at their offsets."""
+    from img2tfrecord.readers import records
+    from img2tfrecord.report import shard_scan
+
     spec = shard_scan.scalar_spec(doc.get("feature_spec") or {})
     compression = records.compression_of(doc)
     tasks = [
@@ -159,6 +183,8 @@ def _pictures(
     workers: shard_scan.Workers,
 ) -> html_page.Pictures:
     """The page's thumbnails: the class samples, and one record per content of the groups the page shows."""
+    from img2tfrecord.report import html_page
+
     wanted: Dict[str, Dict[int, int]] = {}
     for items in samples.values():
         for t in items:
@@ -195,6 +221,11 @@ def build(directory: str, ns: argparse.Namespace) -> Tuple[Dict[str, Any], html_
 
     Raises ReportUsageError before reading anything when the dataset is not one to report on.
     """
+    from img2tfrecord.conversion.pool import usable_cores
+    from img2tfrecord.readers import records
+    from img2tfrecord.report import duplicates as dup
+    from img2tfrecord.report import facts, shard_scan
+
     try:
         doc = records.read_manifest(directory)
     except (FileNotFoundError, ValueError) as e:
@@ -255,9 +286,13 @@ def _error(message: str, code: int = EXIT_USAGE) -> int:
 
 def run(ns: argparse.Namespace) -> int:
     """Run ``report``; returns the exit code."""
+    from img2tfrecord.readers import records
+    from img2tfrecord.report import html_page
+
     directory = ns.directory.rstrip("/") if records.is_remote(ns.directory) else ns.directory
     html_path, json_path = output_paths(ns.output)
-    if not os.path.isdir(os.path.dirname(html_path)):
+    to_folder = is_folder_output(ns.output)  # created, once the report is built
+    if not to_folder and not os.path.isdir(os.path.dirname(html_path)):
         return _error(f"--output: folder {os.path.dirname(html_path)} does not exist")
     try:
         document, pictures = build(directory, ns)
@@ -271,6 +306,8 @@ def run(ns: argparse.Namespace) -> int:
             f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}", EXIT_INCOMPLETE
         )
     try:
+        if to_folder:
+            os.makedirs(os.path.dirname(html_path), exist_ok=True)
         _write(json_path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
         _write(html_path, page)
     except OSError as e:

@@ -7,7 +7,6 @@ import json
 import sys
 
 from img2tfrecord.commands.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from img2tfrecord.verification import verify
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -28,6 +27,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(ns: argparse.Namespace) -> int:
     """Run ``verify``; returns the exit code."""
+    from img2tfrecord.verification import verify
+
     try:
         report = verify(ns.directory)
     except FileNotFoundError as e:

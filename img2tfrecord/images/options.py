@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Optional, Tuple
-
-from PIL import Image
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from img2tfrecord.images.geometry import ImageTransform
+
+if TYPE_CHECKING:  # Pillow is not needed to read the option constants (the CLI parser does)
+    from PIL import Image
 
 RESIZE_MODES = ("stretch", "fit", "fill")
 FORMATS = ("keep", "jpeg", "png", "raw")  # raw: uint8 pixels, row-major height x width x channels

@@ -2,15 +2,20 @@
 
 * An **exact** group: the records sharing one ``image/key/sha256`` (identical
   stored bytes), when there are two or more.
-* A **near** group: distinct stored images (contents) linked by difference
-  hashes at most ``max_distance`` bits apart, joined transitively (connected
-  components); each content lists every record that stores it, so a near
+* A **near** group: distinct stored images (contents) whose difference
+  hashes are each at most ``max_distance`` bits from the group's first
+  content, never joined through a chain of pairs. Contents are taken in
+  order of their first file name; the first one not yet in a group that has
+  near pairs among the others not yet in a group leads a group of itself
+  and them. Each content lists every record that stores it, so a near
   group may hold exact duplicates too.
 
 Pairs are counted per unordered pair of splits (key ``"train/test"``,
 splits in :func:`split_order`): every two records of an exact group, and
-every two records of two contents that are a near pair. Groups are listed
-with the groups that cross splits first, then the larger ones.
+every two records of two contents that are a near pair. A group's counts
+hold its own pairs; the totals hold every pair, also one whose contents
+landed in different groups. Groups are listed with the groups that cross
+splits first, then the larger ones.
 """
 
 from __future__ import annotations
@@ -71,6 +76,11 @@ class Group:
     @property
     def crosses_splits(self) -> bool:
         return len(self.splits) > 1
+
+    @property
+    def largest_distance(self) -> int:
+        """The largest hash distance of a content to the group's first one (0 for an exact group)."""
+        return max(c.distance for c in self.contents)
 
 
 @dataclasses.dataclass
@@ -135,6 +145,28 @@ def _sort_records(items: List[Located]) -> List[Located]:
     return sorted(items, key=lambda r: (rank[r.split], r.filename, r.shard, r.index))
 
 
+def near_groups(count: int, near: Sequence[perceptual_hash.NearPair]) -> Dict[int, int]:
+    """Position -> the position leading its group, for the positions ``0..count-1`` that are in a near group.
+
+    Every member is a near pair of its leader (see the module docstring): the
+    first position not yet grouped that has near pairs among the positions not
+    yet grouped leads itself and them. Positions left out are in no group.
+    """
+    neighbours: Dict[int, List[int]] = collections.defaultdict(list)
+    for pair in near:
+        neighbours[pair.first].append(pair.second)
+        neighbours[pair.second].append(pair.first)
+    leader_of: Dict[int, int] = {}
+    for i in range(count):
+        if i in leader_of:
+            continue
+        others = sorted(j for j in neighbours.get(i, ()) if j not in leader_of)
+        if others:
+            for j in [i, *others]:
+                leader_of[j] = i
+    return leader_of
+
+
 def find_duplicates(items: Sequence[Located], max_distance: int) -> Duplicates:
     """Exact and near-duplicate groups of ``items`` (see the module docstring)."""
     by_sha: Dict[str, List[Located]] = collections.defaultdict(list)
@@ -154,42 +186,26 @@ def find_duplicates(items: Sequence[Located], max_distance: int) -> Duplicates:
 
     hashed = [c for c in contents if c.dhash is not None]
     dhashes = [c.dhash for c in contents if c.dhash is not None]  # hashed's, in the same order
-    parent = list(range(len(hashed)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
     near = perceptual_hash.near_pairs(dhashes, max_distance)
-    for pair in near:
-        a, b = root(pair.first), root(pair.second)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    components: Dict[int, List[int]] = collections.defaultdict(list)
-    for i in range(len(hashed)):
-        components[root(i)].append(i)
+    leader_of = near_groups(len(hashed), near)
+    members: Dict[int, List[int]] = collections.defaultdict(list)
+    for i in sorted(leader_of):
+        members[leader_of[i]].append(i)
     group_pairs: Dict[int, Dict[str, int]] = collections.defaultdict(dict)
     near_pairs: Dict[str, int] = {}
     for pair in near:
         left, right = _split_counts(hashed[pair.first].records), _split_counts(hashed[pair.second].records)
-        _pairs_between(left, right, group_pairs[root(pair.first)])
         _pairs_between(left, right, near_pairs)
-    for top, members in components.items():
-        if len(members) < 2:
-            continue
-        first = dhashes[members[0]]
+        leader = leader_of.get(pair.first)
+        if leader is not None and leader == leader_of.get(pair.second):
+            _pairs_between(left, right, group_pairs[leader])
+    for leader, group in members.items():
+        first = dhashes[leader]
         group_contents = [
-            Content(
-                hashed[i].sha256,
-                hashed[i].dhash,
-                hashed[i].records,
-                perceptual_hash.hamming(first, dhashes[i]),
-            )
-            for i in members
+            Content(hashed[i].sha256, hashed[i].dhash, hashed[i].records, perceptual_hash.hamming(first, dhashes[i]))
+            for i in group
         ]
-        groups.append(Group(NEAR, group_contents, _ordered(group_pairs[top])))
+        groups.append(Group(NEAR, group_contents, _ordered(group_pairs[leader])))
 
     groups.sort(key=lambda g: (not g.crosses_splits, g.kind != EXACT, -len(g.records), g.records[0].filename))
     return Duplicates(

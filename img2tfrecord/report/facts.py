@@ -206,6 +206,7 @@ def duplicates_section(found: dup.Duplicates) -> Dict[str, Any]:
                 "classes": g.classes,
                 "size": len(g.records),
                 "pairs": g.pairs,
+                "largest_distance": g.largest_distance,
                 "contents": [
                     {
                         "sha256": c.sha256,

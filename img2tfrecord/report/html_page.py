@@ -282,9 +282,14 @@ def _group(g: Mapping[str, Any], splits: Sequence[str], pictures: Pictures) -> s
     pairs = ", ".join(f"{_e(k)}: {n}" for k, n in g["pairs"].items())
     classes = f" · classes differ: {_e(', '.join(g['classes']))}" if len(g["classes"]) > 1 else ""
     crossing = " crossing" if g["crosses_splits"] else ""
+    spread = (
+        f' · <span class="largest-distance">at most {g["largest_distance"]} bits from the first image</span>'
+        if g["kind"] == dup.NEAR
+        else ""
+    )
     return (
         f'<div class="group{crossing}" data-kind="{g["kind"]}" data-crosses="{str(g["crosses_splits"]).lower()}">'
-        f"<b>{g['kind']} duplicates</b>, {g['size']} records in {_e(', '.join(g['splits']))}{classes}"
+        f"<b>{g['kind']} duplicates</b>, {g['size']} records in {_e(', '.join(g['splits']))}{classes}{spread}"
         f'<div class="muted">pairs: {pairs}</div><div class="contents">{"".join(contents)}</div></div>'
     )
 
@@ -296,8 +301,9 @@ def _duplicates(document: Mapping[str, Any], pictures: Pictures) -> str:
     out = [
         '<section id="duplicates"><h2>Duplicates and split leakage</h2>',
         "<p><b>Exact</b>: records with the same <code>image/key/sha256</code> (identical stored bytes). "
-        f"<b>Near</b>: different bytes, 64-bit difference hashes at most {d['near_duplicate_distance']} bits apart "
-        "(--near-duplicate-distance), joined into groups. Groups crossing splits first.</p>",
+        f"<b>Near</b>: different bytes, each image's 64-bit difference hash at most {d['near_duplicate_distance']} "
+        "bits from the group's first image's (--near-duplicate-distance; the distance is shown per image). "
+        "Groups crossing splits first.</p>",
         f'<p id="leakage">duplicate pairs across splits: <b>{_num(d["exact"]["cross_split_pairs"])}</b> exact, '
         f"<b>{_num(d['near']['cross_split_pairs'])}</b> near</p>",
         _pairs_table(d),

@@ -1,0 +1,133 @@
+"""A newcomer's first commands as real processes: help, a closed pipe, the error budget's one line, report DIR/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, cli_command, cli_env, convert, run_cli
+from PIL import Image
+
+from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_ERROR_BUDGET
+from img2tfrecord.schemas import manifest
+
+COMMANDS = ("convert", "sample", "inspect", "verify", "report")
+
+
+def _console_script() -> str:
+    path = shutil.which("img2tfrecord", path=os.path.dirname(sys.executable))
+    assert path, "the img2tfrecord console script is installed beside this Python"
+    return path
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+@pytest.mark.parametrize("command", ("",) + COMMANDS)
+def test_help_exits_0_with_the_usage_on_stdout(command, flag):
+    args = [command, flag] if command else [flag]
+    for argv in (cli_command(*args), [_console_script(), *args]):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=cli_env(), cwd=ROOT)
+        assert proc.returncode == 0, (argv, proc.stderr[-3000:])
+        assert proc.stdout.startswith(f"usage: img2tfrecord {command}".rstrip() + " "), argv
+        assert proc.stderr == ""
+
+
+def _into_closed_pipe(*args: str, unbuffered: bool) -> subprocess.CompletedProcess:
+    """Run the CLI with stdout a pipe whose reader has already left (``| head`` that has exited)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = cli_env({"PYTHONUNBUFFERED": "1"} if unbuffered else None)
+    if not unbuffered:
+        env.pop("PYTHONUNBUFFERED", None)
+    try:
+        return subprocess.run(
+            cli_command(*args), stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300, env=env, cwd=ROOT
+        )
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_a_closed_stdout_ends_every_command_quietly(converted_sample, sample_dir, tmp_path, unbuffered):
+    for args in (
+        ("inspect", converted_sample),
+        ("inspect", converted_sample, "--json"),
+        ("verify", converted_sample),
+        ("convert", "--input", sample_dir, "--output", str(tmp_path / "never"), "--plan"),
+        ("--help",),
+        ("report", "--help"),
+    ):
+        proc = _into_closed_pipe(*args, unbuffered=unbuffered)
+        assert (proc.returncode, proc.stderr) == (EXIT_CLOSED_PIPE, ""), args
+    assert not (tmp_path / "never").exists()
+
+
+def test_inspect_piped_into_head_prints_its_first_line(converted_sample):
+    proc = subprocess.run(
+        ["bash", "-c", 'set -o pipefail; "$@" | head -1', "bash", *cli_command("inspect", converted_sample)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(),
+        cwd=ROOT,
+    )
+    # head may leave before or after inspect's last write: either way no traceback, one line out.
+    assert proc.returncode in (0, EXIT_CLOSED_PIPE) and proc.stderr == ""
+    assert proc.stdout.startswith(converted_sample) and proc.stdout.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def half_bad(tmp_path_factory) -> str:
+    """Two inputs, one of them not an image: 50% rejected."""
+    root = tmp_path_factory.mktemp("half_bad") / "in"
+    (root / "a").mkdir(parents=True)
+    Image.new("RGB", (8, 8), (90, 10, 10)).save(root / "a" / "good.png")
+    (root / "a" / "bad.jpg").write_bytes(b"not an image")
+    return str(root)
+
+
+def _budget_line(out: str) -> str:
+    return (
+        "img2tfrecord: error budget exceeded: 1 of 2 inputs rejected (50.0% > 20.0%, --max-error-rate); "
+        f"details in {out}/{manifest.ERRORS_FILE}"
+    )
+
+
+def test_error_budget_is_one_line(half_bad, tmp_path):
+    out = str(tmp_path / "quiet")
+    proc = convert(half_bad, out, "--max-error-rate", "0.2", "--no-analyze", "--quiet")
+    assert proc.returncode == EXIT_ERROR_BUDGET, proc.stderr[-3000:]
+    assert proc.stderr.splitlines() == [_budget_line(out)]
+    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+
+    out = str(tmp_path / "default")
+    proc = convert(half_bad, out, "--max-error-rate", "0.2", "--no-analyze")
+    assert proc.returncode == EXIT_ERROR_BUDGET
+    lines = proc.stderr.splitlines()
+    assert lines[-1] == _budget_line(out) and "Traceback" not in proc.stderr
+    assert all(line.startswith("INFO ") for line in lines[:-1]), lines  # the run's own progress lines
+
+
+def test_error_budget_traceback_with_verbose(half_bad, tmp_path):
+    out = str(tmp_path / "verbose")
+    proc = convert(half_bad, out, "--max-error-rate", "0.2", "--no-analyze", "--verbose")
+    assert proc.returncode == EXIT_ERROR_BUDGET
+    assert "Traceback" in proc.stderr and "ErrorBudgetExceeded" in proc.stderr
+    assert proc.stderr.splitlines()[-1] == _budget_line(out)
+
+
+def test_report_output_folder_gets_report_html_and_json(converted_sample, tmp_path):
+    for output, folder in (
+        (f"{tmp_path}/reports/", tmp_path / "reports"),  # created
+        (f"{tmp_path}/new/deeper/", tmp_path / "new" / "deeper"),
+        (str(tmp_path / "reports"), tmp_path / "reports"),  # an existing folder, without the slash
+    ):
+        proc = run_cli("report", converted_sample, "--output", output, "--processes", "1")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.strip() == str(folder / "report.html")
+        assert sorted(os.listdir(folder)) == ["report.html", "report.json"]
+        assert json.loads((folder / "report.json").read_text())["dataset"]["complete"] is True
+    assert not (tmp_path / "reports.json").exists()
