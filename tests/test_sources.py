@@ -16,7 +16,7 @@ from conftest import IN_MEMORY, convert
 
 from img2tfrecord.conversion.sharding import parse_splits
 from img2tfrecord.images import ImageOptions
-from img2tfrecord.model import ErrorEntry, MemberEntry
+from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.run import run
@@ -313,3 +313,125 @@ def test_archive_member_names_that_are_not_text_become_bad_name_entries(tmp_path
         ("cat/caf\\xe9.jpg", "bad_name"),
         ("cat/two\\nlines.jpg", "bad_name"),
     ]
+
+
+# -- an earlier output inside the input, and inputs that can give no record ------------------------
+
+
+def test_folders_holding_an_output_are_found_from_a_listing():
+    from img2tfrecord.sources import layout
+
+    relpaths = [
+        "cat/a.jpg",
+        "out/dataset.json",
+        "out/train-00000-of-00001.tfrecord",
+        "out/index/train-00000-of-00001.tfrecord.idx",
+        "out/old/_SUCCESS",  # inside another output: covered by it
+        "dog/b.jpg",
+        "dog/run/.tmp-run-0123456789abcdef/shards/train/x",  # a killed run's staging folder
+        "emu/_SUCCESS.jpg",
+    ]
+    assert layout.output_folders(relpaths) == ("dog/run", "out")
+    assert layout.output_folders(["dataset.json", "cat/a.jpg"]) == ("",)  # the root itself
+    assert layout.in_folders("out/index/x.idx", ("out",)) and not layout.in_folders("outside/a.jpg", ("out",))
+    base = "/data/photos/"
+    assert layout.folder_entry(base, base + "out/dataset.json", 10, ("out",)) is None
+    assert layout.folder_entry(base, base + "out/.hidden", 10, ("out",)) is None  # not even counted as junk
+    assert layout.folder_entry(base, base + "outside/a.jpg", 10, ("out",)) == WorkItem(
+        base + "outside/a.jpg", "outside/a.jpg", 10
+    )
+
+
+def write_old_output(folder: str) -> None:
+    """What a finished run and a killed run leave in an output folder (the names matter, not the bytes)."""
+    write_tree(
+        folder,
+        {
+            "done/dataset.json": b"{}",
+            "done/labels.txt": b"cat\ndog\n",
+            "done/_SUCCESS": b"",
+            "done/train-00000-of-00001.tfrecord": b"\0" * 40,
+            "done/index/train-00000-of-00001.tfrecord.idx": b"0 40\n",
+            "killed/.tmp-run-0123456789abcdef/shards/train/part": b"\0" * 8,
+            "killed/errors.jsonl": b"",
+        },
+    )
+
+
+def test_launch_plan_preview_and_local_checks_leave_out_an_old_output(inputs, tmp_path, caplog):
+    from img2tfrecord.pipeline.inputs import scan_local_input
+    from img2tfrecord.pipeline.preview import list_sources
+
+    root = str(tmp_path / "photos")
+    write_tree(root, inputs["files"])
+    write_old_output(os.path.join(root, "records"))
+    config = ConvertConfig(input=root, output=str(tmp_path / "o"))
+    with caplog.at_level("WARNING"):
+        plan = make_plan(config)
+    assert plan.skipped_outputs == ("records/done", "records/killed")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "'records/done', 'records/killed'" in warnings[0], warnings
+    assert plan.num_files == len(inputs["files"]) and plan.layout == "class"
+    listing = list_sources(config, plan)
+    assert sorted(f.relpath for f in listing.files) == sorted(inputs["files"])
+    assert listing.skipped == [] and listing.errors == []
+    report = scan_local_input(plan.base, plan.pattern, plan.layout)
+    assert report.files == len(inputs["files"]) and report.empty_class_folders == []
+    # An input that is itself an output.
+    from img2tfrecord.pipeline.plan import PlanError
+
+    with pytest.raises(PlanError, match="is an img2tfrecord output"):
+        make_plan(ConvertConfig(input=os.path.join(root, "records", "done"), output=str(tmp_path / "o")))
+
+
+def test_an_output_inside_the_input_is_recognised_on_every_filesystem(tmp_path):
+    inside = kinds.output_inside_input
+    photos = str(tmp_path / "photos")
+    os.makedirs(photos)
+    os.symlink(photos, str(tmp_path / "link"))
+    assert inside(photos, photos + "/records") and inside(photos + "/", photos + "/a/b/")
+    assert inside(str(tmp_path / "link"), photos + "/records")  # links resolved
+    assert inside(photos, str(tmp_path / "link" / "records"))
+    assert inside(photos, photos + "/x/../records") and inside(photos + "/*/*.jpg", photos + "/records")
+    assert not inside(photos, photos + "-records") and not inside(photos, str(tmp_path))
+    assert inside("gs://b/photos", "gs://b/photos/records/") and inside("gs://b/photos/", "gs://b/photos")
+    assert not inside("gs://b/photos", "gs://b/photos-records") and not inside("gs://b/photos", photos)
+    assert not inside(str(tmp_path / "a.zip"), str(tmp_path / "out"))  # an archive's folder is not listed
+    assert not inside(str(tmp_path / "list.csv"), str(tmp_path / "out"))
+
+
+def test_inputs_that_can_give_no_record_are_refused_at_launch(inputs, tmp_path):
+    from img2tfrecord.pipeline.plan import PlanError
+
+    def refused(path: str) -> str:
+        with pytest.raises(PlanError) as info:
+            make_plan(ConvertConfig(input=path, output=str(tmp_path / "o")))
+        return str(info.value)
+
+    cats = {k.split("/", 1)[1]: v for k, v in inputs["files"].items() if k.startswith("cat/")}
+    flat = str(tmp_path / "photos" / "cat")
+    write_tree(flat, cats)
+    message = refused(flat)
+    assert f"holds {len(cats)} file(s) but no class folders" in message
+    assert f"point --input at the folder above it, {tmp_path / 'photos'}/" in message and "manifest" in message
+    assert f"folder above it, {tmp_path / 'photos'}/" in refused(flat + "/*.jpg")
+    split = str(tmp_path / "split")
+    write_tree(split, {"train/a.jpg": I.jpeg(8, 8), "val/b.jpg": I.jpeg(8, 8)})
+    assert "split folders but no class folders" in refused(split)
+    texts = str(tmp_path / "texts")
+    write_tree(texts, {"a/notes.txt": b"hello", "b/data.bin": b"\0\1\2"})
+    assert refused(texts).startswith(f"no images in --input {texts}: its 2 file(s)")
+    # A name without an image suffix: the content decides.
+    write_tree(str(tmp_path / "noext"), {"cat/IMG_0001": I.jpeg(8, 8)})
+    assert make_plan(ConvertConfig(input=str(tmp_path / "noext"), output=str(tmp_path / "o"))).num_files == 1
+    flat_zip = str(tmp_path / "flat.zip")
+    write_zip(flat_zip, cats)
+    assert "no class folders (<class>/<file> inside)" in refused(flat_zip)
+    empty_zip = str(tmp_path / "empty.zip")
+    write_zip(empty_zip, {})
+    assert "the archive(s) hold no files" in refused(empty_zip)
+    # The way out the message names: a manifest without a label column, an unlabeled dataset.
+    listed = tmp_path / "photos" / "cat" / "list.csv"
+    listed.write_text("path\n" + "".join(f"{name}\n" for name in sorted(cats)))
+    plan = make_plan(ConvertConfig(input=str(listed), output=str(tmp_path / "o")))
+    assert plan.input_kind == kinds.INPUT_MANIFEST and not plan.labeled and plan.num_files == len(cats)

@@ -203,3 +203,18 @@ def test_split_folders():
     assert is_split_layout(["train"])
     assert not is_split_layout(["train", "cats"])
     assert not is_split_layout([])
+
+
+def test_val_in_splits_means_validation_as_in_split_folders_and_manifests():
+    from img2tfrecord.sources.manifests import canonical_split
+
+    assert parse_splits("train=0.8,val=0.2") == (("train", 0.8), ("validation", 0.2))
+    assert parse_splits("val=0.1,test=0.1,train=0.8") == (("validation", 0.1), ("test", 0.1), ("train", 0.8))
+    # One rule: the name a split folder or a manifest's split column gives for the same word.
+    for name in ("train", "val", "validation", "test", "holdout"):
+        (split, _), *_ = parse_splits(f"{name}=1")
+        assert split == (split_of_folder(name) or name) == canonical_split(name)
+    for text, spelled in (("val=0.5,validation=0.5", "'val' and 'validation'"), ("validation=0.5,val=0.5", "")):
+        with pytest.raises(ValueError) as info:
+            parse_splits(text)
+        assert "split 'validation' is given twice" in str(info.value) and spelled in str(info.value)

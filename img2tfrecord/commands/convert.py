@@ -16,7 +16,7 @@ import io
 import logging
 import os
 import sys
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from img2tfrecord.commands.errors import EXIT_ERROR_BUDGET, EXIT_OK, UsageError
 from img2tfrecord.options import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION, add_convert_arguments
@@ -33,14 +33,43 @@ def add_parser(subparsers) -> List[str]:
     return add_convert_arguments(p)
 
 
-def check_pipeline_args(args: Sequence[str], own_options: Sequence[str]) -> None:
-    """UsageError for an argument that neither convert nor Beam knows, or a Beam option Beam refuses."""
+def _expanded_glob(input_path: str, strays: Sequence[str]) -> Optional[str]:
+    """The glob a shell expanded into ``--input``'s value and the bare words after it, or None.
+
+    Such words name existing paths as deep as the input (a shell expands a glob into those only);
+    the glob keeps what they share and has ``*`` where they differ (``photos/*/*.jpg``).
+    """
+    paths = [input_path, *strays]
+    depth = input_path.count("/")
+    if not all(p.count("/") == depth and os.path.lexists(p) for p in paths):
+        return None
+    columns = list(zip(*(p.split("/") for p in paths)))
+    parts = [column[0] if len(set(column)) == 1 else "*" for column in columns[:-1]]
+    names = columns[-1]
+    suffixes = {os.path.splitext(name)[1] for name in names}
+    parts.append(names[0] if len(set(names)) == 1 else "*" + (suffixes.pop() if len(suffixes) == 1 else ""))
+    return "/".join(parts)
+
+
+def check_pipeline_args(args: Sequence[str], own_options: Sequence[str], input_path: Optional[str] = None) -> None:
+    """UsageError for an argument that neither convert nor Beam knows, or a Beam option Beam refuses.
+
+    Bare words that look like more matches of a glob the shell expanded into ``input_path`` get a
+    hint to quote the glob.
+    """
     from apache_beam.options.pipeline_options import PipelineOptions
 
     args = list(args)
-    for i, arg in enumerate(args):  # a Beam flag takes at most one value: two bare words in a row are a stray
-        if not arg.startswith("-") and (i == 0 or not args[i - 1].startswith("-") or "=" in args[i - 1]):
-            raise UsageError(f"unrecognized argument {arg}")
+    # A Beam flag takes at most one value: two bare words in a row are a stray.
+    strays = [
+        arg
+        for i, arg in enumerate(args)
+        if not arg.startswith("-") and (i == 0 or not args[i - 1].startswith("-") or "=" in args[i - 1])
+    ]
+    if strays:
+        glob = _expanded_glob(input_path, strays) if input_path else None
+        quote = f" (quote a glob so that the shell does not expand it: --input '{glob}')" if glob else ""
+        raise UsageError(f"unrecognized argument {strays[0]}{quote}")
     beam_log = logging.getLogger("apache_beam.options.pipeline_options")
     disabled, beam_log.disabled = beam_log.disabled, True  # its "Discarding unparseable args" warning
     refused = io.StringIO()
@@ -71,6 +100,7 @@ def config_from_args(ns: argparse.Namespace):
     from img2tfrecord.conversion.sharding import parse_splits
     from img2tfrecord.images import ImageOptions
     from img2tfrecord.pipeline.config import ConvertConfig
+    from img2tfrecord.sources.kinds import output_inside_input
 
     try:
         splits = parse_splits(ns.splits) if ns.splits is not None else None
@@ -95,6 +125,11 @@ def config_from_args(ns: argparse.Namespace):
         raise UsageError("--require-boxes applies to detection, not to --task classification")
     if ns.dedupe and ns.sequence:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
+    if output_inside_input(ns.input, ns.output):
+        raise UsageError(
+            f"--output {ns.output} is inside --input {ns.input}: a later run over the input would read the "
+            f"output as a class; give an --output outside the input, e.g. {_sibling_output(ns.input)}"
+        )
     image = ImageOptions(
         size=ns.image_size,
         resize=ns.resize,
@@ -125,6 +160,16 @@ def config_from_args(ns: argparse.Namespace):
     )
 
 
+def _sibling_output(input_path: str) -> str:
+    """An output folder beside the folder ``input_path`` lists: ``photos/`` -> ``photos-tfrecords``."""
+    from img2tfrecord.sources.kinds import input_folder, listed_folder
+
+    folder = (listed_folder(input_path) or input_path).rstrip("/")
+    if os.path.basename(folder) in ("", ".", ".."):  # name it: "./-tfrecords" would be inside
+        folder = input_folder(input_path) or folder
+    return f"{folder}-tfrecords"
+
+
 def _local_abs(path: str) -> str:
     import os
 
@@ -133,6 +178,7 @@ def _local_abs(path: str) -> str:
 
 def format_summary(doc) -> str:
     from img2tfrecord import inspection
+    from img2tfrecord.images.geometry import CLIPPED_TO_IMAGE
     from img2tfrecord.schemas import manifest
 
     lines = []
@@ -151,9 +197,12 @@ def format_summary(doc) -> str:
         if manifest.BOXES_PER_CLASS in info:
             per_class = ", ".join(f"{name} {n}" for name, n in info[manifest.BOXES_PER_CLASS].items())
             lines.append(f"    boxes: {per_class or 'none'}")
-            dropped = info[manifest.DROPPED_BOXES]
+            dropped = dict(info[manifest.DROPPED_BOXES])
+            clipped = dropped.pop(CLIPPED_TO_IMAGE, 0)  # kept, not dropped
             if dropped:
                 lines.append("    boxes dropped: " + ", ".join(f"{reason} {n}" for reason, n in dropped.items()))
+            if clipped:
+                lines.append(f"    boxes partly outside their image, clipped to it: {clipped} ({CLIPPED_TO_IMAGE})")
     if acc["rejected_by_reason"]:
         lines.append("rejected by reason (details in errors.jsonl):")
         for reason, n in acc["rejected_by_reason"].items():
@@ -193,6 +242,7 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
 def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.pipeline import OutputNotEmpty, PlanError
+    from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotWritable
     from img2tfrecord.pipeline.run import default_processes, is_dry_run, pipeline_options, read_manifest
     from img2tfrecord.pipeline.run import run as run_pipeline
@@ -206,7 +256,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         for handler in logging.getLogger().handlers:
             if handler not in configured:
                 handler.addFilter(OwnLinesOnly())
-    check_pipeline_args(pipeline_args, own_options)
+    check_pipeline_args(pipeline_args, own_options, ns.input)
     config = config_from_args(ns)
     config = dataclasses.replace(
         config,
@@ -233,7 +283,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     except AlreadyComplete as e:
         logging.info("%s", e)
         doc = read_manifest(config.output)
-    except (PlanError, OutputNotEmpty, OutputNotWritable) as e:
+    except (PlanError, OutputNotEmpty, OutputNotWritable, OutputLocked) as e:
         raise UsageError(str(e)) from None
     except Exception as e:
         # Runners re-raise the job's exception as it was or wrapped in their own.
@@ -252,6 +302,9 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     print(format_summary(doc))
     print(f"output: {config.output}")
     if budget_exceeded:
-        print(f"img2tfrecord: {budget_exceeded}", file=sys.stderr)
+        # One line; the runner's traceback of the job's failure shows only with --verbose (commands/quiet.py).
+        errors_file = doc.get("files", {}).get("errors", manifest.ERRORS_FILE)
+        details = "" if errors_file in budget_exceeded else f"; details in {config.output}/{errors_file}"
+        print(f"img2tfrecord: {budget_exceeded}{details}", file=sys.stderr)
         return EXIT_ERROR_BUDGET
     return EXIT_OK

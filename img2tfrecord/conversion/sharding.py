@@ -9,7 +9,7 @@ seed and input always give the same bytes in every shard.
 from __future__ import annotations
 
 import hashlib
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
 
@@ -22,8 +22,12 @@ Splits = Tuple[Tuple[str, float], ...]
 
 
 def parse_splits(text: str) -> Splits:
-    """``"train=0.8,validation=0.1,test=0.1"`` -> ``(("train", 0.8), ...)``; ValueError if malformed."""
+    """``"train=0.8,validation=0.1,test=0.1"`` -> ``(("train", 0.8), ...)``; ValueError if malformed.
+
+    A name is read as a split folder's is (:func:`split_of_folder`): ``val`` is ``validation``.
+    """
     splits: List[Tuple[str, float]] = []
+    spelled: Dict[str, str] = {}  # split -> the name it was given as
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -40,8 +44,11 @@ def parse_splits(text: str) -> Splits:
             raise ValueError(f"fraction of split {name!r} is not a number: {value!r}") from None
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"fraction of split {name!r} must be in (0, 1], got {value}")
-        if any(name == n for n, _ in splits):
-            raise ValueError(f"split {name!r} is given twice")
+        given, name = name, split_of_folder(name) or name  # "val" names validation, as a split folder does
+        if name in spelled:
+            also = f" (as {spelled[name]!r} and {given!r})" if spelled[name] != given else ""
+            raise ValueError(f"split {name!r} is given twice{also}")
+        spelled[name] = given
         splits.append((name, fraction))
     if not splits:
         raise ValueError("no splits given")

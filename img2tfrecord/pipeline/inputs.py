@@ -16,6 +16,9 @@ and says what it finds:
   followed), broken links and folders that cannot be listed are warned
   about: none of them gives an input.
 
+Folders holding an earlier img2tfrecord output are not walked into
+(``sources/layout.py`` ``marks_output``; the launch plan warns about them).
+
 Only local filesystems have empty folders, links or unreadable folders;
 object stores such as ``gs://`` have names only, so these checks do not
 apply there (their names are always UTF-8).
@@ -67,6 +70,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
     matches = re.compile(FileSystem.translate_pattern(pattern)).match
     whole_folder = pattern == base + "**"
     files_per_class: Dict[str, int] = {}
+    outputs: List[str] = []  # folders holding earlier outputs, not walked into
     root = base.rstrip("/") or "/"
 
     def unlistable(error: OSError) -> None:
@@ -75,6 +79,13 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         rel_dir = layouts.relative_path(base, dirpath + "/").rstrip("/")
+        if any(layouts.marks_output(n) for n in filenames) or any(
+            layouts.marks_output(n, is_folder=True) for n in dirnames
+        ):  # an earlier output: not an input, and not an empty class folder (the plan warned about it)
+            dirnames[:] = []
+            files_per_class.pop(rel_dir, None)
+            outputs.append(rel_dir)
+            continue
         for name in dirnames:  # os.walk does not descend into links to folders, nor does Beam's listing
             relpath = f"{rel_dir}/{name}" if rel_dir else name
             if os.path.islink(os.path.join(dirpath, name)):
@@ -105,7 +116,9 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
                 files_per_class[folder] = files_per_class.get(folder, 0) + 1
     if layout == layouts.LAYOUT_SPLIT:  # only folders inside split folders are class folders
         files_per_class = {k: n for k, n in files_per_class.items() if split_of_folder(k.split("/", 1)[0]) is not None}
-    report.empty_class_folders = sorted(k for k, n in files_per_class.items() if n == 0)
+    report.empty_class_folders = sorted(  # a folder of earlier outputs only is not an empty class: warned about
+        k for k, n in files_per_class.items() if n == 0 and not any(layouts.in_folders(o, (k,)) for o in outputs)
+    )
     return report
 
 

@@ -7,7 +7,10 @@ sizes, nothing is read), which also detects the split-folder layout and
 reports "no matches" before any pipeline starts, and converts a small
 sample to measure the output/input size ratio when images are re-encoded.
 The pipeline lists the input again itself and discovers the classes there;
-nothing from this listing is shipped into the graph. A digest of the
+of this listing only the folders holding earlier img2tfrecord outputs
+(``Plan.skipped_outputs``, never inputs) are shipped into the graph. An input
+that can give no record (no images, or none inside a class folder) is refused
+here, before anything starts. A digest of the
 listing goes into the run's fingerprint (``Plan.fingerprint``), which names
 the staging folder a ``--resume`` picks up.
 
@@ -49,9 +52,12 @@ from img2tfrecord.conversion.sharding import (
     split_of_folder,
 )
 from img2tfrecord.images import ImageError, convert_image
-from img2tfrecord.model import MemberEntry, WorkItem
+from img2tfrecord.images.decode import open_image
+from img2tfrecord.images.names import looks_like_image
+from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.options import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources import layout as layouts
@@ -88,6 +94,7 @@ class Plan:
     annotations: str = ""  # detection: the annotation format (sources.detection: voc, coco, boxes)
     patterns: Tuple[str, ...] = ()  # detection: globs of the annotation files the pipeline reads
     listing_complete: bool = True  # False: num_files counts what a partial peek into the archives saw
+    skipped_outputs: Tuple[str, ...] = ()  # a folder's folders holding earlier outputs: not inputs (relative)
 
     @property
     def task(self) -> str:
@@ -233,13 +240,13 @@ def make_plan(config: ConvertConfig) -> Plan:
     faults.pause_at("listing")
     if _GLOB_CHARS.search(config.input) and listing and all(archives.archive_kind(p) for p, _ in listing):
         return _plan_archives(config)  # a glob such as 'shards/*' that matches only archives
-    files = []
-    for path, size in listing:
-        if not path.startswith(base):
-            continue
-        relpath = layouts.relative_path(base, path)
-        if not layouts.is_junk(relpath):
-            files.append(WorkItem(path, relpath, size))
+    listed = [(path, layouts.relative_path(base, path), size) for path, size in listing if path.startswith(base)]
+    outputs = _skip_outputs(config, [relpath for _, relpath, _ in listed])
+    files = [
+        WorkItem(path, relpath, size)
+        for path, relpath, size in listed
+        if not layouts.is_junk(relpath) and not layouts.in_folders(relpath, outputs)
+    ]
     if not files:
         raise PlanError(f"no input files match {pattern}")
     files.sort(key=lambda f: f.relpath)
@@ -253,6 +260,7 @@ def make_plan(config: ConvertConfig) -> Plan:
             "JPEGImages/) nor COCO JSON (instances_*.json)"
         )
     layout, split_names = _layout(config, files)
+    _check_images(config, files, layout)
     ratio = _estimate_size_ratio(config, files)
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
     return Plan(
@@ -265,7 +273,92 @@ def make_plan(config: ConvertConfig) -> Plan:
         input_bytes=sum(f.size for f in files),
         size_ratio=ratio,
         listing_digest=_digest((f.relpath, f.size) for f in files),
+        skipped_outputs=outputs,
     )
+
+
+def _skip_outputs(config: ConvertConfig, relpaths: List[str]) -> Tuple[str, ...]:
+    """The folders of a folder input that hold earlier img2tfrecord outputs (warned about once);
+    PlanError when the input itself is one."""
+    outputs = layouts.output_folders(relpaths)
+    if "" in outputs:
+        raise PlanError(
+            f"--input {config.input} is an img2tfrecord output (it holds {manifest.MANIFEST_FILE} or "
+            f"{manifest.SUCCESS_FILE}), not images: give the folder it was converted from, "
+            "or look at it with img2tfrecord inspect"
+        )
+    if outputs:
+        shown = ", ".join(repr(f) for f in outputs[:3]) + (f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
+        logging.warning(
+            "%d folder(s) hold an img2tfrecord output (%s), so their files are not inputs: %s",
+            len(outputs),
+            ", ".join(layouts.OUTPUT_MARKERS),
+            shown,
+        )
+    return outputs
+
+
+def _parent_folder(text: str) -> str:
+    """The folder above an ``--input`` as the user wrote it (above a glob's fixed part)."""
+    parts = text.rstrip("/").split("/")
+    fixed = next((i for i, part in enumerate(parts) if _GLOB_CHARS.search(part)), len(parts))
+    parent = "/".join(parts[: max(fixed - 1, 0)])
+    return parent + "/" if parent else os.path.dirname(os.path.abspath(text.rstrip("/"))) + "/"
+
+
+def _looks_like_image_content(items: List[WorkItem], limit: int, max_pixels: int) -> bool:
+    """True when any of up to _SAMPLE_SIZE of ``items`` (spread over them) opens as an image, even a
+    broken one; what cannot be read counts as an image (the run will say what it is)."""
+    step = max(1, len(items) // _SAMPLE_SIZE)
+    for item in items[::step][:_SAMPLE_SIZE]:
+        try:
+            open_image(read_source(item, limit), max_pixels)
+            return True
+        except ImageError as e:
+            if e.reason not in ("not_an_image", "empty_file"):
+                return True
+        except OSError:
+            return True
+    return False
+
+
+_UNLABELED_MANIFEST = (
+    "a CSV/JSONL manifest with a path column and no label column, which makes an unlabeled dataset "
+    "(docs/inputs.md#manifests)"
+)
+
+
+def _check_images(config: ConvertConfig, files: List[WorkItem], layout: str, in_archives: bool = False) -> None:
+    """PlanError when ``files`` (of a folder, or members of archives) can give no record: there are
+    none, none is an image, or none lies inside a class folder.
+
+    Judged by the names (image suffixes, ``sources/layout.py``'s class folders) and, when no name has
+    an image suffix, by the content of a few files.
+    """
+    where = f"--input {config.input}"
+    if not files:  # a folder with no files is "no input files match" before this
+        raise PlanError(f"no images in {where}: the archive(s) hold no files")
+    if not any(looks_like_image(f.relpath) for f in files) and not _looks_like_image_content(
+        files, config.image.max_file_bytes, config.image.max_pixels
+    ):
+        shown = ", ".join(repr(layouts.printable(f.relpath)) for f in files[:3])
+        raise PlanError(
+            f"no images in {where}: its {len(files)} file(s) ({shown}{', ...' if len(files) > 3 else ''}) "
+            "are not images; point --input at a folder of images with one sub-folder per class"
+        )
+    if any(layouts.class_of(f.relpath, layout) is not None for f in files):
+        return
+    if in_archives:
+        fix = "re-pack it with one folder per class, or unpack it and list the files in " + _UNLABELED_MANIFEST
+        raise PlanError(f"{where} holds {len(files)} file(s) but no class folders (<class>/<file> inside): {fix}")
+    if layout == layouts.LAYOUT_SPLIT:
+        fix = "move each split's images into one folder per class, or list them in " + _UNLABELED_MANIFEST
+        raise PlanError(f"{where} has split folders but no class folders in them (SRC/<split>/<class>/<file>): {fix}")
+    fix = (
+        f"point --input at the folder above it, {_parent_folder(config.input)}, if its sub-folders are the "
+        f"classes, or list the files in {_UNLABELED_MANIFEST}"
+    )
+    raise PlanError(f"{where} holds {len(files)} file(s) but no class folders (SRC/<class>/<file>): {fix}")
 
 
 def _layout(config: ConvertConfig, files) -> Tuple[str, Tuple[str, ...]]:
@@ -322,11 +415,13 @@ def _plan_archives(config: ConvertConfig) -> Plan:
     peeked: List[Tuple[str, MemberEntry]] = []
     peeked_names: List[str] = []  # every named entry, also those refused (a tar.gz member over the image limit)
     complete = len(found) <= _PEEK_ARCHIVES
+    refused = False  # an entry the run rejects (a damaged archive, a link): the run's errors.jsonl says why
     for path, size in found[:_PEEK_ARCHIVES]:
         max_members = _PEEK_ZIP_MEMBERS if archives.archive_kind(path) == "zip" else _PEEK_MEMBERS
         entries, whole = archives.peek_archive(path, size, limit, max_members, _PEEK_STREAM_BYTES)
         complete = complete and whole
         members = [e for e in entries if isinstance(e, MemberEntry)]
+        refused = refused or any(isinstance(e, ErrorEntry) for e in entries)
         peeked.extend((path, m) for m in members)
         peeked_names.extend(e.name for e in entries if e.name)
         prefix = archives.top_folder_to_strip([m.name for m in members], min_depth)
@@ -338,6 +433,8 @@ def _plan_archives(config: ConvertConfig) -> Plan:
             return detection_plan
     files.sort(key=lambda f: f.relpath)
     layout, split_names = _layout(config, files)
+    if complete and (files or not refused):  # a partial peek may not have seen the images or class folders
+        _check_images(config, files, layout, in_archives=True)
     if layout == layouts.LAYOUT_SPLIT and not complete:
         split_names = tuple(sorted(set(SPLIT_FOLDERS.values())))
     ratio = _estimate_size_ratio(config, files)

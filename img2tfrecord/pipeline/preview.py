@@ -129,6 +129,7 @@ class RunPlan:
     time: TimeEstimate
     output: OutputState
     local_checks: Dict[str, List[str]]  # a local folder: what the run warns about at launch (logged too)
+    skipped_outputs: List[str]  # a folder's folders holding earlier img2tfrecord outputs: not inputs
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n"
@@ -153,7 +154,9 @@ def _list_folder(plan: Plan, listing: _Listing) -> None:
     for path, size in list_input(plan.pattern):
         if not path.startswith(plan.base):
             continue
-        entry = layouts.folder_entry(plan.base, path, size)
+        entry = layouts.folder_entry(plan.base, path, size, plan.skipped_outputs)
+        if entry is None:  # inside an earlier output: not an input, as in the run
+            continue
         if isinstance(entry, SkippedEntry):
             listing.skipped.append(entry.name)
         elif isinstance(entry, WorkItem):
@@ -469,6 +472,7 @@ def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
         time=_time_sample(converter, placed, labels, processes, startup),
         output=_output_state(config),
         local_checks=local_checks,
+        skipped_outputs=list(plan.skipped_outputs),
     )
 
 
@@ -525,6 +529,8 @@ def format_plan(p: RunPlan) -> str:
         for reason, n in p.rejected.by_reason.items():
             paths = [r["path"] for r in p.rejected.examples if r["reason"] == reason]
             lines.append(f"  {reason}: {n}" + (f" ({', '.join(paths)})" if paths else ""))
+    if p.skipped_outputs:
+        lines.append(f"not inputs, folders holding an img2tfrecord output: {', '.join(p.skipped_outputs)}")
     if p.not_image_names.count:
         lines.append(
             f"not image names, probably rejected (the content decides): {p.not_image_names.count} "

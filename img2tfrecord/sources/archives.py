@@ -7,7 +7,8 @@ be seeked to) by carrying its bytes. Members are never extracted to disk.
 Member names lose a leading ``./`` and, when every file of an archive sits
 under one folder that wraps the dataset, that folder (see
 :func:`top_folder_to_strip`), so an archive gives the relpaths, and so the
-records, of its unpacked folder.
+records, of its unpacked folder. Zip member names are UTF-8 whenever their bytes are, whatever
+the archive's flags say (:func:`zip_member_name`).
 """
 
 from __future__ import annotations
@@ -122,23 +123,54 @@ def top_folder_to_strip(names: Sequence[str], min_depth: int = MIN_DEPTH_IMAGES)
 # Listing archives: MemberEntry, SkippedEntry or ErrorEntry (model.py), names normalised.
 
 
+_ZIP_UTF8_FLAG = 0x800  # general purpose bit 11: the name is UTF-8
+# What zipfile raises for an archive whose directory cannot be read.
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, struct.error)
+
+
+def zip_member_name(info: zipfile.ZipInfo) -> str:
+    """A zip member's name as its archiver meant it: UTF-8 when its bytes are valid UTF-8, else cp437.
+
+    Info-ZIP's ``zip -r`` on Linux stores UTF-8 names without the UTF-8 flag, which ``zipfile``
+    then reads as cp437 (``chaton_été.jpg`` as ``chaton_├⌐t├⌐.jpg``). Info-ZIP's ``unzip`` takes
+    such bytes as UTF-8 when they are valid UTF-8, and so does this: a zipped folder gives the
+    records, names and splits of the folder.
+    """
+    name = info.filename
+    if info.flag_bits & _ZIP_UTF8_FLAG:
+        return name
+    try:
+        return name.encode("cp437").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):  # cp437 bytes that are not UTF-8: cp437 it is
+        return name
+
+
+def read_zip_directory(f) -> List[Tuple[str, zipfile.ZipInfo]]:
+    """``(member name, ZipInfo)`` of every entry of the zip open as ``f``, names by :func:`zip_member_name`.
+
+    Every reader of zip archives lists them through this function. Raises what ``zipfile`` raises
+    for a damaged archive (see :data:`ZIP_ERRORS`).
+    """
+    return [(zip_member_name(info), info) for info in zipfile.ZipFile(f).infolist()]
+
+
 def _list_zip(path: str) -> Iterator[ArchiveEntry]:
     with open_raw(path) as f:
         try:
-            infos = zipfile.ZipFile(f).infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, struct.error) as e:
+            infos = read_zip_directory(f)
+        except ZIP_ERRORS as e:
             yield ErrorEntry("", "corrupt_archive", f"not a readable zip archive: {type(e).__name__}: {e}")
             return
-    for info in infos:
+    for raw_name, info in infos:
         if info.is_dir():
             continue
-        name = normalise_member_name(info.filename)
-        unsafe = unsafe_path(info.filename)
+        name = normalise_member_name(raw_name)
+        unsafe = unsafe_path(raw_name)
         if unsafe:
-            yield ErrorEntry(name or info.filename, "bad_name", unsafe)
+            yield ErrorEntry(name or raw_name, "bad_name", unsafe)
             continue
         if not name or is_junk(name):
-            yield SkippedEntry(name or info.filename)
+            yield SkippedEntry(name or raw_name)
             continue
         if stat.S_ISLNK(info.external_attr >> 16):
             yield ErrorEntry(name, "unsupported_member", "a symbolic link: links in archives are not followed")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+from typing import Optional
+
 from img2tfrecord.sources.archives import archive_kind
 from img2tfrecord.sources.manifests import manifest_kind
 
@@ -18,3 +22,39 @@ def input_kind(path: str) -> str:
     if manifest_kind(path):
         return INPUT_MANIFEST
     return INPUT_FOLDER
+
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def _resolved(path: str) -> str:
+    """A local path with links resolved, or a URI without its trailing ``/``."""
+    return path.rstrip("/") if "://" in path else os.path.realpath(path)
+
+
+def listed_folder(path: str) -> Optional[str]:
+    """The folder an ``--input`` of images lists, as given (a glob's fixed part); None for archives
+    and manifests (files, whose folder is not listed)."""
+    if input_kind(path) != INPUT_FOLDER:
+        return None
+    parts = path.split("/")
+    first_glob = next((i for i, part in enumerate(parts) if _GLOB_CHARS.search(part)), None)
+    if first_glob is None:
+        return path
+    return "/".join(parts[:first_glob]) or ("/" if path.startswith("/") else ".")
+
+
+def input_folder(path: str) -> Optional[str]:
+    """:func:`listed_folder`, resolved (local links followed, a URI without its trailing ``/``)."""
+    folder = listed_folder(path)
+    return None if folder is None else _resolved(folder)
+
+
+def output_inside_input(input_path: str, output: str) -> bool:
+    """True when ``output`` is the folder ``input_path`` lists or lies inside it: a later run over
+    the input would list the output too (local paths compared with links resolved, URIs as prefixes)."""
+    folder = input_folder(input_path)
+    if folder is None or ("://" in folder) != ("://" in output):
+        return False
+    out = _resolved(output)
+    return out == folder or out.startswith(folder.rstrip("/") + "/")

@@ -6,10 +6,11 @@ this module, and start faster without Beam.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Iterable, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.sharding import split_of_folder
 from img2tfrecord.model import DetectionPlacement, ErrorRow, SkippedEntry, WorkItem, error_row
+from img2tfrecord.schemas.manifest import MANIFEST_FILE, RUN_FOLDER_PREFIX, SUCCESS_FILE
 
 LAYOUT_CLASS = "class"  # SRC/<class>/<file>
 LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>
@@ -108,10 +109,49 @@ def is_junk(relpath: str) -> bool:
     return any(part.startswith(".") or part.lower() in _JUNK_NAMES for part in relpath.split("/"))
 
 
-def folder_entry(base: str, path: str, size: int) -> Union[WorkItem, SkippedEntry, ErrorRow]:
-    """One listed file of an input folder: a work item, junk to skip (its printable relpath), or a
-    ``bad_name`` error row (a local name that is not UTF-8: records and errors.jsonl hold names as text)."""
+# An earlier output inside an input folder: the files and folder that mark it (schemas/manifest.py).
+OUTPUT_MARKERS = (MANIFEST_FILE, SUCCESS_FILE, RUN_FOLDER_PREFIX + "*")
+
+
+def marks_output(name: str, is_folder: bool = False) -> bool:
+    """True for a folder entry that makes its folder an img2tfrecord output: a ``dataset.json`` or
+    ``_SUCCESS`` file, or a run's ``.tmp-run-*`` staging folder."""
+    return name.startswith(RUN_FOLDER_PREFIX) if is_folder else name in (MANIFEST_FILE, SUCCESS_FILE)
+
+
+def output_folder_of(relpath: str) -> Optional[str]:
+    """The folder (relative to the input root, ``""`` for the root) that the listed file ``relpath``
+    marks as an img2tfrecord output, or None."""
+    parts = relpath.split("/")
+    for depth, part in enumerate(parts[:-1]):
+        if marks_output(part, is_folder=True):
+            return "/".join(parts[:depth])
+    return "/".join(parts[:-1]) if marks_output(parts[-1]) else None
+
+
+def output_folders(relpaths: Iterable[str]) -> Tuple[str, ...]:
+    """The folders of a listing that hold an img2tfrecord output, sorted, none inside another.
+
+    Their files are never inputs: an output written into its input folder must not become a class.
+    """
+    found = {folder for folder in map(output_folder_of, relpaths) if folder is not None}
+    return tuple(sorted(f for f in found if not any(g != f and in_folders(f, (g,)) for g in found)))
+
+
+def in_folders(relpath: str, folders: Sequence[str]) -> bool:
+    """True when ``relpath`` is one of ``folders`` or lies inside one (``""`` holds everything)."""
+    return any(not folder or relpath == folder or relpath.startswith(folder + "/") for folder in folders)
+
+
+def folder_entry(
+    base: str, path: str, size: int, outputs: Sequence[str] = ()
+) -> Union[None, WorkItem, SkippedEntry, ErrorRow]:
+    """One listed file of an input folder: a work item, junk to skip (its printable relpath), a
+    ``bad_name`` error row (a local name that is not UTF-8: records and errors.jsonl hold names as text),
+    or None for a file inside one of the ``outputs`` folders (:func:`output_folders`): not an input."""
     relpath = relative_path(base, path)
+    if outputs and in_folders(relpath, outputs):
+        return None
     if is_junk(relpath):
         return SkippedEntry(printable(relpath))
     if not is_text(path):

@@ -4,10 +4,14 @@ The listing runs as a Beam transform (``fileio.MatchFiles``) on any Beam
 filesystem, so millions of files are listed by the runner, not collected in
 the launching process. Each match becomes ``(path, relpath, size)``; junk
 that operating systems leave in folders (``.DS_Store``, ``Thumbs.db``,
-``__MACOSX/``, any hidden file or folder) is skipped and counted.
+``__MACOSX/``, any hidden file or folder) is skipped and counted. Files inside
+the folders of earlier outputs the launch plan found (``Plan.skipped_outputs``)
+are left out without a count: the launch warned about them once.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -20,13 +24,16 @@ SKIPPED = "skipped"
 
 
 class _ToSourceFile(beam.DoFn):
-    def __init__(self, base: str):
+    def __init__(self, base: str, outputs: Sequence[str] = ()):
         self._base = base
+        self._outputs = tuple(outputs)
         self._skipped = beam.metrics.Metrics.counter("img2tfrecord", "inputs_skipped")
         self._inputs = beam.metrics.Metrics.counter("img2tfrecord", "inputs")
 
     def process(self, metadata):
-        entry = folder_entry(self._base, metadata.path, metadata.size_in_bytes)
+        entry = folder_entry(self._base, metadata.path, metadata.size_in_bytes, self._outputs)
+        if entry is None:
+            return
         if isinstance(entry, SkippedEntry):
             self._skipped.inc()
             yield beam.pvalue.TaggedOutput(SKIPPED, entry.name)
@@ -39,19 +46,22 @@ class DiscoverImages(beam.PTransform):
     """``pattern`` -> main output of SourceFile tuples, tagged outputs ``skipped`` (relpaths of junk)
     and ``errors`` (``bad_name`` rows for local names that are not UTF-8).
 
-    ``base`` is the input root every match is made relative to.
+    ``base`` is the input root every match is made relative to; files under the folders ``outputs``
+    (relative to it) are not inputs.
     """
 
-    def __init__(self, pattern: str, base: str):
+    def __init__(self, pattern: str, base: str, outputs: Sequence[str] = ()):
         super().__init__()
         self._pattern = pattern
         self._base = base
+        self._outputs = tuple(outputs)
 
     def expand(self, pbegin):
         return (
             pbegin
             | "MatchFiles" >> fileio.MatchFiles(self._pattern, empty_match_treatment=EmptyMatchTreatment.ALLOW)
-            | "ToSourceFile" >> beam.ParDo(_ToSourceFile(self._base)).with_outputs(SKIPPED, ERRORS, main="files")
+            | "ToSourceFile"
+            >> beam.ParDo(_ToSourceFile(self._base, self._outputs)).with_outputs(SKIPPED, ERRORS, main="files")
         )
 
 

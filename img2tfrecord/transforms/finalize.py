@@ -2,7 +2,8 @@
 
 ``FinalizeOutput`` runs once, after every shard and the error report are
 final (it takes them as side inputs), checks that every input is accounted
-for, and writes ``dataset.json``, ``labels.txt`` and finally ``_SUCCESS``.
+for, and writes ``dataset.json``, ``labels.txt`` and finally ``_SUCCESS`` (none
+when no record was written: that run fails, past any error budget).
 With the tf.Transform analysis on, its ``statistics`` side input is emitted
 only once ``transform_fn/`` is written (transforms/analyze.py), and is
 copied into ``dataset.json``.
@@ -44,7 +45,14 @@ class WriteErrorReport(beam.PTransform):
 
 
 class ErrorBudgetExceeded(RuntimeError):
-    """More inputs were rejected than ``--max-error-rate`` allows (the output is still written)."""
+    """More inputs were rejected than ``--max-error-rate`` allows (the output is still written), or no
+    record was written at all (then without ``_SUCCESS``)."""
+
+
+def no_records_written(inputs: int, rejected: int) -> str:
+    """The message of a run that wrote no record: past any error budget, and not a dataset."""
+    found = f"{rejected} of {inputs} inputs rejected" if inputs else "no inputs"
+    return f"error budget exceeded: no records written, {found}; no {manifest.SUCCESS_FILE} was written"
 
 
 def error_budget_exceeded(inputs: int, rejected: int, max_error_rate: Optional[float]) -> Optional[str]:
@@ -181,6 +189,8 @@ class FinalizeOutput(beam.DoFn):
         write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), manifest.dumps(doc))
         faults.pause_at("finalizing")
         remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
+        if not written:  # nothing to train on is a failed run, whatever the budget
+            raise ErrorBudgetExceeded(no_records_written(num_inputs, rejected))
         with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:
             f.write(b"")
         budget_message = error_budget_exceeded(num_inputs, rejected, self._max_error_rate)

@@ -104,7 +104,8 @@ class DiscoverSources(beam.PTransform):
     """The work items of any input kind: ``{"files": items, "skipped": names, "errors": error rows}``.
 
     ``errors`` are inputs rejected before conversion (an unreadable archive,
-    a manifest row without a path): each counts as one input.
+    a manifest row without a path): each counts as one input. ``outputs``: a folder
+    input's folders that hold earlier outputs, whose files are not inputs.
     """
 
     def __init__(
@@ -117,6 +118,7 @@ class DiscoverSources(beam.PTransform):
         labeled: bool = True,
         has_split: bool = False,
         split_names: Sequence[str] = (),
+        outputs: Sequence[str] = (),
     ):
         super().__init__()
         self._kind = kind
@@ -127,10 +129,11 @@ class DiscoverSources(beam.PTransform):
         self._labeled = labeled
         self._has_split = has_split
         self._split_names = tuple(split_names)
+        self._outputs = tuple(outputs)
 
     def expand(self, pbegin):
         if self._kind == INPUT_FOLDER:
-            found = pbegin | "ListFiles" >> DiscoverImages(self._pattern, self._base)
+            found = pbegin | "ListFiles" >> DiscoverImages(self._pattern, self._base, self._outputs)
             return {"files": found.files, SKIPPED: found[SKIPPED], ERRORS: found[ERRORS]}
         matched = pbegin | "MatchInputs" >> fileio.MatchFiles(
             self._pattern, empty_match_treatment=EmptyMatchTreatment.ALLOW
