@@ -156,7 +156,7 @@ class DetectionRecord(NamedTuple):
     split: str
     example: bytes  # the serialized TF Object Detection API tf.train.Example
     boxes: ClassCounts  # boxes written per class
-    dropped_boxes: ReasonCounts  # boxes left out per reason
+    dropped_boxes: ReasonCounts  # boxes left out per reason, and clipped_to_image: boxes kept but clipped
     class_name: Optional[str] = None  # one record holds many classes: counted per box, not per record
     analysis: Optional[bytes] = None  # never analysed
 

@@ -127,13 +127,20 @@ def is_color(pixel: Tuple[int, ...], color: Tuple[int, int, int]) -> bool:
     return all(abs(p - c) < 70 for p, c in zip(pixel, color))
 
 
-def check_boxes_frame_rectangles(example: Example) -> int:
-    """Every stored box's edges: its colour just inside, another just outside (unless at the border)."""
+def check_boxes_frame_rectangles(example: Example, skip_truncated: bool = False) -> int:
+    """Every stored box's edges: its colour just inside, another just outside (unless at the border).
+
+    ``skip_truncated``: leave out boxes marked truncated (a box of the annotation that was partly
+    outside its image frames no drawn rectangle). -> the number of boxes checked.
+    """
     img = Image.open(io.BytesIO(values(example, keys.IMAGE_ENCODED)[0])).convert("RGB")
     w, h = img.size
     checked = 0
     boxes = zip(*(values(example, k) for k in (keys.BBOX_XMIN, keys.BBOX_YMIN, keys.BBOX_XMAX, keys.BBOX_YMAX)))
-    for (x0, y0, x1, y1), text in zip(boxes, values(example, keys.OBJECT_CLASS_TEXT)):
+    truncated = values(example, keys.OBJECT_TRUNCATED)
+    for (x0, y0, x1, y1), text, cut in zip(boxes, values(example, keys.OBJECT_CLASS_TEXT), truncated):
+        if skip_truncated and cut:
+            continue
         color = RECTS[text.decode()][1]
         assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
         px0, py0, px1, py1 = x0 * w, y0 * h, x1 * w, y1 * h
@@ -213,12 +220,14 @@ def test_voc_coco_and_csv_give_the_same_records(tmp_path):
 
 
 def write_voc_with_bad_annotations(root: str, images: Dict[str, int]) -> None:
-    """A VOC folder of ``images`` whose boxes include two bad ones, plus a malformed annotation, a DTD
-    bomb, an annotation of a missing image and ``empty.jpg`` annotated without boxes."""
+    """A VOC folder of ``images`` whose boxes include two bad ones and one partly outside the image, plus a
+    malformed annotation, a DTD bomb, an annotation of a missing image and ``empty.jpg`` annotated without boxes."""
     bad_boxes = (
         "<object><name>dog</name><bndbox><xmin>50</xmin><ymin>5</ymin><xmax>40</xmax><ymax>9</ymax></bndbox></object>"
         "<object><name>cat</name><bndbox><xmin>500</xmin><ymin>500</ymin><xmax>600</xmax><ymax>600</ymax></bndbox>"
         "</object>"
+        f"<object><name>cat</name><bndbox><xmin>{W - 19}</xmin><ymin>{H - 29}</ymin><xmax>{W + 20}</xmax>"
+        f"<ymax>{H + 30}</ymax></bndbox></object>"  # the bottom-right 20x30 of it is inside
     )
     write_voc(root, images, extra_objects=bad_boxes)
     ann = os.path.join(root, "Annotations")
@@ -244,7 +253,15 @@ def test_bad_input_is_reported_and_accounted(tmp_path):
     acc = doc["accounting"]
     assert acc["inputs"] == 5 and acc["written"] == 2 and acc["rejected"] == 3
     assert acc["rejected_by_reason"] == {"bad_annotation": 2, "not_found": 1}
-    assert doc["splits"]["train"]["dropped_boxes"] == {"box_outside_image": 1, "empty_box": 1}
+    assert doc["splits"]["train"]["dropped_boxes"] == {"box_outside_image": 1, "clipped_to_image": 1, "empty_box": 1}
+    assert doc["splits"]["train"]["boxes_per_class"] == {"bird": 1, "cat": 2, "dog": 1}
+    assert "boxes partly outside their image, clipped to it: 1 (clipped_to_image)" in proc.stdout
+    (good,) = [e for e in records(out) if values(e, keys.OBJECT_CLASS_TEXT)]
+    truncated = values(good, keys.OBJECT_TRUNCATED)
+    assert truncated.count(1) == 1  # only the clipped box: the others are inside and VOC marks none truncated
+    i = truncated.index(1)
+    edges = [values(good, k)[i] for k in (keys.BBOX_XMIN, keys.BBOX_YMIN, keys.BBOX_XMAX, keys.BBOX_YMAX)]
+    assert edges == pytest.approx([(W - 20) / W, (H - 30) / H, 1.0, 1.0])
     with open(os.path.join(out, "errors.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     assert any("DTD" in r["error"] for r in rows)

@@ -35,7 +35,7 @@ from img2tfrecord.conversion.examples import (
 )
 from img2tfrecord.conversion.sharding import Splits, assign_split
 from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image, pixel_sums
-from img2tfrecord.images.geometry import ImageTransform, map_box
+from img2tfrecord.images.geometry import BOX_OUTSIDE_IMAGE, CLIPPED_TO_IMAGE, ImageTransform, clip_to_source, map_box
 from img2tfrecord.model import (
     ERRORS,
     Annotation,
@@ -270,10 +270,12 @@ class DetectionConverter(Converter[WorkItem]):
     Boxes go through the transform ``convert_image`` applied to the pixels
     (``images.geometry``). A box is dropped, and counted by reason in the
     record (``DetectionRecord.dropped_boxes``), when its annotation was unusable, when
-    it lies outside the source image (``box_outside_image``), or when the
-    ``fill`` crop removes it (``cropped_away``); a box the crop cuts is
-    clipped and marked truncated. ``require_boxes``: an image left with no
-    box is rejected (``no_boxes``) instead of written without boxes.
+    it lies wholly outside the source image (``box_outside_image``), or when the
+    ``fill`` crop removes it (``cropped_away``). A box partly outside the source
+    image is clipped to it, marked truncated and counted as ``clipped_to_image``
+    (``images.geometry.clip_to_source``); one the crop cuts is clipped and marked
+    truncated. ``require_boxes``: an image left with no box is rejected
+    (``no_boxes``) instead of written without boxes.
     """
 
     def __init__(self, options: ImageOptions, layout: str, splits: Splits, seed: int, require_boxes: bool = False):
@@ -315,27 +317,27 @@ class DetectionConverter(Converter[WorkItem]):
 def stored_objects(
     annotation: Annotation, transform: ImageTransform, ids: Dict[str, int]
 ) -> Tuple[List[StoredObject], List[str]]:
-    """``(the objects of a record, the reasons of the boxes dropped)`` of one annotated image."""
+    """``(the objects of a record, the reasons of its boxes dropped or clipped)`` of one annotated image."""
     dropped = [d.reason for d in annotation.dropped]
     objects = []
-    src_w, src_h = transform.source_size
     w, h = transform.size
     sx, sy = transform.scale[0] / transform.draft, transform.scale[1] / transform.draft
     for box in annotation.boxes:
         if box.label not in ids:  # appeared after the classes were listed
             dropped.append("unknown_class")
             continue
-        x0, y0 = max(0.0, box.xmin), max(0.0, box.ymin)
-        x1, y1 = min(float(src_w), box.xmax), min(float(src_h), box.ymax)
-        if x1 <= x0 or y1 <= y0:
-            dropped.append("box_outside_image")
+        inside = clip_to_source(transform.source_size, box.xmin, box.ymin, box.xmax, box.ymax)
+        if inside is None:
+            dropped.append(BOX_OUTSIDE_IMAGE)
             continue
-        mapped = map_box(transform, x0, y0, x1, y1)
+        mapped = map_box(transform, inside.xmin, inside.ymin, inside.xmax, inside.ymax)
         if mapped is None:
             dropped.append("cropped_away")
             continue
+        if inside.clipped:
+            dropped.append(CLIPPED_TO_IMAGE)
         if box.area is not None:
-            area = box.area * sx * sy * mapped.kept_fraction
+            area = box.area * sx * sy * inside.kept_fraction * mapped.kept_fraction
         else:
             area = (mapped.xmax - mapped.xmin) * (mapped.ymax - mapped.ymin)
         objects.append(
@@ -347,7 +349,7 @@ def stored_objects(
                 label=ids[box.label],
                 class_name=box.label,
                 difficult=box.difficult,
-                truncated=box.truncated or mapped.clipped,
+                truncated=box.truncated or inside.clipped or mapped.clipped,
                 view=box.view,
                 is_crowd=box.is_crowd,
                 area=area,

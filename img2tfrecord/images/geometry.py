@@ -14,6 +14,9 @@ from typing import NamedTuple, Optional, Tuple
 
 TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 _MIN_KEPT_EDGE = 1e-6  # a box thinner than this (stored pixels) after clipping is gone
+# Why a box of an annotation is not stored as given, as counted in a split's ``dropped_boxes``.
+BOX_OUTSIDE_IMAGE = "box_outside_image"  # no part of it is inside the source image: dropped
+CLIPPED_TO_IMAGE = "clipped_to_image"  # partly outside the source image: kept, clipped to it, marked truncated
 
 
 class ImageTransform(NamedTuple):
@@ -74,6 +77,33 @@ class MappedBox(NamedTuple):
     ymax: float
     clipped: bool
     kept_fraction: float  # its clipped area over its area before clipping
+
+
+class SourceBox(NamedTuple):
+    """A box clipped to its source image, and the fraction of its area inside the image."""
+
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+    clipped: bool  # part of it was outside the image (:data:`CLIPPED_TO_IMAGE`)
+    kept_fraction: float
+
+
+def clip_to_source(size: Tuple[int, int], xmin: float, ymin: float, xmax: float, ymax: float) -> Optional[SourceBox]:
+    """A box of an image of ``size`` (width, height), clipped to it; None when no part of it is inside.
+
+    The rule for annotations: a box wholly outside is dropped
+    (:data:`BOX_OUTSIDE_IMAGE`); one partly outside is kept as its part
+    inside the image (:data:`CLIPPED_TO_IMAGE`). A box along an edge is inside.
+    """
+    w, h = size
+    x0, y0, x1, y1 = max(0.0, xmin), max(0.0, ymin), min(float(w), xmax), min(float(h), ymax)
+    if x1 <= x0 or y1 <= y0:
+        return None
+    area = (xmax - xmin) * (ymax - ymin)
+    kept = (x1 - x0) * (y1 - y0) / area if area > 0 else 0.0
+    return SourceBox(x0, y0, x1, y1, (x0, y0, x1, y1) != (xmin, ymin, xmax, ymax), kept)
 
 
 def map_box(t: ImageTransform, xmin: float, ymin: float, xmax: float, ymax: float) -> Optional[MappedBox]:
