@@ -165,8 +165,15 @@ def test_bad_calls(converted_sample, tmp_path):
     incomplete = tmp_path / "incomplete"
     shutil.copytree(converted_sample, incomplete)
     os.remove(incomplete / manifest.SUCCESS_FILE)
-    with pytest.raises(ValueError, match="incomplete"):
+    with pytest.raises(ValueError, match=f"^{incomplete}: the conversion is incomplete, no _SUCCESS "):
         img2tfrecord.load(str(incomplete))
+
+
+def test_load_of_an_output_interrupted_before_its_manifest(tmp_path):
+    out = tmp_path / "out"
+    (out / f"{manifest.RUN_FOLDER_PREFIX}0a1b2c").mkdir(parents=True)  # all a run leaves before dataset.json
+    with pytest.raises(ValueError, match=f"^{out}: the conversion is incomplete, no dataset.json and no _SUCCESS "):
+        img2tfrecord.load(str(out))
 
 
 def test_empty_shards_are_skipped(converted_sample, tmp_path):

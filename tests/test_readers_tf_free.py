@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -451,10 +452,34 @@ def test_gzip_shard_cut_short(gzip_output, tmp_path):
 def test_output_without_success(output, tmp_path):
     out = _copy(output, tmp_path)
     os.remove(os.path.join(out, manifest.SUCCESS_FILE))
-    with pytest.raises(datasource.IncompleteOutputError, match=r"_SUCCESS: missing: the conversion is incomplete"):
+    message = "^" + re.escape(f"{out}: the conversion is incomplete, no _SUCCESS (")
+    with pytest.raises(datasource.IncompleteOutputError, match=message) as raised:
         datasource.SplitDataSource(out, "train")
-    with pytest.raises(datasource.IncompleteOutputError, match=r"_SUCCESS: missing"):
+    assert raised.value.path == out and isinstance(raised.value, ValueError)
+    with pytest.raises(datasource.IncompleteOutputError, match=message):
         next(datasource.iter_split(out, "train"))
+
+
+def test_interrupted_output_with_only_its_staging_folder(tmp_path):
+    out = tmp_path / "out"
+    (out / f"{manifest.RUN_FOLDER_PREFIX}0a1b2c").mkdir(parents=True)  # a run stopped before dataset.json
+    (out / f"{manifest.RUN_FOLDER_PREFIX}0a1b2c" / "train-00000-of-00002.tfrecord").write_bytes(b"")
+    message = (
+        "^"
+        + re.escape(f"{out}: the conversion is incomplete, no dataset.json and no _SUCCESS (")
+        + ".*convert --resume"
+    )
+    with pytest.raises(datasource.IncompleteOutputError, match=message):
+        datasource.SplitDataSource(str(out), "train")
+    with pytest.raises(datasource.IncompleteOutputError, match=message):
+        next(datasource.iter_split(str(out), "train"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("mine")  # not an output: FileNotFoundError, as for a missing folder
+    with pytest.raises(FileNotFoundError, match="not an img2tfrecord output directory: it has no dataset.json"):
+        datasource.SplitDataSource(str(empty), "train")
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        datasource.SplitDataSource(str(tmp_path / "nowhere"), "train")
 
 
 def test_unknown_split(output):

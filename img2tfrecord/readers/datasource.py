@@ -53,7 +53,36 @@ class ReadError(Exception):
 
 
 class IncompleteOutputError(ReadError, ValueError):
-    """The output has no ``_SUCCESS``: its conversion is still running or failed."""
+    """The output has no ``_SUCCESS``: its conversion is still running, was interrupted or failed."""
+
+
+def check_finished(path: str) -> None:
+    """Return when the folder ``path`` holds a finished conversion (its ``_SUCCESS``); raise otherwise.
+
+    FileNotFoundError when there is no such folder, or nothing a conversion
+    writes is in it; :class:`IncompleteOutputError` (a ValueError) naming the
+    folder and what is missing when a conversion there has not finished,
+    whether it got as far as ``dataset.json`` or left only its staging folder.
+    """
+    if not records.isdir(path):
+        raise FileNotFoundError(f"no such directory: {path}")
+    if records.is_complete(path):
+        return
+    names = records.listdir(path)
+    if manifest.MANIFEST_FILE in names:
+        missing = f"no {manifest.SUCCESS_FILE}"
+    elif any(manifest.is_output_file(name) for name in names):
+        missing = f"no {manifest.MANIFEST_FILE} and no {manifest.SUCCESS_FILE}"
+    else:
+        raise FileNotFoundError(
+            f"{path} is not an img2tfrecord output directory: it has no {manifest.MANIFEST_FILE} "
+            f"and no {manifest.SUCCESS_FILE}"
+        )
+    raise IncompleteOutputError(
+        path,
+        f"the conversion is incomplete, {missing} (still running, interrupted or failed); "
+        "finish it with convert --resume, or start over with convert --overwrite",
+    )
 
 
 class CorruptRecordError(ReadError):
@@ -109,15 +138,11 @@ def read_split(path: str, split: str) -> SplitInfo:
     """The :class:`SplitInfo` of ``split`` of the finished ``tf.train.Example`` output at ``path``.
 
     Raises FileNotFoundError (no directory or manifest),
-    :class:`IncompleteOutputError` (no ``_SUCCESS``), ValueError (an unknown
-    split, which the message lists, or SequenceExample records).
+    :class:`IncompleteOutputError` (an unfinished conversion: :func:`check_finished`),
+    ValueError (an unknown split, which the message lists, or SequenceExample records).
     """
+    check_finished(path)
     doc = records.read_manifest(path)
-    if not records.is_complete(path):
-        raise IncompleteOutputError(
-            records.join(path, manifest.SUCCESS_FILE),
-            "missing: the conversion is incomplete (still running or failed); re-run convert",
-        )
     if doc.get("record_type", manifest.RECORD_TYPE) != manifest.RECORD_TYPE:
         raise ValueError(
             f"{path} holds {doc.get('record_type')} records; these readers read {manifest.RECORD_TYPE} outputs "

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from img2tfrecord.readers import records
+from img2tfrecord.readers.datasource import check_finished
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
 
@@ -66,17 +67,14 @@ class _Plan:
 def read_manifest(path: str) -> Dict[str, Any]:
     """The ``dataset.json`` of a finished conversion (local or ``gs://``).
 
-    Raises FileNotFoundError naming the missing directory or manifest, and
-    ValueError when ``_SUCCESS`` is missing (the conversion did not finish)
-    or the manifest is not one this version reads.
+    Raises FileNotFoundError naming the missing directory or manifest, a
+    ValueError (``datasource.IncompleteOutputError``) naming the folder and
+    what is missing when the conversion did not finish, with or without
+    ``dataset.json`` (``datasource.check_finished``), and ValueError when the
+    manifest is not one this version reads.
     """
-    doc = records.read_manifest(path)
-    if not records.is_complete(path):
-        raise ValueError(
-            f"{path} has no {manifest.SUCCESS_FILE} file: the conversion is incomplete "
-            f"(still running or failed); re-run convert"
-        )
-    return doc
+    check_finished(path)
+    return records.read_manifest(path)
 
 
 def _normalise_image_size(image_size: Optional[ImageSize]) -> Optional[Tuple[int, int]]:
@@ -413,7 +411,8 @@ def load(
 
     Raises:
       FileNotFoundError: ``path`` or its ``dataset.json`` does not exist.
-      ValueError: the conversion is incomplete (no ``_SUCCESS``), ``split``
+      ValueError: the conversion is incomplete (no ``_SUCCESS``, whether or
+        not ``dataset.json`` is there; the message names the folder), ``split``
         is unknown (the message lists the available ones), or the images
         have different sizes and neither ``image_size`` nor
         ``batch_size=None`` was given.
