@@ -24,7 +24,7 @@ from img2tfrecord.pipeline.run import (
     progress_total,
 )
 from img2tfrecord.progress import Counts, ProgressReporter, RateMeter, Tally, progress_line
-from img2tfrecord.transforms.shards import CountRejectedFn, OutputCounter
+from img2tfrecord.transforms.counters import CountRejectedFn, OutputCounter
 
 
 def test_the_line_shows_done_of_total_rate_eta_rejected_and_bytes():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 
 from conftest import ROOT
@@ -78,3 +80,107 @@ def test_the_sample_dataset_is_the_same_on_every_run(tmp_path):
     assert len(digest(first)) == 48
     assert digest(first) == digest(second)
     assert digest(first) != digest(other)
+
+
+# -- scripts/venv.sh: which Python makes ./.venv -------------------------------------------------
+
+SUPPORTED = "Python 3.10, 3.11 or 3.12"
+
+
+def _fake_python(path, version: str) -> None:
+    """An executable that reports ``version`` for venv.sh's check, "creates" a venv holding a copy of
+    itself for ``-m venv DIR``, and succeeds at anything else (pip) without doing it."""
+    path.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-c" ]; then echo {version}; exit 0; fi\n'
+        f'if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then {shutil.which("mkdir")} -p "$3/bin" && '
+        f'{shutil.which("cp")} "$0" "$3/bin/python"; fi\n'
+        "exit 0\n"
+    )
+    path.chmod(0o755)
+
+
+def _project(tmp_path, *scripts: str):
+    """A copy of the project's scripts in ``tmp_path/proj`` (no .venv there), and a bin folder that is the
+    whole PATH: the few commands venv.sh runs, and a pyenv shim of a version that is not installed."""
+    proj, bin_dir = tmp_path / "proj", tmp_path / "bin"
+    (proj / "scripts").mkdir(parents=True)
+    bin_dir.mkdir()
+    shutil.copy(os.path.join(ROOT, "scripts", "venv.sh"), proj / "scripts" / "venv.sh")
+    for name in scripts:
+        shutil.copy(os.path.join(ROOT, name), proj / name)
+    (proj / "ready.sh").write_text('source scripts/venv.sh\necho "ready: $(command -v python)"\n')
+    for tool in ("dirname", "basename", "touch"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    shim = bin_dir / "python3.12"
+    shim.write_text('#!/bin/sh\necho "pyenv: python3.12: command not found" >&2\nexit 127\n')
+    shim.chmod(0o755)
+    return proj, bin_dir
+
+
+def _run(proj, bin_dir, script: str, **env):
+    return subprocess.run(
+        ["/bin/bash", script],
+        cwd=proj,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(bin_dir), "HOME": str(proj), **env},
+    )
+
+
+def test_venv_stops_in_one_line_without_a_supported_python(tmp_path):
+    proj, bin_dir = _project(tmp_path, "run_local.sh")
+    _fake_python(bin_dir / "python3", "3.13")
+    proc = _run(proj, bin_dir, "./run_local.sh")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"img2tfrecord needs {SUPPORTED} (on PATH: python3 is 3.13): install one, or name it: "
+        "PYTHON=/path/to/python3.11 ./run_local.sh"
+    ]
+    assert not (proj / ".venv").exists()
+
+    proc = _run(proj, bin_dir, "./run_local.sh", PYTHON=str(bin_dir / "python3"))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"PYTHON={bin_dir / 'python3'} is Python 3.13; img2tfrecord needs {SUPPORTED}: "
+        "PYTHON=/path/to/python3.11 ./run_local.sh"
+    ]
+    assert not (proj / ".venv").exists()
+
+
+def test_venv_takes_python_or_the_first_supported_version(tmp_path):
+    proj, bin_dir = _project(tmp_path)
+    _fake_python(bin_dir / "python3", "3.13")
+    _fake_python(bin_dir / "python3.10", "3.10")
+    proc = _run(proj, bin_dir, "ready.sh")
+    assert proc.returncode == 0, proc.stderr
+    assert f"creating {proj}/.venv with {bin_dir}/python3.10 (Python 3.10)" in proc.stderr
+    assert proc.stdout.strip() == f"ready: {proj}/.venv/bin/python"
+
+    chosen = tmp_path / "elsewhere" / "python"
+    chosen.parent.mkdir()
+    _fake_python(chosen, "3.12")
+    shutil.rmtree(proj / ".venv")
+    proc = _run(proj, bin_dir, "ready.sh", PYTHON=str(chosen))
+    assert proc.returncode == 0, proc.stderr
+    assert f"creating {proj}/.venv with {chosen} (Python 3.12)" in proc.stderr
+
+
+def test_an_existing_venv_of_a_supported_python_is_kept(tmp_path):
+    proj, bin_dir = _project(tmp_path)
+    _fake_python(bin_dir / "python3", "3.13")  # what PATH offers does not matter any more
+    (proj / ".venv" / "bin").mkdir(parents=True)
+    _fake_python(proj / ".venv" / "bin" / "python", "3.11")
+    (proj / ".venv" / ".img2tfrecord-installed").touch()
+    proc = _run(proj, bin_dir, "ready.sh")
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.strip() == f"ready: {proj}/.venv/bin/python"
+
+
+def test_venv_supports_the_pythons_setup_py_accepts():
+    with open(os.path.join(ROOT, "setup.py")) as f:
+        low, high = re.search(r'python_requires=">=3\.(\d+),<3\.(\d+)"', f.read()).groups()
+    with open(os.path.join(ROOT, "scripts", "venv.sh")) as f:
+        declared = re.search(r'^SUPPORTED_PYTHONS="([^"]*)"', f.read(), re.MULTILINE).group(1)
+    assert declared.split() == [f"3.{minor}" for minor in range(int(low), int(high))]
