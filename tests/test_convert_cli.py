@@ -356,9 +356,13 @@ def test_the_program_exits_with_mains_code_after_freezing_the_heap(monkeypatch):
 def test_no_matches_and_missing_input_exit_2(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    for source in (str(empty), str(tmp_path / "missing"), str(tmp_path / "missing" / "*.jpg")):
+    for source, says in (
+        (str(empty), "no input files match"),
+        (str(tmp_path / "missing"), "no such file or folder"),
+        (str(tmp_path / "missing" / "*.jpg"), "no input files match"),
+    ):
         proc = convert(source, str(tmp_path / "out"))
-        assert proc.returncode == 2 and "no input files match" in proc.stderr, proc.stderr
+        assert proc.returncode == 2 and says in proc.stderr, proc.stderr
     assert not os.path.exists(tmp_path / "out")
 
 

@@ -147,6 +147,17 @@ def test_a_folder_without_images_is_refused(tmp_path):
     assert line.endswith("point --input at a folder of images with one sub-folder per class"), line
 
 
+def test_a_mistyped_input_or_an_output_that_is_a_file_is_named(tmp_path):
+    src = str(tmp_path / "photos")
+    photos(src)
+    typo = str(tmp_path / "photo")
+    line = refused(tmp_path, "--input", typo, "--output", str(tmp_path / "out"))
+    assert line == f"img2tfrecord: error: --input {typo}: no such file or folder ({typo}); check the path", line
+    (tmp_path / "out.txt").write_text("notes")
+    line = refused(tmp_path, "--input", src, "--output", str(tmp_path / "out.txt"))
+    assert line.endswith("out.txt is a file: give a folder (it is created if missing)"), line
+
+
 def test_a_run_that_writes_no_record_fails_without_success(tmp_path):
     src = str(tmp_path / "broken")
     write_tree(src, {"cat/a.jpg": I.text_as_jpg(), "dog/b.jpg": I.empty()})

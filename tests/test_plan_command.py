@@ -308,5 +308,7 @@ def test_a_missing_input_exits_2_with_one_line(tmp_path):
     proc = run_cli("convert", "--input", missing, "--output", str(tmp_path / "out"), "--plan", "--json")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "no input files match" in lines[0], proc.stderr
+    assert len(lines) == 1 and f"--input {missing}: no such file or folder ({missing}); check the path" in lines[0], (
+        proc.stderr
+    )
     assert proc.stdout == ""

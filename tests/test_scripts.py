@@ -41,7 +41,7 @@ def test_run_local_passes_arguments_to_convert(tmp_path):
         timeout=600,
         env=_env(),
     )
-    assert proc.returncode == 2 and "no input files match" in proc.stderr
+    assert proc.returncode == 2 and "no such file or folder" in proc.stderr
 
 
 def test_run_dataflow_needs_a_project():

@@ -125,6 +125,8 @@ def config_from_args(ns: argparse.Namespace):
         raise UsageError("--require-boxes applies to detection, not to --task classification")
     if ns.dedupe and ns.sequence:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
+    if "://" not in ns.output and os.path.exists(ns.output) and not os.path.isdir(ns.output):
+        raise UsageError(f"--output {ns.output} is a file: give a folder (it is created if missing)")
     if output_inside_input(ns.input, ns.output):
         raise UsageError(
             f"--output {ns.output} is inside --input {ns.input}: a later run over the input would read the "

@@ -248,6 +248,9 @@ def make_plan(config: ConvertConfig) -> Plan:
         if not layouts.is_junk(relpath) and not layouts.in_folders(relpath, outputs)
     ]
     if not files:
+        if not listing and not _GLOB_CHARS.search(config.input) and "://" not in base and not os.path.exists(base):
+            missing = base.rstrip("/")
+            raise PlanError(f"--input {config.input}: no such file or folder ({missing}); check the path")
         raise PlanError(f"no input files match {pattern}")
     files.sort(key=lambda f: f.relpath)
     if detect:
