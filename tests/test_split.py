@@ -10,14 +10,8 @@ import sys
 
 import pytest
 
-from img2tfrecord.conversion.sharding import (
-    DEFAULT_SPLIT,
-    assign_split,
-    is_split_layout,
-    parse_splits,
-    shuffle_key,
-    split_of_folder,
-)
+from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split, parse_splits, shuffle_key
+from img2tfrecord.sources.split_folders import is_split_layout, split_of_folder
 
 THREE = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

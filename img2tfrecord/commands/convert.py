@@ -246,8 +246,9 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     from img2tfrecord.pipeline import OutputNotEmpty, PlanError
     from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotWritable
-    from img2tfrecord.pipeline.run import default_processes, is_dry_run, pipeline_options, read_manifest
+    from img2tfrecord.pipeline.run import default_processes, is_dry_run, pipeline_options
     from img2tfrecord.pipeline.run import run as run_pipeline
+    from img2tfrecord.readers.records import read_manifest
     from img2tfrecord.schemas import manifest
     from img2tfrecord.transforms.finalize import ErrorBudgetExceeded
 

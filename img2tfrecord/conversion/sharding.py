@@ -9,13 +9,12 @@ seed and input always give the same bytes in every shard.
 from __future__ import annotations
 
 import hashlib
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
+from img2tfrecord.sources.split_folders import split_of_folder
 
 DEFAULT_SPLIT = "train"
-# Folder names that mark the SRC/<split>/<class>/<file> layout, and the split each stands for.
-SPLIT_FOLDERS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
 _TOLERANCE = 1e-6
 
 Splits = Tuple[Tuple[str, float], ...]
@@ -87,12 +86,3 @@ def assign_shard(relpath: str, seed: int, num_shards: int) -> int:
     if num_shards < 1:
         raise ValueError(f"num_shards must be at least 1, got {num_shards}")
     return _unit_hash("shard", seed, relpath) % num_shards
-
-
-def split_of_folder(folder: str) -> Optional[str]:
-    return SPLIT_FOLDERS.get(folder)
-
-
-def is_split_layout(top_level_folders: Sequence[str]) -> bool:
-    """True when every first-level folder is a split name (``SRC/<split>/<class>/<file>``)."""
-    return bool(top_level_folders) and all(f in SPLIT_FOLDERS for f in top_level_folders)

@@ -44,13 +44,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord import faults
-from img2tfrecord.conversion.sharding import (
-    DEFAULT_SPLIT,
-    SPLIT_FOLDERS,
-    assign_split,
-    is_split_layout,
-    split_of_folder,
-)
+from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError, convert_image
 from img2tfrecord.images.decode import open_image
 from img2tfrecord.images.names import looks_like_image
@@ -62,6 +56,7 @@ from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.files import read_source
+from img2tfrecord.sources.split_folders import SPLIT_FOLDERS, is_split_layout, split_of_folder
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _SAMPLE_SIZE = 16

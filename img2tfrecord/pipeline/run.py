@@ -35,6 +35,7 @@ from img2tfrecord.pipeline.outputs import (
     remove_write_staging,
 )
 from img2tfrecord.pipeline.plan import Plan, make_plan
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE, SHARDS_RESUMED
 
@@ -132,11 +133,6 @@ def progress_total(config: ConvertConfig, plan: Plan) -> Tuple[Optional[int], st
     if plan.annotations or not plan.listing_complete:
         return None, "images"
     return plan.num_files, "images"
-
-
-def read_manifest(output_dir: str) -> Dict[str, Any]:
-    with FileSystems.open(FileSystems.join(output_dir, manifest.MANIFEST_FILE)) as f:
-        return manifest.loads(f.read().decode("utf-8"))
 
 
 def run(

@@ -20,7 +20,6 @@ import zipfile
 import zlib
 from typing import Callable, Generator, Iterator, List, Optional, Sequence, Tuple
 
-from img2tfrecord.conversion.sharding import split_of_folder
 from img2tfrecord.model import (
     ArchiveEntry,
     ErrorEntry,
@@ -33,6 +32,7 @@ from img2tfrecord.model import (
 )
 from img2tfrecord.sources.files import open_raw
 from img2tfrecord.sources.layout import is_junk, is_text, printable
+from img2tfrecord.sources.split_folders import split_of_folder
 
 # Longest suffix first: "x.tar.gz" is a tar.gz, not a ".gz".
 ARCHIVE_SUFFIXES = ((".tar.gz", "tgz"), (".tgz", "tgz"), (".tar", "tar"), (".zip", "zip"))

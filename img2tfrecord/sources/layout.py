@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Sequence, Tuple, Union
 
-from img2tfrecord.conversion.sharding import split_of_folder
 from img2tfrecord.model import DetectionPlacement, ErrorRow, SkippedEntry, WorkItem, error_row
 from img2tfrecord.schemas.manifest import MANIFEST_FILE, RUN_FOLDER_PREFIX, SUCCESS_FILE
+from img2tfrecord.sources.split_folders import split_of_folder
 
 LAYOUT_CLASS = "class"  # SRC/<class>/<file>
 LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>

@@ -9,11 +9,11 @@ import os
 import posixpath
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from img2tfrecord.conversion.sharding import split_of_folder
 from img2tfrecord.model import RowPlacement, WorkItem, error_row
 from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
 from img2tfrecord.sources.archives import suffix_kind
 from img2tfrecord.sources.files import open_raw
+from img2tfrecord.sources.split_folders import split_of_folder
 
 MANIFEST_SUFFIXES = ((".csv", "csv"), (".jsonl", "jsonl"))
 
