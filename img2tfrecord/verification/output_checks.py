@@ -1,0 +1,286 @@
+"""Checks of a whole output directory: files, counts, accounting, tf.Transform analysis; :func:`verify` runs all."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import json
+from typing import Any, Dict, Mapping, Optional
+
+from img2tfrecord.readers import records
+from img2tfrecord.schemas import labels as label_map
+from img2tfrecord.schemas import manifest
+from img2tfrecord.verification.findings import DATASET_SCOPE, MAX_PROBLEMS_PER_SCOPE, Report
+from img2tfrecord.verification.record_checks import _context, check_shard
+
+_SAVED_MODEL_FILE = "saved_model.pb"
+
+
+def _check_files(directory: str, doc: Mapping[str, Any], report: Report) -> set:
+    """Presence checks; returns the base names of listed shards that exist."""
+    try:
+        on_disk = set(records.listdir(directory))
+    except Exception as e:
+        report.add(DATASET_SCOPE, f"cannot list {directory}: {type(e).__name__}: {e}")
+        return set()
+    if manifest.SUCCESS_FILE not in on_disk:
+        report.add(DATASET_SCOPE, f"no {manifest.SUCCESS_FILE} file: the conversion is incomplete")
+    listed = {s["file"]: split for split, info in doc.get("splits", {}).items() for s in info.get("shards", [])}
+    for name in sorted(listed):
+        if name not in on_disk:
+            report.add(name, "shard listed in dataset.json is missing on disk")
+    for name in sorted(on_disk):
+        if manifest.parse_shard_file_name(name) is not None and name not in listed:
+            report.add(name, "shard file on disk is not listed in dataset.json")
+        elif any(name.startswith(p) for p in manifest.TEMP_PREFIXES):
+            report.notes.append(f"leftover temporary file or folder: {name}")
+    labels_file = doc.get("files", {}).get("labels", manifest.LABELS_FILE)
+    if labels_file not in on_disk:
+        report.add(labels_file, "missing")
+    else:
+        try:
+            names = label_map.parse_labels_text(records.read_text(records.join(directory, labels_file)))
+        except Exception as e:
+            names = None
+            report.add(labels_file, f"unreadable: {type(e).__name__}: {e}")
+        if names is not None and names != list(doc.get("labels", [])):
+            report.add(
+                labels_file,
+                f"holds {len(names)} class name(s) that differ from dataset.json's {len(doc.get('labels', []))} labels",
+            )
+    return {name for name in listed if name in on_disk}
+
+
+def _read_label_map(directory: str, doc: Mapping[str, Any], report: Report) -> Dict[int, str]:
+    """Id -> class name of a detection output's ``label_map.pbtxt``, checked against dataset.json's labels."""
+    name = doc.get("files", {}).get("label_map", label_map.LABEL_MAP_FILE)
+    path = records.join(directory, name)
+    if not records.exists(path):
+        report.add(name, "missing: the label map of a detection output")
+        return {}
+    try:
+        ids = label_map.parse_label_map_pbtxt(records.read_text(path))
+    except (OSError, ValueError) as e:
+        report.add(name, f"unreadable: {type(e).__name__}: {e}")
+        return {}
+    expected = {i: n for n, i in label_map.detection_ids(list(doc.get("labels", []))).items()}
+    if ids != expected:
+        report.add(name, f"holds {len(ids)} item(s) that differ from dataset.json's labels numbered from 1")
+    return ids
+
+
+def _nonzero_counts(counts: Mapping[str, Any]) -> Dict[str, int]:
+    """``{name: count}`` without the zero counts (dataset.json lists classes without examples)."""
+    return {k: int(v) for k, v in counts.items() if int(v)}
+
+
+def _check_split_counts(
+    split: str, info: Mapping[str, Any], found: collections.Counter, report: Report, complete: bool, detection: bool
+) -> None:
+    """Listed counts against each other, and (when every record was read) against the classes found."""
+    listed_total = sum(int(s.get("num_records", 0)) for s in info.get("shards", []))
+    if int(info.get("num_examples", -1)) != listed_total:
+        report.add(
+            DATASET_SCOPE,
+            f"split {split}: num_examples is {info.get('num_examples')}, its shards list {listed_total} records",
+        )
+    if not complete:
+        return
+    counted, noun = (manifest.BOXES_PER_CLASS, "boxes") if detection else ("examples_per_class", "examples")
+    declared = _nonzero_counts(info.get(counted, {}))
+    actual = _nonzero_counts(found)
+    if declared != actual:
+        diffs = [
+            f"{c}: {actual.get(c, 0)} found, {declared.get(c, 0)} listed"
+            for c in sorted(set(declared) | set(actual))
+            if declared.get(c, 0) != actual.get(c, 0)
+        ]
+        report.add(DATASET_SCOPE, f"split {split}: {noun} per class differ from dataset.json ({'; '.join(diffs[:10])})")
+
+
+def _check_accounting(directory: str, doc: Mapping[str, Any], report: Report) -> None:
+    acc = doc.get("accounting") or {}
+    written = sum(int(info.get("num_examples", 0)) for info in doc.get("splits", {}).values())
+    if acc.get("written") is not None and int(acc["written"]) != written:
+        report.add(DATASET_SCOPE, f"accounting: written is {acc['written']}, the splits hold {written}")
+    by_reason = {k: int(v) for k, v in (acc.get("rejected_by_reason") or {}).items()}
+    if acc.get("rejected") is not None and int(acc["rejected"]) != sum(by_reason.values()):
+        report.add(
+            DATASET_SCOPE,
+            f"accounting: rejected is {acc['rejected']}, rejected_by_reason sums to {sum(by_reason.values())}",
+        )
+    if (
+        acc.get("inputs") is not None
+        and acc.get("rejected") is not None
+        and int(acc["inputs"]) != written + int(acc["rejected"])
+    ):
+        report.add(
+            DATASET_SCOPE, f"accounting: {acc['inputs']} inputs but {written} written + {acc['rejected']} rejected"
+        )
+    errors_file = doc.get("files", {}).get("errors", manifest.ERRORS_FILE)
+    path = records.join(directory, errors_file)
+    if not records.exists(path):
+        report.add(errors_file, "missing")
+        return
+    found: collections.Counter = collections.Counter()
+    try:
+        with records.open_binary(path) as f:
+            for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8"), 1):
+                if not line.strip():
+                    continue
+                try:
+                    found[str(json.loads(line).get("reason"))] += 1
+                except (json.JSONDecodeError, AttributeError):
+                    report.add(errors_file, f"line {number} is not a JSON object")
+    except (OSError, UnicodeDecodeError) as e:
+        report.add(errors_file, f"unreadable: {type(e).__name__}: {e}")
+        return
+    if dict(found) != {k: v for k, v in by_reason.items() if v}:
+        report.add(
+            errors_file,
+            f"rows by reason {dict(sorted(found.items()))} differ from dataset.json's rejected_by_reason {by_reason}",
+        )
+
+
+def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> None:
+    """The tf.Transform outputs that ``dataset.json``'s statistics promise (``transforms/analyze.py``)."""
+    stats = doc.get(manifest.STATISTICS)
+    if not stats:
+        return
+    report.analysis_checked = True
+    files = stats.get("files") or {}
+    transform_fn = files.get("transform_fn", manifest.TRANSFORM_FN_DIR)
+    transformed_metadata = files.get("transformed_metadata", manifest.TRANSFORMED_METADATA_DIR)
+    for folder, inside in ((transform_fn, _SAVED_MODEL_FILE), (transformed_metadata, manifest.SCHEMA_FILE)):
+        if not records.exists(records.join(records.join(directory, folder), inside)):
+            report.add(folder, f"no {inside}: the exported tf.Transform output is incomplete")
+    raw_metadata = files.get("raw_metadata", manifest.RAW_METADATA_DIR)
+    schema_file = files.get("schema", manifest.SCHEMA_FILE)
+    for name in (schema_file, f"{raw_metadata}/{schema_file}"):
+        problem = _schema_problem(records.join(directory, name), set(doc.get("feature_spec") or {}))
+        if problem:
+            report.add(name, problem)
+    vocabulary = stats.get("label_vocabulary")
+    if vocabulary:
+        name = f"{transform_fn}/assets/{vocabulary}"
+        path = records.join(directory, name)
+        if not records.exists(path):
+            report.add(name, "missing: the label vocabulary of the exported transform")
+        else:
+            try:
+                names = label_map.parse_labels_text(records.read_text(path))
+            except (OSError, ValueError) as e:
+                names = None
+                report.add(name, f"unreadable: {type(e).__name__}: {e}")
+            if names is not None and names != list(doc.get("labels", [])):
+                report.add(
+                    name, f"differs from {manifest.LABELS_FILE}: the transform's label ids would not be the records'"
+                )
+    info = doc.get("splits", {}).get(stats.get("split"))
+    scope = f"{manifest.MANIFEST_FILE} {manifest.STATISTICS}"
+    if info is None:
+        report.add(scope, f"describe split {stats.get('split')!r}, which the output does not have")
+    else:
+        if int(stats.get("num_examples", -1)) != int(info.get("num_examples", 0)):
+            report.add(
+                scope,
+                f"count {stats.get('num_examples')} examples, split {stats['split']} holds {info.get('num_examples')}",
+            )
+        per_class = _nonzero_counts(stats.get("examples_per_class") or {})
+        if "examples_per_class" in stats and per_class != _nonzero_counts(info.get("examples_per_class", {})):
+            report.add(scope, f"examples per class differ from split {stats['split']}'s")
+    options = doc.get("options") or {}
+    exact = stats.get("exact", True)  # absent means exact (statistics of every decoded image)
+    if not isinstance(exact, bool) or (options.get("exact_statistics") and exact is not True):
+        report.add(
+            scope,
+            f"exact is {exact!r}, not what the options "
+            f"({'' if options.get('exact_statistics') else 'no '}--exact-statistics) give",
+        )
+    channels = options.get("channels")
+    for key in ("pixel_mean", "pixel_std"):
+        values = stats.get(key)
+        if (
+            not isinstance(values, list)
+            or (channels and len(values) != channels)
+            or not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in values)
+        ):
+            report.add(scope, f"{key} is {values!r}, not one value in [0, 1] per channel ({channels})")
+
+
+def _schema_problem(path: str, features: set) -> Optional[str]:
+    """What is wrong with a tensorflow_metadata Schema file that should name exactly ``features``."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    if not records.exists(path):
+        return "missing"
+    try:
+        schema = text_format.Parse(records.read_text(path), schema_pb2.Schema())
+    except (text_format.ParseError, OSError, ValueError) as e:
+        return f"not a tensorflow_metadata Schema: {e}"
+    names = {feature.name for feature in schema.feature}
+    problems = []
+    if names - features:
+        problems.append(f"names features not in dataset.json's feature_spec: {sorted(names - features)[:5]}")
+    if features - names:
+        problems.append(f"lacks features of dataset.json's feature_spec: {sorted(features - names)[:5]}")
+    return "; ".join(problems) or None
+
+
+def verify(directory: str, max_problems_per_scope: int = MAX_PROBLEMS_PER_SCOPE) -> Report:
+    """Check an output directory; the :class:`Report` says what holds.
+
+    Raises FileNotFoundError when the directory or its ``dataset.json`` does
+    not exist. An unparseable manifest is a problem in the report.
+    """
+    report = Report(directory, max_problems_per_scope)
+    try:
+        doc = records.read_manifest(directory)
+    except ValueError as e:
+        report.add(manifest.MANIFEST_FILE, str(e))
+        return report
+    with _pixel_limit((doc.get("options") or {}).get("max_pixels")):
+        _verify(directory, doc, report)
+    return report
+
+
+@contextlib.contextmanager
+def _pixel_limit(max_pixels: Any):
+    """Let Pillow open images up to the conversion's ``--max-pixels`` (its own limit may be lower)."""
+    from PIL import Image
+
+    old = Image.MAX_IMAGE_PIXELS
+    if isinstance(max_pixels, int) and old is not None and max_pixels > old:
+        Image.MAX_IMAGE_PIXELS = max_pixels
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = old
+
+
+def _verify(directory: str, doc: Mapping[str, Any], report: Report) -> None:
+    try:
+        ctx = _context(doc)
+        if ctx.compression not in manifest.COMPRESSIONS:
+            report.add(manifest.MANIFEST_FILE, f"unknown compression {ctx.compression!r}")
+            return
+        present = _check_files(directory, doc, report)
+        if ctx.detection:
+            ctx = _context(doc, _read_label_map(directory, doc, report))
+        for split, info in doc.get("splits", {}).items():
+            found: collections.Counter = collections.Counter()
+            complete = True
+            for shard in info.get("shards", []):
+                if shard["file"] not in present:
+                    complete = False
+                    continue
+                classes, shard_complete = check_shard(directory, shard, ctx, report)
+                found += classes
+                complete = complete and shard_complete
+            _check_split_counts(split, info, found, report, complete, ctx.detection)
+        _check_accounting(directory, doc, report)
+        _check_analysis(directory, doc, report)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # a manifest missing fields or of the wrong shape
+        report.add(manifest.MANIFEST_FILE, f"malformed: {type(e).__name__}: {e}")
