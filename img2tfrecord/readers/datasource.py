@@ -12,166 +12,37 @@ record's object lists are Python lists, and ``boxes`` (float32 ``[N, 4]``,
 rows ``(ymin, xmin, ymax, xmax)``) and ``num_boxes`` are added. Records are
 CRC-checked; every problem raises a :class:`ReadError` naming the file and
 the record. Neither TensorFlow nor Beam is imported for local paths.
+
+The split's shards and their record offsets come from
+:mod:`img2tfrecord.readers.split_shards`, the errors from
+:mod:`img2tfrecord.readers.read_errors`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import io
 import operator
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 from PIL import Image
 
 from img2tfrecord.readers import records
+from img2tfrecord.readers.read_errors import (
+    CorruptRecordError,
+    IncompleteOutputError,
+    IndexMismatchError,
+    ManifestMismatchError,
+    ReadError,
+    TruncatedShardError,
+    check_finished,  # noqa: F401  (re-exported: datasource.check_finished)
+    from_record_error,
+)
+from img2tfrecord.readers.split_shards import ShardInfo, SplitInfo, read_split, shard_offsets
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
-
-# ---------------------------------------------------------------------------
-# Errors.
-
-
-class ReadError(Exception):
-    """A file of an output directory that is not what ``dataset.json`` promises.
-
-    ``path`` names the file; ``record`` is the 0-based record number in that
-    shard and ``offset`` the byte offset of its header, when the problem is
-    one record's.
-    """
-
-    def __init__(self, path: str, message: str, record: Optional[int] = None, offset: Optional[int] = None):
-        where = path if record is None else f"{path}: record {record}" + ("" if offset is None else f" (byte {offset})")
-        super().__init__(f"{where}: {message}")
-        self.path = path
-        self.record = record
-        self.offset = offset
-        self.message = message
-
-
-class IncompleteOutputError(ReadError, ValueError):
-    """The output has no ``_SUCCESS``: its conversion is still running, was interrupted or failed."""
-
-
-def check_finished(path: str) -> None:
-    """Return when the folder ``path`` holds a finished conversion (its ``_SUCCESS``); raise otherwise.
-
-    FileNotFoundError when there is no such folder, or nothing a conversion
-    writes is in it; :class:`IncompleteOutputError` (a ValueError) naming the
-    folder and what is missing when a conversion there has not finished,
-    whether it got as far as ``dataset.json`` or left only its staging folder.
-    """
-    if not records.isdir(path):
-        raise FileNotFoundError(f"no such directory: {path}")
-    if records.is_complete(path):
-        return
-    names = records.listdir(path)
-    if manifest.MANIFEST_FILE in names:
-        missing = f"no {manifest.SUCCESS_FILE}"
-    elif any(manifest.is_output_file(name) for name in names):
-        missing = f"no {manifest.MANIFEST_FILE} and no {manifest.SUCCESS_FILE}"
-    else:
-        raise FileNotFoundError(
-            f"{path} is not an img2tfrecord output directory: it has no {manifest.MANIFEST_FILE} "
-            f"and no {manifest.SUCCESS_FILE}"
-        )
-    raise IncompleteOutputError(
-        path,
-        f"the conversion is incomplete, {missing} (still running, interrupted or failed); "
-        "finish it with convert --resume, or start over with convert --overwrite",
-    )
-
-
-class CorruptRecordError(ReadError):
-    """A record whose checksum fails, or that is not the Example the manifest declares."""
-
-
-class TruncatedShardError(ReadError):
-    """A shard cut short: it ends before the record named, or before ``dataset.json``'s size."""
-
-
-class IndexMismatchError(ReadError):
-    """An index file that disagrees with its shard or with ``dataset.json``."""
-
-
-class ManifestMismatchError(ReadError):
-    """A shard holding other records or bytes than ``dataset.json`` lists."""
-
-
-# ---------------------------------------------------------------------------
-# What a reader needs from the manifest: plain, picklable data.
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardInfo:
-    """One shard as ``dataset.json`` lists it; ``index`` is the declared index file, if any."""
-
-    path: str
-    num_records: int
-    num_bytes: Optional[int]
-    index: Optional[str]
-    default_index: str  # where the index of this shard lives when written (manifest.index_file)
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitInfo:
-    """A split of a finished output: its shards in order and how to parse and decode its records."""
-
-    directory: str
-    split: str
-    compression: str
-    shards: Tuple[ShardInfo, ...]
-    spec: Mapping[str, Mapping[str, Any]]
-    channels: int
-    labels: Tuple[str, ...]
-    detection: bool = False  # TF Object Detection API records: examples get ``boxes`` and ``num_boxes``
-
-    @property
-    def num_records(self) -> int:
-        return sum(s.num_records for s in self.shards)
-
-
-def read_split(path: str, split: str) -> SplitInfo:
-    """The :class:`SplitInfo` of ``split`` of the finished ``tf.train.Example`` output at ``path``.
-
-    Raises FileNotFoundError (no directory or manifest),
-    :class:`IncompleteOutputError` (an unfinished conversion: :func:`check_finished`),
-    ValueError (an unknown split, which the message lists, or SequenceExample records).
-    """
-    check_finished(path)
-    doc = records.read_manifest(path)
-    if doc.get("record_type", manifest.RECORD_TYPE) != manifest.RECORD_TYPE:
-        raise ValueError(
-            f"{path} holds {doc.get('record_type')} records; these readers read {manifest.RECORD_TYPE} outputs "
-            f"(read clips with img2tfrecord.load(path, sequence=True))"
-        )
-    splits = doc.get("splits", {})
-    if split not in splits:
-        raise ValueError(f"unknown split {split!r} in {path}; available splits: {', '.join(sorted(splits)) or 'none'}")
-    shards = tuple(
-        ShardInfo(
-            path=records.join(path, entry["file"]),
-            num_records=int(entry["num_records"]),
-            num_bytes=int(entry["num_bytes"]) if entry.get("num_bytes") is not None else None,
-            index=records.join(path, entry["index"]) if entry.get("index") else None,
-            default_index=records.join(path, manifest.index_file(entry["file"])),
-        )
-        for entry in splits[split].get("shards", [])
-    )
-    return SplitInfo(
-        directory=path,
-        split=split,
-        compression=records.compression_of(doc),
-        shards=shards,
-        spec=dict(doc["feature_spec"]),
-        channels=int(doc.get("options", {}).get("channels") or 3),
-        labels=tuple(doc.get("labels", [])),
-        detection=doc.get(manifest.TASK) == manifest.TASK_DETECTION,
-    )
-
 
 # ---------------------------------------------------------------------------
 # Records to examples.
@@ -223,81 +94,8 @@ def to_example(data: bytes, info: SplitInfo, decode: bool, shard: str, record: i
     return values
 
 
-def _read_error(shard: str, e: records.RecordError, index_path: Optional[str] = None) -> ReadError:
-    if isinstance(e, records.TruncatedRecordError):
-        return TruncatedShardError(shard, e.message, e.index, e.offset)
-    if isinstance(e, records.MisframedRecordError) and index_path is not None:
-        return IndexMismatchError(index_path, f"disagrees with {shard}: {e.message}", e.index, e.offset)
-    return CorruptRecordError(shard, e.message, e.index, e.offset)
-
-
-def _check_size(shard: ShardInfo, size: int, entries: Sequence[records.IndexEntry]) -> None:
-    """A shard shorter than ``dataset.json`` says is truncated; a longer one is not the one listed."""
-    if shard.num_bytes is None or size == shard.num_bytes:
-        return
-    if size > shard.num_bytes:
-        raise ManifestMismatchError(shard.path, f"{size} bytes where dataset.json lists {shard.num_bytes}")
-    cut = next((i for i, (offset, length) in enumerate(entries) if offset + length > size), len(entries))
-    offset = entries[cut][0] if cut < len(entries) else size
-    raise TruncatedShardError(
-        shard.path, f"the shard is cut short: {size} of the {shard.num_bytes} bytes dataset.json lists", cut, offset
-    )
-
-
 # ---------------------------------------------------------------------------
 # Random access.
-
-
-def shard_offsets(shard: ShardInfo) -> List[records.IndexEntry]:
-    """``(offset, framed length)`` of each record of an uncompressed shard, checked against the shard.
-
-    From the shard's index file (declared in ``dataset.json`` or at
-    ``index/<shard>.idx``) when there is one, else from a walk of the
-    record headers. Raises :class:`IndexMismatchError`,
-    :class:`TruncatedShardError`, :class:`CorruptRecordError` or
-    :class:`ManifestMismatchError`, each naming the file and the record.
-    """
-    index_path = shard.index
-    if index_path is None and records.exists(shard.default_index):
-        index_path = shard.default_index
-    size = records.file_size(shard.path)
-    if index_path is None:
-        try:
-            entries = records.walk_offsets(shard.path)
-        except records.TruncatedRecordError as e:
-            if shard.num_bytes is not None and size > shard.num_bytes:
-                message = f"{size} bytes where dataset.json lists {shard.num_bytes}"
-                raise ManifestMismatchError(shard.path, message) from None
-            raise TruncatedShardError(shard.path, e.message, e.index, e.offset) from None
-        except records.RecordError as e:
-            raise _read_error(shard.path, e) from None
-        _check_size(shard, size, entries)
-        if len(entries) != shard.num_records:
-            raise ManifestMismatchError(
-                shard.path, f"{len(entries)} records where dataset.json lists {shard.num_records}"
-            )
-        return entries
-    if not records.exists(index_path):
-        raise IndexMismatchError(index_path, f"missing: dataset.json lists it as the index of {shard.path}")
-    try:
-        entries = records.parse_index(records.read_text(index_path), index_path)
-    except ValueError as e:
-        raise IndexMismatchError(index_path, str(e).removeprefix(f"{index_path}: ")) from None
-    _check_size(shard, size, entries)
-    end = 0
-    for i, (offset, length) in enumerate(entries):
-        if offset != end:
-            raise IndexMismatchError(
-                index_path, f"disagrees with {shard.path}: offset {offset}, where the previous record ends at {end}", i
-            )
-        end = offset + length
-    if len(entries) != shard.num_records:
-        raise IndexMismatchError(
-            index_path, f"lists {len(entries)} records where dataset.json lists {shard.num_records} in {shard.path}"
-        )
-    if end != size:
-        raise IndexMismatchError(index_path, f"covers {end} bytes of {shard.path}, which has {size}")
-    return entries
 
 
 class SplitDataSource:
@@ -355,7 +153,7 @@ class SplitDataSource:
         try:
             data = records.read_record_at(file, record, offset, length)
         except records.RecordError as e:
-            raise _read_error(shard.path, e, self._index_path(shard)) from None
+            raise from_record_error(shard.path, e, self._index_path(shard)) from None
         return to_example(data, self.info, self.decode, shard.path, record)
 
     def _index_path(self, shard: ShardInfo) -> Optional[str]:
@@ -433,7 +231,7 @@ def iter_split(
                 if mine:
                     yield to_example(data, info, decode, shard.path, record)
         except records.RecordError as e:
-            raise _read_error(shard.path, e) from None
+            raise from_record_error(shard.path, e) from None
         if count != shard.num_records:
             size = records.file_size(shard.path)
             if shard.num_bytes is not None and size < shard.num_bytes:

@@ -1,0 +1,165 @@
+"""A split's shards as ``dataset.json`` lists them, and each uncompressed shard's checked record offsets.
+
+:func:`read_split` gives the plain, picklable :class:`SplitInfo` both
+readers of :mod:`img2tfrecord.readers.datasource` start from;
+:func:`shard_offsets` is where random access finds record ``i`` of a
+shard. TensorFlow-free, like ``datasource``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
+
+from img2tfrecord.readers import records
+from img2tfrecord.readers.read_errors import (
+    IndexMismatchError,
+    ManifestMismatchError,
+    TruncatedShardError,
+    check_finished,
+    from_record_error,
+)
+from img2tfrecord.schemas import manifest
+
+# ---------------------------------------------------------------------------
+# What a reader needs from the manifest: plain, picklable data.
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One shard as ``dataset.json`` lists it; ``index`` is the declared index file, if any."""
+
+    path: str
+    num_records: int
+    num_bytes: Optional[int]
+    index: Optional[str]
+    default_index: str  # where the index of this shard lives when written (manifest.index_file)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    """A split of a finished output: its shards in order and how to parse and decode its records."""
+
+    directory: str
+    split: str
+    compression: str
+    shards: Tuple[ShardInfo, ...]
+    spec: Mapping[str, Mapping[str, Any]]
+    channels: int
+    labels: Tuple[str, ...]
+    detection: bool = False  # TF Object Detection API records: examples get ``boxes`` and ``num_boxes``
+
+    @property
+    def num_records(self) -> int:
+        return sum(s.num_records for s in self.shards)
+
+
+def read_split(path: str, split: str) -> SplitInfo:
+    """The :class:`SplitInfo` of ``split`` of the finished ``tf.train.Example`` output at ``path``.
+
+    Raises FileNotFoundError (no directory or manifest),
+    :class:`IncompleteOutputError` (an unfinished conversion: :func:`check_finished`),
+    ValueError (an unknown split, which the message lists, or SequenceExample records).
+    """
+    check_finished(path)
+    doc = records.read_manifest(path)
+    if doc.get("record_type", manifest.RECORD_TYPE) != manifest.RECORD_TYPE:
+        raise ValueError(
+            f"{path} holds {doc.get('record_type')} records; these readers read {manifest.RECORD_TYPE} outputs "
+            f"(read clips with img2tfrecord.load(path, sequence=True))"
+        )
+    splits = doc.get("splits", {})
+    if split not in splits:
+        raise ValueError(f"unknown split {split!r} in {path}; available splits: {', '.join(sorted(splits)) or 'none'}")
+    shards = tuple(
+        ShardInfo(
+            path=records.join(path, entry["file"]),
+            num_records=int(entry["num_records"]),
+            num_bytes=int(entry["num_bytes"]) if entry.get("num_bytes") is not None else None,
+            index=records.join(path, entry["index"]) if entry.get("index") else None,
+            default_index=records.join(path, manifest.index_file(entry["file"])),
+        )
+        for entry in splits[split].get("shards", [])
+    )
+    return SplitInfo(
+        directory=path,
+        split=split,
+        compression=records.compression_of(doc),
+        shards=shards,
+        spec=dict(doc["feature_spec"]),
+        channels=int(doc.get("options", {}).get("channels") or 3),
+        labels=tuple(doc.get("labels", [])),
+        detection=doc.get(manifest.TASK) == manifest.TASK_DETECTION,
+    )
+
+
+def _check_size(shard: ShardInfo, size: int, entries: Sequence[records.IndexEntry]) -> None:
+    """A shard shorter than ``dataset.json`` says is truncated; a longer one is not the one listed."""
+    if shard.num_bytes is None or size == shard.num_bytes:
+        return
+    if size > shard.num_bytes:
+        raise ManifestMismatchError(shard.path, f"{size} bytes where dataset.json lists {shard.num_bytes}")
+    cut = next((i for i, (offset, length) in enumerate(entries) if offset + length > size), len(entries))
+    offset = entries[cut][0] if cut < len(entries) else size
+    raise TruncatedShardError(
+        shard.path, f"the shard is cut short: {size} of the {shard.num_bytes} bytes dataset.json lists", cut, offset
+    )
+
+
+# ---------------------------------------------------------------------------
+# Record offsets for random access.
+
+
+def shard_offsets(shard: ShardInfo) -> List[records.IndexEntry]:
+    """``(offset, framed length)`` of each record of an uncompressed shard, checked against the shard.
+
+    From the shard's index file (declared in ``dataset.json`` or at
+    ``index/<shard>.idx``) when there is one, else from a walk of the
+    record headers. Raises :class:`IndexMismatchError`,
+    :class:`TruncatedShardError`, :class:`CorruptRecordError` or
+    :class:`ManifestMismatchError`, each naming the file and the record.
+    """
+    index_path = shard.index
+    if index_path is None and records.exists(shard.default_index):
+        index_path = shard.default_index
+    size = records.file_size(shard.path)
+    if index_path is None:
+        try:
+            entries = records.walk_offsets(shard.path)
+        except records.TruncatedRecordError as e:
+            if shard.num_bytes is not None and size > shard.num_bytes:
+                message = f"{size} bytes where dataset.json lists {shard.num_bytes}"
+                raise ManifestMismatchError(shard.path, message) from None
+            raise TruncatedShardError(shard.path, e.message, e.index, e.offset) from None
+        except records.RecordError as e:
+            raise from_record_error(shard.path, e) from None
+        _check_size(shard, size, entries)
+        if len(entries) != shard.num_records:
+            raise ManifestMismatchError(
+                shard.path, f"{len(entries)} records where dataset.json lists {shard.num_records}"
+            )
+        return entries
+    if not records.exists(index_path):
+        raise IndexMismatchError(index_path, f"missing: dataset.json lists it as the index of {shard.path}")
+    try:
+        entries = records.parse_index(records.read_text(index_path), index_path)
+    except ValueError as e:
+        raise IndexMismatchError(index_path, str(e).removeprefix(f"{index_path}: ")) from None
+    _check_size(shard, size, entries)
+    end = 0
+    for i, (offset, length) in enumerate(entries):
+        if offset != end:
+            raise IndexMismatchError(
+                index_path, f"disagrees with {shard.path}: offset {offset}, where the previous record ends at {end}", i
+            )
+        end = offset + length
+    if len(entries) != shard.num_records:
+        raise IndexMismatchError(
+            index_path, f"lists {len(entries)} records where dataset.json lists {shard.num_records} in {shard.path}"
+        )
+    if end != size:
+        raise IndexMismatchError(index_path, f"covers {end} bytes of {shard.path}, which has {size}")
+    return entries
+
+
+__all__ = ["ShardInfo", "SplitInfo", "read_split", "shard_offsets"]
