@@ -28,6 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import ROOT, cli_command, cli_env, convert, manifest_doc, run_cli, shard_digests
+from helpers.cli import run_in_process
 
 from img2tfrecord import faults
 from img2tfrecord.conversion.converter import ImageConverter
@@ -133,7 +134,7 @@ def error_rows(out: str) -> List[dict]:
 
 def exact_groups(out: str, target: str) -> dict:
     os.makedirs(target)
-    proc = run_cli("report", out, "--output", target, "--processes", "1")
+    proc = run_in_process("report", out, "--output", target, "--processes", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(target, "report.json"), encoding="utf-8") as f:
         return json.load(f)["duplicates"]["exact"]

@@ -9,7 +9,8 @@ from typing import Dict, List
 
 import numpy as np
 import pytest
-from conftest import convert, manifest_doc, run_cli, write_manifest_doc
+from conftest import convert, manifest_doc, write_manifest_doc
+from helpers.cli import run_in_process
 from PIL import Image
 from test_detection import picture, values, write_voc
 from test_verify import _frame
@@ -146,7 +147,7 @@ def test_tf_free_readers_give_box_arrays(detection_out):
 
 
 def test_verify_passes_a_detection_output(detection_out):
-    proc = run_cli("verify", detection_out)
+    proc = run_in_process("verify", detection_out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -179,7 +180,7 @@ def test_verify_finds_planted_bad_boxes(detection_out, tmp_path):
     doc["splits"]["train"][manifest.BOXES_PER_CLASS]["cat"] += 1
     write_manifest_doc(str(out), doc)
 
-    proc = run_cli("verify", str(out))
+    proc = run_in_process("verify", str(out))
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     name = entry["file"]
     for fragment in (
@@ -194,7 +195,7 @@ def test_verify_finds_planted_bad_boxes(detection_out, tmp_path):
         "split train: boxes per class differ from dataset.json (cat: ",
     ):
         assert fragment in proc.stdout, (fragment, proc.stdout)
-    report = json.loads(run_cli("verify", str(out), "--json").stdout)
+    report = json.loads(run_in_process("verify", str(out), "--json").stdout)
     assert report["ok"] is False and report["num_problems"] == 6
 
 
@@ -208,7 +209,7 @@ def test_grid_draws_boxes_in_their_class_colour(detection_out, tmp_path):
     grid = tmp_path / "grid.png"
     doc = manifest_doc(detection_out)
     n = doc["splits"]["train"]["num_examples"]
-    proc = run_cli("inspect", detection_out, "--grid", str(grid), "--n", str(n), "--json")
+    proc = run_in_process("inspect", detection_out, "--grid", str(grid), "--n", str(n), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outputs"]["grid"]["images"] == n
     sampled = [

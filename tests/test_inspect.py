@@ -6,14 +6,15 @@ import json
 import os
 import shutil
 
-from conftest import convert, manifest_doc, run_cli
+from conftest import convert, manifest_doc
+from helpers.cli import run_in_process
 from PIL import Image
 
 from img2tfrecord.schemas import manifest
 
 
 def test_summary_lists_splits_classes_shards_and_sizes(converted_sample):
-    proc = run_cli("inspect", converted_sample)
+    proc = run_in_process("inspect", converted_sample)
     assert proc.returncode == 0, proc.stderr
     doc = manifest_doc(converted_sample)
     out = proc.stdout
@@ -30,7 +31,7 @@ def test_summary_lists_splits_classes_shards_and_sizes(converted_sample):
 
 
 def test_json_matches_the_manifest(converted_sample):
-    proc = run_cli("inspect", converted_sample, "--json")
+    proc = run_in_process("inspect", converted_sample, "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     doc = manifest_doc(converted_sample)
@@ -52,7 +53,7 @@ def test_json_matches_the_manifest(converted_sample):
 def test_summary_shows_the_tf_transform_analysis(converted_sample):
     doc = manifest_doc(converted_sample)
     stats = doc[manifest.STATISTICS]
-    out = run_cli("inspect", converted_sample).stdout
+    out = run_in_process("inspect", converted_sample).stdout
     mean = ", ".join(f"{v:.4f}" for v in stats["pixel_mean"])
     std = ", ".join(f"{v:.4f}" for v in stats["pixel_std"])
     assert "tf.Transform analysis of the train split (transform_fn/" in out
@@ -61,7 +62,7 @@ def test_summary_shows_the_tf_transform_analysis(converted_sample):
     assert f"label vocabulary 'label': {len(doc['labels'])} classes" in out
     assert stats["exact"] is False  # 64x64 JPEGs re-encoded, without --exact-statistics
     assert "images re-encoded as JPEG counted with the pixels given to the encoder (exact: --exact-statistics)" in out
-    summary = json.loads(run_cli("inspect", converted_sample, "--json").stdout)
+    summary = json.loads(run_in_process("inspect", converted_sample, "--json").stdout)
     assert summary["statistics"] == stats
 
 
@@ -70,22 +71,22 @@ def test_an_output_without_the_analysis_says_why(sample_dir, tmp_path):
     proc = convert(sample_dir, out, "--image-size", "32", "--no-analyze")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pixel mean" not in proc.stdout
-    text = run_cli("inspect", out).stdout
+    text = run_in_process("inspect", out).stdout
     assert "tf.Transform analysis: none (converted with --no-analyze)" in text
-    assert json.loads(run_cli("inspect", out, "--json").stdout)["statistics"] is None
+    assert json.loads(run_in_process("inspect", out, "--json").stdout)["statistics"] is None
 
 
 def test_record_reads_are_capped_and_say_sampled(converted_sample):
-    proc = run_cli("inspect", converted_sample, "--json", "--max-records", "5")
+    proc = run_in_process("inspect", converted_sample, "--json", "--max-records", "5")
     summary = json.loads(proc.stdout)
     train = summary["splits"]["train"]
     assert train["images"]["records_read"] == 5 and train["images"]["sampled"] is True
-    text = run_cli("inspect", converted_sample, "--max-records", "5").stdout
+    text = run_in_process("inspect", converted_sample, "--max-records", "5").stdout
     assert f"train (sampled 5 of {train['num_examples']})" in text
 
 
 def test_mixed_sizes_and_formats(converted_keep):
-    summary = json.loads(run_cli("inspect", converted_keep, "--json").stdout)
+    summary = json.loads(run_in_process("inspect", converted_keep, "--json").stdout)
     images = summary["splits"]["train"]["images"]
     assert len(images["sizes"]) > 1
     assert set(images["formats"]) == {"jpeg", "png"}
@@ -110,17 +111,17 @@ def test_rejected_inputs_by_reason(converted_sample, tmp_path):
     acc["rejected_by_reason"]["truncated"] = acc["rejected_by_reason"].get("truncated", 0) + 1
     with open(out / manifest.MANIFEST_FILE, "w", encoding="utf-8") as f:
         f.write(manifest.dumps(doc))
-    proc = run_cli("inspect", str(out))
+    proc = run_in_process("inspect", str(out))
     assert proc.returncode == 0, proc.stderr
     assert f"truncated: {acc['rejected_by_reason']['truncated']}" in proc.stdout
     assert "e.g. circle/broken.jpg: image file is truncated" in proc.stdout
-    summary = json.loads(run_cli("inspect", str(out), "--json").stdout)
+    summary = json.loads(run_in_process("inspect", str(out), "--json").stdout)
     assert summary["rejected"]["rejected_by_reason"] == acc["rejected_by_reason"]
 
 
 def test_grid_and_class_chart(converted_sample, tmp_path):
     grid, chart = tmp_path / "grid.png", tmp_path / "chart.png"
-    proc = run_cli(
+    proc = run_in_process(
         "inspect",
         converted_sample,
         "--grid",
@@ -146,13 +147,15 @@ def test_grid_and_class_chart(converted_sample, tmp_path):
         assert 300 <= img.width <= 2000 and 100 <= img.height <= 2000
         assert len(img.convert("RGB").getcolors(maxcolors=1 << 20)) > 3  # bars in several colours
     assert f"wrote grid: {grid}" in proc.stdout and f"wrote class chart: {chart}" in proc.stdout
-    again = run_cli("inspect", converted_sample, "--grid", str(grid), "--n", "10", "--split", "validation", "--json")
+    again = run_in_process(
+        "inspect", converted_sample, "--grid", str(grid), "--n", "10", "--split", "validation", "--json"
+    )
     assert json.loads(again.stdout)["outputs"]["grid"]["images"] == 10  # every one asked for, from uneven shards
 
 
 def test_grid_of_mixed_images(converted_keep, tmp_path):
     grid = tmp_path / "grid.png"
-    proc = run_cli("inspect", converted_keep, "--grid", str(grid), "--n", "16", "--json")
+    proc = run_in_process("inspect", converted_keep, "--grid", str(grid), "--n", "16", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outputs"]["grid"]["images"] == 16
     with Image.open(grid) as img:
@@ -165,11 +168,11 @@ def test_usage_errors(converted_sample, tmp_path):
         [str(tmp_path)],  # exists, no dataset.json
         [converted_sample, "--grid", str(tmp_path / "g.png"), "--split", "nope"],
     ):
-        proc = run_cli("inspect", *args)
+        proc = run_in_process("inspect", *args)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr
-    assert "missing" in run_cli("inspect", str(tmp_path / "missing")).stderr
+    assert "missing" in run_in_process("inspect", str(tmp_path / "missing")).stderr
     assert "available splits: test, train, validation" in proc.stderr
 
 
@@ -180,7 +183,7 @@ def test_unreadable_shard_is_reported_not_raised(converted_sample, tmp_path):
     path = out / shard
     path.write_bytes(path.read_bytes()[:100])
     os.remove(out / manifest.SUCCESS_FILE)
-    proc = run_cli("inspect", str(out))
+    proc = run_in_process("inspect", str(out))
     assert proc.returncode == 1
     assert f"cannot read: {shard}: record 0" in proc.stdout
     assert "conversion is incomplete" in proc.stdout

@@ -29,7 +29,8 @@ from typing import Any, Dict, List, Optional
 import images as I
 import numpy as np
 import pytest
-from conftest import convert, run_cli
+from conftest import convert
+from helpers.cli import run_in_process
 from PIL import Image
 
 from img2tfrecord.conversion.sharding import assign_split, parse_splits
@@ -134,7 +135,7 @@ def reported(planted, tmp_path_factory):
     """(PlantedDataset, output folder, report.html path, report.json document)."""
     data, out = planted
     target = tmp_path_factory.mktemp("report_files")
-    proc = run_cli(
+    proc = run_in_process(
         "report", out, "--output", str(target), "--seed", "3", "--thumbnails-per-class", "4", "--processes", "2"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -224,7 +225,7 @@ def test_sample_is_seeded_and_independent_of_processes(planted, tmp_path):
     picks = []
     for processes, seed in (("1", "3"), ("2", "3"), ("2", "4")):
         target = tmp_path / f"p{processes}s{seed}.html"
-        proc = run_cli("report", out, "--output", str(target), "--seed", seed, "--processes", processes)
+        proc = run_in_process("report", out, "--output", str(target), "--seed", seed, "--processes", processes)
         assert proc.returncode == 0, proc.stderr
         document = json.load(open(tmp_path / f"p{processes}s{seed}.json"))
         picks.append(document["samples"])
@@ -250,7 +251,7 @@ def test_incomplete_output_gives_a_report_that_says_so(planted, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     os.remove(copy / manifest.SUCCESS_FILE)
-    proc = run_cli("report", str(copy), "--output", str(tmp_path / "r.html"))
+    proc = run_in_process("report", str(copy), "--output", str(tmp_path / "r.html"))
     assert proc.returncode == 1
     assert "_SUCCESS" in _one_line_error(proc)
     assert proc.stdout.strip() == str(tmp_path / "r.html")
@@ -266,7 +267,7 @@ def test_damaged_shard_gives_a_report_of_what_could_be_read(planted, tmp_path):
     shard = doc["splits"]["train"]["shards"][0]["file"]
     content = (copy / shard).read_bytes()
     (copy / shard).write_bytes(content[: len(content) // 2])
-    proc = run_cli("report", str(copy), "--output", str(tmp_path / "r.html"))
+    proc = run_in_process("report", str(copy), "--output", str(tmp_path / "r.html"))
     assert proc.returncode == 1
     assert shard in _one_line_error(proc)
     document = json.load(open(tmp_path / "r.json"))
@@ -287,7 +288,7 @@ def test_sequence_output_is_refused_in_one_line(tmp_path):
     out = tmp_path / "out"
     proc = convert(str(source), str(out), "--sequence", "--no-analyze")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    proc = run_cli("report", str(out), "--output", str(tmp_path / "r.html"))
+    proc = run_in_process("report", str(out), "--output", str(tmp_path / "r.html"))
     assert proc.returncode == 2
     assert "SequenceExample" in _one_line_error(proc)
     assert not (tmp_path / "r.html").exists()
@@ -303,7 +304,7 @@ def test_not_an_output_folder_and_bad_options_are_usage_errors(planted, tmp_path
         (out, "--output", page, "--thumbnails-per-class", "-1"),
         (out, "--output", str(tmp_path / "no" / "such" / "r.html")),
     ):
-        proc = run_cli("report", *args)
+        proc = run_in_process("report", *args)
         assert proc.returncode == 2, (args, proc.stderr)
         _one_line_error(proc)
     assert not os.path.exists(page)

@@ -12,7 +12,8 @@ import random
 
 import numpy as np
 import pytest
-from conftest import convert, run_cli
+from conftest import convert
+from helpers.cli import run_in_process
 from PIL import Image
 
 from img2tfrecord.schemas import features as keys
@@ -218,7 +219,7 @@ def test_exact_statistics_are_those_of_the_decoded_records(sample_dir, tmp_path)
     doc = read_doc(out)
     stats = doc["statistics"]
     assert stats["exact"] is True and doc["options"]["exact_statistics"] is True
-    assert "  of the stored pixels, as load() decodes them" in run_cli("inspect", out).stdout.splitlines()
+    assert "  of the stored pixels, as load() decodes them" in run_in_process("inspect", out).stdout.splitlines()
     parsed = parsed_split(out, "train")
     mean, std = moments(decoded(parsed))
     np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)

@@ -10,7 +10,8 @@ import shutil
 import struct
 
 import pytest
-from conftest import manifest_doc, run_cli, write_manifest_doc
+from conftest import manifest_doc, write_manifest_doc
+from helpers.cli import run_in_process
 
 from img2tfrecord import verification
 from img2tfrecord.readers import records
@@ -29,7 +30,7 @@ def _first_shard(path, split="train"):
 
 
 def _verify(path, *extra):
-    proc = run_cli("verify", str(path), *extra)
+    proc = run_in_process("verify", str(path), *extra)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     return proc
 

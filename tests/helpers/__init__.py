@@ -1,0 +1,1 @@
+"""Builders and runners the test modules share (imported as ``helpers.<module>``)."""
