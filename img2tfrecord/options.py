@@ -7,6 +7,8 @@ and checked by a test), the options table of ``docs/options.md``
 records the options under (``Option.recorded_as``, checked against
 ``ConvertConfig.options_json``) all come from :data:`CONVERT_OPTIONS`.
 
+How an option is declared and rendered is ``option_spec.py``; the defaults, bounds
+and value checks the table uses are ``option_values.py`` (both imported back here).
 No Beam and no TensorFlow: the parser is built before either is imported.
 
     python -m img2tfrecord.options --flex-metadata > flex_template/metadata.json
@@ -16,11 +18,8 @@ No Beam and no TensorFlow: the parser is built before either is imported.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
-import re
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from img2tfrecord.images.options import (
     DEFAULT_DECODE_TIMEOUT_S,
@@ -29,119 +28,24 @@ from img2tfrecord.images.options import (
     FORMATS,
     RESIZE_MODES,
 )
-
-DEFAULT_SHARD_SIZE_MB = 128.0
-TASK_CLASSIFICATION = "classification"
-TASK_DETECTION = "detection"
-TASKS = (TASK_CLASSIFICATION, TASK_DETECTION)
-DEFAULT_QUALITY = 90
-
-# Upper bounds of the size options: past them a value is a mistake that would exhaust memory or
-# files, not a bigger dataset. docs/options.md ("Bounds") says why each is where it is.
-MAX_IMAGE_SIDE = 16384  # pixels: a 16384x16384 RGB image is 768 MiB in each conversion process
-MAX_PIXELS_BOUND = 1 << 30  # --max-pixels: a decoded RGB image of 2^30 pixels is 3 GiB
-MAX_FILE_MB_BOUND = 2000  # --max-file-mb: a record is a protocol buffer, which holds less than 2 GiB
-MAX_SHARD_SIZE_MB = 16384  # --shard-size-mb: 16 GiB, over a hundred times the recommended 100-200 MB
-MAX_NUM_SHARDS = 10000  # --num-shards: per split; each shard is a file, a task and an index
-LIMITS_DOC = "docs/options.md#bounds"
-
-
-def parse_image_size(text: str) -> Tuple[int, int]:
-    """``"224"`` -> (224, 224); ``"320x240"`` -> (320, 240) as (width, height); each side at most
-    :data:`MAX_IMAGE_SIDE`."""
-    m = re.fullmatch(r"\s*(-?\d+)\s*(?:[xX]\s*(-?\d+)\s*)?", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected N or WxH, got {text!r}")
-    w = int(m.group(1))
-    h = int(m.group(2)) if m.group(2) is not None else w
-    if w <= 0 or h <= 0:
-        raise argparse.ArgumentTypeError(f"image size must be positive, got {text!r}")
-    if w > MAX_IMAGE_SIDE or h > MAX_IMAGE_SIDE:
-        raise argparse.ArgumentTypeError(
-            f"each side must be at most {MAX_IMAGE_SIDE} pixels (a larger image does not fit a conversion "
-            f"process's memory; {LIMITS_DOC}), got {text!r}"
-        )
-    return w, h
-
-
-def _checked(kind: Callable[[str], Any], valid: Callable[[Any], bool], expected: str, bound: str):
-    """An argparse type: ``kind(text)`` when ``valid``; else one line saying what was expected."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not valid(value):
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {text!r}")
-        return value
-
-    return parse
-
-
-def positive(kind: Callable[[str], Any], at_most: Optional[int] = None, why: str = "") -> Callable[[str], Any]:
-    """An argparse type for a number above 0 and, when given, at most ``at_most`` (``why`` says why)."""
-    if at_most is None:
-        parse = _checked(kind, lambda v: v > 0, "a positive number", "positive")
-    else:
-        bound = f"positive and at most {at_most} ({why}; {LIMITS_DOC})"
-        parse = _checked(kind, lambda v: 0 < v <= at_most, "a positive number", bound)
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
-
-
-fraction = _checked(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]", "in [0, 1]")
-quality = _checked(int, lambda v: 1 <= v <= 100, "an integer 1..100", "between 1 and 100")
-
-
-@dataclasses.dataclass(frozen=True)
-class Template:
-    """How an option appears as a Flex Template parameter (its name is the option's dest)."""
-
-    label: str
-    help: str
-    regex: Optional[str] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Option:
-    """One ``convert`` option: its flag, how argparse reads it, and where else it appears."""
-
-    flag: str
-    help: str
-    doc_default: str = ""  # the default as docs/options.md shows it ("" for none)
-    type: Optional[Callable[[str], Any]] = None
-    default: Any = None
-    choices: Optional[Sequence[Any]] = None
-    metavar: Optional[str] = None
-    switch: bool = False  # a flag without a value (store_true)
-    negates: Optional[str] = None  # a flag that turns off this dest (store_false)
-    required: bool = False
-    short: Optional[str] = None
-    exclusive_group: Optional[str] = None
-    recorded_as: Optional[str] = None  # its key in dataset.json's "options"
-    template: Optional[Template] = None
-    doc: Optional[str] = None  # its meaning in docs/options.md (Markdown, with links), when richer than ``help``
-
-    @property
-    def dest(self) -> str:
-        return self.negates or self.flag.lstrip("-").replace("-", "_")
-
-    def add_to(self, parser) -> None:
-        flags = [self.short, self.flag] if self.short else [self.flag]
-        kwargs: Dict[str, Any] = {"help": self.help.replace("%", "%%")}
-        if self.switch:
-            kwargs["action"] = "store_true"
-        elif self.negates:
-            kwargs.update(action="store_false", dest=self.negates)
-        else:
-            kwargs.update(type=self.type, default=self.default, required=self.required)
-            if self.choices is not None:
-                kwargs["choices"] = self.choices
-            if self.metavar is not None:
-                kwargs["metavar"] = self.metavar
-        parser.add_argument(*flags, **kwargs)
-
+from img2tfrecord.option_spec import Option, Template, flex_template_metadata, markdown_table
+from img2tfrecord.option_values import (
+    DEFAULT_QUALITY,
+    DEFAULT_SHARD_SIZE_MB,
+    LIMITS_DOC,
+    MAX_FILE_MB_BOUND,
+    MAX_IMAGE_SIDE,
+    MAX_NUM_SHARDS,
+    MAX_PIXELS_BOUND,
+    MAX_SHARD_SIZE_MB,
+    TASK_CLASSIFICATION,
+    TASK_DETECTION,
+    TASKS,
+    fraction,
+    parse_image_size,
+    positive,
+    quality,
+)
 
 _BOOLEAN = r"^(true|false)$"
 
@@ -473,47 +377,12 @@ def template_options() -> Dict[str, Option]:
 
 def template_metadata() -> str:
     """``flex_template/metadata.json``: one parameter per option with a template entry."""
-    lines = []
-    for name, option in template_options().items():
-        template = option.template
-        if template is None:  # never: template_options() keeps only options with a template
-            continue
-        entry: Dict[str, Any] = {
-            "name": name,
-            "label": template.label,
-            "helpText": template.help,
-            "isOptional": not option.required,
-        }
-        if template.regex:
-            entry["regexes"] = [template.regex]
-        lines.append("    " + json.dumps(entry, ensure_ascii=False))
-    head = json.dumps(TEMPLATE_NAME)
-    description = json.dumps(TEMPLATE_DESCRIPTION, ensure_ascii=False)
-    return (
-        '{\n  "name": '
-        + head
-        + ',\n  "description": '
-        + description
-        + ',\n  "parameters": [\n'
-        + ",\n".join(lines)
-        + "\n  ]\n}\n"
-    )
+    return flex_template_metadata(TEMPLATE_NAME, TEMPLATE_DESCRIPTION, template_options())
 
 
 def options_table() -> str:
     """The Markdown table of ``docs/options.md``."""
-    bar = "\\|"
-    rows = ["| option | default | meaning |", "|---|---|---|"]
-    for option in CONVERT_OPTIONS:
-        if option.switch or option.negates:
-            usage = f"`{option.short}`, `{option.flag}`" if option.short else f"`{option.flag}`"
-        elif option.choices is not None:
-            usage = f"`{option.flag} {bar.join(str(c) for c in option.choices)}`"
-        else:
-            usage = f"`{option.flag} {(option.metavar or option.dest.upper()).replace('|', bar)}`"
-        meaning = (option.doc or option.help).replace("|", bar)
-        rows.append(f"| {usage} | {option.doc_default} | {meaning} |")
-    return "\n".join(rows) + "\n"
+    return markdown_table(CONVERT_OPTIONS)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -527,6 +396,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     return 0
 
+
+__all__ = [
+    "CONVERT_OPTIONS",
+    "DEFAULT_QUALITY",
+    "DEFAULT_SHARD_SIZE_MB",
+    "LIMITS_DOC",
+    "MAX_FILE_MB_BOUND",
+    "MAX_IMAGE_SIDE",
+    "MAX_NUM_SHARDS",
+    "MAX_PIXELS_BOUND",
+    "MAX_SHARD_SIZE_MB",
+    "TASKS",
+    "TASK_CLASSIFICATION",
+    "TASK_DETECTION",
+    "TEMPLATE_DESCRIPTION",
+    "TEMPLATE_NAME",
+    "Option",
+    "Template",
+    "add_convert_arguments",
+    "fraction",
+    "main",
+    "options_table",
+    "parse_image_size",
+    "positive",
+    "quality",
+    "template_metadata",
+    "template_options",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

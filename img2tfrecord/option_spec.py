@@ -1,0 +1,105 @@
+"""How an option is declared (:class:`Option`), and the Flex Template metadata and Markdown table options give.
+
+Standard library only: the CLI parser is built from these before any dependency is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """How an option appears as a Flex Template parameter (its name is the option's dest)."""
+
+    label: str
+    help: str
+    regex: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One command option: its flag, how argparse reads it, and where else it appears."""
+
+    flag: str
+    help: str
+    doc_default: str = ""  # the default as docs/options.md shows it ("" for none)
+    type: Optional[Callable[[str], Any]] = None
+    default: Any = None
+    choices: Optional[Sequence[Any]] = None
+    metavar: Optional[str] = None
+    switch: bool = False  # a flag without a value (store_true)
+    negates: Optional[str] = None  # a flag that turns off this dest (store_false)
+    required: bool = False
+    short: Optional[str] = None
+    exclusive_group: Optional[str] = None
+    recorded_as: Optional[str] = None  # its key in dataset.json's "options"
+    template: Optional[Template] = None
+    doc: Optional[str] = None  # its meaning in docs/options.md (Markdown, with links), when richer than ``help``
+
+    @property
+    def dest(self) -> str:
+        return self.negates or self.flag.lstrip("-").replace("-", "_")
+
+    def add_to(self, parser) -> None:
+        flags = [self.short, self.flag] if self.short else [self.flag]
+        kwargs: Dict[str, Any] = {"help": self.help.replace("%", "%%")}
+        if self.switch:
+            kwargs["action"] = "store_true"
+        elif self.negates:
+            kwargs.update(action="store_false", dest=self.negates)
+        else:
+            kwargs.update(type=self.type, default=self.default, required=self.required)
+            if self.choices is not None:
+                kwargs["choices"] = self.choices
+            if self.metavar is not None:
+                kwargs["metavar"] = self.metavar
+        parser.add_argument(*flags, **kwargs)
+
+
+def flex_template_metadata(name: str, description: str, parameters: Mapping[str, Option]) -> str:
+    """A Flex Template's ``metadata.json``: one parameter per entry of ``parameters`` (name -> an option with a
+    template entry)."""
+    lines = []
+    for parameter, option in parameters.items():
+        template = option.template
+        if template is None:  # never: callers pass only options with a template
+            continue
+        entry: Dict[str, Any] = {
+            "name": parameter,
+            "label": template.label,
+            "helpText": template.help,
+            "isOptional": not option.required,
+        }
+        if template.regex:
+            entry["regexes"] = [template.regex]
+        lines.append("    " + json.dumps(entry, ensure_ascii=False))
+    head = json.dumps(name)
+    described = json.dumps(description, ensure_ascii=False)
+    return (
+        '{\n  "name": '
+        + head
+        + ',\n  "description": '
+        + described
+        + ',\n  "parameters": [\n'
+        + ",\n".join(lines)
+        + "\n  ]\n}\n"
+    )
+
+
+def markdown_table(options: Sequence[Option]) -> str:
+    """The Markdown table of ``options``: usage, default and meaning, one row each."""
+    bar = "\\|"
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for option in options:
+        if option.switch or option.negates:
+            usage = f"`{option.short}`, `{option.flag}`" if option.short else f"`{option.flag}`"
+        elif option.choices is not None:
+            usage = f"`{option.flag} {bar.join(str(c) for c in option.choices)}`"
+        else:
+            usage = f"`{option.flag} {(option.metavar or option.dest.upper()).replace('|', bar)}`"
+        meaning = (option.doc or option.help).replace("|", bar)
+        rows.append(f"| {usage} | {option.doc_default} | {meaning} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,73 @@
+"""The values of the ``convert`` options: defaults, upper bounds and the argparse types that check them.
+
+Standard library only: the CLI parser is built from these before any dependency is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any, Callable, Optional, Tuple
+
+DEFAULT_SHARD_SIZE_MB = 128.0
+TASK_CLASSIFICATION = "classification"
+TASK_DETECTION = "detection"
+TASKS = (TASK_CLASSIFICATION, TASK_DETECTION)
+DEFAULT_QUALITY = 90
+
+# Upper bounds of the size options: past them a value is a mistake that would exhaust memory or
+# files, not a bigger dataset. docs/options.md ("Bounds") says why each is where it is.
+MAX_IMAGE_SIDE = 16384  # pixels: a 16384x16384 RGB image is 768 MiB in each conversion process
+MAX_PIXELS_BOUND = 1 << 30  # --max-pixels: a decoded RGB image of 2^30 pixels is 3 GiB
+MAX_FILE_MB_BOUND = 2000  # --max-file-mb: a record is a protocol buffer, which holds less than 2 GiB
+MAX_SHARD_SIZE_MB = 16384  # --shard-size-mb: 16 GiB, over a hundred times the recommended 100-200 MB
+MAX_NUM_SHARDS = 10000  # --num-shards: per split; each shard is a file, a task and an index
+LIMITS_DOC = "docs/options.md#bounds"
+
+
+def parse_image_size(text: str) -> Tuple[int, int]:
+    """``"224"`` -> (224, 224); ``"320x240"`` -> (320, 240) as (width, height); each side at most
+    :data:`MAX_IMAGE_SIDE`."""
+    m = re.fullmatch(r"\s*(-?\d+)\s*(?:[xX]\s*(-?\d+)\s*)?", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected N or WxH, got {text!r}")
+    w = int(m.group(1))
+    h = int(m.group(2)) if m.group(2) is not None else w
+    if w <= 0 or h <= 0:
+        raise argparse.ArgumentTypeError(f"image size must be positive, got {text!r}")
+    if w > MAX_IMAGE_SIDE or h > MAX_IMAGE_SIDE:
+        raise argparse.ArgumentTypeError(
+            f"each side must be at most {MAX_IMAGE_SIDE} pixels (a larger image does not fit a conversion "
+            f"process's memory; {LIMITS_DOC}), got {text!r}"
+        )
+    return w, h
+
+
+def _checked(kind: Callable[[str], Any], valid: Callable[[Any], bool], expected: str, bound: str):
+    """An argparse type: ``kind(text)`` when ``valid``; else one line saying what was expected."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+def positive(kind: Callable[[str], Any], at_most: Optional[int] = None, why: str = "") -> Callable[[str], Any]:
+    """An argparse type for a number above 0 and, when given, at most ``at_most`` (``why`` says why)."""
+    if at_most is None:
+        parse = _checked(kind, lambda v: v > 0, "a positive number", "positive")
+    else:
+        bound = f"positive and at most {at_most} ({why}; {LIMITS_DOC})"
+        parse = _checked(kind, lambda v: 0 < v <= at_most, "a positive number", bound)
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+fraction = _checked(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]", "in [0, 1]")
+quality = _checked(int, lambda v: 1 <= v <= 100, "an integer 1..100", "between 1 and 100")
