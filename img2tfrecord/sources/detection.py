@@ -7,6 +7,10 @@ pixel: COCO's ``[x, y, width, height]`` and a manifest's
 with ``xmax`` inclusive, so its ``xmin``/``ymin`` move by one. A box that
 cannot be used is a :class:`~img2tfrecord.model.DroppedBox` of its image;
 an annotation that cannot be used at all is an error row.
+
+COCO and manifests of boxes are read here, Pascal VOC in ``sources/voc.py``,
+what they share in ``sources/detection_common.py``; :func:`read_items` reads
+any of them, and every name of those modules is imported back here.
 """
 
 from __future__ import annotations
@@ -14,252 +18,51 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
-import os
 import posixpath
 import re
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
-from xml.etree import ElementTree
-from xml.parsers import expat
 
-from img2tfrecord.conversion.sharding import split_of_folder
-from img2tfrecord.model import (
-    Annotation,
-    Box,
-    DetectionPlacement,
-    DroppedBox,
-    ErrorRow,
-    WorkItem,
-    error_row,
+from img2tfrecord.model import Annotation, Box, DetectionPlacement, DroppedBox, WorkItem, error_row
+from img2tfrecord.sources.detection_common import (
+    AnnotationError,
+    Exists,
+    Output,
+    Reader,
+    checked_box,
+    exists,
+    finite_number,
+    join,
+    list_files,
+    read_annotation_file,
+    rel,
+    split_boxes,
 )
-from img2tfrecord.sources.files import open_raw, read_capped
-from img2tfrecord.sources.layout import relative_path
+from img2tfrecord.sources.files import open_raw
 from img2tfrecord.sources.manifests import canonical_split, csv_rows, jsonl_objects, manifest_kind, resolve_row_path
+from img2tfrecord.sources.split_folders import split_of_folder
+from img2tfrecord.sources.voc import (
+    MAX_ANNOTATION_BYTES,
+    VOC_ANNOTATIONS,
+    VOC_IMAGE_SETS,
+    VOC_IMAGES,
+    VOC_SET_SPLITS,
+    parse_image_sets,
+    parse_voc,
+    parse_xml,
+    voc_image_sets,
+    voc_item,
+    voc_root,
+    voc_split_names,
+)
 
 VOC = "voc"
 COCO = "coco"
 BOXES = "boxes"  # a CSV/JSONL manifest with one row per box
 FORMATS = (VOC, COCO, BOXES)
 
-VOC_ANNOTATIONS = "Annotations"
-VOC_IMAGES = "JPEGImages"
-VOC_IMAGE_SETS = "ImageSets/Main"
-# ImageSets/Main/<name>.txt -> split; trainval is used only when train.txt and val.txt are absent.
-VOC_SET_SPLITS = {"train": "train", "val": "validation", "test": "test", "trainval": "train"}
 BOX_COLUMNS = ("path", "label", "xmin", "ymin", "xmax", "ymax", "split")
-MAX_ANNOTATION_BYTES = 64 * 1024 * 1024  # one VOC XML file
 MAX_COCO_BYTES = 4 * 1024 * 1024 * 1024  # one COCO JSON file (read whole)
 _COCO_PREFIX = re.compile(r"^(instances|annotations?)_", re.IGNORECASE)
-
-Output = Union[WorkItem, ErrorRow]
-Reader = Callable[[str, int], bytes]  # (path, limit) -> the bytes of an annotation file
-Exists = Callable[[str], bool]
-
-
-class AnnotationError(ValueError):
-    """An annotation file that cannot be read as one (malformed XML or JSON, a forbidden DTD)."""
-
-
-# ---------------------------------------------------------------------------
-# Files.
-
-
-def _is_uri(path: str) -> bool:
-    return "://" in path
-
-
-def list_files(pattern: str) -> List[str]:
-    """Sorted paths matching a glob, local or on any Beam filesystem."""
-    if not _is_uri(pattern):
-        import glob
-
-        return sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
-
-
-def exists(path: str) -> bool:
-    if not _is_uri(path):
-        return os.path.isfile(path)
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-
-    return FileSystems.exists(path)
-
-
-def read_annotation_file(path: str, limit: int) -> bytes:
-    with open_raw(path) as f:
-        return read_capped(f, limit)
-
-
-def join(directory: str, name: str) -> str:
-    """``name`` (relative, with ``/``) under ``directory``, local or URI."""
-    return directory.rstrip("/") + "/" + name.lstrip("/")
-
-
-# ---------------------------------------------------------------------------
-# Pascal VOC.
-
-
-def _refuse(*unused: Any) -> Any:
-    raise AnnotationError("the XML declares a DTD or entities, which annotations never need")
-
-
-def parse_xml(data: bytes) -> ElementTree.Element:
-    """The root element of an XML document; AnnotationError for malformed XML or any DTD/entity declaration.
-
-    Built on expat directly so that a document type declaration is refused
-    before any entity could expand (no billion laughs, no external entities).
-    """
-    parser = expat.ParserCreate()
-    builder = ElementTree.TreeBuilder()
-    parser.StartElementHandler = lambda tag, attrs: builder.start(tag, attrs)
-    parser.EndElementHandler = lambda tag: builder.end(tag)
-    parser.CharacterDataHandler = builder.data
-    parser.StartDoctypeDeclHandler = _refuse
-    parser.EntityDeclHandler = _refuse
-    parser.ExternalEntityRefHandler = _refuse
-    try:
-        parser.Parse(data, True)
-        return builder.close()
-    except expat.ExpatError as e:
-        raise AnnotationError(f"malformed XML: {e}") from None
-
-
-def _text(element: Optional[ElementTree.Element], default: str = "") -> str:
-    return (element.text or "").strip() if element is not None else default
-
-
-def _flag(element: ElementTree.Element, name: str) -> bool:
-    return _text(element.find(name)) in ("1", "true", "True")
-
-
-def _number(value: Any) -> float:
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not finite")
-    return number
-
-
-def checked_box(label: str, xmin: Any, ymin: Any, xmax: Any, ymax: Any, **extra: Any) -> Union[Box, DroppedBox]:
-    """A box from four edge values, or why it cannot be one (``bad_box``, ``empty_box``, ``bad_label``)."""
-    if not label or "\n" in label or "\r" in label:
-        return DroppedBox(label, "bad_label", f"class name {label!r} is empty or has a line break")
-    try:
-        x0, y0, x1, y1 = (_number(v) for v in (xmin, ymin, xmax, ymax))
-    except (TypeError, ValueError) as e:
-        return DroppedBox(label, "bad_box", f"box coordinates are not numbers: {e}")
-    if x0 >= x1 or y0 >= y1:
-        return DroppedBox(label, "empty_box", f"box ({x0:g}, {y0:g}, {x1:g}, {y1:g}) has xmin >= xmax or ymin >= ymax")
-    return Box(label, x0, y0, x1, y1, **extra)
-
-
-def _split_boxes(found: Sequence[Union[Box, DroppedBox]]) -> Tuple[Tuple[Box, ...], Tuple[DroppedBox, ...]]:
-    return (
-        tuple(b for b in found if isinstance(b, Box)),
-        tuple(b for b in found if isinstance(b, DroppedBox)),
-    )
-
-
-def parse_voc(data: bytes, xml_name: str) -> Tuple[str, Annotation]:
-    """``(image file name, annotation)`` of one VOC XML; AnnotationError when it is not one."""
-    root = parse_xml(data)
-    if root.tag != "annotation":
-        raise AnnotationError(f"the root element is <{root.tag}>, not <annotation>")
-    stem = posixpath.splitext(posixpath.basename(xml_name))[0]
-    filename = _text(root.find("filename")) or stem + ".jpg"
-    if "/" in filename or "\\" in filename or filename in (".", ".."):
-        raise AnnotationError(f"<filename> {filename!r} is not a file name")
-    found: List[Union[Box, DroppedBox]] = []
-    for obj in root.iter("object"):
-        label = _text(obj.find("name"))
-        bndbox = obj.find("bndbox")
-        if bndbox is None:
-            found.append(DroppedBox(label, "bad_box", "<object> has no <bndbox>"))
-            continue
-        edges = [_text(bndbox.find(k)) for k in ("xmin", "ymin", "xmax", "ymax")]
-        try:  # VOC pixels are 1-based and inclusive: pixel edges are (xmin - 1, ymin - 1, xmax, ymax)
-            edges[0], edges[1] = str(_number(edges[0]) - 1), str(_number(edges[1]) - 1)
-        except (TypeError, ValueError):
-            pass  # checked_box reports it
-        found.append(
-            checked_box(
-                label,
-                *edges,
-                difficult=_flag(obj, "difficult"),
-                truncated=_flag(obj, "truncated"),
-                view=_text(obj.find("pose")),
-            )
-        )
-    boxes, dropped = _split_boxes(found)
-    return filename, Annotation(boxes, posixpath.splitext(filename)[0], dropped)
-
-
-def voc_root(annotation_path: str) -> str:
-    """The dataset root of ``ROOT/Annotations/NAME.xml`` (ending with ``/``)."""
-    return annotation_path.rsplit("/", 2)[0] + "/"
-
-
-def voc_image_sets(root: str) -> Dict[str, str]:
-    """Image id -> split from ``ROOT/ImageSets/Main/{train,val,trainval,test}.txt`` ({} when there are none)."""
-    paths = {
-        posixpath.splitext(posixpath.basename(path))[0]: path
-        for path in list_files(join(root, VOC_IMAGE_SETS + "/*.txt"))
-    }
-    return parse_image_sets(lambda name: read_annotation_file(paths[name], MAX_ANNOTATION_BYTES), paths)
-
-
-def parse_image_sets(read: Callable[[str], bytes], names) -> Dict[str, str]:
-    """Image id -> split from the image set files ``names`` (file names without ``.txt``), read by ``read(name)``.
-
-    Only the files of :data:`VOC_SET_SPLITS` count; ``trainval`` only without ``train`` and ``val``.
-    """
-    sets = {name for name in names if name in VOC_SET_SPLITS}
-    if "train" in sets or "val" in sets:
-        sets.discard("trainval")
-    splits: Dict[str, str] = {}
-    for name in sorted(sets):
-        text = read(name).decode("utf-8", "replace")
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) == 1 or (len(parts) == 2 and parts[1] != "-1"):  # per-class files mark absence with -1
-                splits.setdefault(parts[0], VOC_SET_SPLITS[name])
-    return splits
-
-
-def voc_split_names(root: str) -> Tuple[str, ...]:
-    """The splits the image sets of a VOC root name, sorted; () without image sets."""
-    return tuple(sorted(set(voc_image_sets(root).values())))
-
-
-def voc_item(
-    annotation_path: str,
-    base: str,
-    image_sets: Dict[str, str],
-    limit: int = MAX_ANNOTATION_BYTES,
-    read: Reader = read_annotation_file,
-) -> Output:
-    """The work item of one VOC annotation file (its bytes from ``read``), or its error row."""
-    relpath = rel(base, annotation_path)
-    try:
-        filename, annotation = parse_voc(read(annotation_path, limit), annotation_path)
-    except AnnotationError as e:
-        return error_row(annotation_path, relpath, "bad_annotation", str(e))
-    except Exception as e:  # pylint: disable=broad-except  (unreadable, over the limit)
-        return error_row(annotation_path, relpath, "bad_annotation", f"{type(e).__name__}: {e}")
-    root = voc_root(annotation_path)
-    image_path = join(root, f"{VOC_IMAGES}/{filename}")
-    split: Optional[str] = None
-    if image_sets:
-        split = image_sets.get(annotation.source_id)
-        if split is None:
-            return error_row(
-                image_path,
-                rel(base, image_path),
-                "not_in_image_sets",
-                f"{annotation.source_id} is in none of {VOC_IMAGE_SETS}/{{train,val,trainval,test}}.txt",
-            )
-    return WorkItem(image_path, rel(base, image_path), 0, row=DetectionPlacement(split, annotation))
 
 
 # ---------------------------------------------------------------------------
@@ -339,7 +142,7 @@ def coco_items(
             yield error_row(json_path, "", "bad_annotation", f"image entry without id or file_name: {image!r:.200}")
             continue
         path = join(image_dir, image["file_name"])
-        boxes, dropped = _split_boxes(by_image.pop(image["id"], []))
+        boxes, dropped = split_boxes(by_image.pop(image["id"], []))
         annotation = Annotation(boxes, str(image["id"]), dropped)
         yield WorkItem(path, rel(base, path), 0, row=DetectionPlacement(split, annotation))
     for image_id, found in sorted(by_image.items(), key=lambda kv: str(kv[0])):
@@ -446,7 +249,7 @@ def box_manifest_items(
             message = f"{where_of[path]}: split {split!r} is not one of {', '.join(split_names)}"
             yield error_row(path, relpath, "unknown_split", message)
             continue
-        boxes, dropped = _split_boxes(found)
+        boxes, dropped = split_boxes(found)
         source_id = posixpath.splitext(posixpath.basename(relpath))[0]
         yield WorkItem(path, relpath, 0, row=DetectionPlacement(split, Annotation(boxes, source_id, dropped)))
 
@@ -495,8 +298,42 @@ def _without_split(row: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in row.items() if k != "split"}
 
 
-def rel(base: str, path: str) -> str:
-    """``path`` relative to the input root ``base``, or (outside it) the path without its scheme."""
-    if path.startswith(base):
-        return relative_path(base, path)
-    return path.split("://", 1)[-1].lstrip("/")
+__all__ = [
+    "BOXES",
+    "BOX_COLUMNS",
+    "COCO",
+    "FORMATS",
+    "MAX_ANNOTATION_BYTES",
+    "MAX_COCO_BYTES",
+    "VOC",
+    "VOC_ANNOTATIONS",
+    "VOC_IMAGES",
+    "VOC_IMAGE_SETS",
+    "VOC_SET_SPLITS",
+    "AnnotationError",
+    "Exists",
+    "Output",
+    "Reader",
+    "box_manifest_items",
+    "box_rows",
+    "checked_box",
+    "coco_image_dir",
+    "coco_items",
+    "coco_split",
+    "exists",
+    "finite_number",
+    "is_box_manifest",
+    "join",
+    "list_files",
+    "parse_image_sets",
+    "parse_voc",
+    "parse_xml",
+    "read_annotation_file",
+    "read_items",
+    "rel",
+    "split_boxes",
+    "voc_image_sets",
+    "voc_item",
+    "voc_root",
+    "voc_split_names",
+]
