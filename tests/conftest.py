@@ -25,8 +25,22 @@ def cli_env(env=None) -> dict:
     return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
 
 
-def run_cli(*args: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
-    """Run ``python -m img2tfrecord ARGS`` and return the finished process (text output)."""
+def without_analysis(args: Sequence[str]) -> tuple:
+    """``convert ARGS`` with ``--no-analyze`` added: the tf.Transform analysis, a few seconds of CPU per
+    run, is tested where it is the point (``analyze=True``, test_tft.py, test_default_command.py)."""
+    args = tuple(args)
+    if args[:1] == ("convert",) and "--no-analyze" not in args and "-h" not in args and "--help" not in args:
+        return (*args, "--no-analyze")
+    return args
+
+
+def run_cli(*args: str, timeout: float = 300, env=None, analyze: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m img2tfrecord ARGS`` and return the finished process (text output).
+
+    A ``convert`` runs without the tf.Transform analysis unless ``analyze`` (:func:`without_analysis`).
+    """
+    if not analyze:
+        args = without_analysis(args)
     return subprocess.run(
         cli_command(*args), capture_output=True, text=True, timeout=timeout, env=cli_env(env), cwd=ROOT
     )
@@ -64,10 +78,10 @@ def shard_digests(output: str) -> dict:
 
 
 def convert(
-    input_dir: str, output_dir: str, *extra: str, runner: Sequence[str] = IN_MEMORY
+    input_dir: str, output_dir: str, *extra: str, runner: Sequence[str] = IN_MEMORY, analyze: bool = False
 ) -> subprocess.CompletedProcess:
-    proc = run_cli("convert", "--input", input_dir, "--output", output_dir, *extra, *runner)
-    return proc
+    """``convert --input input_dir --output output_dir EXTRA RUNNER``; without the analysis unless ``analyze``."""
+    return run_cli("convert", "--input", input_dir, "--output", output_dir, *extra, *runner, analyze=analyze)
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +96,7 @@ def sample_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def converted_sample(sample_dir, tmp_path_factory) -> str:
-    """``sample_dir`` converted at 64x64 JPEG into train/validation/test, 2 shards per split."""
+    """``sample_dir`` converted at 64x64 JPEG into train/validation/test, 2 shards per split, analysed."""
     out = str(tmp_path_factory.mktemp("records") / "out")
     proc = convert(
         sample_dir,
@@ -95,6 +109,7 @@ def converted_sample(sample_dir, tmp_path_factory) -> str:
         "7",
         "--num-shards",
         "2",
+        analyze=True,  # its tf.Transform output is read by test_verify, test_inspect and test_reader
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out

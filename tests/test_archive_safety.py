@@ -82,7 +82,7 @@ def test_hostile_members_are_rows_and_nothing_leaves_the_archive(tmp_path, kind)
     (tmp_path / "work").mkdir()
     out = str(tmp_path / "work" / "out")
     before = sorted(os.listdir(tmp_path))
-    proc = convert(archive, out, "--image-size", "32")  # the default command: the analysis runs too
+    proc = convert(archive, out, "--image-size", "32", analyze=True)  # the default command: the analysis runs too
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     assert sorted(os.listdir(tmp_path)) == before and os.listdir(tmp_path / "work") == ["out"], "written outside"

@@ -91,7 +91,16 @@ def messy_output(messy_input, tmp_path_factory):
     root, _, _ = messy_input
     out = str(tmp_path_factory.mktemp("messy_out") / "records")
     proc = convert(
-        root, out, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2", runner=()
+        root,
+        out,
+        "--splits",
+        "train=0.6,validation=0.2,test=0.2",
+        "--seed",
+        "3",
+        "--num-shards",
+        "2",
+        runner=(),
+        analyze=True,  # as a user runs it: statistics are compared below
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, proc
@@ -198,10 +207,10 @@ def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_inpu
     out, _ = messy_output
     args = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2")
     one = str(tmp_path / "one")
-    single = convert(root, one, *args, "--processes", "1", runner=())
+    single = convert(root, one, *args, "--processes", "1", runner=(), analyze=True)
     assert single.returncode == 0, single.stderr[-4000:]
     again = str(tmp_path / "again")
-    assert convert(root, again, *args, runner=()).returncode == 0
+    assert convert(root, again, *args, runner=(), analyze=True).returncode == 0
 
     def content(output):
         doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
@@ -370,10 +379,10 @@ def test_refuses_non_empty_output_and_overwrites_only_its_own(tmp_path):
     root = str(tmp_path / "in")
     make_dataset(root, per_class=2)
     out = str(tmp_path / "out")
-    assert convert(root, out, "--num-shards", "3").returncode == 0
+    assert convert(root, out, "--num-shards", "3", analyze=True).returncode == 0
     proc = convert(root, out)
     assert proc.returncode == 2 and "--overwrite" in proc.stderr
-    proc = convert(root, out, "--overwrite", "--num-shards", "1")
+    proc = convert(root, out, "--overwrite", "--num-shards", "1", analyze=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(os.listdir(out)) == sorted(
         [

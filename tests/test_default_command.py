@@ -11,14 +11,21 @@ import csv
 import json
 import os
 
+import conftest
 import pytest
-from conftest import convert, manifest_doc
+from conftest import manifest_doc
 from test_hostile import hostile_corpus
 from test_record_kinds import clip_dataset
 from test_sources import dataset_files, write_tar, write_tree, write_zip
 
 from img2tfrecord.readers import datasource
 from img2tfrecord.schemas import features as keys
+
+
+def convert(*args, **kwargs):
+    """``conftest.convert`` with the tf.Transform analysis: the default command: the analysis runs."""
+    return conftest.convert(*args, analyze=True, **kwargs)
+
 
 SPLITS = ("--splits", "train=0.6,test=0.4", "--seed", "3", "--image-size", "32")
 

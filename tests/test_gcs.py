@@ -29,7 +29,7 @@ BAD = {"cat/broken.jpg": I.truncated_jpeg(), "dog/notes.jpg": I.text_as_jpg()}
 
 
 def cli(emulator: Emulator, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    return run_cli(*args, env=emulator.env, timeout=timeout)
+    return run_cli(*args, env=emulator.env, timeout=timeout, analyze=True)  # the default command
 
 
 def convert(emulator: Emulator, source: str, output: str, *extra: str) -> subprocess.CompletedProcess:

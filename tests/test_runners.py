@@ -80,11 +80,12 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
     job_port, pool_port = portable_endpoints
     common = ("--image-size", "48", "--splits", "train=0.75,test=0.25", "--seed", "5", "--num-shards", "2")
     local, portable = str(tmp_path / "local"), str(tmp_path / "portable")
-    assert convert(sample_dir, local, *common).returncode == 0
+    assert convert(sample_dir, local, *common, analyze=True).returncode == 0  # the statistics are compared
     proc = convert(
         sample_dir,
         portable,
         *common,
+        analyze=True,
         runner=(
             "--runner=PortableRunner",
             f"--job_endpoint=localhost:{job_port}",

@@ -10,9 +10,9 @@ import json
 import os
 import random
 
+import conftest
 import numpy as np
 import pytest
-from conftest import convert
 from helpers.cli import run_in_process
 from PIL import Image
 
@@ -25,6 +25,12 @@ tf = pytest.importorskip("tensorflow")
 tft = pytest.importorskip("tensorflow_transform")
 
 from img2tfrecord.readers.tfdata import decode_encoded  # noqa: E402  (after the TensorFlow skip)
+
+
+def convert(*args, **kwargs):
+    """``conftest.convert`` with the tf.Transform analysis: every run here is about the analysis."""
+    return conftest.convert(*args, analyze=True, **kwargs)
+
 
 HEIGHT, WIDTH = 32, 40  # --image-size 40x32 is width x height
 
