@@ -87,6 +87,21 @@ def test_the_heartbeat_rewrites_the_lock_and_notices_a_takeover(tmp_path, caplog
     assert os.path.exists(store.path), "a run must not remove a lock that is no longer its own"
 
 
+def test_the_heartbeat_notices_a_removed_lock(tmp_path, caplog):
+    out = str(tmp_path / "out")
+    store = LocalStore(os.path.join(out, manifest.LOCK_FILE))
+    held = OutputLock(out, store, heartbeat_s=0.05)
+    held.acquire(take_over_stale=False)
+    os.remove(store.path)  # the output deleted under the run
+    deadline = time.monotonic() + 10
+    while held.held:
+        assert time.monotonic() < deadline, "the heartbeat did not notice the lock was removed"
+        time.sleep(0.05)
+    assert f"the lock on {out} was removed while this run held it" in caplog.text
+    held.release()
+    assert not os.path.exists(store.path), "a run must not write back a lock it lost"
+
+
 @pytest.mark.parametrize(
     "holder, why",
     [

@@ -279,10 +279,18 @@ class OutputLock:
                     continue
                 if version is None:
                     self._held = False
-                    logging.error(
-                        "another run took over the lock on %s while this run was stalled; the output may mix both runs",
-                        self.output_dir,
-                    )
+                    if self._store.read() is None:
+                        logging.error(
+                            "the lock on %s was removed while this run held it (was the output deleted?); "
+                            "check the output with img2tfrecord verify when the run ends",
+                            self.output_dir,
+                        )
+                    else:
+                        logging.error(
+                            "another run took over the lock on %s while this run was stalled; "
+                            "the output may mix both runs",
+                            self.output_dir,
+                        )
                     return
                 self._version = version
 
