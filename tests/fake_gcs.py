@@ -16,7 +16,7 @@ import urllib.request
 from typing import Iterator
 
 import pytest
-from gcs_emulator import Emulator, emulator_env, free_port, stop, write_credentials
+from gcs_emulator import Emulator, emulator_env, free_port, serving, stop, write_credentials
 
 BUCKET = "img2tfrecord-locks"
 
@@ -71,15 +71,5 @@ def start(directory: str, bucket: str = BUCKET, timeout: float = 30.0) -> tuple[
 @pytest.fixture(scope="module", name="fake_gcs")
 def fake_gcs_fixture(tmp_path_factory) -> Iterator[Emulator]:
     """A fake-gcs-server for the module; its variables are also set in this process."""
-    proc, emulator = start(str(tmp_path_factory.mktemp("fake_gcs")))
-    saved = {key: os.environ.get(key) for key in emulator.env}
-    os.environ.update(emulator.env)
-    try:
+    with serving(*start(str(tmp_path_factory.mktemp("fake_gcs")))) as emulator:
         yield emulator
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        stop(proc)

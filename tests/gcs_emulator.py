@@ -9,6 +9,7 @@ without any network call (the emulator ignores the token).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -112,10 +113,10 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-@pytest.fixture(scope="session", name="gcs")
-def gcs_fixture(tmp_path_factory) -> Iterator[Emulator]:
-    """The session's emulator; its variables are also set in this process (Beam's FileSystems in tests)."""
-    proc, emulator = start(str(tmp_path_factory.mktemp("gcs")))
+@contextlib.contextmanager
+def serving(proc: subprocess.Popen, emulator: Emulator) -> Iterator[Emulator]:
+    """``emulator``'s variables set in this process (Beam's FileSystems in tests) until the block ends,
+    then put back, and ``proc`` stopped."""
     saved = {key: os.environ.get(key) for key in emulator.env}
     os.environ.update(emulator.env)
     try:
@@ -127,6 +128,13 @@ def gcs_fixture(tmp_path_factory) -> Iterator[Emulator]:
             else:
                 os.environ[key] = value
         stop(proc)
+
+
+@pytest.fixture(scope="session", name="gcs")
+def gcs_fixture(tmp_path_factory) -> Iterator[Emulator]:
+    """The session's emulator, its variables set in this process."""
+    with serving(*start(str(tmp_path_factory.mktemp("gcs")))) as emulator:
+        yield emulator
 
 
 def upload_tree(local_dir: str, destination: str) -> int:
