@@ -18,7 +18,7 @@ ruff format --no-cache --check --quiet .
 mypy --no-error-summary
 
 if [ "$quick" = 1 ]; then
-  exec python -m pytest -q tests -m "not e2e" "$@"
+  exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests -m "not e2e" "$@"
 fi
 
 # tests/test_report.py opens report.html in Debian's chromium: install it where missing (as root, quietly).
