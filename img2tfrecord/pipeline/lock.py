@@ -277,9 +277,12 @@ class OutputLock:
                 except Exception as e:  # pylint: disable=broad-except  # a network hiccup: the next beat retries
                     logging.warning("could not refresh the lock on %s: %s", self.output_dir, error_cause(e))
                     continue
-                if version is None:
-                    self._held = False
-                    if self._store.read() is None:
+                if version is None:  # said before ``held`` turns False, which callers may be waiting for
+                    try:
+                        removed = self._store.read() is None
+                    except Exception:  # pylint: disable=broad-except  # unreadable now: say it was taken over
+                        removed = False
+                    if removed:
                         logging.error(
                             "the lock on %s was removed while this run held it (was the output deleted?); "
                             "check the output with img2tfrecord verify when the run ends",
@@ -291,6 +294,7 @@ class OutputLock:
                             "the output may mix both runs",
                             self.output_dir,
                         )
+                    self._held = False
                     return
                 self._version = version
 
