@@ -159,12 +159,13 @@ def test_an_unreadable_lock_is_dated_by_its_file(tmp_path, monkeypatch):
     taker.release()
 
 
-# Each process waits for the same start time, then tries to take the lock and holds it a moment.
+# Each process waits for the same start time, then tries to take the lock; the one that holds it
+# keeps it until every process has tried (each leaves a file in the tally folder).
 _RACE = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from img2tfrecord.pipeline.lock import OutputLocked, lock_output
-    output, start = sys.argv[1], float(sys.argv[2])
+    output, start, tally, runs = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     held = lock_output(output)
     time.sleep(max(0.0, start - time.time()))
     try:
@@ -173,17 +174,21 @@ _RACE = textwrap.dedent(
         print("refused", e)
     else:
         print("held")
-        time.sleep(2)
-        held.release()
+    open(os.path.join(tally, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 120
+    while held.held and len(os.listdir(tally)) < runs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    held.release()
     """
 )
 
 
-def _race(output: str, env=None, runs: int = 4) -> list:
+def _race(output: str, tally: str, env=None, runs: int = 4) -> list:
+    os.makedirs(tally)
     start = time.time() + 3
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _RACE, output, str(start)],
+            [sys.executable, "-c", _RACE, output, str(start), tally, str(runs)],
             cwd=ROOT,
             env=cli_env(env),
             stdout=subprocess.PIPE,
@@ -207,7 +212,7 @@ def _one_winner(results: list) -> None:
 
 def test_runs_racing_for_a_local_output_one_wins(tmp_path):
     out = str(tmp_path / "out")
-    _one_winner(_race(out))
+    _one_winner(_race(out, str(tmp_path / "tally")))
     assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
 
 
@@ -256,5 +261,5 @@ def test_the_gs_heartbeat_rewrites_the_lock_under_its_generation(fake_gcs):
     assert store.read() is None
 
 
-def test_runs_racing_for_a_gs_output_one_wins(fake_gcs):
-    _one_winner(_race(fake_gcs.url("race"), env=fake_gcs.env))
+def test_runs_racing_for_a_gs_output_one_wins(fake_gcs, tmp_path):
+    _one_winner(_race(fake_gcs.url("race"), str(tmp_path / "tally"), env=fake_gcs.env))
