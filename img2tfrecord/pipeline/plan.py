@@ -37,7 +37,6 @@ import json
 import logging
 import math
 import os
-import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from apache_beam.io.filesystem import BeamIOError
@@ -58,7 +57,6 @@ from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.files import read_source
 from img2tfrecord.sources.split_folders import SPLIT_FOLDERS, is_split_layout, split_of_folder
 
-_GLOB_CHARS = re.compile(r"[*?\[]")
 _SAMPLE_SIZE = 16
 _RECORD_OVERHEAD_BYTES = 200  # framing + the non-image features of one record
 MIB = 1024 * 1024
@@ -127,10 +125,9 @@ def resolve_input(path: str) -> Tuple[str, str]:
     """``(input root ending with '/', glob pattern)`` for a directory or a glob."""
     if not _is_uri(path):
         path = os.path.abspath(path) + ("/" if path.endswith("/") else "")
-    if _GLOB_CHARS.search(path):
+    if kinds.GLOB_CHARS.search(path):
         parts = path.split("/")
-        first_glob = next(i for i, part in enumerate(parts) if _GLOB_CHARS.search(part))
-        base = "/".join(parts[:first_glob]) + "/"
+        base = "/".join(parts[: kinds.first_glob_part(parts)]) + "/"
         return base, path
     root = path.rstrip("/")
     return root + "/", root + "/**"
@@ -226,14 +223,14 @@ def make_plan(config: ConvertConfig) -> Plan:
             raise PlanError(f"no COCO JSON files match {pattern}")
         return _plan_detection(config, detection.COCO, _coco_base(found), list(found), [], tuple(found))
     base, pattern = resolve_input(config.input)
-    if not _GLOB_CHARS.search(config.input) and _is_file(base.rstrip("/")):
+    if not kinds.GLOB_CHARS.search(config.input) and _is_file(base.rstrip("/")):
         raise PlanError(
             f"--input {config.input} is a file; give a folder of class folders, a glob, an archive "
             f"(.zip, .tar, .tar.gz, .tgz) or a manifest (.csv, .jsonl)"
         )
     listing = list_input(pattern)
     faults.pause_at("listing")
-    if _GLOB_CHARS.search(config.input) and listing and all(archives.archive_kind(p) for p, _ in listing):
+    if kinds.GLOB_CHARS.search(config.input) and listing and all(archives.archive_kind(p) for p, _ in listing):
         return _plan_archives(config)  # a glob such as 'shards/*' that matches only archives
     listed = [(path, layouts.relative_path(base, path), size) for path, size in listing if path.startswith(base)]
     outputs = _skip_outputs(config, [relpath for _, relpath, _ in listed])
@@ -243,7 +240,7 @@ def make_plan(config: ConvertConfig) -> Plan:
         if not layouts.is_junk(relpath) and not layouts.in_folders(relpath, outputs)
     ]
     if not files:
-        if not listing and not _GLOB_CHARS.search(config.input) and "://" not in base and not os.path.exists(base):
+        if not listing and not kinds.GLOB_CHARS.search(config.input) and "://" not in base and not os.path.exists(base):
             missing = base.rstrip("/")
             raise PlanError(f"--input {config.input}: no such file or folder ({missing}); check the path")
         raise PlanError(f"no input files match {pattern}")
@@ -299,7 +296,8 @@ def _skip_outputs(config: ConvertConfig, relpaths: List[str]) -> Tuple[str, ...]
 def _parent_folder(text: str) -> str:
     """The folder above an ``--input`` as the user wrote it (above a glob's fixed part)."""
     parts = text.rstrip("/").split("/")
-    fixed = next((i for i, part in enumerate(parts) if _GLOB_CHARS.search(part)), len(parts))
+    fixed = kinds.first_glob_part(parts)
+    fixed = len(parts) if fixed is None else fixed
     parent = "/".join(parts[: max(fixed - 1, 0)])
     return parent + "/" if parent else os.path.dirname(os.path.abspath(text.rstrip("/"))) + "/"
 

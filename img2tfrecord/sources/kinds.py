@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from img2tfrecord.sources.archives import archive_kind
 from img2tfrecord.sources.manifests import manifest_kind
@@ -24,7 +24,12 @@ def input_kind(path: str) -> str:
     return INPUT_FOLDER
 
 
-_GLOB_CHARS = re.compile(r"[*?\[]")
+GLOB_CHARS = re.compile(r"[*?\[]")  # what makes an --input a glob
+
+
+def first_glob_part(parts: Sequence[str]) -> Optional[int]:
+    """The index of the first ``/``-separated part of a path that holds a glob character, or None."""
+    return next((i for i, part in enumerate(parts) if GLOB_CHARS.search(part)), None)
 
 
 def _resolved(path: str) -> str:
@@ -38,7 +43,7 @@ def listed_folder(path: str) -> Optional[str]:
     if input_kind(path) != INPUT_FOLDER:
         return None
     parts = path.split("/")
-    first_glob = next((i for i, part in enumerate(parts) if _GLOB_CHARS.search(part)), None)
+    first_glob = first_glob_part(parts)
     if first_glob is None:
         return path
     return "/".join(parts[:first_glob]) or ("/" if path.startswith("/") else ".")
