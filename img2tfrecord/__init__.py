@@ -1,15 +1,27 @@
 """img2tfrecord: image datasets to sharded TFRecord files with Apache Beam.
 
-``img2tfrecord.load(path, split=...)`` reads a converted directory as a
-``tf.data.Dataset`` (see :mod:`img2tfrecord.readers.tfdata`). It is imported on
-first use, so ``import img2tfrecord`` does not import TensorFlow.
+``img2tfrecord.convert(input, output, **options)`` converts as the ``convert``
+command does and returns the written manifest; ``plan(...)`` is ``convert --plan``
+(:mod:`img2tfrecord.api`). ``read_manifest(path)`` reads a finished output's
+``dataset.json`` as a :class:`DatasetManifest`; ``load(path, split=...)`` reads its
+records as a ``tf.data.Dataset`` (:mod:`img2tfrecord.readers.tfdata`). Each is
+imported on first use: ``import img2tfrecord`` imports neither Beam nor TensorFlow.
 """
 
 __version__ = "0.1.0"
 
-_LAZY = {"load": "img2tfrecord.readers.tfdata"}
+_LAZY = {
+    "load": "img2tfrecord.readers.tfdata",
+    "convert": "img2tfrecord.api",
+    "plan": "img2tfrecord.api",
+    "read_manifest": "img2tfrecord.api",
+    "DatasetManifest": "img2tfrecord.schemas.dataset_manifest",
+    "UsageError": "img2tfrecord.errors",
+    "ConversionFailed": "img2tfrecord.errors",
+    "ErrorBudgetExceeded": "img2tfrecord.errors",
+}
 
-__all__ = ["__version__", "load"]
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name):

@@ -9,7 +9,7 @@ from typing import Any, List, Mapping, NamedTuple, Sequence, Tuple
 from img2tfrecord.inspection import STAT_KEYS, sample_records, spec_subset
 from img2tfrecord.readers import records, storage
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 
 class DrawnBox(NamedTuple):
@@ -84,9 +84,9 @@ def _boxes(values: Mapping[str, Any]) -> Tuple[DrawnBox, ...]:
     )
 
 
-def sample_images(directory: str, doc: Mapping[str, Any], split: str, n: int) -> List[Sample]:
+def sample_images(directory: str, doc: DatasetManifest, split: str, n: int) -> List[Sample]:
     """Up to ``n`` records of a split as :class:`Sample`s, boxes for detection (unreadable images skipped)."""
-    detection = doc.get(manifest.TASK) == manifest.TASK_DETECTION
+    detection = doc.is_detection
     wanted = STAT_KEYS + ((keys.OBJECT_CLASS_LABEL, keys.OBJECT_CLASS_TEXT) + keys.BBOX_KEYS if detection else ())
     spec = spec_subset(doc, wanted + (keys.CLASS_LABEL, keys.CLASS_TEXT))
     out = []
@@ -174,7 +174,7 @@ _PALETTE = [
 MAX_CHART_CLASSES = 200
 
 
-def draw_class_chart(doc: Mapping[str, Any], path: str) -> Tuple[int, int]:
+def draw_class_chart(doc: DatasetManifest, path: str) -> Tuple[int, int]:
     """Horizontal bars of examples per class, one segment per split; returns the PNG's (width, height).
 
     Classes beyond :data:`MAX_CHART_CLASSES` (in label order) are left out
@@ -182,9 +182,9 @@ def draw_class_chart(doc: Mapping[str, Any], path: str) -> Tuple[int, int]:
     """
     from PIL import Image, ImageDraw
 
-    split_names = list(doc.get("splits", {}))
-    classes = list(doc.get("labels", []))
-    counts = {c: [int(doc["splits"][s].get("examples_per_class", {}).get(c, 0)) for s in split_names] for c in classes}
+    split_names = list(doc.splits)
+    classes = list(doc.labels)
+    counts = {c: [doc.splits[s].examples_per_class.get(c, 0) for s in split_names] for c in classes}
     shown = classes[:MAX_CHART_CLASSES]
     font, title_font = _font(12), _font(15)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
@@ -201,7 +201,7 @@ def draw_class_chart(doc: Mapping[str, Any], path: str) -> Tuple[int, int]:
     for i, split in enumerate(split_names):  # legend
         color = _PALETTE[i % len(_PALETTE)]
         draw.rectangle([x, 38, x + 12, 50], fill=color)
-        text = f"{split} ({doc['splits'][split].get('num_examples', 0)})"
+        text = f"{split} ({doc.splits[split].num_examples})"
         draw.text((x + 16, 37), text, fill=(0, 0, 0), font=font)
         x += 16 + int(draw.textlength(text, font=font)) + 16
     biggest = max([sum(v) for v in counts.values()] + [1])

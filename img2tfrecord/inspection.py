@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest, SplitInfo
 
 MAX_RECORDS_PER_SPLIT = 10_000
 ERROR_EXAMPLES_PER_REASON = 3
@@ -40,13 +41,13 @@ class ShardUnreadable(Exception):
     """A shard that is missing or whose framing breaks; the message starts with its file name."""
 
 
-def spec_subset(doc: Mapping[str, Any], wanted: Sequence[str]) -> Dict[str, Any]:
+def spec_subset(doc: DatasetManifest, wanted: Sequence[str]) -> Dict[str, Any]:
     # Scalar features only: of a SequenceExample that is its context (image/encoded is a feature list).
-    spec = keys.split_spec_json(doc.get("feature_spec") or {})[0]
+    spec = keys.split_spec_json(doc.spec)[0]
     return {k: spec[k] for k in wanted if k in spec}
 
 
-def sample_records(directory: str, doc: Mapping[str, Any], split: str, limit: int) -> Iterator[Tuple[str, int, bytes]]:
+def sample_records(directory: str, doc: DatasetManifest, split: str, limit: int) -> Iterator[Tuple[str, int, bytes]]:
     """Up to ``limit`` ``(shard file, index, data)`` of a split, spread evenly over its non-empty shards.
 
     Raises :class:`ShardUnreadable` when a shard cannot be read.
@@ -59,7 +60,7 @@ def sample_records(directory: str, doc: Mapping[str, Any], split: str, limit: in
     for _ in range(min(limit, sum(n for _, n in shards))):
         i = min((i for i, (_, n) in enumerate(shards) if quotas[i] < n), key=lambda i: quotas[i])
         quotas[i] += 1
-    compression = records.compression_of(doc)
+    compression = doc.compression.value
     for (path, _), quota in zip(shards, quotas):
         if not quota:
             continue
@@ -75,9 +76,7 @@ def sample_records(directory: str, doc: Mapping[str, Any], split: str, limit: in
             raise ShardUnreadable(f"{name}: shard file missing") from None
 
 
-def image_stats(
-    directory: str, doc: Mapping[str, Any], split: str, limit: int = MAX_RECORDS_PER_SPLIT
-) -> Dict[str, Any]:
+def image_stats(directory: str, doc: DatasetManifest, split: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, Any]:
     """Size, format and channel distribution of a split, from at most ``limit`` records."""
     spec = spec_subset(doc, STAT_KEYS)
     sizes: collections.Counter = collections.Counter()
@@ -105,7 +104,7 @@ def image_stats(
             read += 1
     except ShardUnreadable as e:
         problems.append(str(e))
-    total = int(doc["splits"][split].get("num_examples", 0))
+    total = doc.splits[split].num_examples
     return {
         "records_read": read,
         "sampled": read < total and not problems,
@@ -125,12 +124,12 @@ def _range(values: List[int]) -> Optional[Dict[str, float]]:
     return {"min": min(values), "max": max(values), "mean": round(sum(values) / len(values), 1)}
 
 
-def error_report(directory: str, doc: Mapping[str, Any]) -> Dict[str, Any]:
+def error_report(directory: str, doc: DatasetManifest) -> Dict[str, Any]:
     """Rejected inputs by reason (from the manifest's accounting) with a few examples from ``errors.jsonl``."""
-    by_reason = dict(doc.get("accounting", {}).get("rejected_by_reason", {}))
+    by_reason = dict(doc.accounting.rejected_by_reason) if doc.accounting is not None else {}
     examples: Dict[str, List[Dict[str, str]]] = collections.defaultdict(list)
     rows = 0
-    path = records.join(directory, doc.get("files", {}).get("errors", manifest.ERRORS_FILE))
+    path = records.join(directory, doc.files["errors"])
     if records.exists(path):
         with records.open_binary(path) as f:
             for line in io.TextIOWrapper(f, encoding="utf-8", errors="replace"):
@@ -149,16 +148,16 @@ def error_report(directory: str, doc: Mapping[str, Any]) -> Dict[str, Any]:
     return {"rejected_by_reason": by_reason, "errors_file_rows": rows, "examples": dict(examples)}
 
 
-def _shard_entries(directory: str, info: Mapping[str, Any]) -> List[Dict[str, Any]]:
+def _shard_entries(directory: str, info: SplitInfo) -> List[Dict[str, Any]]:
     out = []
-    for shard in info.get("shards", []):
-        path = records.join(directory, shard["file"])
+    for shard in info.shards:
+        path = records.join(directory, shard.file)
         present = records.exists(path)
         out.append(
             {
-                "file": shard["file"],
-                "num_records": shard.get("num_records"),
-                "num_bytes": shard.get("num_bytes"),
+                "file": shard.file,
+                "num_records": shard.num_records,
+                "num_bytes": shard.num_bytes,
                 "present": present,
             }
         )
@@ -169,28 +168,28 @@ def summarise(directory: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, A
     """The JSON-able summary that ``inspect`` prints. Raises FileNotFoundError / ValueError like ``read_manifest``."""
     doc = records.read_manifest(directory)
     splits = {}
-    for name, info in doc.get("splits", {}).items():
+    for name, info in doc.splits.items():
         splits[name] = {
-            "num_examples": info.get("num_examples", 0),
-            "num_bytes": info.get("num_bytes", 0),
-            "examples_per_class": info.get("examples_per_class", {}),
+            "num_examples": info.num_examples,
+            "num_bytes": info.num_bytes,
+            "examples_per_class": dict(info.examples_per_class),
             "shards": _shard_entries(directory, info),
             "images": image_stats(directory, doc, name, limit),
         }
     return {
         "path": directory,
         "complete": records.is_complete(directory),
-        "tool_version": doc.get("tool_version"),
-        "format_version": doc.get("format_version"),
-        "created": doc.get("created"),
-        "input": doc.get("input"),
-        "options": doc.get("options", {}),
-        "compression": doc.get("compression"),
-        "labels": doc.get("labels", []),
-        "accounting": doc.get("accounting", {}),
+        "tool_version": doc.tool_version,
+        "format_version": doc.format_version,
+        "created": doc.created,
+        "input": doc.input,
+        "options": dict(doc.options),
+        "compression": doc.compression.value,
+        "labels": list(doc.labels),
+        "accounting": doc.accounting.to_json() if doc.accounting is not None else {},
         "splits": splits,
         "rejected": error_report(directory, doc),
-        "statistics": doc.get(manifest.STATISTICS),  # the tf.Transform analysis; None without one
+        "statistics": doc.statistics,  # the tf.Transform analysis; None without one
     }
 
 

@@ -55,11 +55,11 @@ def manifest_doc(output_dir: str) -> dict:
 
 
 def write_manifest_doc(output_dir: str, doc: dict) -> None:
-    """Replace the ``dataset.json`` of an output directory (tests that corrupt it)."""
+    """Replace the ``dataset.json`` of an output directory with ``doc`` as written (tests that corrupt it)."""
     from img2tfrecord.schemas import manifest
 
     with open(os.path.join(output_dir, manifest.MANIFEST_FILE), "w", encoding="utf-8") as f:
-        f.write(manifest.dumps(doc))
+        f.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
 def shard_digests(output: str) -> dict:

@@ -110,12 +110,12 @@ class Planted:
 
 def read_back(out: str) -> List[dict]:
     """Every record of an output, TF-free: split, filename, sha256 of the stored bytes, image/key/sha256."""
-    doc = manifest_doc(out)
+    doc = records.read_manifest(out)
     found = []
-    for split in doc["splits"]:
+    for split in doc.splits:
         for path, _ in records.shard_paths(out, doc, split):
-            for _, _, data in records.iter_records(path, doc["compression"]):
-                example = records.parse_example(data, doc["feature_spec"])
+            for _, _, data in records.iter_records(path, doc.compression.value):
+                example = records.parse_example(data, doc.spec)
                 found.append(
                     {
                         "split": split,

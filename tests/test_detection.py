@@ -106,9 +106,9 @@ def write_csv(root: str, images: Dict[str, int], extra_rows: str = "") -> str:
 
 
 def records(output: str) -> List[Example]:
-    doc = manifest_doc(output)
+    doc = framing.read_manifest(output)
     out = []
-    for split in doc["splits"]:
+    for split in doc.splits:
         for shard, _ in framing.shard_paths(output, doc, split):
             for _, _, raw in framing.iter_records(shard):
                 example = Example()

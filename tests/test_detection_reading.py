@@ -42,7 +42,7 @@ def detection_out(tmp_path_factory) -> str:
 
 def stored(out: str) -> Dict[str, example_proto.Example]:
     """The records of the train split, by image/filename."""
-    doc = manifest_doc(out)
+    doc = framing.read_manifest(out)
     found = {}
     for shard, _ in framing.shard_paths(out, doc, "train"):
         for _, _, raw in framing.iter_records(shard):
@@ -207,8 +207,8 @@ GRID_PAD, GRID_CELL, GRID_CAPTION = 4, 128, 18  # drawing.draw_grid's layout
 
 def test_grid_draws_boxes_in_their_class_colour(detection_out, tmp_path):
     grid = tmp_path / "grid.png"
-    doc = manifest_doc(detection_out)
-    n = doc["splits"]["train"]["num_examples"]
+    doc = framing.read_manifest(detection_out)
+    n = doc.splits["train"].num_examples
     proc = run_in_process("inspect", detection_out, "--grid", str(grid), "--n", str(n), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outputs"]["grid"]["images"] == n

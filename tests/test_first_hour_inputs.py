@@ -17,7 +17,7 @@ from test_archive_safety import write_zip_raw_names
 from test_plan_command import assert_plan_is_the_run
 from test_sources import write_old_output, write_tree
 
-from img2tfrecord.commands import convert as convert_command
+from img2tfrecord import api
 from img2tfrecord.commands.errors import UsageError
 from img2tfrecord.schemas import manifest
 
@@ -237,8 +237,8 @@ def test_stray_words_that_are_no_expanded_glob_get_no_hint(tmp_path):
     shutil.copytree(src, str(tmp_path / "more"))
     for strays in (["records2"], [str(tmp_path / "missing.jpg")], [str(tmp_path / "more")]):
         with pytest.raises(UsageError) as info:
-            convert_command.check_pipeline_args(strays, [], os.path.join(src, "cat", "cat_000.jpg"))
+            api.check_pipeline_args(strays, [], os.path.join(src, "cat", "cat_000.jpg"))
         assert str(info.value) == f"unrecognized argument {strays[0]}"
     with pytest.raises(UsageError) as info:
-        convert_command.check_pipeline_args([str(tmp_path / "more")], [], src)  # photos/ more/: `--input *`
+        api.check_pipeline_args([str(tmp_path / "more")], [], src)  # photos/ more/: `--input *`
     assert str(info.value).endswith(f"--input '{tmp_path}/*')")

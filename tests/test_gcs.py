@@ -24,6 +24,7 @@ from test_sources import dataset_files, write_tar, write_tree, write_zip
 
 from img2tfrecord.readers import records, storage
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--image-size", "24")
 BAD = {"cat/broken.jpg": I.truncated_jpeg(), "dog/notes.jpg": I.text_as_jpg()}
@@ -62,8 +63,10 @@ def error_rows(output: str) -> List[Tuple[str, str]]:
     return sorted((row["relpath"], row["reason"]) for row in map(json.loads, text.splitlines()))
 
 
-def comparable(doc: dict) -> dict:
-    return {key: doc[key] for key in ("splits", "accounting", "classes", "statistics") if key in doc}
+def comparable(doc: DatasetManifest) -> dict:
+    """The manifest's facts two runs of the same conversion agree on."""
+    document = doc.to_json()
+    return {key: document[key] for key in ("splits", "accounting", "classes", "statistics") if key in document}
 
 
 def assert_same_output(remote: str, local: str, analysed: bool = True) -> None:
@@ -247,12 +250,12 @@ def test_objects_deleted_while_the_run_converts_are_not_found_rows(gcs, tmp_path
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, stdout
-    doc = records.read_manifest(out)
-    accounting = doc["accounting"]
-    assert accounting["inputs"] == inputs == accounting["written"] + accounting["rejected"]
+    accounting = records.read_manifest(out).accounting
+    assert accounting is not None
+    assert accounting.inputs == inputs == accounting.written + accounting.rejected
     missing = [relpath for relpath, reason in error_rows(out) if reason == "not_found"]
-    assert missing and accounting["rejected"] == len(missing), error_rows(out)
-    assert accounting["written"] > 0 and manifest.SUCCESS_FILE in listing(out)
+    assert missing and accounting.rejected == len(missing), error_rows(out)
+    assert accounting.written > 0 and manifest.SUCCESS_FILE in listing(out)
     checked = cli(gcs, "verify", out)
     assert checked.returncode == 0, checked.stdout + checked.stderr[-2000:]
 

@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 
-from conftest import convert, manifest_doc
+from conftest import convert, manifest_doc, write_manifest_doc
 from helpers.cli import run_in_process
 from PIL import Image
 
@@ -109,8 +109,7 @@ def test_rejected_inputs_by_reason(converted_sample, tmp_path):
     acc["inputs"] += 1
     acc["rejected"] += 1
     acc["rejected_by_reason"]["truncated"] = acc["rejected_by_reason"].get("truncated", 0) + 1
-    with open(out / manifest.MANIFEST_FILE, "w", encoding="utf-8") as f:
-        f.write(manifest.dumps(doc))
+    write_manifest_doc(out, doc)
     proc = run_in_process("inspect", str(out))
     assert proc.returncode == 0, proc.stderr
     assert f"truncated: {acc['rejected_by_reason']['truncated']}" in proc.stdout

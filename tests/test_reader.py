@@ -19,6 +19,13 @@ from conftest import ROOT, manifest_doc, write_manifest_doc  # noqa: E402
 import img2tfrecord  # noqa: E402
 from img2tfrecord.schemas import features as keys  # noqa: E402
 from img2tfrecord.schemas import manifest  # noqa: E402
+from img2tfrecord.schemas.dataset_manifest import (  # noqa: E402
+    Accounting,
+    Compression,
+    DatasetManifest,
+    ShardInfo,
+    SplitInfo,
+)
 
 
 def _plain_read(path, split):
@@ -247,32 +254,25 @@ def _write_dataset(out, images, fmt_option, size):
             h, w, c = pixels.shape
             writer.write(_example(encoded, fmt, h, w, c, n % 2, names[n % 2], f"{names[n % 2]}/{n}.x"))
     counts = collections.Counter(names[n % 2] for n in range(len(images)))
-    doc = manifest.build_manifest(
+    shard_bytes = os.path.getsize(os.path.join(out, shard))
+    doc = DatasetManifest(
         tool_version="test",
         created="2026-01-01T00:00:00+00:00",
-        input_path="memory",
+        input="memory",
         options={"image_size": size, "channels": 3, "format": fmt_option, "compression": "none"},
-        compression="none",
-        label_names=names,
+        compression=Compression.NONE,
+        labels=tuple(names),
         splits={
-            "train": {
-                "num_examples": len(images),
-                "num_bytes": os.path.getsize(os.path.join(out, shard)),
-                "examples_per_class": dict(counts),
-                "shards": [
-                    {"file": shard, "num_records": len(images), "num_bytes": os.path.getsize(os.path.join(out, shard))}
-                ],
-            }
+            "train": SplitInfo(
+                num_examples=len(images),
+                num_bytes=shard_bytes,
+                examples_per_class=dict(counts),
+                shards=(ShardInfo(file=shard, num_records=len(images), num_bytes=shard_bytes),),
+            )
         },
-        accounting={
-            "inputs": len(images),
-            "written": len(images),
-            "rejected": 0,
-            "skipped": 0,
-            "rejected_by_reason": {},
-        },
+        accounting=Accounting(inputs=len(images), written=len(images), rejected=0),
     )
-    write_manifest_doc(out, doc)
+    write_manifest_doc(out, doc.to_json())
     open(os.path.join(out, manifest.SUCCESS_FILE), "wb").close()
     with open(os.path.join(out, manifest.LABELS_FILE), "w") as f:
         f.write("a\nb\n")

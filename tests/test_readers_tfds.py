@@ -9,11 +9,12 @@ import pytest
 import tensorflow_datasets as tfds
 from conftest import convert, manifest_doc
 
-from img2tfrecord.readers import datasource
+from img2tfrecord.readers import datasource, records
 from img2tfrecord.readers.tfds_metadata import write_tfds_metadata
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest, tfds_layout
+from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, TfdsStatus
 
 NO_ANALYSIS = ("--no-analyze", "--num-shards", "3")
 
@@ -29,7 +30,7 @@ def jpeg_output(sample_dir, tmp_path_factory) -> str:
 
 def _written_by_convert(out: str) -> None:
     """convert wrote the TFDS files, the same ones write_tfds_metadata writes for an older output."""
-    assert manifest_doc(out)[tfds_layout.MANIFEST_KEY] == {"readable": True}
+    assert records.read_manifest(out).tfds == TfdsStatus(readable=True)
     written = {}
     for name in tfds_layout.FILE_NAMES:
         with open(os.path.join(out, name), encoding="utf-8") as f:
@@ -100,9 +101,11 @@ def test_raw_output_fails_to_load_with_our_message(sample_dir, tmp_path):
     out = str(tmp_path / "raw")
     proc = convert(sample_dir, out, "--image-size", "16", "--format", "raw", *NO_ANALYSIS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    reason = manifest_doc(out)[tfds_layout.MANIFEST_KEY]["reason"]
-    assert "--format raw" in reason and write_tfds_metadata(out) == reason
-    assert tfds_layout.manifest_entry(manifest_doc(out)) == {"readable": False, "reason": reason}
+    doc = records.read_manifest(out)
+    assert doc.tfds is not None
+    reason = doc.tfds.reason
+    assert reason is not None and "--format raw" in reason and write_tfds_metadata(out) == reason
+    assert tfds_layout.status(doc) == TfdsStatus(readable=False, reason=reason) == doc.tfds
     with pytest.raises(tfds_layout.NotATfdsDatasetError) as e:
         tfds.builder_from_directory(out)
     assert str(e.value) == reason
@@ -110,13 +113,14 @@ def test_raw_output_fails_to_load_with_our_message(sample_dir, tmp_path):
 
 
 def test_outputs_tfds_cannot_read_say_why(jpeg_output):
-    doc = manifest_doc(jpeg_output)
-    assert tfds_layout.manifest_entry(doc) == {"readable": True}
-    sequence = dict(doc, record_type=manifest.SEQUENCE_RECORD_TYPE)
+    doc = records.read_manifest(jpeg_output)
+    assert tfds_layout.status(doc) == TfdsStatus(readable=True)
+    sequence = doc.replace(record_type=RecordType.SEQUENCE_EXAMPLE)
     assert "SequenceExample" in tfds_layout.unsupported_reason(sequence)
-    gzip = dict(doc, compression="gzip")
+    gzip = doc.replace(compression=Compression.GZIP)
     assert "uncompressed TFRecord files only" in tfds_layout.unsupported_reason(gzip)
-    renamed = manifest_doc(jpeg_output)
-    renamed["splits"]["train"]["shards"][0]["file"] = "train-00000-of-00009.tfrecord"
+    renamed_json = manifest_doc(jpeg_output)
+    renamed_json["splits"]["train"]["shards"][0]["file"] = "train-00000-of-00009.tfrecord"
+    renamed = DatasetManifest.from_json(renamed_json)
     assert "does not follow {SPLIT}-{SHARD_X_OF_Y}.tfrecord" in tfds_layout.unsupported_reason(renamed)
     assert tfds_layout.FEATURES_FILE in tfds_layout.metadata_files(sequence)

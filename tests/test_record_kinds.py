@@ -46,7 +46,7 @@ def test_raw_pixels_round_trip_through_load(tmp_path, channels):
     write_tree(root, files)
     out = tmp_path / "out"
     doc = convert_in_process(root, out, image=ImageOptions(format="raw", channels=channels))
-    assert doc["options"]["format"] == "raw"
+    assert doc.image_format == "raw"
     ds = img2tfrecord.load(str(out), batch_size=None, shuffle=False, as_dict=True)
     seen = set()
     for item in ds:
@@ -136,13 +136,13 @@ def clips_converted(tmp_path_factory):
 
 def test_sequence_records_hold_every_frame_in_natural_order(clips_converted):
     files, lengths, _, out, doc = clips_converted
-    assert doc["record_type"] == manifest.SEQUENCE_RECORD_TYPE
-    assert doc["feature_spec"][keys.IMAGE_ENCODED]["kind"] == keys.FIXED_LEN_SEQUENCE
-    assert doc["feature_spec"][keys.CLIP_NAME]["kind"] == keys.FIXED_LEN
+    assert doc.record_type.value == manifest.SEQUENCE_RECORD_TYPE and doc.is_sequence
+    assert doc.spec[keys.IMAGE_ENCODED]["kind"] == keys.FIXED_LEN_SEQUENCE
+    assert doc.spec[keys.CLIP_NAME]["kind"] == keys.FIXED_LEN
     _, clips = read_sequences(out)
     assert {name: len(c[2]) for name, c in clips.items()} == lengths
     for name, (label, text, frames) in clips.items():
-        assert text == name.split("/")[0] and label == doc["labels"].index(text)
+        assert text == name.split("/")[0] and label == doc.labels.index(text)
         # --format keep: each step holds the frame file's bytes, frame_1, frame_2, ..., frame_10, ...
         assert frames == [files[f"{name}/frame_{i}.png"] for i in range(1, len(frames) + 1)]
 
@@ -154,16 +154,17 @@ def test_a_bad_frame_rejects_its_clip_and_clips_are_the_inputs(clips_converted):
     assert rows["walk/clip_bad"]["reason"] == "not_an_image"
     assert "frame_2.png" in rows["walk/clip_bad"]["error"] and rows["walk/clip_bad"]["path"].endswith("frame_2.png")
     assert rows["walk/loose.png"]["reason"] == "no_clip_folder"
-    acc = doc["accounting"]
-    assert acc == {**acc, "inputs": len(lengths) + 2, "written": len(lengths), "rejected": 2, "skipped": 1}
-    assert sum(info["num_examples"] for info in doc["splits"].values()) == len(lengths)
+    acc = doc.accounting
+    assert acc is not None
+    assert (acc.inputs, acc.written, acc.rejected, acc.skipped) == (len(lengths) + 2, len(lengths), 2, 1)
+    assert doc.num_examples == len(lengths)
     assert verification.verify(str(out)).ok
 
 
 def test_load_sequences_ragged_and_padded(clips_converted):
     _, lengths, _, out, doc = clips_converted
-    split = max(doc["splits"], key=lambda s: doc["splits"][s]["num_examples"])
-    count = doc["splits"][split]["num_examples"]
+    split = max(doc.splits, key=lambda s: doc.splits[s].num_examples)
+    count = doc.splits[split].num_examples
     by_length = {}
     for (frames, length), label in img2tfrecord.load(str(out), split=split, batch_size=None, sequence=True):
         assert tuple(frames.shape) == (int(length), 10, 12, 3)
@@ -196,7 +197,7 @@ def test_sequences_from_a_tar_gz_as_the_folder(clips_converted, tmp_path):
     _, from_archive = read_sequences(out_tgz)
     assert from_archive == from_folder
     membership = lambda d: {s: info["num_examples"] for s, info in d["splits"].items()}  # noqa: E731
-    assert membership(doc) == membership(json.load(open(os.path.join(out, manifest.MANIFEST_FILE))))
+    assert membership(doc.to_json()) == membership(json.load(open(os.path.join(out, manifest.MANIFEST_FILE))))
 
 
 def test_sequence_cli_raw_resized(tmp_path):

@@ -201,6 +201,8 @@ def test_report_json_class_counts_sizes_shards_and_rejects(reported):
         assert info["images"]["most_common"] == [{"width": 64, "height": 64, "count": sum(counts.values())}]
         assert info["images"]["aspect_ratio"]["median"] == 1.0
     assert document["read"]["records"] == len(data.good_files())
+    for part in ("options", "accounting", "labels", "created", "tool_version", "input", "record_type", "labeled"):
+        assert json.dumps(document["dataset"][part]) == json.dumps(doc[part]), part  # values and key order
     assert document["read"]["complete"] is True and document["read"]["problems"] == []
     assert document["read"]["images_per_second"] > 0
     shards = {s["file"]: s for s in document["shards"]}
@@ -291,6 +293,19 @@ def test_sequence_output_is_refused_in_one_line(tmp_path):
     proc = run_in_process("report", str(out), "--output", str(tmp_path / "r.html"))
     assert proc.returncode == 2
     assert "SequenceExample" in _one_line_error(proc)
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_manifest_field_of_the_wrong_type_is_a_one_line_error_naming_it(planted, tmp_path):
+    _, out = planted
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    doc = json.load(open(copy / manifest.MANIFEST_FILE))
+    doc["splits"]["test"]["shards"][0]["num_records"] = -1
+    (copy / manifest.MANIFEST_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    proc = run_in_process("report", str(copy), "--output", str(tmp_path / "r.html"))
+    assert proc.returncode == 2
+    assert _one_line_error(proc).endswith("dataset.json: splits.test.shards[0].num_records is -1, not a count")
     assert not (tmp_path / "r.html").exists()
 
 

@@ -138,9 +138,9 @@ def test_an_archive_gives_the_records_of_its_folder(inputs, folder_records, name
     out = tmp_path / "out"
     doc = convert_in_process(os.path.join(inputs["archives"], name), out, splits=parse_splits(SPLITS), seed=SEED)
     assert record_set(out) == folder_records
-    acc = doc["accounting"]
-    assert acc["inputs"] == acc["written"] == len(inputs["files"]) and acc["rejected"] == 0
-    assert acc["skipped"] == (0 if name.endswith(".gz") else len(JUNK))
+    acc = doc.accounting
+    assert acc.inputs == acc.written == len(inputs["files"]) and acc.rejected == 0
+    assert acc.skipped == (0 if name.endswith(".gz") else len(JUNK))
     assert error_rows(out) == []
     # --format keep: the stored bytes are the members' bytes.
     assert {r[1] for r in folder_records} == {hashlib.sha256(d).hexdigest() for d in inputs["files"].values()}
@@ -150,7 +150,7 @@ def test_a_csv_manifest_gives_the_records_of_its_folder(inputs, folder_records, 
     out = tmp_path / "out"
     doc = convert_in_process(os.path.join(inputs["root"], "labels.csv"), out, splits=parse_splits(SPLITS), seed=SEED)
     assert record_set(out) == folder_records
-    assert doc["labeled"] is True and doc["accounting"]["rejected"] == 0
+    assert doc.labeled is True and doc.accounting.rejected == 0
 
 
 def test_zip_through_the_cli(inputs, folder_records, tmp_path):
@@ -190,8 +190,8 @@ def test_bad_archives_are_reported_and_the_others_converted(inputs, tmp_path):
     assert errors == {("part-2.zip", "corrupt_archive"), ("part-3.tar", "truncated_archive")}
     third_name = sorted(emus)[2]
     assert any(e["relpath"] == third_name for e in error_rows(out))
-    acc = doc["accounting"]
-    assert acc["inputs"] == acc["written"] + acc["rejected"] == len(written) + 2
+    acc = doc.accounting
+    assert acc.inputs == acc.written + acc.rejected == len(written) + 2
 
 
 def test_a_truncated_tar_gz_keeps_the_members_before_the_cut(inputs, tmp_path):
@@ -207,7 +207,7 @@ def test_a_truncated_tar_gz_keeps_the_members_before_the_cut(inputs, tmp_path):
     assert rows[0]["path"].startswith(str(path))
     written = {r[0] for r in record_set(out)}
     assert written and written < set(files)
-    assert doc["accounting"]["inputs"] == len(written) + 1
+    assert doc.accounting.inputs == len(written) + 1
 
 
 def test_manifest_rows_with_splits_missing_files_and_bad_rows(inputs, tmp_path):
@@ -229,17 +229,17 @@ def test_manifest_rows_with_splits_missing_files_and_bad_rows(inputs, tmp_path):
 
     out = tmp_path / "out"
     doc = convert_in_process(str(manifest_path), out, splits=parse_splits("train=0.5,test=0.5"))
-    assert sorted(doc["splits"]) == ["test", "train", "validation"]  # the manifest's splits, not --splits
-    assert doc["labels"] == ["feline", "other"]
+    assert sorted(doc.splits) == ["test", "train", "validation"]  # the manifest's splits, not --splits
+    assert doc.labels == ("feline", "other")
     got = {(r[0], r[3], r[4]) for r in record_set(out)}
     assert got == {(path, label, split) for path, (label, split) in expected.items()}
-    assert all(r[2] == doc["labels"].index(r[3]) for r in record_set(out))
+    assert all(r[2] == doc.labels.index(r[3]) for r in record_set(out))
     reasons = sorted(e["reason"] for e in error_rows(out))
     assert reasons == ["bad_manifest_row", "bad_manifest_row", "missing_label", "not_found"]
     missing = [e for e in error_rows(out) if e["reason"] == "not_found"][0]
     assert missing["path"].endswith("missing.jpg")
-    acc = doc["accounting"]
-    assert acc["inputs"] == len(files) + 4 and acc["rejected"] == 4
+    acc = doc.accounting
+    assert acc.inputs == len(files) + 4 and acc.rejected == 4
 
 
 def test_unlabeled_manifest(inputs, tmp_path):
@@ -256,10 +256,10 @@ def test_unlabeled_manifest(inputs, tmp_path):
         doc = convert_in_process(manifest_path, out, image=ImageOptions(size=(8, 8), format="jpeg"))
     finally:
         os.remove(manifest_path)
-    assert doc["labeled"] is False and doc["labels"] == [] and doc["num_classes"] == 0
-    assert keys.CLASS_LABEL not in doc["feature_spec"] and keys.CLASS_TEXT not in doc["feature_spec"]
-    assert doc["splits"]["train"]["num_examples"] == len(files)
-    assert doc["splits"]["train"]["examples_per_class"] == {}
+    assert doc.labeled is False and doc.labels == () and doc.num_classes == 0
+    assert keys.CLASS_LABEL not in doc.spec and keys.CLASS_TEXT not in doc.spec
+    assert doc.splits["train"].num_examples == len(files)
+    assert doc.splits["train"].examples_per_class == {}
     assert {r[2] for r in record_set(out)} == {None}
     images = img2tfrecord.load(str(out), batch_size=4)
     batch = next(iter(images))

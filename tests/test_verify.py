@@ -60,14 +60,14 @@ def _frame(data: bytes) -> bytes:
 
 def test_framing_reader_agrees_with_tensorflow(converted_sample):
     tf = pytest.importorskip("tensorflow")
-    doc = manifest_doc(converted_sample)
-    for split in doc["splits"]:
+    doc = records.read_manifest(converted_sample)
+    for split in doc.splits:
         for path, count in records.shard_paths(converted_sample, doc, split):
             ours = [data for _, _, data in records.iter_records(path)]
             theirs = [r.numpy() for r in tf.data.TFRecordDataset(path)]
             assert ours == theirs and len(ours) == count
             for data in ours[:3]:
-                values = records.parse_example(data, doc["feature_spec"])
+                values = records.parse_example(data, doc.spec)
                 reference = tf.train.Example.FromString(data).features.feature
                 assert values[keys.IMAGE_ENCODED] == reference[keys.IMAGE_ENCODED].bytes_list.value[0]
                 assert values[keys.CLASS_LABEL] == reference[keys.CLASS_LABEL].int64_list.value[0]
@@ -322,3 +322,24 @@ def test_garbage_manifest_and_missing_directory(converted_sample, tmp_path):
     proc = _verify(tmp_path / "missing")
     assert proc.returncode == 2 and "no such directory" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda doc: doc["splits"]["train"].update(num_examples="x"),
+            "splits.train.num_examples is 'x', not a count",
+        ),
+        (lambda doc: doc.update(compression="lzma"), "compression is 'lzma'; expected one of none, gzip"),
+    ],
+    ids=["count", "compression"],
+)
+def test_manifest_field_of_the_wrong_type_is_one_problem_naming_it(converted_sample, tmp_path, edit, message):
+    out = _copy(converted_sample, tmp_path)
+    doc = manifest_doc(out)
+    edit(doc)
+    write_manifest_doc(out, doc)
+    _failed(out, f"{manifest.MANIFEST_FILE}: {message}", "1 problem(s)")
+    report = verification.verify(str(out))
+    assert [str(p) for p in report.problems] == [f"{manifest.MANIFEST_FILE}: {message}"]

@@ -30,6 +30,7 @@ from img2tfrecord.schemas import manifest
 if TYPE_CHECKING:  # imported where used: the parser is built without any third-party package
     from img2tfrecord.report import duplicates as dup
     from img2tfrecord.report import html_page, shard_scan
+    from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 EXIT_INCOMPLETE = EXIT_FAILURE  # the report was written, but something could not be read
 DEFAULT_OUTPUT = "report.html"
@@ -120,20 +121,20 @@ def output_paths(output: str) -> Tuple[str, str]:
     return html_path, (stem if ext.lower() in (".html", ".htm") else html_path) + ".json"
 
 
-def _tasks(directory: str, doc: Mapping[str, Any], ns: argparse.Namespace) -> List[shard_scan.ShardTask]:
-    from img2tfrecord.readers import records
+def _tasks(directory: str, doc: DatasetManifest, ns: argparse.Namespace) -> List[shard_scan.ShardTask]:
+    """One scan task per listed shard, split by split (:func:`duplicates.split_order`)."""
     from img2tfrecord.report import duplicates as dup
     from img2tfrecord.report import shard_scan
 
-    compression = records.compression_of(doc)
-    spec = shard_scan.scalar_spec(doc.get("feature_spec") or {})
+    compression = doc.compression.value
+    spec = shard_scan.scalar_spec(doc.spec)
     tasks = []
-    for split in dup.split_order(doc.get("splits", {})):
-        for shard in doc["splits"][split].get("shards", []):
+    for split in dup.split_order(doc.splits):
+        for shard in doc.splits[split].shards:
             tasks.append(
                 shard_scan.ShardTask(
                     directory,
-                    shard["file"],
+                    shard.file,
                     split,
                     compression,
                     spec,
@@ -158,14 +159,13 @@ def _read_all(
 
 
 def _draw(
-    directory: str, doc: Mapping[str, Any], wanted: Mapping[str, Mapping[int, int]], workers: shard_scan.Workers
+    directory: str, doc: DatasetManifest, wanted: Mapping[str, Mapping[int, int]], workers: shard_scan.Workers
 ) -> Dict[Tuple[str, int], str]:
     """``{(shard, index): data URI}`` of the wanted records (shard -> index -> offset), read at their offsets."""
-    from img2tfrecord.readers import records
     from img2tfrecord.report import shard_scan
 
-    spec = shard_scan.scalar_spec(doc.get("feature_spec") or {})
-    compression = records.compression_of(doc)
+    spec = shard_scan.scalar_spec(doc.spec)
+    compression = doc.compression.value
     tasks = [
         shard_scan.FetchTask(directory, shard, compression, spec, tuple(sorted(items.items())))
         for shard, items in sorted(wanted.items())
@@ -177,7 +177,7 @@ def _draw(
 
 def _pictures(
     directory: str,
-    doc: Mapping[str, Any],
+    doc: DatasetManifest,
     found: dup.Duplicates,
     samples: Mapping[str, Sequence[shard_scan.Thumbnail]],
     workers: shard_scan.Workers,
@@ -230,15 +230,15 @@ def build(directory: str, ns: argparse.Namespace) -> Tuple[Dict[str, Any], html_
         doc = records.read_manifest(directory)
     except (FileNotFoundError, ValueError) as e:
         raise ReportUsageError(str(e)) from None
-    if doc.get("record_type", manifest.RECORD_TYPE) != manifest.RECORD_TYPE:
+    if doc.is_sequence:
         raise ReportUsageError(
-            f"{directory} holds {doc.get('record_type')} records (convert --sequence); "
+            f"{directory} holds {doc.record_type.value} records (convert --sequence); "
             f"report reads {manifest.RECORD_TYPE} outputs only (inspect and verify read sequences)"
         )
     try:
         tasks = _tasks(directory, doc, ns)
-        sizes = {s["file"]: s.get("num_bytes") for info in doc["splits"].values() for s in info.get("shards", [])}
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        sizes = {shard.file: shard.num_bytes for _, shard in doc.shards()}
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # feature_spec entries of the wrong shape
         raise ReportUsageError(f"{manifest.MANIFEST_FILE} is malformed: {type(e).__name__}: {e}") from None
     processes = ns.processes or usable_cores()
 

@@ -25,6 +25,7 @@ from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
+from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
 from img2tfrecord.sources.detection_archives import ArchivedAnnotations
 from img2tfrecord.sources.kinds import INPUT_ARCHIVES
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
@@ -154,23 +155,27 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         if statistics is not None:
             analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
 
-    manifest_fields = {
-        "tool_version": img2tfrecord.__version__,
-        "input_path": config.input,
-        "options": config.options_json(),
-        "compression": config.compression,
-        "record_type": manifest.SEQUENCE_RECORD_TYPE if config.sequence else manifest.RECORD_TYPE,
-        "labeled": plan.labeled,
-        "run_fingerprint": plan.fingerprint(config),
-        "task": plan.task,
-    }
+    template = DatasetManifest(
+        tool_version=img2tfrecord.__version__,
+        created="",
+        input=config.input,
+        options=config.options_json(),
+        compression=Compression(config.compression),
+        labels=(),
+        splits={},
+        accounting=None,
+        record_type=RecordType.SEQUENCE_EXAMPLE if config.sequence else RecordType.EXAMPLE,
+        task=Task(plan.task),
+        labeled=plan.labeled,
+        run_fingerprint=plan.fingerprint(config),
+    )
     _ = (
         p
         | "Start" >> beam.Create([None])
         | "FinalizeOutput"
         >> beam.ParDo(
             FinalizeOutput(
-                config.output, manifest_fields, list(plan.split_names), run_dir(config, plan), config.max_error_rate
+                config.output, template, list(plan.split_names), run_dir(config, plan), config.max_error_rate
             ),
             label_names=beam.pvalue.AsSingleton(label_names),
             shards=beam.pvalue.AsList(shards),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import dataset_manifest, manifest
 
 if TYPE_CHECKING:  # lock.py imports this module
     from img2tfrecord.pipeline.lock import OutputLock
@@ -88,7 +88,7 @@ def _run_folders(output_dir: str, existing: List[str]) -> List[str]:
 def _read_fingerprint(output_dir: str) -> Optional[str]:
     try:
         with FileSystems.open(FileSystems.join(output_dir, manifest.MANIFEST_FILE)) as f:
-            return manifest.loads(f.read().decode("utf-8")).get("run_fingerprint")
+            return dataset_manifest.loads(f.read().decode("utf-8")).run_fingerprint
     except Exception:  # pylint: disable=broad-except
         return None
 

@@ -37,6 +37,7 @@ from img2tfrecord.pipeline.outputs import (
 from img2tfrecord.pipeline.plan import Plan, make_plan
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE, SHARDS_RESUMED
 
 # The local default: Beam's FnApiRunner (what the DirectRunner falls back to
@@ -141,7 +142,7 @@ def run(
     plan: Optional[Plan] = None,
     wait: bool = True,
     show_progress: bool = False,
-) -> Optional[Dict[str, Any]]:
+) -> Optional[DatasetManifest]:
     """Convert ``config.input`` into ``config.output``; returns the written ``dataset.json``.
 
     Returns None for a ``--dry_run`` (the job is built and translated, nothing

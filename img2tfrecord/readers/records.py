@@ -21,7 +21,8 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Tuple, cast
 
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import storage
-from img2tfrecord.schemas import example_proto, features, manifest
+from img2tfrecord.schemas import dataset_manifest, example_proto, features, manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.tfrecord_codec import (
     IndexEntry,
     MisframedRecordError,
@@ -55,12 +56,13 @@ def join(directory: str, name: str) -> str:
 # The manifest.
 
 
-def read_manifest(directory: str) -> Dict[str, Any]:
-    """The parsed ``dataset.json`` of an output directory.
+def read_manifest(directory: str) -> DatasetManifest:
+    """The ``dataset.json`` of an output directory.
 
     Raises FileNotFoundError naming the path when the directory or its
     manifest does not exist, ValueError when the manifest is not one this
-    version reads. Does not look at ``_SUCCESS`` (see :func:`is_complete`).
+    version reads (a ``dataset_manifest.ManifestError`` naming the field).
+    Does not look at ``_SUCCESS`` (see :func:`is_complete`).
     """
     if not isdir(directory):
         raise FileNotFoundError(f"no such directory: {directory}")
@@ -70,7 +72,7 @@ def read_manifest(directory: str) -> Dict[str, Any]:
             f"{path} not found: {directory} is not an img2tfrecord output directory "
             f"(or its conversion has not finished)"
         )
-    return manifest.loads(read_text(path))
+    return dataset_manifest.loads(read_text(path))
 
 
 def is_complete(directory: str) -> bool:
@@ -78,9 +80,9 @@ def is_complete(directory: str) -> bool:
     return exists(join(directory, manifest.SUCCESS_FILE))
 
 
-def shard_paths(directory: str, doc: Mapping[str, Any], split: str) -> List[Tuple[str, int]]:
+def shard_paths(directory: str, doc: DatasetManifest, split: str) -> List[Tuple[str, int]]:
     """``(path, num_records)`` of every shard of ``split`` listed in the manifest, in order."""
-    return [(join(directory, s["file"]), int(s["num_records"])) for s in doc["splits"][split]["shards"]]
+    return [(join(directory, s.file), s.num_records) for s in doc.splits[split].shards]
 
 
 # ---------------------------------------------------------------------------
@@ -185,13 +187,6 @@ def walk_offsets(path: str, check_crc: bool = True) -> List[IndexEntry]:
         return tfrecord_codec.walk_offsets(f, check_crc)
 
 
-def compression_of(doc: Mapping[str, Any]) -> str:
-    compression = doc.get("compression", "none")
-    if compression not in manifest.COMPRESSIONS:
-        raise ValueError(f"dataset.json: unknown compression {compression!r}")
-    return compression
-
-
 # ---------------------------------------------------------------------------
 # tf.train.Example without TensorFlow.
 
@@ -251,7 +246,6 @@ __all__ = [
     "Record",
     "RecordError",
     "TruncatedRecordError",
-    "compression_of",
     "framed_length",
     "index_text",
     "iter_records",

@@ -63,33 +63,33 @@ def read_split(path: str, split: str) -> SplitInfo:
     """
     check_finished(path)
     doc = records.read_manifest(path)
-    if doc.get("record_type", manifest.RECORD_TYPE) != manifest.RECORD_TYPE:
+    if doc.is_sequence:
         raise ValueError(
-            f"{path} holds {doc.get('record_type')} records; these readers read {manifest.RECORD_TYPE} outputs "
+            f"{path} holds {doc.record_type.value} records; these readers read {manifest.RECORD_TYPE} outputs "
             f"(read clips with img2tfrecord.load(path, sequence=True))"
         )
-    splits = doc.get("splits", {})
+    splits = doc.splits
     if split not in splits:
         raise ValueError(f"unknown split {split!r} in {path}; available splits: {', '.join(sorted(splits)) or 'none'}")
     shards = tuple(
         ShardInfo(
-            path=records.join(path, entry["file"]),
-            num_records=int(entry["num_records"]),
-            num_bytes=int(entry["num_bytes"]) if entry.get("num_bytes") is not None else None,
-            index=records.join(path, entry["index"]) if entry.get("index") else None,
-            default_index=records.join(path, manifest.index_file(entry["file"])),
+            path=records.join(path, entry.file),
+            num_records=entry.num_records,
+            num_bytes=entry.num_bytes,
+            index=records.join(path, entry.index) if entry.index else None,
+            default_index=records.join(path, manifest.index_file(entry.file)),
         )
-        for entry in splits[split].get("shards", [])
+        for entry in splits[split].shards
     )
     return SplitInfo(
         directory=path,
         split=split,
-        compression=records.compression_of(doc),
+        compression=doc.compression.value,
         shards=shards,
-        spec=dict(doc["feature_spec"]),
-        channels=int(doc.get("options", {}).get("channels") or 3),
-        labels=tuple(doc.get("labels", [])),
-        detection=doc.get(manifest.TASK) == manifest.TASK_DETECTION,
+        spec=dict(doc.spec),
+        channels=doc.channels or 3,
+        labels=doc.labels,
+        detection=doc.is_detection,
     )
 
 

@@ -24,7 +24,7 @@ are parsed and decoded by :mod:`img2tfrecord.readers.tfdata_decode`.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -39,7 +39,7 @@ from img2tfrecord.readers.tfdata_decode import (
     parse_single,
 )
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, Task
 
 ImageSize = Union[int, Tuple[int, int], Sequence[int]]
 
@@ -47,7 +47,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 2048  # serialized records held for the record-level shuffle
 MAX_PARALLEL_SHARDS = 16  # shards read at the same time
 READ_BUFFER_BYTES = 4 << 20  # per open shard; large reads matter on GCS
-_TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
+_TF_COMPRESSION = {Compression.NONE: "", Compression.GZIP: "GZIP"}
 _ENCODED_FORMATS = ("keep", keys.FORMAT_JPEG, keys.FORMAT_PNG)  # options.format values decode_image handles
 TASK_AUTO = "auto"  # load's default task: the one dataset.json records
 
@@ -56,14 +56,15 @@ TASK_AUTO = "auto"  # load's default task: the one dataset.json records
 # Manifest and arguments.
 
 
-def read_manifest(path: str) -> Dict[str, Any]:
+def read_manifest(path: str) -> DatasetManifest:
     """The ``dataset.json`` of a finished conversion (local or ``gs://``).
 
     Raises FileNotFoundError naming the missing directory or manifest, a
     ValueError (``datasource.IncompleteOutputError``) naming the folder and
     what is missing when the conversion did not finish, with or without
     ``dataset.json`` (``datasource.check_finished``), and ValueError when the
-    manifest is not one this version reads.
+    manifest is not one this version reads (a ``dataset_manifest.ManifestError``
+    naming the field).
     """
     check_finished(path)
     return records.read_manifest(path)
@@ -89,21 +90,21 @@ def _normalise_image_size(image_size: Optional[ImageSize]) -> Optional[Tuple[int
     return size
 
 
-def _stored_size(doc: Mapping[str, Any]) -> Optional[Tuple[int, int]]:
+def _stored_size(doc: DatasetManifest) -> Optional[Tuple[int, int]]:
     """(height, width) of every stored image, or None when sizes vary.
 
     ``options.image_size`` is ``[width, height]`` (the CLI's WxH); the writer
     gives every image exactly that size for each resize mode.
     """
-    size = doc.get("options", {}).get("image_size")
-    if not size:
+    size = doc.image_size
+    if size is None:
         return None
     width, height = size
-    return int(height), int(width)
+    return height, width
 
 
-def _decoder(doc: Mapping[str, Any]) -> str:
-    fmt = doc.get("options", {}).get("format")
+def _decoder(doc: DatasetManifest) -> str:
+    fmt = doc.image_format
     if fmt in _ENCODED_FORMATS:
         return "encoded"
     if fmt == keys.FORMAT_RAW:
@@ -111,10 +112,10 @@ def _decoder(doc: Mapping[str, Any]) -> str:
     return "by_record"
 
 
-def _task(path: str, doc: Mapping[str, Any], task: str) -> str:
+def _task(path: str, doc: DatasetManifest, task: str) -> str:
     """The task ``load`` reads ``path`` as: ``task``, or dataset.json's for ``"auto"``; ValueError when they differ."""
-    recorded = doc.get(manifest.TASK, manifest.TASK_CLASSIFICATION)
-    choices = (TASK_AUTO, manifest.TASK_CLASSIFICATION, manifest.TASK_DETECTION)
+    recorded = doc.task.value
+    choices = (TASK_AUTO, Task.CLASSIFICATION.value, Task.DETECTION.value)
     if task not in choices:
         raise ValueError(f"task must be one of {', '.join(map(repr, choices))}, got {task!r}")
     if task != TASK_AUTO and task != recorded:
@@ -127,14 +128,14 @@ def _task(path: str, doc: Mapping[str, Any], task: str) -> str:
 
 def _plan(
     path: str,
-    doc: Mapping[str, Any],
+    doc: DatasetManifest,
     split: str,
     batch_size: Optional[int],
     image_size: Optional[ImageSize],
     detection: bool = False,
     pad_boxes: bool = False,
 ) -> LoadPlan:
-    splits = doc.get("splits", {})
+    splits = doc.splits
     if split not in splits:
         available = ", ".join(sorted(splits)) or "none"
         raise ValueError(f"unknown split {split!r} in {path}; available splits: {available}")
@@ -150,19 +151,16 @@ def _plan(
         )
     if target == stored:
         target = None
-    compression = doc.get("compression", "none")
-    if compression not in _TF_COMPRESSION:
-        raise ValueError(f"{path}: unknown compression {compression!r} in {manifest.MANIFEST_FILE}")
-    shards = [s for s in splits[split].get("shards", []) if int(s["num_records"]) > 0]
+    shards = [s for s in splits[split].shards if s.num_records > 0]
     return LoadPlan(
-        files=[records.join(path, s["file"]) for s in shards],
-        compression_type=_TF_COMPRESSION[compression],
-        spec=keys.feature_spec(doc.get("feature_spec")),
-        channels=int(doc.get("options", {}).get("channels") or 3),
+        files=[records.join(path, s.file) for s in shards],
+        compression_type=_TF_COMPRESSION[doc.compression],
+        spec=keys.feature_spec(doc.spec),
+        channels=doc.channels or 3,
         stored_size=stored,
         target_size=target,
         decoder=_decoder(doc),
-        num_records=sum(int(s["num_records"]) for s in shards),
+        num_records=sum(s.num_records for s in shards),
         detection=detection,
         pad_boxes=pad_boxes,
     )
@@ -285,17 +283,17 @@ def load(
         ``batch_size=None`` was given.
     """
     doc = read_manifest(path)
-    detection = _task(path, doc, task) == manifest.TASK_DETECTION
+    detection = _task(path, doc, task) == Task.DETECTION.value
     if pad_boxes and not detection:
         raise ValueError(f"pad_boxes=True reads detection outputs; {path} is a classification output")
     if detection and (sequence or pad_frames or transform):
         raise ValueError(
             f"{path} is a detection output: sequence, pad_frames and transform apply to classification outputs"
         )
-    is_sequence = doc.get("record_type") == manifest.SEQUENCE_RECORD_TYPE
+    is_sequence = doc.is_sequence
     if is_sequence != bool(sequence):
         raise ValueError(
-            f"{path} holds {doc.get('record_type')} records: "
+            f"{path} holds {doc.record_type.value} records: "
             + (
                 "pass sequence=True to read its clips"
                 if is_sequence

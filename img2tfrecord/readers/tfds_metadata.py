@@ -9,10 +9,11 @@ this module only writes them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Optional
 
 from img2tfrecord.readers import records, storage
 from img2tfrecord.schemas import tfds_layout
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 
 def _write_file(path: str, text: str) -> None:
@@ -22,7 +23,7 @@ def _write_file(path: str, text: str) -> None:
 
 def write_tfds_metadata(
     output_dir: str,
-    manifest_doc: Optional[Mapping[str, Any]] = None,
+    manifest_doc: Optional[DatasetManifest] = None,
     *,
     write: Callable[[str, str], None] = _write_file,
 ) -> Optional[str]:

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from img2tfrecord.readers import records
 from img2tfrecord.report import duplicates as dup
 from img2tfrecord.report.shard_scan import UNLABELED, ShardScan, Thumbnail
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 REPORT_FORMAT_VERSION = 1
 TOP_SIZES = 12
@@ -25,9 +25,9 @@ HISTOGRAM_BINS = 10
 ASPECT_EDGES = (0.0, 1 / 3, 1 / 2, 3 / 4, 0.95, 1.05, 4 / 3, 2.0, 3.0, float("inf"))
 
 
-def read_errors(directory: str, doc: Mapping[str, Any]) -> Tuple[List[Dict[str, str]], List[str]]:
+def read_errors(directory: str, doc: DatasetManifest) -> Tuple[List[Dict[str, str]], List[str]]:
     """Rows of ``errors.jsonl`` (``path``, ``relpath``, ``reason``, ``error``) and the problems met reading it."""
-    name = doc.get("files", {}).get("errors", manifest.ERRORS_FILE)
+    name = doc.files["errors"]
     path = records.join(directory, name)
     rows: List[Dict[str, str]] = []
     problems: List[str] = []
@@ -52,7 +52,7 @@ def read_errors(directory: str, doc: Mapping[str, Any]) -> Tuple[List[Dict[str, 
     return rows, problems
 
 
-def rejected_section(rows: Sequence[Mapping[str, str]], doc: Mapping[str, Any]) -> Dict[str, Any]:
+def rejected_section(rows: Sequence[Mapping[str, str]], doc: DatasetManifest) -> Dict[str, Any]:
     """Rejected inputs grouped by reason (largest group first), with the manifest's counts beside them."""
     by_reason: Dict[str, List[Dict[str, str]]] = collections.defaultdict(list)
     for row in rows:
@@ -60,10 +60,11 @@ def rejected_section(rows: Sequence[Mapping[str, str]], doc: Mapping[str, Any]) 
             {"path": row["relpath"] or row["path"], "source": row["path"], "error": row["error"]}
         )
     ordered = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    declared = dict(doc.get("accounting", {}).get("rejected_by_reason", {}))
+    acc = doc.accounting
+    declared = dict(acc.rejected_by_reason) if acc is not None else {}
     return {
         "total": len(rows),
-        "declared": int(doc.get("accounting", {}).get("rejected", sum(declared.values()))),
+        "declared": acc.rejected if acc is not None else sum(declared.values()),
         "declared_by_reason": declared,
         "by_reason": {reason: sorted(items, key=lambda r: r["path"]) for reason, items in ordered},
     }
@@ -225,7 +226,7 @@ def duplicates_section(found: dup.Duplicates) -> Dict[str, Any]:
 def build_document(
     *,
     directory: str,
-    doc: Mapping[str, Any],
+    doc: DatasetManifest,
     scans: Sequence[ShardScan],
     found: dup.Duplicates,
     samples: Mapping[str, Sequence[Thumbnail]],
@@ -235,10 +236,10 @@ def build_document(
     timing: Mapping[str, Any],
 ) -> Dict[str, Any]:
     """The whole ``report.json`` document. ``problems`` are those met outside the shards (manifest, errors.jsonl)."""
-    labels = list(doc.get("labels", []))
+    labels = list(doc.labels)
     splits: Dict[str, Any] = {}
-    for split in dup.split_order(doc.get("splits", {})):
-        info = doc["splits"][split]
+    for split in dup.split_order(doc.splits):
+        info = doc.splits[split]
         split_scans = [s for s in scans if s.split == split]
         classes = collections.Counter(r.class_name for s in split_scans for r in s.records)
         per_class = {c: int(classes.get(c, 0)) for c in labels}
@@ -246,24 +247,24 @@ def build_document(
         sizes = collections.Counter((r.width, r.height) for s in split_scans for r in s.records)
         splits[split] = {
             "num_examples": sum(classes.values()),
-            "declared_examples": int(info.get("num_examples", 0)),
+            "declared_examples": info.num_examples,
             "examples_per_class": per_class,
-            "declared_examples_per_class": dict(info.get("examples_per_class", {})),
+            "declared_examples_per_class": dict(info.examples_per_class),
             "imbalance": imbalance({c: n for c, n in per_class.items() if c != UNLABELED}),
             "images": image_sizes(sizes),
         }
     shard_rows = []
-    declared = {s["file"]: s for info in doc.get("splits", {}).values() for s in info.get("shards", [])}
+    declared = {shard.file: shard for _, shard in doc.shards()}
     for scan in scans:
-        entry = declared.get(scan.file, {})
+        entry = declared.get(scan.file)
         shard_rows.append(
             {
                 "split": scan.split,
                 "file": scan.file,
                 "records": len(scan.records),
-                "declared_records": entry.get("num_records"),
+                "declared_records": None if entry is None else entry.num_records,
                 "bytes": scan.file_bytes,
-                "declared_bytes": entry.get("num_bytes"),
+                "declared_bytes": None if entry is None else entry.num_bytes,
                 "read_to_end": scan.read_to_end,
                 "problems": list(scan.problems),
             }
@@ -275,14 +276,14 @@ def build_document(
         "dataset": {
             "path": directory,
             "complete": records.is_complete(directory),
-            "created": doc.get("created"),
-            "tool_version": doc.get("tool_version"),
-            "input": doc.get("input"),
-            "record_type": doc.get("record_type", manifest.RECORD_TYPE),
-            "labeled": doc.get("labeled", True),
+            "created": doc.created,
+            "tool_version": doc.tool_version,
+            "input": doc.input,
+            "record_type": doc.record_type.value,
+            "labeled": doc.labeled,
             "labels": labels,
-            "options": dict(doc.get("options") or {}),
-            "accounting": dict(doc.get("accounting") or {}),
+            "options": dict(doc.options),
+            "accounting": {} if doc.accounting is None else doc.accounting.to_json(),
         },
         "options": dict(options),
         "read": {

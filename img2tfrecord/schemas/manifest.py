@@ -4,7 +4,7 @@ An output directory holds, per split, shards named
 ``<split>-<index>-of-<count>.tfrecord`` (``.tfrecord.gz`` when gzip
 compressed), plus:
 
-* ``dataset.json`` -- this module's manifest (:func:`build_manifest`);
+* ``dataset.json`` -- the manifest (:mod:`img2tfrecord.schemas.dataset_manifest`);
 * ``labels.txt``   -- line i is the class name of id i;
 * ``errors.jsonl`` -- one JSON object per rejected input (``path``, ``reason``, ``error``);
 * ``label_map.pbtxt`` -- detection only: the TF Object Detection API's label map (ids from 1);
@@ -19,16 +19,15 @@ compressed), plus:
   ``schema.pbtxt``; statistics in the manifest's ``statistics``), read with
   ``tft.TFTransformOutput(<output dir>)``.
 
-The manifest is plain JSON so any language can read it; the helpers here do
-no I/O, callers read and write with their own filesystem layer (Beam's
-``FileSystems`` in the pipeline, ``tf.io.gfile`` in the reader).
+The manifest is plain JSON so any language can read it. Nothing here does
+I/O: callers read and write with their own filesystem layer (Beam's
+``FileSystems`` in the pipeline, ``readers/storage.py`` in the readers).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Optional
 
 from img2tfrecord.schemas import features, labels
 
@@ -72,6 +71,14 @@ ANALYSIS_FILE_NAMES = (
     TRANSFORM_STAGING_DIR,
     ANALYSIS_TEMP_DIR,
 )
+
+# What makes the folder a TFDS dataset (schemas/tfds_layout.py writes them from the manifest):
+# tfds.builder_from_directory reads dataset_info.json, features.json and the class names of
+# image/class/label from the file TFDS names after the feature's path parts joined by "-".
+TFDS_DATASET_INFO_FILE = "dataset_info.json"
+TFDS_FEATURES_FILE = "features.json"
+TFDS_LABEL_NAMES_FILE = "-".join(features.CLASS_LABEL.split("/")) + ".labels.txt"
+TFDS_FILE_NAMES = (TFDS_DATASET_INFO_FILE, TFDS_FEATURES_FILE, TFDS_LABEL_NAMES_FILE)
 
 INDEX_DIR = "index"  # per-shard record offsets of uncompressed outputs
 INDEX_SUFFIX = ".idx"
@@ -127,96 +134,9 @@ def parse_shard_file_name(name: str) -> Optional[Dict[str, Any]]:
 
 def is_output_file(name: str) -> bool:
     """True for a base name that ``convert`` writes (or stages) in an output directory."""
-    from img2tfrecord.schemas import tfds_layout  # it imports this module
-
     return (
         name in OUTPUT_FILE_NAMES
-        or name in tfds_layout.FILE_NAMES
+        or name in TFDS_FILE_NAMES
         or parse_shard_file_name(name) is not None
         or any(name.startswith(p) for p in TEMP_PREFIXES)
     )
-
-
-def build_manifest(
-    *,
-    tool_version: str,
-    created: str,
-    input_path: str,
-    options: Mapping[str, Any],
-    compression: str,
-    label_names: List[str],
-    splits: Mapping[str, Mapping[str, Any]],
-    accounting: Mapping[str, Any],
-    record_type: str = RECORD_TYPE,
-    labeled: bool = True,
-    statistics: Optional[Mapping[str, Any]] = None,
-    run_fingerprint: Optional[str] = None,
-    task: str = TASK_CLASSIFICATION,
-) -> Dict[str, Any]:
-    """The ``dataset.json`` document.
-
-    ``splits`` maps split name to ``{"num_examples", "examples_per_class",
-    "shards": [{"file", "num_records", "num_bytes"}]}``; ``accounting`` holds
-    ``inputs``, ``written``, ``rejected``, ``skipped`` and ``rejected_by_reason``;
-    each shard also lists its ``sha256`` and, uncompressed, its ``index`` file.
-    ``run_fingerprint`` identifies the options, seed and input listing of the run
-    (``--resume`` compares it).
-    ``record_type`` is :data:`SEQUENCE_RECORD_TYPE` for ``--sequence`` (one
-    record per clip; the inputs counted are clips); ``labeled=False`` (a
-    manifest without a label column) means the records hold no label
-    features, ``labels`` is empty and ``examples_per_class`` stays empty.
-    ``task`` detection: TF Object Detection API records (one per image, every
-    box in it); each split also has ``boxes_per_class`` and ``dropped_boxes``
-    (per reason), and ``files`` names ``label_map.pbtxt``.
-    """
-    detection = task == TASK_DETECTION
-    if record_type not in RECORD_TYPES:
-        raise ValueError(f"unknown record type {record_type!r}")
-    return {
-        "format_version": FORMAT_VERSION,
-        "tool": "img2tfrecord",
-        "tool_version": tool_version,
-        "created": created,
-        "input": input_path,
-        "options": dict(options),
-        "record_type": record_type,
-        TASK: task,
-        "compression": compression,
-        "labeled": bool(labeled),
-        "labels": list(label_names),
-        "num_classes": len(label_names),
-        "feature_spec": features.feature_spec_json(
-            labeled=labeled, sequence=record_type == SEQUENCE_RECORD_TYPE, detection=detection
-        ),
-        "splits": {name: dict(info) for name, info in sorted(splits.items())},
-        "accounting": dict(accounting),
-        "files": {
-            "labels": LABELS_FILE,
-            **({"label_map": LABEL_MAP_FILE} if detection else {}),
-            "errors": ERRORS_FILE,
-            "success": SUCCESS_FILE,
-        },
-        **({"run_fingerprint": run_fingerprint} if run_fingerprint else {}),
-        # The tf.Transform analysis of the train split (transforms/analyze.py); absent with --no-analyze.
-        **({STATISTICS: dict(statistics)} if statistics is not None else {}),
-    }
-
-
-def dumps(manifest: Mapping[str, Any]) -> str:
-    return json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-
-
-def loads(text: str) -> Dict[str, Any]:
-    """Parse ``dataset.json``, checking that it is a manifest this version understands."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{MANIFEST_FILE} is not valid JSON: {e}") from e
-    if not isinstance(doc, dict) or doc.get("tool") != "img2tfrecord":
-        raise ValueError(f"{MANIFEST_FILE} was not written by img2tfrecord")
-    version = doc.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ValueError(
-            f"{MANIFEST_FILE} has format_version {version!r}; this img2tfrecord reads up to {FORMAT_VERSION}"
-        )
-    return doc

@@ -19,9 +19,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord import faults
+from img2tfrecord.errors import ErrorBudgetExceeded
 from img2tfrecord.model import CommittedShard
+from img2tfrecord.schemas import dataset_manifest, manifest, tfds_layout
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas import manifest, tfds_layout
+from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, ShardInfo, SplitInfo
 
 
 def error_json(row: Mapping[str, str]) -> str:
@@ -42,11 +44,6 @@ class WriteErrorReport(beam.PTransform):
             | "ToJson" >> beam.Map(error_json)
             | "WriteErrors" >> beam.io.WriteToText(self._path, shard_name_template="", num_shards=1)
         )
-
-
-class ErrorBudgetExceeded(RuntimeError):
-    """More inputs were rejected than ``--max-error-rate`` allows (the output is still written), or no
-    record was written at all (then without ``_SUCCESS``)."""
 
 
 def no_records_written(inputs: int, rejected: int) -> str:
@@ -82,40 +79,36 @@ def write_atomically(path: str, text: str) -> None:
 
 def summarise_splits(
     split_names: Iterable[str], shards: Iterable[CommittedShard], detection: bool = False
-) -> Dict[str, Dict[str, Any]]:
-    """``dataset.json``'s ``splits``: per split the examples, bytes, examples per class and shards.
+) -> Dict[str, SplitInfo]:
+    """``dataset.json``'s ``splits``, in the order of ``split_names``: per split the examples, bytes,
+    examples per class (sorted by name) and shards (sorted by file name).
 
     ``detection``: also the boxes written per class and the boxes dropped per reason.
     """
-    splits: Dict[str, Dict[str, Any]] = {
-        name: {"num_examples": 0, "num_bytes": 0, "examples_per_class": {}, "shards": []} for name in split_names
-    }
-    if detection:
-        for info in splits.values():
-            info[manifest.BOXES_PER_CLASS] = {}
-            info[manifest.DROPPED_BOXES] = {}
+    by_split: Dict[str, List[CommittedShard]] = {name: [] for name in split_names}
     for shard in sorted(shards, key=lambda s: s.file):
-        info = splits[shard.split]
-        info["shards"].append(shard.manifest_entry())
-        info["num_examples"] += shard.num_records
-        info["num_bytes"] += shard.num_bytes
-        per_class = info["examples_per_class"]
-        for class_name, n in shard.class_counts:
-            if class_name is not None:  # None: records of an unlabeled manifest
-                per_class[class_name] = per_class.get(class_name, 0) + n
-        if detection:
-            for key, counts in (
-                (manifest.BOXES_PER_CLASS, shard.box_counts),
-                (manifest.DROPPED_BOXES, shard.dropped_boxes),
-            ):
-                totals = info[key]
-                for name, n in counts:
-                    totals[name] = totals.get(name, 0) + n
-    for info in splits.values():
-        for key in ("examples_per_class", manifest.BOXES_PER_CLASS, manifest.DROPPED_BOXES):
-            if key in info:
-                info[key] = dict(sorted(info[key].items()))
-    return splits
+        by_split[shard.split].append(shard)
+
+    def total(counts: Iterable[Tuple[Optional[str], int]]) -> Dict[str, int]:
+        totals: Dict[str, int] = {}
+        for name, n in counts:
+            if name is not None:  # None: records of an unlabeled manifest
+                totals[name] = totals.get(name, 0) + n
+        return dict(sorted(totals.items()))
+
+    return {
+        name: SplitInfo(
+            num_examples=sum(s.num_records for s in written),
+            num_bytes=sum(s.num_bytes for s in written),
+            examples_per_class=total(c for s in written for c in s.class_counts),
+            shards=tuple(
+                ShardInfo(s.file, s.num_records, s.num_bytes, s.sha256, s.index_file or None) for s in written
+            ),
+            boxes_per_class=total(c for s in written for c in s.box_counts) if detection else None,
+            dropped_boxes=total(c for s in written for c in s.dropped_boxes) if detection else None,
+        )
+        for name, written in by_split.items()
+    }
 
 
 def remove_tree(path: str) -> None:
@@ -135,13 +128,15 @@ class FinalizeOutput(beam.DoFn):
     def __init__(
         self,
         output_dir: str,
-        manifest_fields: Dict[str, Any],
+        template: DatasetManifest,
         split_names: List[str],
         run_dir: str,
         max_error_rate: Optional[float] = None,
     ):
+        """``template``: the manifest's fields known before the run (tool, input, options, task, record type);
+        the rest is filled in here."""
         self._output_dir = output_dir
-        self._fields = manifest_fields
+        self._template = template
         self._split_names = split_names
         self._run_dir = run_dir
         self._max_error_rate = max_error_rate
@@ -157,36 +152,29 @@ class FinalizeOutput(beam.DoFn):
         unused_error_files: List[str],
         statistics: Optional[Dict[str, Any]] = None,
     ):
-        detection = self._fields.get("task") == manifest.TASK_DETECTION
-        splits = summarise_splits(self._split_names, shards, detection)
-        written = sum(info["num_examples"] for info in splits.values())
+        detection = self._template.is_detection
+        splits = summarise_splits(sorted(self._split_names), shards, detection)
+        written = sum(info.num_examples for info in splits.values())
         by_reason = dict(sorted(rejected_counts))
         rejected = sum(by_reason.values())
         if num_inputs != written + rejected:
             raise AccountingError(f"{num_inputs} inputs but {written} records written and {rejected} rejected")
-        doc = manifest.build_manifest(
+        doc = self._template.replace(
             created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            label_names=label_names,
+            labels=tuple(label_names),
             splits=splits,
-            accounting={
-                "inputs": num_inputs,
-                "written": written,
-                "rejected": rejected,
-                "skipped": num_skipped,
-                "rejected_by_reason": by_reason,
-            },
+            accounting=Accounting(num_inputs, written, rejected, num_skipped, by_reason),
             statistics=statistics,
-            **self._fields,
         )
         # The folder is also a TFDS dataset (tfds.builder_from_directory), or says why not.
-        doc[tfds_layout.MANIFEST_KEY] = tfds_layout.manifest_entry(doc)
+        doc = doc.replace(tfds=tfds_layout.status(doc))
         join = FileSystems.join
         write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
         if detection:
             write_atomically(join(self._output_dir, manifest.LABEL_MAP_FILE), label_map.label_map_pbtxt(label_names))
         for name, text in tfds_layout.metadata_files(doc).items():
             write_atomically(join(self._output_dir, name), text)
-        write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), manifest.dumps(doc))
+        write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), dataset_manifest.dumps(doc))
         faults.pause_at("finalizing")
         remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
         if not written:  # nothing to train on is a failed run, whatever the budget

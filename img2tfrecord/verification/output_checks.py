@@ -6,18 +6,19 @@ import collections
 import contextlib
 import io
 import json
-from typing import Any, Dict, Mapping, Optional
+from typing import Dict, Iterator, Mapping, Optional
 
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest, SplitInfo
 from img2tfrecord.verification.findings import DATASET_SCOPE, MAX_PROBLEMS_PER_SCOPE, Report
-from img2tfrecord.verification.record_checks import _context, check_shard
+from img2tfrecord.verification.record_checks import _Context, _context, check_shard
 
 _SAVED_MODEL_FILE = "saved_model.pb"
 
 
-def _check_files(directory: str, doc: Mapping[str, Any], report: Report) -> set:
+def _check_files(directory: str, doc: DatasetManifest, report: Report) -> set:
     """Presence checks; returns the base names of listed shards that exist."""
     try:
         on_disk = set(records.listdir(directory))
@@ -26,7 +27,7 @@ def _check_files(directory: str, doc: Mapping[str, Any], report: Report) -> set:
         return set()
     if manifest.SUCCESS_FILE not in on_disk:
         report.add(DATASET_SCOPE, f"no {manifest.SUCCESS_FILE} file: the conversion is incomplete")
-    listed = {s["file"]: split for split, info in doc.get("splits", {}).items() for s in info.get("shards", [])}
+    listed = {shard.file: split for split, shard in doc.shards()}
     for name in sorted(listed):
         if name not in on_disk:
             report.add(name, "shard listed in dataset.json is missing on disk")
@@ -35,7 +36,7 @@ def _check_files(directory: str, doc: Mapping[str, Any], report: Report) -> set:
             report.add(name, "shard file on disk is not listed in dataset.json")
         elif any(name.startswith(p) for p in manifest.TEMP_PREFIXES):
             report.notes.append(f"leftover temporary file or folder: {name}")
-    labels_file = doc.get("files", {}).get("labels", manifest.LABELS_FILE)
+    labels_file = doc.files["labels"]
     if labels_file not in on_disk:
         report.add(labels_file, "missing")
     else:
@@ -44,17 +45,17 @@ def _check_files(directory: str, doc: Mapping[str, Any], report: Report) -> set:
         except Exception as e:
             names = None
             report.add(labels_file, f"unreadable: {type(e).__name__}: {e}")
-        if names is not None and names != list(doc.get("labels", [])):
+        if names is not None and names != list(doc.labels):
             report.add(
                 labels_file,
-                f"holds {len(names)} class name(s) that differ from dataset.json's {len(doc.get('labels', []))} labels",
+                f"holds {len(names)} class name(s) that differ from dataset.json's {doc.num_classes} labels",
             )
     return {name for name in listed if name in on_disk}
 
 
-def _read_label_map(directory: str, doc: Mapping[str, Any], report: Report) -> Dict[int, str]:
+def _read_label_map(directory: str, doc: DatasetManifest, report: Report) -> Dict[int, str]:
     """Id -> class name of a detection output's ``label_map.pbtxt``, checked against dataset.json's labels."""
-    name = doc.get("files", {}).get("label_map", label_map.LABEL_MAP_FILE)
+    name = doc.files["label_map"]
     path = records.join(directory, name)
     if not records.exists(path):
         report.add(name, "missing: the label map of a detection output")
@@ -64,31 +65,30 @@ def _read_label_map(directory: str, doc: Mapping[str, Any], report: Report) -> D
     except (OSError, ValueError) as e:
         report.add(name, f"unreadable: {type(e).__name__}: {e}")
         return {}
-    expected = {i: n for n, i in label_map.detection_ids(list(doc.get("labels", []))).items()}
+    expected = {i: n for n, i in label_map.detection_ids(list(doc.labels)).items()}
     if ids != expected:
         report.add(name, f"holds {len(ids)} item(s) that differ from dataset.json's labels numbered from 1")
     return ids
 
 
-def _nonzero_counts(counts: Mapping[str, Any]) -> Dict[str, int]:
+def _nonzero_counts(counts: Mapping[str, int]) -> Dict[str, int]:
     """``{name: count}`` without the zero counts (dataset.json lists classes without examples)."""
     return {k: int(v) for k, v in counts.items() if int(v)}
 
 
 def _check_split_counts(
-    split: str, info: Mapping[str, Any], found: collections.Counter, report: Report, complete: bool, detection: bool
+    split: str, info: SplitInfo, found: collections.Counter, report: Report, complete: bool, detection: bool
 ) -> None:
     """Listed counts against each other, and (when every record was read) against the classes found."""
-    listed_total = sum(int(s.get("num_records", 0)) for s in info.get("shards", []))
-    if int(info.get("num_examples", -1)) != listed_total:
+    if info.num_examples != info.listed_records:
         report.add(
             DATASET_SCOPE,
-            f"split {split}: num_examples is {info.get('num_examples')}, its shards list {listed_total} records",
+            f"split {split}: num_examples is {info.num_examples}, its shards list {info.listed_records} records",
         )
     if not complete:
         return
-    counted, noun = (manifest.BOXES_PER_CLASS, "boxes") if detection else ("examples_per_class", "examples")
-    declared = _nonzero_counts(info.get(counted, {}))
+    counted, noun = (info.boxes_per_class or {}, "boxes") if detection else (info.examples_per_class, "examples")
+    declared = _nonzero_counts(counted)
     actual = _nonzero_counts(found)
     if declared != actual:
         diffs = [
@@ -99,26 +99,24 @@ def _check_split_counts(
         report.add(DATASET_SCOPE, f"split {split}: {noun} per class differ from dataset.json ({'; '.join(diffs[:10])})")
 
 
-def _check_accounting(directory: str, doc: Mapping[str, Any], report: Report) -> None:
-    acc = doc.get("accounting") or {}
-    written = sum(int(info.get("num_examples", 0)) for info in doc.get("splits", {}).values())
-    if acc.get("written") is not None and int(acc["written"]) != written:
-        report.add(DATASET_SCOPE, f"accounting: written is {acc['written']}, the splits hold {written}")
-    by_reason = {k: int(v) for k, v in (acc.get("rejected_by_reason") or {}).items()}
-    if acc.get("rejected") is not None and int(acc["rejected"]) != sum(by_reason.values()):
-        report.add(
-            DATASET_SCOPE,
-            f"accounting: rejected is {acc['rejected']}, rejected_by_reason sums to {sum(by_reason.values())}",
-        )
-    if (
-        acc.get("inputs") is not None
-        and acc.get("rejected") is not None
-        and int(acc["inputs"]) != written + int(acc["rejected"])
-    ):
-        report.add(
-            DATASET_SCOPE, f"accounting: {acc['inputs']} inputs but {written} written + {acc['rejected']} rejected"
-        )
-    errors_file = doc.get("files", {}).get("errors", manifest.ERRORS_FILE)
+def _check_accounting(directory: str, doc: DatasetManifest, report: Report) -> None:
+    """The accounting's sums against the splits, and ``errors.jsonl``'s rows by reason against it."""
+    acc = doc.accounting
+    written = doc.num_examples
+    by_reason = dict(acc.rejected_by_reason) if acc is not None else {}
+    if acc is not None:
+        if acc.written != written:
+            report.add(DATASET_SCOPE, f"accounting: written is {acc.written}, the splits hold {written}")
+        if acc.rejected != sum(by_reason.values()):
+            report.add(
+                DATASET_SCOPE,
+                f"accounting: rejected is {acc.rejected}, rejected_by_reason sums to {sum(by_reason.values())}",
+            )
+        if acc.inputs != written + acc.rejected:
+            report.add(
+                DATASET_SCOPE, f"accounting: {acc.inputs} inputs but {written} written + {acc.rejected} rejected"
+            )
+    errors_file = doc.files["errors"]
     path = records.join(directory, errors_file)
     if not records.exists(path):
         report.add(errors_file, "missing")
@@ -143,9 +141,9 @@ def _check_accounting(directory: str, doc: Mapping[str, Any], report: Report) ->
         )
 
 
-def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> None:
+def _check_analysis(directory: str, doc: DatasetManifest, report: Report) -> None:
     """The tf.Transform outputs that ``dataset.json``'s statistics promise (``transforms/analyze.py``)."""
-    stats = doc.get(manifest.STATISTICS)
+    stats = doc.statistics
     if not stats:
         return
     report.analysis_checked = True
@@ -158,7 +156,7 @@ def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> N
     raw_metadata = files.get("raw_metadata", manifest.RAW_METADATA_DIR)
     schema_file = files.get("schema", manifest.SCHEMA_FILE)
     for name in (schema_file, f"{raw_metadata}/{schema_file}"):
-        problem = _schema_problem(records.join(directory, name), set(doc.get("feature_spec") or {}))
+        problem = _schema_problem(records.join(directory, name), set(doc.spec))
         if problem:
             report.add(name, problem)
     vocabulary = stats.get("label_vocabulary")
@@ -173,32 +171,29 @@ def _check_analysis(directory: str, doc: Mapping[str, Any], report: Report) -> N
             except (OSError, ValueError) as e:
                 names = None
                 report.add(name, f"unreadable: {type(e).__name__}: {e}")
-            if names is not None and names != list(doc.get("labels", [])):
+            if names is not None and names != list(doc.labels):
                 report.add(
                     name, f"differs from {manifest.LABELS_FILE}: the transform's label ids would not be the records'"
                 )
-    info = doc.get("splits", {}).get(stats.get("split"))
+    split = stats.get("split")
+    info = doc.splits.get(split) if isinstance(split, str) else None
     scope = f"{manifest.MANIFEST_FILE} {manifest.STATISTICS}"
     if info is None:
-        report.add(scope, f"describe split {stats.get('split')!r}, which the output does not have")
+        report.add(scope, f"describe split {split!r}, which the output does not have")
     else:
-        if int(stats.get("num_examples", -1)) != int(info.get("num_examples", 0)):
-            report.add(
-                scope,
-                f"count {stats.get('num_examples')} examples, split {stats['split']} holds {info.get('num_examples')}",
-            )
+        if int(stats.get("num_examples", -1)) != info.num_examples:
+            report.add(scope, f"count {stats.get('num_examples')} examples, split {split} holds {info.num_examples}")
         per_class = _nonzero_counts(stats.get("examples_per_class") or {})
-        if "examples_per_class" in stats and per_class != _nonzero_counts(info.get("examples_per_class", {})):
-            report.add(scope, f"examples per class differ from split {stats['split']}'s")
-    options = doc.get("options") or {}
+        if "examples_per_class" in stats and per_class != _nonzero_counts(info.examples_per_class):
+            report.add(scope, f"examples per class differ from split {split}'s")
     exact = stats.get("exact", True)  # absent means exact (statistics of every decoded image)
-    if not isinstance(exact, bool) or (options.get("exact_statistics") and exact is not True):
+    if not isinstance(exact, bool) or (doc.exact_statistics and exact is not True):
         report.add(
             scope,
             f"exact is {exact!r}, not what the options "
-            f"({'' if options.get('exact_statistics') else 'no '}--exact-statistics) give",
+            f"({'' if doc.exact_statistics else 'no '}--exact-statistics) give",
         )
-    channels = options.get("channels")
+    channels = doc.channels
     for key in ("pixel_mean", "pixel_std"):
         values = stats.get(key)
         if (
@@ -233,26 +228,31 @@ def verify(directory: str, max_problems_per_scope: int = MAX_PROBLEMS_PER_SCOPE)
     """Check an output directory; the :class:`Report` says what holds.
 
     Raises FileNotFoundError when the directory or its ``dataset.json`` does
-    not exist. An unparseable manifest is a problem in the report.
+    not exist. A manifest this version does not read is the report's one
+    problem, the ``ManifestError`` naming the field.
     """
     report = Report(directory, max_problems_per_scope)
     try:
         doc = records.read_manifest(directory)
-    except ValueError as e:
-        report.add(manifest.MANIFEST_FILE, str(e))
+    except ValueError as e:  # the scope names the file: "dataset.json: splits.train.num_examples is ..."
+        report.add(manifest.MANIFEST_FILE, str(e).removeprefix(f"{manifest.MANIFEST_FILE}: "))
         return report
-    with _pixel_limit((doc.get("options") or {}).get("max_pixels")):
-        _verify(directory, doc, report)
+    try:
+        ctx = _context(doc)
+        with _pixel_limit(doc.max_pixels):
+            _verify(directory, doc, ctx, report)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # options or statistics of the wrong shape
+        report.add(manifest.MANIFEST_FILE, f"malformed: {type(e).__name__}: {e}")
     return report
 
 
 @contextlib.contextmanager
-def _pixel_limit(max_pixels: Any):
+def _pixel_limit(max_pixels: Optional[int]) -> Iterator[None]:
     """Let Pillow open images up to the conversion's ``--max-pixels`` (its own limit may be lower)."""
     from PIL import Image
 
     old = Image.MAX_IMAGE_PIXELS
-    if isinstance(max_pixels, int) and old is not None and max_pixels > old:
+    if max_pixels is not None and old is not None and max_pixels > old:
         Image.MAX_IMAGE_PIXELS = max_pixels
     try:
         yield
@@ -260,27 +260,21 @@ def _pixel_limit(max_pixels: Any):
         Image.MAX_IMAGE_PIXELS = old
 
 
-def _verify(directory: str, doc: Mapping[str, Any], report: Report) -> None:
-    try:
-        ctx = _context(doc)
-        if ctx.compression not in manifest.COMPRESSIONS:
-            report.add(manifest.MANIFEST_FILE, f"unknown compression {ctx.compression!r}")
-            return
-        present = _check_files(directory, doc, report)
-        if ctx.detection:
-            ctx = _context(doc, _read_label_map(directory, doc, report))
-        for split, info in doc.get("splits", {}).items():
-            found: collections.Counter = collections.Counter()
-            complete = True
-            for shard in info.get("shards", []):
-                if shard["file"] not in present:
-                    complete = False
-                    continue
-                classes, shard_complete = check_shard(directory, shard, ctx, report)
-                found += classes
-                complete = complete and shard_complete
-            _check_split_counts(split, info, found, report, complete, ctx.detection)
-        _check_accounting(directory, doc, report)
-        _check_analysis(directory, doc, report)
-    except (KeyError, TypeError, AttributeError, ValueError) as e:  # a manifest missing fields or of the wrong shape
-        report.add(manifest.MANIFEST_FILE, f"malformed: {type(e).__name__}: {e}")
+def _verify(directory: str, doc: DatasetManifest, ctx: _Context, report: Report) -> None:
+    """Every check of a loaded manifest's output, records checked against ``ctx``."""
+    present = _check_files(directory, doc, report)
+    if ctx.detection:
+        ctx = _context(doc, _read_label_map(directory, doc, report))
+    for split, info in doc.splits.items():
+        found: collections.Counter = collections.Counter()
+        complete = True
+        for shard in info.shards:
+            if shard.file not in present:
+                complete = False
+                continue
+            classes, shard_complete = check_shard(directory, shard, ctx, report)
+            found += classes
+            complete = complete and shard_complete
+        _check_split_counts(split, info, found, report, complete, ctx.detection)
+    _check_accounting(directory, doc, report)
+    _check_analysis(directory, doc, report)

@@ -16,7 +16,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest, ShardInfo
 from img2tfrecord.verification.findings import Report
 
 _PIL_FORMATS = {keys.FORMAT_JPEG: "JPEG", keys.FORMAT_PNG: "PNG"}
@@ -57,18 +57,17 @@ class _Context:
     label_map: Mapping[int, str] = dataclasses.field(default_factory=dict)  # detection: id -> class name
 
 
-def _context(doc: Mapping[str, Any], label_ids: Optional[Mapping[int, str]] = None) -> _Context:
-    options = doc.get("options") or {}
-    size = options.get("image_size")
+def _context(doc: DatasetManifest, label_ids: Optional[Mapping[int, str]] = None) -> _Context:
+    """The record checks' view of ``doc``; ValueError or TypeError when its options are of the wrong shape."""
     return _Context(
-        spec=doc.get("feature_spec") or {},
-        labels=tuple(doc.get("labels", [])),
-        channels=options.get("channels"),
-        size=(int(size[0]), int(size[1])) if size else None,
-        formats=_ALLOWED_FORMATS.get(options.get("format", "")),
-        compression=doc.get("compression", "none"),
-        sequence=doc.get("record_type") == manifest.SEQUENCE_RECORD_TYPE,
-        detection=doc.get(manifest.TASK) == manifest.TASK_DETECTION,
+        spec=doc.spec,
+        labels=doc.labels,
+        channels=doc.channels,
+        size=doc.image_size,
+        formats=_ALLOWED_FORMATS.get(doc.image_format or ""),
+        compression=doc.compression.value,
+        sequence=doc.is_sequence,
+        detection=doc.is_detection,
         label_map=dict(label_ids or {}),
     )
 
@@ -243,15 +242,13 @@ def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Option
 # One shard.
 
 
-def check_shard(
-    directory: str, shard: Mapping[str, Any], ctx: _Context, report: Report
-) -> Tuple[collections.Counter, bool]:
+def check_shard(directory: str, shard: ShardInfo, ctx: _Context, report: Report) -> Tuple[collections.Counter, bool]:
     """Check every record of one listed shard.
 
     Returns its records per class name (boxes per class name for detection),
     and whether that count is complete (every record was read and counted).
     """
-    name = shard["file"]
+    name = shard.file
     path = records.join(directory, name)
     classes: collections.Counter = collections.Counter()
     count = 0
@@ -281,18 +278,18 @@ def check_shard(
         report.add(name, f"cannot read shard: {type(e).__name__}: {e}")
     report.records_checked += count
     report.shards_checked += 1
-    expected = shard.get("num_records")
+    expected = shard.num_records
     if framing_broken:
         report.add(
             name, f"record count unknown: {count} readable record(s) before the break, dataset.json lists {expected}"
         )
-    elif expected is not None and count != int(expected):
+    elif count != expected:
         report.add(name, f"record count mismatch: shard holds {count} record(s), dataset.json lists {expected}")
-    declared_bytes = shard.get("num_bytes")
+    declared_bytes = shard.num_bytes
     try:
         size = records.file_size(path)
     except Exception:
         size = None
-    if declared_bytes is not None and size is not None and size != int(declared_bytes):
+    if size is not None and size != declared_bytes:
         report.add(name, f"file size mismatch: {size} bytes on disk, dataset.json lists {declared_bytes}")
     return classes, not framing_broken and not unclassified

@@ -1,0 +1,37 @@
+"""The exceptions a conversion raises to its caller (``img2tfrecord.convert`` and the command line).
+
+Standard library only. The command line maps them to exit codes: :class:`UsageError` 2,
+:class:`ConversionFailed` 1, :class:`ErrorBudgetExceeded` 3 (``commands/errors.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+
+
+class UsageError(ValueError):
+    """What was asked for cannot run (a bad option, input or output); found before any work.
+
+    The message is one line naming the option or path and how to fix it, the same text the command line
+    prints.
+    """
+
+
+class ConversionFailed(RuntimeError):
+    """The pipeline failed. The message is the failure's type and last line; ``__cause__`` is the runner's
+    exception. Finished shards stay in the output's staging folder for ``resume=True``."""
+
+
+class ErrorBudgetExceeded(RuntimeError):
+    """More inputs were rejected than ``max_error_rate`` allows, or no record was written at all.
+
+    The output was written and is consistent (``result`` is its manifest); with no record written it has
+    no ``_SUCCESS``. Raised inside the pipeline without ``result``, and to callers with it.
+    """
+
+    def __init__(self, message: str, result: Optional[DatasetManifest] = None):
+        super().__init__(message)
+        self.result = result

@@ -1,0 +1,417 @@
+"""``dataset.json`` as typed objects: :class:`DatasetManifest` and its parts, read and written only here.
+
+``DatasetManifest.from_json`` checks every field's type and names the first
+wrong one (a :class:`ManifestError`); ``to_json`` gives back the same document,
+key for key and in the same order, so ``dumps(loads(text)) == text`` for every
+manifest this version writes. The file names of an output folder are
+:mod:`img2tfrecord.schemas.manifest`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+from img2tfrecord.schemas import features, manifest
+
+FORMAT_VERSION = manifest.FORMAT_VERSION
+TOOL = "img2tfrecord"
+
+T = TypeVar("T")
+
+
+class ManifestError(ValueError):
+    """``dataset.json`` is not a manifest this version reads; the message names the field."""
+
+
+class Task(str, enum.Enum):
+    CLASSIFICATION = manifest.TASK_CLASSIFICATION
+    DETECTION = manifest.TASK_DETECTION
+
+
+class RecordType(str, enum.Enum):
+    EXAMPLE = manifest.RECORD_TYPE
+    SEQUENCE_EXAMPLE = manifest.SEQUENCE_RECORD_TYPE
+
+
+class Compression(str, enum.Enum):
+    NONE = "none"
+    GZIP = "gzip"
+
+
+# ---------------------------------------------------------------------------
+# Field checks: each names the field it rejects.
+
+
+def _fail(where: str, what: str) -> ManifestError:
+    return ManifestError(f"{manifest.MANIFEST_FILE}: {where} {what}")
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(where, f"is {value!r}, not a count")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(where, f"is {value!r}, not a string")
+    return value
+
+
+def _opt_str(value: Any, where: str) -> Optional[str]:
+    return None if value is None else _str(value, where)
+
+
+def _dict(value: Any, where: str) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(where, f"is {type(value).__name__}, not an object")
+    return value
+
+
+def _counts(value: Any, where: str) -> Dict[str, int]:
+    return {_str(k, where): _int(n, f"{where}.{k}") for k, n in _dict(value, where).items()}
+
+
+def _enum(cls: Callable[[str], T], value: Any, where: str) -> T:
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
+        raise _fail(where, f"is {value!r}; expected one of {allowed}") from None
+
+
+# ---------------------------------------------------------------------------
+# The parts.
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One shard file: its name in the output folder, records, bytes, sha256 and (uncompressed) index file."""
+
+    file: str
+    num_records: int
+    num_bytes: int
+    sha256: Optional[str] = None
+    index: Optional[str] = None  # relative to the output, e.g. index/train-00000-of-00004.tfrecord.idx
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> ShardInfo:
+        doc = _dict(doc, where)
+        return cls(
+            file=_str(doc.get("file"), f"{where}.file"),
+            num_records=_int(doc.get("num_records"), f"{where}.num_records"),
+            num_bytes=_int(doc.get("num_bytes"), f"{where}.num_bytes"),
+            sha256=_opt_str(doc.get("sha256"), f"{where}.sha256"),
+            index=_opt_str(doc.get("index"), f"{where}.index"),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        doc: Dict[str, Any] = {"file": self.file, "num_records": self.num_records, "num_bytes": self.num_bytes}
+        if self.sha256 is not None:
+            doc["sha256"] = self.sha256
+        if self.index is not None:
+            doc["index"] = self.index
+        return doc
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    """One split: its records, bytes, records per class name and shards in order.
+
+    Detection splits also count the boxes written per class and the boxes dropped per reason
+    (``clipped_to_image`` counts boxes kept after clipping); both are None for classification.
+    """
+
+    num_examples: int
+    num_bytes: int
+    examples_per_class: Dict[str, int]
+    shards: Tuple[ShardInfo, ...]
+    boxes_per_class: Optional[Dict[str, int]] = None
+    dropped_boxes: Optional[Dict[str, int]] = None
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> SplitInfo:
+        doc = _dict(doc, where)
+        shards = doc.get("shards", [])
+        if not isinstance(shards, list):
+            raise _fail(f"{where}.shards", "is not a list")
+        return cls(
+            num_examples=_int(doc.get("num_examples"), f"{where}.num_examples"),
+            num_bytes=_int(doc.get("num_bytes", 0), f"{where}.num_bytes"),
+            examples_per_class=_counts(doc.get("examples_per_class", {}), f"{where}.examples_per_class"),
+            shards=tuple(ShardInfo.from_json(s, f"{where}.shards[{i}]") for i, s in enumerate(shards)),
+            boxes_per_class=(
+                None
+                if doc.get(manifest.BOXES_PER_CLASS) is None
+                else _counts(doc[manifest.BOXES_PER_CLASS], f"{where}.{manifest.BOXES_PER_CLASS}")
+            ),
+            dropped_boxes=(
+                None
+                if doc.get(manifest.DROPPED_BOXES) is None
+                else _counts(doc[manifest.DROPPED_BOXES], f"{where}.{manifest.DROPPED_BOXES}")
+            ),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        doc: Dict[str, Any] = {
+            "num_examples": self.num_examples,
+            "num_bytes": self.num_bytes,
+            "examples_per_class": dict(self.examples_per_class),
+            "shards": [s.to_json() for s in self.shards],
+        }
+        if self.boxes_per_class is not None:
+            doc[manifest.BOXES_PER_CLASS] = dict(self.boxes_per_class)
+        if self.dropped_boxes is not None:
+            doc[manifest.DROPPED_BOXES] = dict(self.dropped_boxes)
+        return doc
+
+    @property
+    def listed_records(self) -> int:
+        """The records its shards list (equal to ``num_examples`` in a consistent manifest)."""
+        return sum(s.num_records for s in self.shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class Accounting:
+    """Where every input went: ``inputs == written + rejected``; ``skipped`` inputs were not inputs."""
+
+    inputs: int
+    written: int
+    rejected: int
+    skipped: int = 0
+    rejected_by_reason: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "accounting") -> Accounting:
+        doc = _dict(doc, where)
+        return cls(
+            inputs=_int(doc.get("inputs"), f"{where}.inputs"),
+            written=_int(doc.get("written"), f"{where}.written"),
+            rejected=_int(doc.get("rejected"), f"{where}.rejected"),
+            skipped=_int(doc.get("skipped", 0), f"{where}.skipped"),
+            rejected_by_reason=_counts(doc.get("rejected_by_reason", {}), f"{where}.rejected_by_reason"),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "inputs": self.inputs,
+            "written": self.written,
+            "rejected": self.rejected,
+            "skipped": self.skipped,
+            "rejected_by_reason": dict(self.rejected_by_reason),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsStatus:
+    """Whether ``tfds.builder_from_directory`` reads the output, and if not why (``schemas/tfds_layout.py``)."""
+
+    readable: bool
+    reason: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "tfds") -> TfdsStatus:
+        doc = _dict(doc, where)
+        readable = doc.get("readable")
+        if not isinstance(readable, bool):
+            raise _fail(f"{where}.readable", f"is {readable!r}, not true or false")
+        return cls(readable, _opt_str(doc.get("reason"), f"{where}.reason"))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"readable": True} if self.readable else {"readable": False, "reason": self.reason}
+
+
+# ---------------------------------------------------------------------------
+# The manifest.
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetManifest:
+    """A finished output: how it was made (tool, input, options), what it holds (labels, features, splits,
+    shards) and where every input went (accounting).
+
+    ``options`` are the run's option values as ``options.py`` records them; the properties below read the
+    ones readers need. ``statistics`` is the tf.Transform analysis of the train split (``transforms/analyze.py``),
+    None with ``--no-analyze``.
+    """
+
+    tool_version: str
+    created: str
+    input: str
+    options: Dict[str, Any]
+    compression: Compression
+    labels: Tuple[str, ...]
+    splits: Dict[str, SplitInfo]
+    accounting: Optional[Accounting]
+    record_type: RecordType = RecordType.EXAMPLE
+    task: Task = Task.CLASSIFICATION
+    labeled: bool = True
+    feature_spec: Optional[Dict[str, Dict[str, Any]]] = None  # None: the spec of record_type, task, labeled
+    run_fingerprint: Optional[str] = None
+    statistics: Optional[Dict[str, Any]] = None
+    tfds: Optional[TfdsStatus] = None
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if self.feature_spec is None:
+            spec = features.feature_spec_json(
+                labeled=self.labeled, sequence=self.is_sequence, detection=self.task is Task.DETECTION
+            )
+            object.__setattr__(self, "feature_spec", spec)
+
+    # -- what readers ask ---------------------------------------------------
+
+    @property
+    def is_sequence(self) -> bool:
+        return self.record_type is RecordType.SEQUENCE_EXAMPLE
+
+    @property
+    def is_detection(self) -> bool:
+        return self.task is Task.DETECTION
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)
+
+    @property
+    def spec(self) -> Dict[str, Dict[str, Any]]:
+        """The records' feature spec in ``dataset.json``'s JSON form (``schemas/features.py``)."""
+        assert self.feature_spec is not None  # set by __post_init__
+        return self.feature_spec
+
+    @property
+    def image_format(self) -> Optional[str]:
+        """``--format``: jpeg, png, raw or keep."""
+        return self.options.get("format")
+
+    @property
+    def image_size(self) -> Optional[Tuple[int, int]]:
+        """``--image-size`` as (width, height), or None when images keep their size."""
+        size = self.options.get("image_size")
+        return (int(size[0]), int(size[1])) if size else None
+
+    @property
+    def channels(self) -> Optional[int]:
+        """``--channels``, or None when images keep theirs."""
+        value = self.options.get("channels")
+        return int(value) if value else None
+
+    @property
+    def max_pixels(self) -> Optional[int]:
+        value = self.options.get("max_pixels")
+        return int(value) if value else None
+
+    @property
+    def exact_statistics(self) -> bool:
+        return bool(self.options.get("exact_statistics"))
+
+    @property
+    def files(self) -> Dict[str, str]:
+        """The side files by role: labels, (detection) label_map, errors, success."""
+        return {
+            "labels": manifest.LABELS_FILE,
+            **({"label_map": manifest.LABEL_MAP_FILE} if self.is_detection else {}),
+            "errors": manifest.ERRORS_FILE,
+            "success": manifest.SUCCESS_FILE,
+        }
+
+    @property
+    def num_examples(self) -> int:
+        return sum(info.num_examples for info in self.splits.values())
+
+    def shards(self) -> List[Tuple[str, ShardInfo]]:
+        """Every shard with its split, split by split in the manifest's order."""
+        return [(name, shard) for name, info in self.splits.items() for shard in info.shards]
+
+    def replace(self, **changes: Any) -> DatasetManifest:
+        return dataclasses.replace(self, **changes)
+
+    # -- JSON -----------------------------------------------------------------
+
+    @classmethod
+    def from_json(cls, doc: Any) -> DatasetManifest:
+        """Check and read a parsed ``dataset.json``; :class:`ManifestError` names the first bad field."""
+        if not isinstance(doc, dict) or doc.get("tool") != TOOL:
+            raise ManifestError(f"{manifest.MANIFEST_FILE} was not written by img2tfrecord")
+        version = doc.get("format_version")
+        if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
+            raise ManifestError(
+                f"{manifest.MANIFEST_FILE} has format_version {version!r}; "
+                f"this img2tfrecord reads up to {FORMAT_VERSION}"
+            )
+        labels = doc.get("labels", [])
+        if not isinstance(labels, list):
+            raise _fail("labels", "is not a list")
+        labeled = doc.get("labeled", True)
+        if not isinstance(labeled, bool):
+            raise _fail("labeled", f"is {labeled!r}, not true or false")
+        spec = doc.get("feature_spec")
+        accounting = doc.get("accounting")
+        statistics = doc.get(manifest.STATISTICS)
+        tfds = doc.get("tfds")
+        return cls(
+            format_version=version,
+            tool_version=_str(doc.get("tool_version", ""), "tool_version"),
+            created=_str(doc.get("created", ""), "created"),
+            input=_str(doc.get("input", ""), "input"),
+            options=dict(_dict(doc.get("options", {}), "options")),
+            record_type=_enum(RecordType, doc.get("record_type", RecordType.EXAMPLE.value), "record_type"),
+            task=_enum(Task, doc.get(manifest.TASK, Task.CLASSIFICATION.value), manifest.TASK),
+            compression=_enum(Compression, doc.get("compression", Compression.NONE.value), "compression"),
+            labeled=labeled,
+            labels=tuple(_str(name, f"labels[{i}]") for i, name in enumerate(labels)),
+            feature_spec=None if spec is None else dict(_dict(spec, "feature_spec")),
+            splits={
+                name: SplitInfo.from_json(info, f"splits.{name}")
+                for name, info in _dict(doc.get("splits", {}), "splits").items()
+            },
+            accounting=None if accounting is None else Accounting.from_json(accounting),
+            run_fingerprint=_opt_str(doc.get("run_fingerprint"), "run_fingerprint"),
+            statistics=None if statistics is None else dict(_dict(statistics, manifest.STATISTICS)),
+            tfds=None if tfds is None else TfdsStatus.from_json(tfds),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        doc: Dict[str, Any] = {
+            "format_version": self.format_version,
+            "tool": TOOL,
+            "tool_version": self.tool_version,
+            "created": self.created,
+            "input": self.input,
+            "options": dict(self.options),
+            "record_type": self.record_type.value,
+            manifest.TASK: self.task.value,
+            "compression": self.compression.value,
+            "labeled": self.labeled,
+            "labels": list(self.labels),
+            "num_classes": self.num_classes,
+            "feature_spec": dict(self.spec),
+            "splits": {name: info.to_json() for name, info in self.splits.items()},
+        }
+        if self.accounting is not None:
+            doc["accounting"] = self.accounting.to_json()
+        doc["files"] = self.files
+        if self.run_fingerprint:
+            doc["run_fingerprint"] = self.run_fingerprint
+        if self.statistics is not None:
+            doc[manifest.STATISTICS] = dict(self.statistics)
+        if self.tfds is not None:
+            doc["tfds"] = self.tfds.to_json()
+        return doc
+
+
+def dumps(doc: DatasetManifest) -> str:
+    """``dataset.json``'s text: indented, keys in the manifest's order, UTF-8 names as they are."""
+    return json.dumps(doc.to_json(), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def loads(text: str) -> DatasetManifest:
+    """Parse and check ``dataset.json``'s text."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{manifest.MANIFEST_FILE} is not valid JSON: {e}") from e
+    return DatasetManifest.from_json(doc)
