@@ -78,10 +78,24 @@ def shard_digests(output: str) -> dict:
 
 
 def convert(
-    input_dir: str, output_dir: str, *extra: str, runner: Sequence[str] = IN_MEMORY, analyze: bool = False
+    input_dir: str,
+    output_dir: str,
+    *extra: str,
+    runner: Sequence[str] = IN_MEMORY,
+    analyze: bool = False,
+    process: bool = False,
 ) -> subprocess.CompletedProcess:
-    """``convert --input input_dir --output output_dir EXTRA RUNNER``; without the analysis unless ``analyze``."""
-    return run_cli("convert", "--input", input_dir, "--output", output_dir, *extra, *runner, analyze=analyze)
+    """``convert --input input_dir --output output_dir EXTRA RUNNER``; without the analysis unless ``analyze``.
+
+    Runs in this process (``helpers/cli.run_in_process``: the same exit code, summary and log lines)
+    unless ``process``, for what only a process shows.
+    """
+    args = ("convert", "--input", input_dir, "--output", output_dir, *extra, *runner)
+    if process:
+        return run_cli(*args, analyze=analyze)
+    from helpers.cli import run_in_process
+
+    return run_in_process(*(args if analyze else without_analysis(args)))
 
 
 @pytest.fixture(scope="session")

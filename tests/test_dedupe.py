@@ -27,7 +27,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import ROOT, cli_command, cli_env, convert, manifest_doc, run_cli, shard_digests
+from conftest import ROOT, cli_command, cli_env, convert, manifest_doc, shard_digests
 from helpers.cli import run_in_process
 
 from img2tfrecord import faults
@@ -255,7 +255,9 @@ def test_resume_with_another_dedupe_is_refused_and_the_same_one_finishes(planted
 
 
 def test_dedupe_with_sequence_is_a_usage_error(tmp_path):
-    proc = run_cli("convert", "--input", str(tmp_path), "--output", str(tmp_path / "out"), "--sequence", "--dedupe")
+    proc = run_in_process(
+        "convert", "--input", str(tmp_path), "--output", str(tmp_path / "out"), "--sequence", "--dedupe"
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "img2tfrecord: error: --dedupe compares single files; a --sequence clip is many frames: give one of them"

@@ -12,7 +12,8 @@ import shutil
 
 import images as I
 import pytest
-from conftest import convert, manifest_doc, run_cli, shard_digests
+from conftest import convert, manifest_doc, shard_digests
+from helpers.cli import run_in_process
 from test_archive_safety import write_zip_raw_names
 from test_plan_command import assert_plan_is_the_run
 from test_sources import write_old_output, write_tree
@@ -57,7 +58,7 @@ def refused(tmp_path, *args: str) -> str:
     """Run ``convert ARGS``; assert exit 2, one stderr line, nothing written and nothing under
     ``tmp_path`` changed; -> that line."""
     before = snapshot(str(tmp_path))
-    proc = run_cli("convert", *args)
+    proc = run_in_process("convert", *args)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stdout == ""
     assert snapshot(str(tmp_path)) == before, "a refused command changed the input or the output"
@@ -92,7 +93,7 @@ def test_an_old_output_inside_the_input_never_becomes_a_class(tmp_path):
     before = snapshot(src)
     out = str(tmp_path / "out")
 
-    proc = run_cli("convert", "--input", src, "--output", out, "--plan", "--json", *FAST)
+    proc = run_in_process("convert", "--input", src, "--output", out, "--plan", "--json", *FAST)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout)
     assert found["skipped_outputs"] == ["records/done", "records/killed"]
@@ -205,7 +206,9 @@ def test_val_in_splits_makes_the_validation_split(tmp_path):
     src = str(tmp_path / "photos")
     photos(src, per_class=6)
     out = str(tmp_path / "out")
-    proc = run_cli("convert", "--input", src, "--output", out, "--splits", "train=0.5,val=0.5", "--plan", "--json")
+    proc = run_in_process(
+        "convert", "--input", src, "--output", out, "--splits", "train=0.5,val=0.5", "--plan", "--json"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(json.loads(proc.stdout)["splits"]) == ["train", "validation"]
 

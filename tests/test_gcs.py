@@ -1,8 +1,9 @@
-"""The real CLI against Cloud Storage: a ``gcp-storage-emulator`` on 127.0.0.1 (tests/gcs_emulator.py).
+"""The CLI against Cloud Storage: a ``gcp-storage-emulator`` on 127.0.0.1 (tests/gcs_emulator.py).
 
 Conversions run the default command (tf.Transform analysis on) from ``gs://`` to ``gs://``, except the
 archive and manifest kinds, whose listing is what differs, and are compared with the same input
-converted from a local folder.
+converted from a local folder. Commands run in this process, except the runs that are killed or
+paused from outside, which run as processes.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Dict, List, Tuple
 
 import images as I
 import pytest
-from conftest import IN_MEMORY, ROOT, cli_command, cli_env, run_cli
+from conftest import IN_MEMORY, ROOT, cli_command, cli_env, without_analysis
 from gcs_emulator import Emulator, gcs_fixture, upload_file, upload_tree  # noqa: F401 - the gcs fixture
+from helpers.cli import run_in_process
 from test_sources import dataset_files, write_tar, write_tree, write_zip
 
 from img2tfrecord.readers import records, storage
@@ -30,8 +32,10 @@ SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--ima
 BAD = {"cat/broken.jpg": I.truncated_jpeg(), "dog/notes.jpg": I.text_as_jpg()}
 
 
-def cli(emulator: Emulator, *args: str, timeout: float = 400, analyze: bool = True) -> subprocess.CompletedProcess:
-    return run_cli(*args, env=emulator.env, timeout=timeout, analyze=analyze)
+def cli(emulator: Emulator, *args: str, analyze: bool = True) -> subprocess.CompletedProcess:
+    """``img2tfrecord ARGS`` in this process, where the session's ``gcs`` fixture points Beam at ``emulator``."""
+    assert os.environ.get("STORAGE_EMULATOR_HOST") == emulator.env["STORAGE_EMULATOR_HOST"]
+    return run_in_process(*(args if analyze else without_analysis(args)))
 
 
 def convert(emulator: Emulator, source: str, output: str, *extra: str, analyze: bool = True):

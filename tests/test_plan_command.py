@@ -8,7 +8,8 @@ import os
 
 import images as I
 import pytest
-from conftest import convert, manifest_doc, run_cli
+from conftest import convert, manifest_doc
+from helpers.cli import run_in_process
 from test_detection import H, W, write_coco, write_voc
 from test_detection_archives import RESIZE, VOC_TOP, pack, write_bad_voc, write_voc_tar_with_link_and_twin
 from test_sources import JUNK, write_tar, write_tree, write_zip
@@ -17,7 +18,7 @@ SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "11")
 
 
 def plan(input_path: str, output: str, *extra: str) -> dict:
-    proc = run_cli("convert", "--input", input_path, "--output", output, "--plan", "--json", *extra)
+    proc = run_in_process("convert", "--input", input_path, "--output", output, "--plan", "--json", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -267,7 +268,7 @@ def test_junk_strays_and_non_images_are_listed_and_an_existing_output_is_reporte
     (out / "keep.txt").write_text("mine")
     before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
 
-    proc = run_cli("convert", "--input", source, "--output", str(out), "--plan", *SPLITS)
+    proc = run_in_process("convert", "--input", source, "--output", str(out), "--plan", *SPLITS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout
     assert "junk skipped: 3 (.DS_Store, __MACOSX/cat/._cat_0.jpg, cat/Thumbs.db)" in text
@@ -296,7 +297,7 @@ def test_junk_strays_and_non_images_are_listed_and_an_existing_output_is_reporte
 )
 def test_usage_errors_exit_2_with_one_line_and_nothing_written(args, message, class_folder, tmp_path):
     out = str(tmp_path / "records")
-    proc = run_cli("convert", "--input", class_folder, "--output", out, *args)
+    proc = run_in_process("convert", "--input", class_folder, "--output", out, *args)
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
@@ -305,7 +306,7 @@ def test_usage_errors_exit_2_with_one_line_and_nothing_written(args, message, cl
 
 def test_a_missing_input_exits_2_with_one_line(tmp_path):
     missing = str(tmp_path / "nowhere")
-    proc = run_cli("convert", "--input", missing, "--output", str(tmp_path / "out"), "--plan", "--json")
+    proc = run_in_process("convert", "--input", missing, "--output", str(tmp_path / "out"), "--plan", "--json")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"--input {missing}: no such file or folder ({missing}); check the path" in lines[0], (

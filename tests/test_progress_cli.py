@@ -95,7 +95,7 @@ def test_a_default_run_prints_none_of_its_libraries_start_up_lines(logged_run):
 
 
 def test_verbose_shows_the_libraries_lines_too(sample_dir, tmp_path):
-    proc = convert(sample_dir, str(tmp_path / "out"), "--verbose", analyze=True)  # TensorFlow loads too
+    proc = convert(sample_dir, str(tmp_path / "out"), "--verbose", analyze=True, process=True)  # TensorFlow loads too
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ABSL_PREAMBLE in proc.stderr
     assert any(ABSL_LINE.match(line) for line in proc.stderr.splitlines()), proc.stderr[-3000:]
