@@ -6,10 +6,12 @@ import inspect
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import images as I
 import pytest
-from conftest import IN_MEMORY, shard_digests
+from conftest import IN_MEMORY, cli_env, shard_digests
 
 import img2tfrecord
 from img2tfrecord import api, cli, faults
@@ -177,3 +179,21 @@ def test_plan_is_what_convert_plan_prints(sample_dir, tmp_path, capsys):
     assert planned == printed
     assert sorted(printed["splits"]) == ["test", "train"]
     assert not os.path.exists(out)
+
+
+def test_a_script_without_a_main_guard_converts_with_worker_processes(sample_dir, tmp_path):
+    # A process: its __main__ is the point. Spawned workers must not run the script again.
+    script = tmp_path / "convert_photos.py"
+    out = tmp_path / "out"
+    script.write_text(
+        "import img2tfrecord\n"
+        f"result = img2tfrecord.convert({sample_dir!r}, {str(out)!r}, image_size=16, processes=2, analyze=False,\n"
+        f"                              pipeline_options={list(IN_MEMORY)!r})\n"
+        "print('written', result.accounting.written, 'rejected', result.accounting.rejected)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=cli_env(), cwd=str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "written 80 rejected 0"
+    assert proc.stdout.count("written") == 1  # the workers did not run the script

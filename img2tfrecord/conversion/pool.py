@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import multiprocessing
 import os
 import signal
+import sys
 import weakref
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, Iterator, List, NamedTuple, Optional, Sequence, Tuple
@@ -64,6 +66,30 @@ def close_open_pools() -> None:
     """Close every pool of this process that is still open (a run stopped before its steps were torn down)."""
     for pool in list(_OPEN):
         pool.close()
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """While workers are spawned, the caller's ``__main__`` looks like an interactive session's.
+
+    A spawned process re-imports the parent's main script unless it has no file, and the workers
+    need nothing from it. Hidden, a script without an ``if __name__ == "__main__":`` guard, code
+    piped to ``python -`` or ``python -c`` can call ``img2tfrecord.convert`` (the workers would
+    otherwise run the script again, or fail to find ``<stdin>``), and a guarded script's imports
+    are not paid for again in every worker.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
 
 
 def _start_worker(converter: Converter[Any], parent_pid: int) -> None:
@@ -130,8 +156,9 @@ class ConversionPool:
         # (a blocked signal mask is inherited; a Ctrl-C meanwhile would break their start-up).
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _RUN_SIGNALS)
         try:
-            for _ in range(self._processes):
-                self._pool.submit(convert_batch, [], [])
+            with _main_module_hidden():
+                for _ in range(self._processes):
+                    self._pool.submit(convert_batch, [], [])
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
