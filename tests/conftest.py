@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -98,44 +99,63 @@ def convert(
     return run_in_process(*(args if analyze else without_analysis(args)))
 
 
+def built_once(tmp_path_factory, name: str, build) -> str:
+    """``build(path)`` run once per test session, shared by the pytest-xdist workers (under a lock):
+    the reference outputs many modules read. Tests that change one work on a copy."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's
+    shared = root / "built-once"
+    shared.mkdir(exist_ok=True)
+    path, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            build(str(path))
+            done.touch()
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def sample_dir(tmp_path_factory) -> str:
     """The built-in sample dataset, 20 images per class."""
     from img2tfrecord import sample
 
-    directory = str(tmp_path_factory.mktemp("sample"))
-    sample.generate(directory, images_per_class=20, seed=1)
-    return directory
+    return built_once(tmp_path_factory, "sample", lambda path: sample.generate(path, images_per_class=20, seed=1))
 
 
 @pytest.fixture(scope="session")
 def converted_sample(sample_dir, tmp_path_factory) -> str:
     """``sample_dir`` converted at 64x64 JPEG into train/validation/test, 2 shards per split, analysed."""
-    out = str(tmp_path_factory.mktemp("records") / "out")
-    proc = convert(
-        sample_dir,
-        out,
-        "--image-size",
-        "64",
-        "--splits",
-        "train=0.7,validation=0.15,test=0.15",
-        "--seed",
-        "7",
-        "--num-shards",
-        "2",
-        analyze=True,  # its tf.Transform output is read by test_verify, test_inspect and test_reader
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+
+    def build(out: str) -> None:
+        proc = convert(
+            sample_dir,
+            out,
+            "--image-size",
+            "64",
+            "--splits",
+            "train=0.7,validation=0.15,test=0.15",
+            "--seed",
+            "7",
+            "--num-shards",
+            "2",
+            analyze=True,  # its tf.Transform output is read by test_verify, test_inspect and test_reader
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "records", build)
 
 
 @pytest.fixture(scope="session")
 def converted_keep(sample_dir, tmp_path_factory) -> str:
     """``sample_dir`` converted with the original bytes kept (mixed sizes, jpeg and png), one split."""
-    out = str(tmp_path_factory.mktemp("records_keep") / "out")
-    proc = convert(sample_dir, out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+
+    def build(out: str) -> None:
+        proc = convert(sample_dir, out)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "records_keep", build)
 
 
 # TensorFlow, tf.Transform and Beam's gRPC threads, all loaded in this process by

@@ -153,18 +153,18 @@ def test_a_non_empty_output_is_refused_and_overwrite_removes_only_its_own_object
     sibling = gcs.url("overwrite", "out-notes.txt")  # shares the output's name as a prefix
     storage.write_bytes(sibling, b"not ours")
     storage.write_bytes(gcs.url("overwrite", "out", "notes.txt"), b"not ours either")
-    refused = convert(gcs, source, out)
+    refused = convert(gcs, source, out, analyze=False)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
     assert "--overwrite" in refused.stderr
-    refused = convert(gcs, source, out, "--overwrite")
+    refused = convert(gcs, source, out, "--overwrite", analyze=False)
     assert refused.returncode == 2 and "did not write" in refused.stderr, refused.stderr[-2000:]
     assert set(listing(out)) == {"notes.txt"}
 
     storage_delete(gcs.url("overwrite", "out", "notes.txt"))
-    assert convert(gcs, source, out).returncode == 0
+    assert convert(gcs, source, out, analyze=False).returncode == 0
     first = listing(out)
     storage.write_bytes(gcs.url("overwrite", "out", "beam-temp-leftover", "x"), b"a temp file of ours")
-    again = convert(gcs, source, out, "--overwrite")
+    again = convert(gcs, source, out, "--overwrite", analyze=False)
     assert again.returncode == 0, again.stderr[-3000:]
     assert set(listing(out)) == set(first)
     assert storage.read_text(sibling) == "not ours"
@@ -180,7 +180,7 @@ def _done_objects(out: str) -> List[str]:
     return [p for p in listing(out) if p.startswith(manifest.RUN_FOLDER_PREFIX) and f"/{manifest.RUN_DONE_DIR}/" in p]
 
 
-RESUME_ARGS = ("--image-size", "48", "--num-shards", "3", "--splits", "train=0.5,test=0.5")
+RESUME_ARGS = ("--image-size", "48", "--num-shards", "3", "--splits", "train=0.5,test=0.5", "--no-analyze")
 
 
 def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_bytes(gcs, tmp_path):
@@ -239,7 +239,6 @@ def test_objects_deleted_while_the_run_converts_are_not_found_rows(gcs, tmp_path
     # Paused once the pipeline has listed the input and a shard is done.
     env = cli_env({**gcs.env, faults.ENV: "pause:converting", faults.MARKER_ENV: marker})
     args = ("convert", "--input", source, "--output", out, *RESUME_ARGS, *IN_MEMORY, "--processes", "1")
-    args = (*args, "--no-analyze")  # the point is the listing against vanished objects
     proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
