@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from img2tfrecord.pipeline.config import ConvertConfig
-    from img2tfrecord.pipeline.preview import RunPlan
+    from img2tfrecord.pipeline.preview_report import RunPlan
     from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 BeamOptions = Union["PipelineOptions", Sequence[str], None]

@@ -34,6 +34,7 @@ def detection_manifest() -> dm.DatasetManifest:
     )
 
 
+@pytest.mark.e2e  # its outputs are conversions
 def test_a_real_output_reads_and_writes_back_byte_for_byte(converted_sample, converted_keep):
     for output in (converted_sample, converted_keep):
         with open(os.path.join(output, manifest.MANIFEST_FILE), encoding="utf-8") as f:

@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from img2tfrecord import progress
 from img2tfrecord.model import error_row
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.plan import Plan
+from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.run import (
     COUNTS_FROM_JOB,
     COUNTS_HERE,

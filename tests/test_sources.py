@@ -279,7 +279,7 @@ def test_plan_of_inputs(inputs, tmp_path):
     assert plan.input_kind == kinds.INPUT_MANIFEST and plan.labeled and not plan.has_split_column
     bad = tmp_path / "bad.csv"
     bad.write_text("path,label,split\ncat/a.jpg,cat,tr-ain\n")
-    from img2tfrecord.pipeline.plan import PlanError
+    from img2tfrecord.pipeline.plan_model import PlanError
 
     with pytest.raises(PlanError, match="tr-ain"):
         make_plan(ConvertConfig(input=str(bad), output=str(tmp_path / "o")))
@@ -378,7 +378,7 @@ def test_launch_plan_preview_and_local_checks_leave_out_an_old_output(inputs, tm
     report = scan_local_input(plan.base, plan.pattern, plan.layout)
     assert report.files == len(inputs["files"]) and report.empty_class_folders == []
     # An input that is itself an output.
-    from img2tfrecord.pipeline.plan import PlanError
+    from img2tfrecord.pipeline.plan_model import PlanError
 
     with pytest.raises(PlanError, match="is an img2tfrecord output"):
         make_plan(ConvertConfig(input=os.path.join(root, "records", "done"), output=str(tmp_path / "o")))
@@ -401,7 +401,7 @@ def test_an_output_inside_the_input_is_recognised_on_every_filesystem(tmp_path):
 
 
 def test_inputs_that_can_give_no_record_are_refused_at_launch(inputs, tmp_path):
-    from img2tfrecord.pipeline.plan import PlanError
+    from img2tfrecord.pipeline.plan_model import PlanError
 
     def refused(path: str) -> str:
         with pytest.raises(PlanError) as info:

@@ -1,4 +1,4 @@
-"""The tf.Transform analysis of ``convert`` (transforms/analyze.py) and ``load(..., transform=True)``.
+"""The tf.Transform analysis of ``convert`` (transforms/analyze.py, analysis_totals.py), ``load(transform=True)``.
 
 Real CLI runs on the generated sample dataset; every expectation is
 recomputed here with NumPy from the records themselves.
@@ -383,7 +383,7 @@ def test_no_train_split_skips_the_analysis(tmp_path):
 
 
 def test_pixel_moments_are_exact():
-    from img2tfrecord.transforms.analyze import pixel_moments
+    from img2tfrecord.transforms.analysis_totals import pixel_moments
 
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, size=(100_000, 3))
@@ -397,7 +397,7 @@ def test_pixel_moments_are_exact():
 
 
 def test_totals_do_not_depend_on_batching():
-    from img2tfrecord.transforms.analyze import _Totals, statistics_json
+    from img2tfrecord.transforms.analysis_totals import TotalsCombineFn, statistics_json
 
     rng = np.random.default_rng(1)
 
@@ -422,7 +422,7 @@ def test_totals_do_not_depend_on_batching():
     batches = [batch(n) for n in (3, 1, 7, 2)] + [
         [np.int64(0), np.int64(0), np.zeros(3), np.zeros(3), 0, 0, 0, 0, np.array([], object), np.array([], np.int64)]
     ]
-    combine = _Totals(3)
+    combine = TotalsCombineFn(3)
     one = combine.create_accumulator()
     for b in batches:
         one = combine.add_input(one, b)

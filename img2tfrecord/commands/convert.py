@@ -72,7 +72,8 @@ def format_summary(doc: DatasetManifest) -> str:
 def print_plan(config, as_json: bool, processes: int) -> int:
     """``convert --plan``: print what a run would do (``pipeline/preview.py``); nothing is written."""
     from img2tfrecord.pipeline import PlanError
-    from img2tfrecord.pipeline.preview import format_plan, plan_run
+    from img2tfrecord.pipeline.preview import plan_run
+    from img2tfrecord.pipeline.preview_report import format_plan
 
     try:
         found = plan_run(config, processes)

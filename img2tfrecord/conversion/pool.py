@@ -40,7 +40,7 @@ import signal
 import sys
 import weakref
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Deque, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.converter import Converter, Output, convert_batch, install_converter
 
@@ -82,7 +82,7 @@ def _main_module_hidden() -> Iterator[None]:
     if main is None:
         yield
         return
-    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    saved: Dict[str, Any] = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
     main.__dict__.pop("__file__", None)
     main.__dict__["__spec__"] = None
     try:

@@ -22,7 +22,7 @@ from img2tfrecord.conversion.converter import ClipConverter, Converter, Detectio
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.plan import Plan
+from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task

@@ -34,7 +34,7 @@ from typing import Dict, List, Optional
 
 from apache_beam.io.filesystem import FileSystem
 
-from img2tfrecord.pipeline.plan import PlanError
+from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.layout import is_text, printable
 from img2tfrecord.sources.split_folders import split_of_folder

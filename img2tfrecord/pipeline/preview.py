@@ -1,4 +1,4 @@
-"""``convert --plan``: what a run would do with its input, found without running it.
+"""``convert --plan``: finding what a run would do with its input, without running it.
 
 The input is listed with the code the pipeline's discovery steps call
 (``sources/``: folder entries, archive listings, manifest rows, annotation
@@ -12,17 +12,16 @@ does not decode is found only by converting it, and then is rejected.
 Nothing is written: the output location is only listed. A few inputs
 spread over the listing are converted in memory with the run's converter,
 timed, and the time extrapolated to every input over the local processes,
-plus a fixed start-up cost.
+plus a fixed start-up cost. The result and its text form are in ``preview_report.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import posixpath
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import (
@@ -39,8 +38,21 @@ from img2tfrecord.model import (
 from img2tfrecord.pipeline.build import image_converter
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
+from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.outputs import list_output
-from img2tfrecord.pipeline.plan import Plan, estimated_record_bytes, list_input, listing_once, make_plan
+from img2tfrecord.pipeline.plan import make_plan
+from img2tfrecord.pipeline.plan_model import Plan
+from img2tfrecord.pipeline.preview_report import (
+    ANALYSIS_SECONDS,
+    STARTUP_SECONDS,
+    Listed,
+    OutputState,
+    Rejected,
+    RunPlan,
+    SplitPlan,
+    TimeEstimate,
+)
+from img2tfrecord.pipeline.sizing import estimated_record_bytes
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
@@ -50,89 +62,9 @@ from img2tfrecord.transforms.sequence import clip_key
 SAMPLE_SIZE = 16  # inputs converted and timed
 SAMPLE_PASSES = 2
 EXAMPLES = 5  # paths quoted per list
-# A local run's fixed cost on a 2-core machine: Python, TensorFlow and Beam start-up, the
-# graph, dataset.json (about 8 s); tf.Transform's analysis of the train split adds about 5 s.
-STARTUP_SECONDS = 8.0
-ANALYSIS_SECONDS = 5.0
 _INLINE_KEPT = 4 * SAMPLE_SIZE  # tar.gz members whose bytes are kept for the sample; the rest are dropped
 
 Item = Union[WorkItem, Clip]
-
-
-@dataclasses.dataclass(frozen=True)
-class Listed:
-    """How many, and the first few names."""
-
-    count: int
-    examples: List[str]
-
-
-@dataclasses.dataclass(frozen=True)
-class Rejected:
-    """Inputs the run rejects, found without converting them (by the listing, placement or a missing file)."""
-
-    count: int
-    by_reason: Dict[str, int]
-    examples: List[ErrorRow]  # as errors.jsonl rows
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitPlan:
-    examples: int  # inputs placed in this split: its records when every one converts
-    examples_per_class: Dict[str, int]  # as dataset.json counts them (empty for detection)
-    boxes_per_class: Dict[str, int]  # detection: valid boxes the annotations give (converting may drop some)
-    num_shards: int
-    estimated_bytes: int
-
-
-@dataclasses.dataclass(frozen=True)
-class TimeEstimate:
-    """The local runner's run time: start-up + inputs x seconds per input / processes."""
-
-    seconds: float
-    startup_seconds: float  # fixed: STARTUP_SECONDS, plus ANALYSIS_SECONDS with the tf.Transform analysis
-    seconds_per_input: float  # measured on the sample, in one process
-    processes: int
-    sample_size: int
-    sample_seconds: float
-    sample_rejected: Dict[str, int]  # reasons of the sampled inputs the converter rejected
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputState:
-    path: str
-    exists: bool  # holds anything (files, or a local staging folder)
-    files: int
-    finished: bool  # holds _SUCCESS
-    note: str
-
-
-@dataclasses.dataclass(frozen=True)
-class RunPlan:
-    """Everything ``convert --plan`` reports; ``--plan --json`` prints it with these field names as keys."""
-
-    input: str
-    input_kind: str  # folder, archives, manifest, detection (sources/kinds.py)
-    layout: str  # class, split, manifest, detection (sources/layout.py)
-    task: str
-    annotations: Optional[str]  # detection: voc, coco or boxes
-    sequence: bool
-    labeled: bool
-    classes: List[str]  # the label map, sorted (ids are positions)
-    inputs: int  # what dataset.json's accounting will count as inputs
-    splits: Dict[str, SplitPlan]
-    skipped: Listed  # junk, skipped and counted, never an input
-    rejected: Rejected
-    not_image_names: Listed  # names no image format uses: probably rejected (the content decides)
-    size_ratio: float  # output / input bytes, from the launch plan's sample
-    estimated_bytes: int
-    time: TimeEstimate
-    output: OutputState
-    local_checks: Dict[str, List[str]]  # a local folder: what the run warns about at launch (logged too)
-    skipped_outputs: List[str]  # a folder's folders holding earlier img2tfrecord outputs: not inputs
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n"
 
 
 @dataclasses.dataclass
@@ -474,82 +406,3 @@ def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
         local_checks=local_checks,
         skipped_outputs=list(plan.skipped_outputs),
     )
-
-
-# ---------------------------------------------------------------------------
-# The text form.
-
-_LAYOUTS = {
-    layouts.LAYOUT_CLASS: "class folders (SRC/<class>/<file>)",
-    layouts.LAYOUT_SPLIT: "split folders (SRC/<split>/<class>/<file>)",
-    layouts.LAYOUT_MANIFEST: "manifest rows",
-    layouts.LAYOUT_DETECTION: "detection annotations",
-}
-_CLIP_LAYOUTS = {  # --sequence: one record per clip folder
-    layouts.LAYOUT_CLASS: "class folders of clips (SRC/<class>/<clip>/<frame>)",
-    layouts.LAYOUT_SPLIT: "split folders of clips (SRC/<split>/<class>/<clip>/<frame>)",
-    layouts.LAYOUT_MANIFEST: "manifest rows, frames grouped into clips by folder",
-}
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
-
-
-def _names(listed: Listed) -> str:
-    more = listed.count - len(listed.examples)
-    return ", ".join(listed.examples) + (f" and {more} more" if more > 0 else "")
-
-
-def format_plan(p: RunPlan) -> str:
-    lines = ["plan: nothing converted or written (a timed sample was converted in memory)"]
-    layout = (_CLIP_LAYOUTS if p.sequence else _LAYOUTS).get(p.layout, p.layout)
-    if p.annotations:
-        layout += f" ({p.annotations})"
-    if p.layout == layouts.LAYOUT_MANIFEST and not p.labeled:
-        layout += ", unlabeled"
-    lines.append(f"input: {p.input} ({p.input_kind}), layout: {layout}, task: {p.task}")
-    if p.classes:
-        shown = ", ".join(p.classes[:20]) + (f" and {len(p.classes) - 20} more" if len(p.classes) > 20 else "")
-        lines.append(f"classes: {len(p.classes)} ({shown})")
-    lines.append(
-        f"inputs: {p.inputs} ({p.inputs - p.rejected.count} placed in a split, {p.rejected.count} rejected); "
-        f"junk skipped: {p.skipped.count}" + (f" ({_names(p.skipped)})" if p.skipped.count else "")
-    )
-    for name, split in p.splits.items():
-        lines.append(
-            f"  {name}: {split.examples} inputs -> {split.num_shards} shard(s), about {_mb(split.estimated_bytes)}"
-        )
-        for class_name, n in split.examples_per_class.items():
-            lines.append(f"    {class_name}: {n}")
-        if split.boxes_per_class:
-            lines.append("    boxes: " + ", ".join(f"{c} {n}" for c, n in split.boxes_per_class.items()))
-    if p.rejected.count:
-        lines.append("rejected, found without converting (errors.jsonl rows):")
-        for reason, n in p.rejected.by_reason.items():
-            paths = [r["path"] for r in p.rejected.examples if r["reason"] == reason]
-            lines.append(f"  {reason}: {n}" + (f" ({', '.join(paths)})" if paths else ""))
-    if p.skipped_outputs:
-        lines.append(f"not inputs, folders holding an img2tfrecord output: {', '.join(p.skipped_outputs)}")
-    if p.not_image_names.count:
-        lines.append(
-            f"not image names, probably rejected (the content decides): {p.not_image_names.count} "
-            f"({_names(p.not_image_names)})"
-        )
-    t = p.time
-    lines.append(f"estimated output: about {_mb(p.estimated_bytes)} (output/input size ratio {p.size_ratio:g})")
-    fixed = f"{t.startup_seconds:.0f} s start-up" + (
-        f" (incl. {ANALYSIS_SECONDS:.0f} s tf.Transform analysis)" if t.startup_seconds > STARTUP_SECONDS else ""
-    )
-    lines.append(
-        f"estimated run time on the local runner: about {t.seconds:.0f} s = {fixed} + "
-        f"{p.inputs - p.rejected.count} inputs x {t.seconds_per_input * 1000:.1f} ms / {t.processes} process(es)"
-    )
-    rejected = ", ".join(f"{r} {n}" for r, n in t.sample_rejected.items())
-    lines.append(
-        f"  per input: timed on {t.sample_size} inputs converted in memory"
-        + (f" ({rejected} rejected)" if rejected else "")
-    )
-    lines.append(f"output: {p.output.path}: {p.output.note}")
-    lines.append("counts are of inputs: one that does not decode is rejected when converted, and not written")
-    return "\n".join(lines)

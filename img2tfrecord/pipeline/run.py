@@ -34,7 +34,8 @@ from img2tfrecord.pipeline.outputs import (
     prepare_output,
     remove_write_staging,
 )
-from img2tfrecord.pipeline.plan import Plan, make_plan
+from img2tfrecord.pipeline.plan import make_plan
+from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest

@@ -1,74 +1,19 @@
-"""Full-pass analysis of the train split with tf.Transform, and the exported transform.
+"""The tf.Transform analysis of the train split: the exported transform and the run's statistics.
 
-    train analysis rows (the serialized tf.train.Example without its image bytes + the worker's pixel sums)
-      -> Arrow RecordBatches (tfx_bsl's C++ Example decoder, TFExampleBeamRecord)
+    train analysis rows (a record without its image bytes, plus its pixel sums: converter.Record.analysis)
+      -> Arrow RecordBatches (tfx_bsl's Example decoder; schema: analysis_schema)
       -> tft_beam.AnalyzeDataset(preprocessing_fn)    one pass over the sums; no image decoded here
-      -> tft_beam.WriteTransformFn(<temp dir>/export)  transform_fn/, transformed_metadata/
-      -> copied into the output through Beam's FileSystems, with metadata/schema.pbtxt
-         and schema.pbtxt; the temp dir is removed
-      -> one statistics dict, copied into dataset.json by FinalizeOutput
+      -> tft_beam.WriteTransformFn(<temp dir>/export)  then copied into the output through Beam's
+         FileSystems: transform_fn/, transformed_metadata/, metadata/schema.pbtxt, schema.pbtxt
+      -> one statistics dict (analysis_totals.statistics_json), emitted once all of it is written,
+         for dataset.json (FinalizeOutput's side input)
 
-The ``preprocessing_fn`` turns raw records (parsed with
-``TFTransformOutput.raw_feature_spec()``) into
-
-* ``image``: float32 ``[H, W, C]``, decoded, scaled to [0, 1], minus the
-  train mean and divided by the train standard deviation, per channel.
-  With ``--image-size`` every image has that size and a batch is a dense
-  ``[batch, H, W, C]`` tensor; without it the stored images differ in size
-  and a batch is a ``tf.RaggedTensor`` ``[batch, (H), (W), C]``.
-* ``label``: int64 class id, looked up in the vocabulary named ``label``
-  (line i = the class of id i = line i of ``labels.txt``). Left out for
-  records without label features.
-
-The statistics need one pass, no equal image sizes and no image decoding
-here: each train record arrives with the exact per-channel sums and sums of
-squares of its uint8 pixels (``schemas.transformed.ANALYSIS_FEATURES``),
-which the conversion workers computed in parallel with the conversion
-(``image.pixel_sums``), plus its image/height and image/width. The graph
-reduces each batch to totals, so the Beam side only adds a few numbers per
-batch (``_Totals``, a CombineFn in the ``tft.experimental.ptransform_analyzer``
-``_TrainStatistics``). Mean and variance come from the exact integer
-totals, with no float round-off however many images. They are of the
-stored images as a reader decodes them (Pillow's full JPEG decode is bit
-for bit TensorFlow's accurate integer DCT, with which both ``load()`` and
-this graph decode), except that an image re-encoded as JPEG contributes
-the pixels given to the JPEG encoder unless ``--exact-statistics`` asks
-for its stored bytes to be decoded again; ``statistics["exact"]`` says
-which. Images are weighted by their pixel count when sizes differ.
-
-The analysis features are inputs of the analysis only. The train examples
-reach TFT as small rows, without their image bytes and with the sums
-appended (serialized messages merge when concatenated),
-the transform is traced with the records' schema plus these two features,
-and ``metadata/schema.pbtxt`` (``raw_feature_spec()``) is the records' own
-schema: no output depends on the sums, so ``transform_features_layer()``
-prunes them and readers and serving never pass them.
-
-The ``label`` vocabulary is a second ptransform analyzer
-(``_LabelVocabulary``) writing the run's sorted class list, the one
-``labels.txt`` holds: ``tft.vocabulary`` orders by frequency, and a class
-without train images would be missing from it, while the records' ids are
-positions in ``labels.txt``.
-
-The statistics reach ``dataset.json`` without a second pass: the
-``_TrainStatistics`` transform keeps its run totals PCollection, which is
-turned into the statistics once ``WriteTransformFn`` has finished, and
-``FinalizeOutput`` takes that as a side input, so ``_SUCCESS`` follows a
-complete ``transform_fn/``.
-
-tf.Transform reads and writes its temp dir with TensorFlow's filesystem,
-which cannot open every path Beam can (an emulated bucket, a filesystem
-only Beam has a plugin for). On the local runner, where the analysis, the
-export and the copy all run in this process, the temp dir is therefore a
-local folder; on distributed runners it is under ``--temp_location``, which
-their workers share and TensorFlow opens (``gs://`` on Dataflow). The
-output folder itself is only ever written through Beam's FileSystems.
-
-TensorFlow 2 behaviour (TFT's default, ``force_tf_compat_v1=False``): the
-preprocessing_fn is traced as a ``tf.function`` and exported as a TF2
-SavedModel, which ``TFTransformOutput.transform_features_layer()`` loads
-directly and which prunes unused inputs (serving needs only ``image/encoded``
-for ``image``).
+The ``preprocessing_fn`` maps raw records (``TFTransformOutput.raw_feature_spec()``) to
+``image``, float32 ``[H, W, C]`` scaled to [0, 1] and normalised with the train split's
+per-channel mean and std (dense batches with ``--image-size``, else ``tf.RaggedTensor``), and,
+for labeled records, ``label``, the int64 id in the ``label`` vocabulary (= ``labels.txt``).
+The pixel sums are inputs of the analysis only: the exported transform never needs them.
+How and why: docs/tf-transform.md, "How the transform is built".
 """
 
 from __future__ import annotations
@@ -76,13 +21,12 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
-import math
 import os
 import posixpath
 import shutil
 import tempfile
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -102,8 +46,14 @@ from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
+from img2tfrecord.transforms.analysis_totals import (
+    BATCH_CLASSES,
+    MAX_PIXEL,
+    TotalsCombineFn,
+    pixel_moments,
+    statistics_json,
+)
 
-_MAX_PIXEL = 255
 _PLACEHOLDER_VOCABULARY = b"placeholder-before-analysis\n"  # the vocabulary file while the graph is traced
 _MAP_PARALLELISM = 16  # images decoded at the same time inside one batch
 
@@ -148,7 +98,7 @@ def _image_fields(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> Tuple
 
 
 def _batch_totals(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> List[tf.Tensor]:
-    """The analyzer's inputs: one batch reduced to a few numbers (see ``_Totals``)."""
+    """The analyzer's inputs: one batch reduced to a few numbers (laid out as ``analysis_totals`` reads them)."""
     heights, widths = inputs[keys.IMAGE_HEIGHT], inputs[keys.IMAGE_WIDTH]
     totals = [
         tf.size(heights, out_type=tf.int64),
@@ -167,7 +117,7 @@ def _batch_totals(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> List[
 
 
 def _normalised_images(spec: TransformSpec, inputs, mean: tf.Tensor, std: tf.Tensor):
-    scale = 1.0 / _MAX_PIXEL
+    scale = 1.0 / MAX_PIXEL
 
     def normalise(pixels):
         return (tf.cast(pixels, tf.float32) * scale - mean) / std
@@ -218,7 +168,7 @@ def make_preprocessing_fn(
         if spec.labeled:
             # A separate analyzer: TFT takes either all or none of one analyzer's outputs as assets.
             (vocabulary_file,) = tft.experimental.ptransform_analyzer(
-                inputs=[totals[_BATCH_CLASSES]],
+                inputs=[totals[BATCH_CLASSES]],
                 ptransform=vocabulary,
                 output_dtypes=[tf.string],
                 output_shapes=[[]],
@@ -232,135 +182,7 @@ def make_preprocessing_fn(
 
 
 # ---------------------------------------------------------------------------
-# The analyzer's Beam side: totals of the batch totals, then the outputs.
-
-# The batch totals _batch_totals returns, by position: images, pixels, sums, squares,
-# height min/max, width min/max, then (labeled) the batch's classes and their counts.
-_BATCH_CLASSES = 8
-
-Span = Union[Tuple[None, None], Tuple[int, int]]  # (min, max); (None, None) before the first image
-
-
-@dataclasses.dataclass
-class RunTotals:
-    """The train split's totals: exact integers however many images (the ``_Totals`` accumulator)."""
-
-    channels: int
-    images: int = 0
-    pixels: int = 0
-    sums: List[int] = dataclasses.field(default_factory=list)
-    squares: List[int] = dataclasses.field(default_factory=list)
-    height: Span = (None, None)  # (min, max)
-    width: Span = (None, None)
-    classes: Dict[Any, int] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self):
-        self.sums = self.sums or [0] * self.channels
-        self.squares = self.squares or [0] * self.channels
-
-    def add(self, other: RunTotals) -> RunTotals:
-        if not other.images:
-            return self
-        self.images += other.images
-        self.pixels += other.pixels
-        self.sums = [a + b for a, b in zip(self.sums, other.sums)]
-        self.squares = [a + b for a, b in zip(self.squares, other.squares)]
-        self.height = _span(self.height, other.height)
-        self.width = _span(self.width, other.width)
-        for name, n in other.classes.items():
-            self.classes[name] = self.classes.get(name, 0) + n
-        return self
-
-
-def _span(a: Span, b: Span) -> Span:
-    if a[0] is None:
-        return b
-    if b[0] is None:
-        return a
-    return min(a[0], b[0]), max(a[1], b[1])
-
-
-class _Totals(beam.CombineFn):
-    """Batch totals -> ``RunTotals``. Python ints: exact at any size."""
-
-    def __init__(self, channels: int):
-        self._channels = channels
-
-    def create_accumulator(self) -> RunTotals:
-        return RunTotals(self._channels)
-
-    def add_input(self, acc: RunTotals, batch) -> RunTotals:
-        images = int(batch[0])
-        if images == 0:
-            return acc
-        classes = {}
-        if len(batch) > _BATCH_CLASSES:
-            classes = dict(zip(batch[_BATCH_CLASSES].tolist(), (int(n) for n in batch[_BATCH_CLASSES + 1].tolist())))
-        return acc.add(
-            RunTotals(
-                self._channels,
-                images,
-                int(batch[1]),
-                [int(v) for v in batch[2]],
-                [int(v) for v in batch[3]],
-                (int(batch[4]), int(batch[5])),
-                (int(batch[6]), int(batch[7])),
-                classes,
-            )
-        )
-
-    def merge_accumulators(self, accumulators) -> RunTotals:
-        out = self.create_accumulator()
-        for acc in accumulators:
-            out.add(acc)
-        return out
-
-    def extract_output(self, acc: RunTotals) -> RunTotals:
-        return acc
-
-
-def pixel_moments(pixels: int, sums: Sequence[int], squares: Sequence[int]) -> Tuple[List[float], List[float]]:
-    """Per-channel mean and (population) standard deviation in [0, 1] units, from exact uint8 totals."""
-    if not pixels:
-        return [0.0] * len(sums), [0.0] * len(sums)
-    mean = [s / (pixels * _MAX_PIXEL) for s in sums]
-    # n^2 var = n * sum(x^2) - sum(x)^2, exact in integers.
-    std = [math.sqrt(max(0, pixels * q - s * s)) / (pixels * _MAX_PIXEL) for s, q in zip(sums, squares)]
-    return mean, std
-
-
-def statistics_json(totals: RunTotals, label_names: Optional[List[str]] = None, exact: bool = True) -> Dict[str, Any]:
-    """The ``statistics`` block of ``dataset.json`` from the run totals (``_Totals``).
-
-    ``examples_per_class`` follows ``label_names`` (the vocabulary order,
-    zeros included) when given, else the sorted train classes; absent for
-    records without labels. ``exact``: every image's sums are of its
-    stored pixels; False when images re-encoded as JPEG may have
-    contributed the pixels given to the encoder (``image.pixel_sums``).
-    """
-    mean, std = pixel_moments(totals.pixels, totals.sums, totals.squares)
-    stats: Dict[str, Any] = {
-        "split": names.ANALYZED_SPLIT,
-        "num_examples": totals.images,
-        "pixel_mean": mean,
-        "pixel_std": std,
-        "exact": exact,
-        "image_height": {"min": totals.height[0], "max": totals.height[1]},
-        "image_width": {"min": totals.width[0], "max": totals.width[1]},
-    }
-    counts = {name.decode("utf-8") if isinstance(name, bytes) else name: n for name, n in totals.classes.items()}
-    if label_names is not None:
-        stats["examples_per_class"] = {name: counts.get(name, 0) for name in label_names}
-        stats["label_vocabulary"] = names.LABEL_VOCABULARY
-    elif counts:
-        stats["examples_per_class"] = dict(sorted(counts.items()))
-    stats["files"] = {
-        "transform_fn": manifest.TRANSFORM_FN_DIR,
-        "transformed_metadata": manifest.TRANSFORMED_METADATA_DIR,
-        "raw_metadata": manifest.RAW_METADATA_DIR,
-        "schema": manifest.SCHEMA_FILE,
-    }
-    return stats
+# The analyzers' Beam side (the totals themselves: analysis_totals).
 
 
 class _TrainStatistics(beam.PTransform):
@@ -377,7 +199,7 @@ class _TrainStatistics(beam.PTransform):
         self.totals: Optional[beam.PCollection] = None
 
     def expand(self, batches):
-        self.totals = batches | "Totals" >> beam.CombineGlobally(_Totals(self._spec.channels))
+        self.totals = batches | "Totals" >> beam.CombineGlobally(TotalsCombineFn(self._spec.channels))
         outputs = self.totals | "Moments" >> beam.FlatMap(_moments).with_outputs("mean", "std")
         return outputs.mean, outputs.std
 
@@ -394,8 +216,8 @@ class _LabelVocabulary(tft_beam.experimental.PTransformAnalyzer):
 
     The file holds the run's sorted class list (``label_names``, the list
     ``labels.txt`` holds), so ids agree with the records' image/class/label
-    even for a class without train images; the train classes are checked
-    to be in it.
+    even for a class without train images (``tft.vocabulary`` orders by
+    frequency and would leave it out); the train classes are checked to be in it.
     """
 
     def __init__(self, label_names: Optional[beam.PCollection]):
@@ -462,8 +284,9 @@ def temp_dir_for(output_dir: str, temp_location: Optional[str], dry_run: bool = 
     """tf.Transform's temp dir: a local throw-away folder on the ``local`` runner and for a dry run,
     else under ``--temp_location`` when given, else inside the output.
 
-    TFT creates it (and traces into it) while the graph is built, so a dry
-    run, which must write nothing, also gets the local folder.
+    TFT opens it with TensorFlow's filesystem, which cannot open every path Beam can, so only its
+    finished files reach the output, through Beam's FileSystems. TFT creates it (and traces into it)
+    while the graph is built, so a dry run, which must write nothing, also gets the local folder.
     """
     if dry_run or local:
         path = tempfile.mkdtemp(prefix="img2tfrecord-tft-")
@@ -531,6 +354,7 @@ class AnalyzeTrainSplit(beam.PTransform):
         )
         statistics = _TrainStatistics(self._spec)
         vocabulary = _LabelVocabulary(self._label_names)
+        # TF2 tracing: the exported SavedModel prunes unused inputs, so serving passes image/encoded alone.
         with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
             record_batches = examples | "ToRecordBatches" >> source.BeamSource()
             transform_fn = (record_batches, source.TensorAdapterConfig()) | "Analyze" >> tft_beam.AnalyzeDataset(

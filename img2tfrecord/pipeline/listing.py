@@ -1,0 +1,109 @@
+"""The launch listing of the input: its paths resolved, its files listed once (names and sizes), its digest.
+
+``list_input`` reads metadata only (``FileSystems.match``, nothing is read); inside ``listing_once()``
+each pattern is listed once and that listing reused. A listing the filesystem refuses is a
+``PlanError``; a pattern that matches nothing lists ``[]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import os
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+
+from img2tfrecord.pipeline.plan_model import PlanError
+from img2tfrecord.sources import kinds
+
+
+def digest(entries) -> str:
+    """sha256 of a listing: one JSON line per entry, in the given (sorted) order."""
+    h = hashlib.sha256()
+    for entry in entries:
+        h.update(json.dumps(entry, sort_keys=True, default=str).encode("utf-8", "surrogateescape") + b"\n")
+    return h.hexdigest()
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def resolve_input(path: str) -> Tuple[str, str]:
+    """``(input root ending with '/', glob pattern)`` for a directory or a glob."""
+    if not _is_uri(path):
+        path = os.path.abspath(path) + ("/" if path.endswith("/") else "")
+    if kinds.GLOB_CHARS.search(path):
+        parts = path.split("/")
+        base = "/".join(parts[: kinds.first_glob_part(parts)]) + "/"
+        return base, path
+    root = path.rstrip("/")
+    return root + "/", root + "/**"
+
+
+def is_file(path: str) -> bool:
+    if not _is_uri(path):
+        return os.path.isfile(path)
+    try:
+        return any(m.path == path for m in FileSystems.match([path])[0].metadata_list)
+    except Exception:
+        return False
+
+
+# pattern -> listing, inside listing_once(); None outside it, where every call lists again.
+_LISTINGS: contextvars.ContextVar[Optional[Dict[str, List[Tuple[str, int]]]]] = contextvars.ContextVar(
+    "img2tfrecord_listings", default=None
+)
+
+
+@contextlib.contextmanager
+def listing_once() -> Iterator[None]:
+    """Inside the block each pattern is listed once and that listing reused (the plan, then ``--plan``'s
+    count of every input): a bucket of a million objects is not listed twice."""
+    token = _LISTINGS.set({})
+    try:
+        yield
+    finally:
+        _LISTINGS.reset(token)
+
+
+def list_input(pattern: str) -> List[Tuple[str, int]]:
+    """``(path, size)`` of every file matching ``pattern`` (metadata only); nothing matched is ``[]``."""
+    listings = _LISTINGS.get()
+    if listings is None:
+        return _list(pattern)
+    if pattern not in listings:
+        listings[pattern] = _list(pattern)
+    return listings[pattern]
+
+
+def _list(pattern: str) -> List[Tuple[str, int]]:
+    try:
+        result = FileSystems.match([pattern])[0]
+    except BeamIOError as e:  # the filesystem refused the listing (permissions, a missing bucket)
+        details = [v for v in (e.exception_details or {}).values() if v is not None]
+        if details and all(isinstance(v, FileNotFoundError) for v in details):
+            return []
+        raise PlanError(f"cannot list {pattern}: {details[0] if details else e}") from e
+    return [(m.path, m.size_in_bytes) for m in result.metadata_list]
+
+
+def file_pattern(path: str) -> Tuple[str, str]:
+    """``(folder ending with '/', pattern)`` of an archive or manifest path or glob."""
+    if not _is_uri(path):
+        path = os.path.abspath(path)
+    return path.rsplit("/", 1)[0] + "/", path
+
+
+def file_size(path: str) -> Optional[int]:
+    try:
+        if not _is_uri(path):
+            return os.path.getsize(path)
+        found = FileSystems.match([path])[0].metadata_list
+        return found[0].size_in_bytes if found else None
+    except Exception:
+        return None

@@ -1,0 +1,59 @@
+"""The launch plan's description (``Plan``) and the usage error planning raises (``PlanError``).
+
+A digest of the launch listing goes into the run's fingerprint (``Plan.fingerprint``), which names
+the staging folder a ``--resume`` picks up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Dict, Tuple
+
+from img2tfrecord.options import TASK_CLASSIFICATION, TASK_DETECTION
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.sources import kinds
+
+
+class PlanError(ValueError):
+    """The input cannot be converted as given (a usage error)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    base: str  # the input root, ending with "/"
+    pattern: str  # what the pipeline matches
+    layout: str
+    split_names: Tuple[str, ...]
+    num_shards: Dict[str, int]
+    num_files: int  # archives and manifests: the members/rows seen at launch
+    input_bytes: int
+    size_ratio: float
+    input_kind: str = kinds.INPUT_FOLDER  # folder (or glob of images), archives, manifest
+    labeled: bool = True  # False: a manifest without a label column
+    has_split_column: bool = False  # a manifest whose rows name their split
+    listing_digest: str = ""  # sha256 of what the launch listing saw (names, sizes, manifest rows)
+    annotations: str = ""  # detection: the annotation format (sources.detection: voc, coco, boxes)
+    patterns: Tuple[str, ...] = ()  # detection: globs of the annotation files the pipeline reads
+    listing_complete: bool = True  # False: num_files counts what a partial peek into the archives saw
+    skipped_outputs: Tuple[str, ...] = ()  # a folder's folders holding earlier outputs: not inputs (relative)
+
+    @property
+    def task(self) -> str:
+        """classification or detection."""
+        return TASK_DETECTION if self.annotations else TASK_CLASSIFICATION
+
+    def fingerprint(self, config: ConvertConfig) -> str:
+        """16 hex digits that change with the options, the seed, the input listing or the shard counts."""
+        import img2tfrecord
+
+        doc = {
+            "tool_version": img2tfrecord.__version__,
+            "input": config.input,
+            "options": config.options_json(),
+            "listing": self.listing_digest,
+            "layout": self.layout,
+            "num_shards": dict(sorted(self.num_shards.items())),
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()[:16]

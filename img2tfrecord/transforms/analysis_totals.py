@@ -1,0 +1,147 @@
+"""The train split's run totals: batch totals summed exactly in Beam, and the statistics of ``dataset.json``.
+
+batch totals (one list per tf.Transform batch, laid out as below; made by analyze._batch_totals)
+  -> TotalsCombineFn                   -> RunTotals (Python ints: exact however many images)
+  -> pixel_moments / statistics_json   -> mean and std, the ``statistics`` block of dataset.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import apache_beam as beam
+
+from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import transformed as names
+
+MAX_PIXEL = 255
+
+# The batch totals, by position: images, pixels, sums, squares, height min/max,
+# width min/max, then (labeled records) the batch's classes and their counts.
+BATCH_CLASSES = 8
+
+Span = Union[Tuple[None, None], Tuple[int, int]]  # (min, max); (None, None) before the first image
+
+
+@dataclasses.dataclass
+class RunTotals:
+    """The train split's totals: exact integers however many images (the ``TotalsCombineFn`` accumulator)."""
+
+    channels: int
+    images: int = 0
+    pixels: int = 0
+    sums: List[int] = dataclasses.field(default_factory=list)
+    squares: List[int] = dataclasses.field(default_factory=list)
+    height: Span = (None, None)  # (min, max)
+    width: Span = (None, None)
+    classes: Dict[Any, int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        self.sums = self.sums or [0] * self.channels
+        self.squares = self.squares or [0] * self.channels
+
+    def add(self, other: RunTotals) -> RunTotals:
+        if not other.images:
+            return self
+        self.images += other.images
+        self.pixels += other.pixels
+        self.sums = [a + b for a, b in zip(self.sums, other.sums)]
+        self.squares = [a + b for a, b in zip(self.squares, other.squares)]
+        self.height = _span(self.height, other.height)
+        self.width = _span(self.width, other.width)
+        for name, n in other.classes.items():
+            self.classes[name] = self.classes.get(name, 0) + n
+        return self
+
+
+def _span(a: Span, b: Span) -> Span:
+    if a[0] is None:
+        return b
+    if b[0] is None:
+        return a
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
+class TotalsCombineFn(beam.CombineFn):
+    """Batch totals -> ``RunTotals``. Python ints: exact at any size."""
+
+    def __init__(self, channels: int):
+        self._channels = channels
+
+    def create_accumulator(self) -> RunTotals:
+        return RunTotals(self._channels)
+
+    def add_input(self, acc: RunTotals, batch) -> RunTotals:
+        images = int(batch[0])
+        if images == 0:
+            return acc
+        classes = {}
+        if len(batch) > BATCH_CLASSES:
+            classes = dict(zip(batch[BATCH_CLASSES].tolist(), (int(n) for n in batch[BATCH_CLASSES + 1].tolist())))
+        return acc.add(
+            RunTotals(
+                self._channels,
+                images,
+                int(batch[1]),
+                [int(v) for v in batch[2]],
+                [int(v) for v in batch[3]],
+                (int(batch[4]), int(batch[5])),
+                (int(batch[6]), int(batch[7])),
+                classes,
+            )
+        )
+
+    def merge_accumulators(self, accumulators) -> RunTotals:
+        out = self.create_accumulator()
+        for acc in accumulators:
+            out.add(acc)
+        return out
+
+    def extract_output(self, acc: RunTotals) -> RunTotals:
+        return acc
+
+
+def pixel_moments(pixels: int, sums: Sequence[int], squares: Sequence[int]) -> Tuple[List[float], List[float]]:
+    """Per-channel mean and (population) standard deviation in [0, 1] units, from exact uint8 totals."""
+    if not pixels:
+        return [0.0] * len(sums), [0.0] * len(sums)
+    mean = [s / (pixels * MAX_PIXEL) for s in sums]
+    # n^2 var = n * sum(x^2) - sum(x)^2, exact in integers.
+    std = [math.sqrt(max(0, pixels * q - s * s)) / (pixels * MAX_PIXEL) for s, q in zip(sums, squares)]
+    return mean, std
+
+
+def statistics_json(totals: RunTotals, label_names: Optional[List[str]] = None, exact: bool = True) -> Dict[str, Any]:
+    """The ``statistics`` block of ``dataset.json`` from the run totals.
+
+    ``examples_per_class`` follows ``label_names`` (the vocabulary order,
+    zeros included) when given, else the sorted train classes; absent for
+    records without labels. ``exact``: every image's sums are of its
+    stored pixels; False when images re-encoded as JPEG may have
+    contributed the pixels given to the encoder (``image.pixel_sums``).
+    """
+    mean, std = pixel_moments(totals.pixels, totals.sums, totals.squares)
+    stats: Dict[str, Any] = {
+        "split": names.ANALYZED_SPLIT,
+        "num_examples": totals.images,
+        "pixel_mean": mean,
+        "pixel_std": std,
+        "exact": exact,
+        "image_height": {"min": totals.height[0], "max": totals.height[1]},
+        "image_width": {"min": totals.width[0], "max": totals.width[1]},
+    }
+    counts = {name.decode("utf-8") if isinstance(name, bytes) else name: n for name, n in totals.classes.items()}
+    if label_names is not None:
+        stats["examples_per_class"] = {name: counts.get(name, 0) for name in label_names}
+        stats["label_vocabulary"] = names.LABEL_VOCABULARY
+    elif counts:
+        stats["examples_per_class"] = dict(sorted(counts.items()))
+    stats["files"] = {
+        "transform_fn": manifest.TRANSFORM_FN_DIR,
+        "transformed_metadata": manifest.TRANSFORMED_METADATA_DIR,
+        "raw_metadata": manifest.RAW_METADATA_DIR,
+        "schema": manifest.SCHEMA_FILE,
+    }
+    return stats
