@@ -12,7 +12,9 @@
 #   JOB_NAME          default img2tfrecord-<UTC timestamp>
 #   EXTRA_BEAM_ARGS   more Beam options, e.g. "--service_account_email=... --subnetwork=..."
 set -euo pipefail
+caller="$PWD"
 cd "$(dirname "$0")"
+project="$PWD"
 
 PROJECT="${PROJECT:-${GOOGLE_CLOUD_PROJECT:-}}"
 if [ -z "$PROJECT" ]; then
@@ -45,6 +47,7 @@ DISK_SIZE_GB="${DISK_SIZE_GB:-50}"
 JOB_NAME="${JOB_NAME:-img2tfrecord-$(date -u +%Y%m%d-%H%M%S)}"
 
 source scripts/venv.sh
+cd "$caller"  # relative paths in the arguments are the caller's
 
 echo "Dataflow job ${JOB_NAME} in ${PROJECT}/${REGION}; watch it at" >&2
 echo "  https://console.cloud.google.com/dataflow/jobs?project=${PROJECT}" >&2
@@ -56,7 +59,7 @@ exec img2tfrecord convert "$@" \
   --job_name "$JOB_NAME" \
   --temp_location "$TEMP_LOCATION" \
   --staging_location "$STAGING_LOCATION" \
-  --setup_file ./setup.py \
+  --setup_file "$project/setup.py" \
   --machine_type "$MACHINE_TYPE" \
   --max_num_workers "$MAX_NUM_WORKERS" \
   --disk_size_gb "$DISK_SIZE_GB" \

@@ -184,3 +184,19 @@ def test_venv_supports_the_pythons_setup_py_accepts():
     with open(os.path.join(ROOT, "scripts", "venv.sh")) as f:
         declared = re.search(r'^SUPPORTED_PYTHONS="([^"]*)"', f.read(), re.MULTILINE).group(1)
     assert declared.split() == [f"3.{minor}" for minor in range(int(low), int(high))]
+
+
+def test_run_local_reads_relative_paths_from_where_it_is_called(tmp_path):
+    (tmp_path / "photos").mkdir()
+    proc = subprocess.run(
+        [os.path.join(ROOT, "run_local.sh"), "--input", "photos", "--output", "records"],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+    )
+    # photos/ is found where the command was typed (and holds no images), not in the project folder.
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"no input files match {tmp_path}/photos/" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "records").exists()
