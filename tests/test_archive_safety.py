@@ -12,13 +12,13 @@ import io
 import json
 import os
 import stat
-import struct
 import tarfile
 import zipfile
 
 import images as I
 import pytest
 from conftest import convert, manifest_doc
+from helpers.datasets import UTF8_FLAG, write_zip_raw_names
 
 from img2tfrecord.model import MemberEntry
 from img2tfrecord.readers import datasource
@@ -110,43 +110,6 @@ def test_hostile_members_are_rows_and_nothing_leaves_the_archive(tmp_path, kind)
 
 # -- zip member names ------------------------------------------------------------------------------
 
-_EOCD = struct.Struct("<4s4H2LH")  # end of central directory
-_CENTRAL = struct.Struct("<4s6H3L5H2L")  # central directory file header
-_LOCAL = struct.Struct("<4s5H3L2H")  # local file header
-_UTF8_FLAG = 0x800
-
-
-def write_zip_raw_names(path: str, members: dict) -> None:
-    """A zip whose member names are the given bytes, with the UTF-8 flag clear (``zip -r`` on Linux).
-
-    ``zipfile`` writes non-ASCII names as flagged UTF-8, so each member is written under an ASCII
-    name of the same length, and the names and flags are then patched in both headers.
-    """
-    raw_names = list(members)
-    with zipfile.ZipFile(path, "w") as z:
-        for i, raw in enumerate(raw_names):
-            z.writestr(f"{i:0{len(raw)}d}", members[raw], zipfile.ZIP_DEFLATED if i % 2 else zipfile.ZIP_STORED)
-    data = bytearray(open(path, "rb").read())
-    eocd = data.rindex(b"PK\x05\x06")
-    entries, directory = _EOCD.unpack_from(data, eocd)[4], _EOCD.unpack_from(data, eocd)[6]
-    at = directory
-    for _ in range(entries):
-        fields = list(_CENTRAL.unpack_from(data, at))
-        name_len, extra_len, comment_len, local = fields[10], fields[11], fields[12], fields[16]
-        index = int(bytes(data[at + _CENTRAL.size : at + _CENTRAL.size + name_len]))
-        raw = raw_names[index]
-        assert len(raw) == name_len
-        fields[3] &= ~_UTF8_FLAG
-        _CENTRAL.pack_into(data, at, *fields)
-        data[at + _CENTRAL.size : at + _CENTRAL.size + name_len] = raw
-        local_fields = list(_LOCAL.unpack_from(data, local))
-        local_fields[2] &= ~_UTF8_FLAG
-        _LOCAL.pack_into(data, local, *local_fields)
-        data[local + _LOCAL.size : local + _LOCAL.size + name_len] = raw
-        at += _CENTRAL.size + name_len + extra_len + comment_len
-    with open(path, "wb") as f:
-        f.write(bytes(data))
-
 
 def test_zip_member_names_are_utf8_when_their_bytes_are_whatever_the_flag_says(tmp_path):
     path = str(tmp_path / "names.zip")
@@ -160,7 +123,7 @@ def test_zip_member_names_are_utf8_when_their_bytes_are_whatever_the_flag_says(t
         },
     )
     with zipfile.ZipFile(path) as z:
-        assert not any(info.flag_bits & _UTF8_FLAG for info in z.infolist())
+        assert not any(info.flag_bits & UTF8_FLAG for info in z.infolist())
         assert "chats/chaton_├⌐t├⌐_τî½.jpg" in z.namelist()  # what zipfile alone makes of it
         assert [archives.zip_member_name(info) for info in z.infolist()] == [
             "chats/chaton_été_猫.jpg",
@@ -179,7 +142,7 @@ def test_zip_member_names_are_utf8_when_their_bytes_are_whatever_the_flag_says(t
         z.writestr("chats/чай.jpg", image)
     with zipfile.ZipFile(flagged) as z:
         (info,) = z.infolist()
-        assert info.flag_bits & _UTF8_FLAG and archives.zip_member_name(info) == "chats/чай.jpg"
+        assert info.flag_bits & UTF8_FLAG and archives.zip_member_name(info) == "chats/чай.jpg"
     # The directory every zip listing reads gives the same names.
     with open(path, "rb") as f:
         listed = dict(archives.read_zip_directory(f))

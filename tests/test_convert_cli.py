@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 from conftest import convert, run_cli, shard_digests
+from helpers.outputs import read_records
 from PIL import Image
 
 from img2tfrecord import schemas
@@ -59,18 +60,6 @@ def plant_bad_files(root: str) -> dict:
         with open(os.path.join(root, junk), "wb") as f:
             f.write(b"junk")
     return {rel: reason for rel, (_, reason) in bad.items()}
-
-
-def read_records(output: str):
-    """split -> list of parsed feature dicts (numpy values), via tf.data and the schema's spec."""
-    doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
-    spec = schemas.feature_spec(doc["feature_spec"])
-    out = {}
-    for split, info in doc["splits"].items():
-        paths = [os.path.join(output, s["file"]) for s in info["shards"]]
-        ds = tf.data.TFRecordDataset(paths, compression_type="GZIP" if doc["compression"] == "gzip" else "")
-        out[split] = [{k: v.numpy() for k, v in tf.io.parse_single_example(r, spec).items()} for r in ds]
-    return doc, out
 
 
 def split_membership(records_by_split):

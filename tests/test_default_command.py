@@ -14,9 +14,7 @@ import os
 import conftest
 import pytest
 from conftest import manifest_doc
-from test_hostile import hostile_corpus
-from test_record_kinds import clip_dataset
-from test_sources import dataset_files, write_tar, write_tree, write_zip
+from helpers.datasets import clip_dataset, dataset_files, hostile_corpus, write_tar, write_tree, write_zip
 
 from img2tfrecord.readers import datasource
 from img2tfrecord.schemas import features as keys

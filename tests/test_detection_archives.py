@@ -1,12 +1,10 @@
 """Detection inputs inside zip / tar / tar.gz archives: the records, splits and error rows of the same tree
-converted from a folder (the generators of test_detection.py draw the pictures and write the annotations)."""
+converted from a folder (the writers of helpers/detection_inputs.py draw the pictures and write the annotations)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import tarfile
 import zipfile
 from typing import Dict, List, Tuple
 
@@ -14,43 +12,22 @@ import pytest
 from conftest import IN_MEMORY, convert, manifest_doc, shard_digests
 from gcs_emulator import gcs_fixture, upload_file  # noqa: F401 - the gcs fixture
 from helpers.cli import run_in_process
-from test_detection import (
+from helpers.detection_inputs import (
     RECTS,
+    RESIZE,
+    VOC_TOP,
     H,
     W,
-    check_boxes_frame_rectangles,
+    pack,
     picture,
-    records,
-    values,
+    write_bad_voc,
     write_coco,
     write_csv,
-    write_voc,
-    write_voc_with_bad_annotations,
+    write_voc_tar_with_link_and_twin,
 )
+from helpers.detection_outputs import check_boxes_frame_rectangles, records, values
 
 from img2tfrecord.schemas import features as keys
-
-RESIZE = ("--image-size", "64", "--resize", "fit", "--format", "png")
-VOC_TOP = "VOCdevkit/VOC2012"
-
-
-def pack(folder: str, archive: str, top: str = "") -> str:
-    """Every file under ``folder`` into ``archive`` (.zip, .tar or .tar.gz), under the folder ``top``."""
-    files = []
-    for directory, _, names in os.walk(folder):
-        for name in sorted(names):
-            path = os.path.join(directory, name)
-            files.append((path, "/".join(p for p in (top, os.path.relpath(path, folder).replace(os.sep, "/")) if p)))
-    files.sort(key=lambda f: f[1])
-    if archive.endswith(".zip"):
-        with zipfile.ZipFile(archive, "w") as z:
-            for i, (path, name) in enumerate(files):
-                z.write(path, name, zipfile.ZIP_DEFLATED if i % 2 else zipfile.ZIP_STORED)
-    else:
-        with tarfile.open(archive, "w:gz" if archive.endswith(".gz") else "w") as t:
-            for path, name in files:
-                t.add(path, name)
-    return archive
 
 
 def error_rows(output: str) -> List[Tuple[str, str]]:
@@ -91,24 +68,6 @@ def converted(source: str, output: str, *extra: str) -> str:
 # Pascal VOC: image sets, bad annotations, and every archive kind.
 
 
-def write_bad_voc(root: str) -> None:
-    """A VOC root: good images (EXIF orientations), bad boxes, bad and missing annotations, image sets."""
-    write_voc_with_bad_annotations(root, {"o1": 1, "o3": 3, "o6": 6, "o8": 8})
-    with open(os.path.join(root, "Annotations", "orphan.xml"), "w") as f:
-        f.write("<annotation><filename>orphan.jpg</filename></annotation>")  # in no image set
-    for name in ("orphan", "stray"):  # stray.jpg: no annotation names it, so it is no input
-        with open(os.path.join(root, "JPEGImages", name + ".jpg"), "wb") as f:
-            f.write(picture())
-    sets = os.path.join(root, "ImageSets", "Main")
-    os.makedirs(sets)
-    with open(os.path.join(sets, "train.txt"), "w") as f:
-        f.write("o1\no3\nmissing\nbroken\n")
-    with open(os.path.join(sets, "val.txt"), "w") as f:
-        f.write("o6\no8\nempty\n")
-    with open(os.path.join(sets, "dog_train.txt"), "w") as f:  # a per-class set: not a split
-        f.write("o1 1\no6 -1\n")
-
-
 @pytest.fixture(scope="module")
 def voc_tree(tmp_path_factory) -> str:
     base = str(tmp_path_factory.mktemp("voc"))
@@ -146,27 +105,6 @@ def test_voc_archive_gives_the_records_of_its_folder(voc_tree, voc_folder_output
         rows = {row["relpath"]: row for row in map(json.loads, f)}
     assert rows["JPEGImages/missing.jpg"]["path"] == f"{archive}!/{root}JPEGImages/missing.jpg"
     assert "DTD" in rows["Annotations/bomb.xml"]["error"]
-
-
-def write_voc_tar_with_link_and_twin(directory: str) -> str:
-    """``DIRECTORY/voc.tar``: VOC images good, twice, linked, where ``twice.jpg`` is two members and
-    ``linked.jpg`` a symbolic link; returns its path."""
-    root = os.path.join(directory, "voc")
-    write_voc(root, {"good": 1, "twice": 1, "linked": 1})
-    archive = os.path.join(directory, "voc.tar")
-    with tarfile.open(archive, "w") as t:
-        for folder in ("Annotations", "JPEGImages"):
-            for name in sorted(os.listdir(os.path.join(root, folder))):
-                if name != "linked.jpg":
-                    t.add(os.path.join(root, folder, name), f"{folder}/{name}")
-        data = picture()
-        info = tarfile.TarInfo("JPEGImages/twice.jpg")  # a second member of this name
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-        link = tarfile.TarInfo("JPEGImages/linked.jpg")
-        link.type, link.linkname = tarfile.SYMTYPE, "good.jpg"
-        t.addfile(link)
-    return archive
 
 
 def test_voc_members_that_cannot_be_read_are_rejected_by_name(tmp_path):

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from conftest import convert, manifest_doc, write_manifest_doc
 from helpers.cli import run_in_process
+from helpers.detection_inputs import picture, write_voc
+from helpers.detection_outputs import values
+from helpers.outputs import frame
 from PIL import Image
-from test_detection import picture, values, write_voc
-from test_verify import _frame
 
 from img2tfrecord import drawing, inspection
 from img2tfrecord.readers import records as framing
@@ -174,7 +175,7 @@ def test_verify_finds_planted_bad_boxes(detection_out, tmp_path):
         elif i == with_boxes[2]:
             del feature[keys.OBJECT_TRUNCATED].int64_list.value[0]
         changed.append(example.SerializeToString())
-    path.write_bytes(b"".join(_frame(d) for d in changed))
+    path.write_bytes(b"".join(frame(d) for d in changed))
     entry["num_bytes"] = os.path.getsize(path)
     doc["splits"]["train"]["num_bytes"] = sum(s["num_bytes"] for s in doc["splits"]["train"]["shards"])
     doc["splits"]["train"][manifest.BOXES_PER_CLASS]["cat"] += 1

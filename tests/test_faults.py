@@ -33,12 +33,12 @@ import subprocess
 import time
 
 import apache_beam as beam
-import images as I
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import ROOT, cli_command, cli_env, convert, manifest_doc
-from test_convert_cli import read_records
-from test_hostile import FAST
+from helpers.cli import FAST
+from helpers.datasets import make_images
+from helpers.outputs import read_records
 
 from img2tfrecord import faults, schemas
 from img2tfrecord.conversion.converter import ImageConverter
@@ -51,24 +51,6 @@ from img2tfrecord.transforms.finalize import WriteErrorReport
 from img2tfrecord.transforms.shards import WriteShards
 
 tf = pytest.importorskip("tensorflow")
-
-
-def make_images(root: str, classes: int, per_class: int, size=(96, 72), bad: int = 0) -> dict:
-    """relpath -> bytes: noisy JPEGs (slow enough to convert), and ``bad`` truncated ones per class."""
-    files = {}
-    w, h = size
-    for c in range(classes):
-        for i in range(per_class):
-            data = I.jpeg(w, h, I.noise(max(1, w // 10), max(1, h // 10), seed=c * 1000 + i).resize((w, h)))
-            files[f"class{c}/img_{i:04d}.jpg"] = data
-        for i in range(bad):
-            files[f"class{c}/broken_{i}.jpg"] = I.truncated_jpeg()
-    for relpath, data in files.items():
-        path = os.path.join(root, relpath)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-    return files
 
 
 def final_shards(out: str):

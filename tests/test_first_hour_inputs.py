@@ -14,44 +14,14 @@ import images as I
 import pytest
 from conftest import convert, manifest_doc, shard_digests
 from helpers.cli import run_in_process
-from test_archive_safety import write_zip_raw_names
-from test_plan_command import assert_plan_is_the_run
-from test_sources import write_old_output, write_tree
+from helpers.datasets import photos, write_old_output, write_tree, write_zip_raw_names
+from helpers.outputs import assert_plan_is_the_run, one_line, snapshot
 
 from img2tfrecord import api
 from img2tfrecord.commands.errors import UsageError
 from img2tfrecord.schemas import manifest
 
 FAST = ("--no-analyze",)
-
-
-def photos(root: str, per_class: int = 3) -> dict:
-    """A small class-folder dataset under ``root``; -> relpath -> bytes."""
-    files = {
-        f"{name}/{name}_{i:03d}.{'png' if i % 2 else 'jpg'}": (I.png(12 + i, 10) if i % 2 else I.jpeg(14 + i, 12))
-        for name in ("cat", "dog")
-        for i in range(per_class)
-    }
-    write_tree(root, files)
-    return files
-
-
-def snapshot(path: str) -> dict:
-    """Every file and folder under ``path``: relpath -> (is a folder, size, modification time)."""
-    found = {}
-    for folder, dirs, names in os.walk(path):
-        for name in dirs + names:
-            full = os.path.join(folder, name)
-            st = os.lstat(full)
-            found[os.path.relpath(full, path)] = (os.path.isdir(full), st.st_size, st.st_mtime_ns)
-    return found
-
-
-def one_line(proc) -> str:
-    """The one line a failed command printed on stderr (log lines at INFO aside)."""
-    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("INFO ")]
-    assert len(lines) == 1, proc.stderr[-3000:]
-    return lines[0]
 
 
 def refused(tmp_path, *args: str) -> str:

@@ -15,7 +15,8 @@ import time
 
 import pytest
 from conftest import ROOT, cli_command, cli_env, convert, shard_digests
-from test_first_hour_inputs import one_line, photos, snapshot
+from helpers.datasets import photos
+from helpers.outputs import one_line, snapshot
 
 from img2tfrecord import faults
 from img2tfrecord.schemas import manifest

@@ -22,7 +22,7 @@ import pytest
 from conftest import IN_MEMORY, ROOT, cli_command, cli_env, without_analysis
 from gcs_emulator import Emulator, gcs_fixture, upload_file, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.cli import run_in_process
-from test_sources import dataset_files, write_tar, write_tree, write_zip
+from helpers.datasets import dataset_files, make_images, write_tar, write_tree, write_zip
 
 from img2tfrecord.readers import records, storage
 from img2tfrecord.schemas import manifest
@@ -184,7 +184,6 @@ RESUME_ARGS = ("--image-size", "48", "--num-shards", "3", "--splits", "train=0.5
 
 
 def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_bytes(gcs, tmp_path):
-    from test_faults import make_images
 
     from img2tfrecord import faults
 
@@ -226,7 +225,6 @@ def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_byt
 
 def test_objects_deleted_while_the_run_converts_are_not_found_rows(gcs, tmp_path):
     from apache_beam.io.filesystems import FileSystems
-    from test_faults import make_images
 
     from img2tfrecord import faults
 

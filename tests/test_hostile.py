@@ -14,199 +14,22 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Tuple
 
 import images as I
 import numpy as np
 import pytest
 from conftest import ROOT, cli_command, cli_env, convert
+from helpers.cli import FAST
+from helpers.datasets import ODD_CLASS, Record, Rejected, hostile_corpus
+from helpers.outputs import read_records
 from PIL import Image
-from test_convert_cli import read_records
 
 from img2tfrecord import schemas
 from img2tfrecord.images import ImageError, ImageOptions, convert_image
 from img2tfrecord.schemas import manifest
 
 tf = pytest.importorskip("tensorflow")
-
-WHITE_BR = {**I.QUADRANTS, "br": I.WHITE}  # the bottom-right block was transparent
-
-
-FAST = ("--no-analyze",)  # analysis is not what these tests are about
-
-
-@dataclass(frozen=True)
-class Record:
-    fmt: str
-    size: Tuple[int, int]  # (width, height) of the stored image
-    kept: bool = False  # the original bytes are stored
-    colors: Optional[Dict[str, Union[int, Tuple[int, int, int]]]] = None  # quadrant centres, RGB
-    tol: int = 24  # JPEG: encoded by the test, then again by the conversion
-
-
-@dataclass(frozen=True)
-class Rejected:
-    reason: str
-
-
-def gray3(level: int) -> Tuple[int, int, int]:
-    return (level, level, level)
-
-
-def _noise_png(w: int, h: int) -> bytes:
-    return I.png(w, h, I.noise(w, h))
-
-
-def _corrupt_bmp_header() -> bytes:
-    data = bytearray(I.bmp(64, 48, I.noise(64, 48)))
-    data[28:30] = (7).to_bytes(2, "little")  # 7 bits per pixel does not exist
-    return bytes(data)
-
-
-def _webp_bad_version() -> bytes:
-    data = bytearray(I.webp(64, 48, I.noise(64, 48)))
-    data[24] |= 0xE0  # VP8L version bits must be 0
-    return bytes(data)
-
-
-NAMES = (
-    "café ☕ 日本語.jpg",
-    "emoji 👍🏽 family 👨‍👩‍👧.jpg",
-    "  leading and trailing spaces  .jpg",
-    "line\nbreak.jpg",
-    "carriage\rreturn.jpg",
-    "tab\there.jpg",
-    "[glob]*?{a,b}.jpg",
-    "-rf --help.jpg",
-    "q\"uote'back\\slash.jpg",
-    "%2F%00 not escapes.jpg",
-    "n" * 251 + ".jpg",  # 255 bytes, the longest name most filesystems allow
-)
-
-
-def hostile_corpus() -> Dict[str, Tuple[bytes, Union[Record, Rejected]]]:
-    """relpath -> (bytes, expected outcome) of every regular file of the corpus."""
-    q, g = I.QUADRANTS, I.GRAY_QUADRANTS
-    files: Dict[str, Tuple[bytes, Union[Record, Rejected]]] = {
-        # Good files, kept byte for byte.
-        "good/plain.jpg": (I.jpeg(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
-        "good/plain.png": (I.png(40, 30), Record("png", (40, 30), kept=True, colors=q, tol=0)),
-        # Colour spaces, bit depths, transparency, deep and float pixels.
-        "formats/cmyk.jpg": (I.cmyk_jpeg(40, 30), Record("jpeg", (40, 30), colors=q)),
-        "formats/ycck.jpg": (I.ycck_jpeg(40, 30), Record("jpeg", (40, 30), colors=q)),
-        "formats/rgba16.png": (I.png16_rgba(40, 30), Record("png", (40, 30), colors=WHITE_BR, tol=1)),
-        "formats/rgb_trns.png": (I.png_rgb_trns(40, 30), Record("png", (40, 30), colors=WHITE_BR, tol=0)),
-        "formats/rgb16_trns.png": (I.png_rgb_trns(40, 30, 16), Record("png", (40, 30), colors=WHITE_BR, tol=0)),
-        "formats/gray16_trns.png": (
-            I.png16_gray_trns(40, 30),
-            Record(
-                "png", (40, 30), colors={"tl": gray3(0x12), "tr": gray3(0x56), "bl": gray3(0x9A), "br": I.WHITE}, tol=0
-            ),
-        ),
-        "formats/palette_trns.png": (I.png(40, 30, mode="P"), Record("png", (40, 30), colors=WHITE_BR, tol=0)),
-        "formats/la.png": (
-            I.png(40, 30, mode="LA"),
-            Record("png", (40, 30), colors={**{k: gray3(v) for k, v in g.items()}, "br": I.WHITE}, tol=0),
-        ),
-        "formats/bilevel.png": (
-            I.png(40, 30, mode="1"),
-            Record("png", (40, 30), colors={"tl": I.WHITE, "tr": I.BLACK, "bl": I.WHITE, "br": I.BLACK}, tol=0),
-        ),
-        "formats/int32.tif": (
-            I.tiff_int32(40, 30, [0, 100, 200, 255]),
-            Record(
-                "png", (40, 30), colors={"tl": gray3(0), "tr": gray3(100), "bl": gray3(200), "br": gray3(255)}, tol=0
-            ),
-        ),
-        "formats/float.tif": (
-            I.tiff_float(40, 30, [0.0, 0.25, 0.5, 1.0]),
-            Record(
-                "png", (40, 30), colors={"tl": gray3(0), "tr": gray3(64), "bl": gray3(128), "br": gray3(255)}, tol=1
-            ),
-        ),
-        "formats/still.gif": (I.gif(40, 30), Record("png", (40, 30), colors=q, tol=0)),
-        "formats/lossless.webp": (I.webp(40, 30), Record("png", (40, 30), colors=q, tol=0)),
-        "formats/plain.bmp": (I.bmp(40, 30), Record("png", (40, 30), colors=q, tol=0)),
-        "formats/plain.tif": (I.tiff(40, 30), Record("png", (40, 30), colors=q, tol=0)),
-        # Animations: the first frame (quadrants), never the second (blue).
-        "animated/two_frames.gif": (I.gif_animated(40, 30), Record("png", (40, 30), colors=q, tol=0)),
-        "animated/two_frames.webp": (I.webp_animated(40, 30), Record("png", (40, 30), colors=q, tol=0)),
-        # An APNG is a valid PNG: kept as it is, PNG decoders that ignore animation see frame one.
-        "animated/two_frames.png": (I.apng(40, 30), Record("png", (40, 30), kept=True, colors=q, tol=0)),
-        # EXIF: turned upright; broken or out-of-range EXIF is ignored.
-        **{
-            f"exif/orientation_{o}.jpg": (
-                I.jpeg(40, 30, exif_orientation=o),
-                Record("jpeg", (30, 40) if o >= 5 else (40, 30), kept=o == 1, colors=q),
-            )
-            for o in range(1, 9)
-        },
-        "exif/broken.jpg": (I.jpeg_broken_exif(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
-        "exif/orientation_9.jpg": (I.jpeg_exif_value(40, 30, 9), Record("jpeg", (40, 30), kept=True, colors=q)),
-        "exif/orientation_0.jpg": (I.jpeg_exif_value(40, 30, 0), Record("jpeg", (40, 30), kept=True, colors=q)),
-        # Extreme shapes.
-        "shapes/one_pixel.png": (I.png(1, 1, I.RED), Record("png", (1, 1), kept=True)),
-        "shapes/one_pixel.jpg": (I.jpeg(1, 1, I.RED), Record("jpeg", (1, 1), kept=True)),
-        "shapes/tall.png": (I.png(1, 20000, I.RED), Record("png", (1, 20000), kept=True)),
-        "shapes/wide.png": (I.png(20000, 1, I.RED), Record("png", (20000, 1), kept=True)),
-        "shapes/wide.jpg": (I.jpeg(20000, 2, I.RED), Record("jpeg", (20000, 2), kept=True)),
-        # Extensions that lie: the content decides.
-        "lies/png_named.jpg": (I.png(40, 30), Record("png", (40, 30), kept=True, colors=q, tol=0)),
-        "lies/jpeg_named.png": (I.jpeg(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
-        "lies/webp_named.gif": (I.webp(40, 30), Record("png", (40, 30), colors=q, tol=0)),
-        "lies/no_extension": (I.jpeg(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
-        "lies/SHOUTING.JPEG": (I.jpeg(40, 30), Record("jpeg", (40, 30), kept=True, colors=q)),
-        # Pixel data damaged in a format without checksums decodes: a record (documented).
-        "damaged/pixels.bmp": (I.corrupted(I.bmp(64, 48, I.noise(64, 48))), Record("png", (64, 48))),
-        # Decoded whole, but TensorFlow's decoders would refuse the file as it is: stored re-encoded.
-        "damaged/bad_crc.png": (I.png_bad_crc(40, 30), Record("png", (40, 30), colors=q, tol=0)),
-        "damaged/no_iend.png": (I.png(40, 30)[:-12], Record("png", (40, 30), colors=q, tol=0)),
-        "damaged/bogus_end.jpg": (I.jpeg(40, 30)[:-2] + b"\xff\xdb", Record("jpeg", (40, 30), colors=q)),
-        # Empty, truncated and corrupt files of every format.
-        "broken/empty.jpg": (I.empty(), Rejected("empty_file")),
-        "broken/empty.png": (I.empty(), Rejected("empty_file")),
-        "broken/truncated.jpg": (I.truncated_jpeg(), Rejected("truncated")),
-        "broken/truncated.png": (I.truncated_png(), Rejected("truncated")),
-        "broken/truncated.gif": (I.truncated(I.gif(64, 48, I.noise(64, 48))), Rejected("truncated")),
-        "broken/truncated.tif": (I.truncated(I.tiff(64, 48, I.noise(64, 48))), Rejected("truncated")),
-        "broken/truncated.webp": (I.truncated(I.save(I.noise(64, 48), "WEBP")), Rejected("truncated")),
-        "broken/truncated.bmp": (I.truncated(I.bmp(64, 48, I.noise(64, 48))), Rejected("truncated")),
-        "broken/corrupt.jpg": (I.corrupt_jpeg(), Rejected("corrupt")),
-        "broken/corrupt.png": (I.corrupted(_noise_png(64, 48)), Rejected("corrupt")),
-        "broken/corrupt.gif": (I.corrupted(I.gif(64, 48, I.noise(64, 48))), Rejected("corrupt")),
-        "broken/bad_header.bmp": (_corrupt_bmp_header(), Rejected("corrupt")),
-        "broken/bad_header.webp": (_webp_bad_version(), Rejected("corrupt")),
-        "broken/notes.jpg": (I.text_as_jpg(), Rejected("not_an_image")),
-        "broken/page.jpg": (I.html_as_jpg(), Rejected("not_an_image")),
-        "broken/program.jpg": (I.eps(), Rejected("not_an_image")),
-        "broken/drawing.png": (
-            b'<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"/>',
-            Rejected("not_an_image"),
-        ),
-        "broken/random.png": (
-            np.random.default_rng(1).integers(0, 256, 1000, dtype=np.uint8).tobytes(),
-            Rejected("not_an_image"),
-        ),
-        # Decompression bombs: huge declared dimensions, tiny files.
-        "bombs/png.png": (I.png_bomb(), Rejected("too_many_pixels")),
-        "bombs/jpeg.jpg": (I.jpeg_bomb(), Rejected("too_many_pixels")),
-        "bombs/gif.gif": (I.gif_bomb(), Rejected("too_many_pixels")),
-        "bombs/bmp.bmp": (I.bmp_bomb(), Rejected("too_many_pixels")),
-        "bombs/tiff.tif": (I.tiff_bomb(), Rejected("too_many_pixels")),
-        "bombs/webp.webp": (I.webp_bomb(), Rejected("too_many_pixels")),
-        # Over --max-file-mb 1 (a valid image).
-        "big/noise.png": (_noise_png(700, 600), Rejected("file_too_large")),
-        # Not inside a class folder.
-        "stray.jpg": (I.jpeg(8, 8), Rejected("no_class_folder")),
-    }
-    for name in NAMES:
-        files[f"names/{name}"] = (I.jpeg(8, 8, I.BLUE), Record("jpeg", (8, 8), kept=True))
-    files[f"{ODD_CLASS}/a.jpg"] = (I.jpeg(8, 8, I.BLUE), Record("jpeg", (8, 8), kept=True))
-    return files
-
-
-ODD_CLASS = 'a "quoted" class, ünïcödé\ttab & \\ {json}'  # becomes a label: labels.txt and dataset.json
 
 
 JUNK = (  # skipped and counted, never errors

@@ -10,9 +10,19 @@ import images as I
 import pytest
 from conftest import convert, manifest_doc
 from helpers.cli import run_in_process
-from test_detection import H, W, write_coco, write_voc
-from test_detection_archives import RESIZE, VOC_TOP, pack, write_bad_voc, write_voc_tar_with_link_and_twin
-from test_sources import JUNK, write_tar, write_tree, write_zip
+from helpers.datasets import JUNK, write_tar, write_tree, write_zip
+from helpers.detection_inputs import (
+    RESIZE,
+    VOC_TOP,
+    H,
+    W,
+    pack,
+    write_bad_voc,
+    write_coco,
+    write_voc,
+    write_voc_tar_with_link_and_twin,
+)
+from helpers.outputs import assert_plan_is_the_run
 
 SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "11")
 
@@ -21,26 +31,6 @@ def plan(input_path: str, output: str, *extra: str) -> dict:
     proc = run_in_process("convert", "--input", input_path, "--output", output, "--plan", "--json", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
-
-
-def assert_plan_is_the_run(found: dict, doc: dict, boxes: bool = True) -> None:
-    """Inputs, junk, splits, records and shards per split and records per class (and ``boxes`` per class) are
-    the run's."""
-    acc = doc["accounting"]
-    assert (found["inputs"], found["skipped"]["count"], found["rejected"]["count"]) == (
-        acc["inputs"],
-        acc["skipped"],
-        acc["rejected"],
-    )
-    assert found["classes"] == doc["labels"]
-    assert set(found["splits"]) == set(doc["splits"])
-    for name, info in doc["splits"].items():
-        planned = found["splits"][name]
-        assert planned["examples"] == info["num_examples"], name
-        assert planned["examples_per_class"] == info["examples_per_class"], name
-        assert planned["num_shards"] == len(info["shards"]), name
-        if boxes and "boxes_per_class" in info:
-            assert planned["boxes_per_class"] == info["boxes_per_class"], name
 
 
 def many_files() -> dict:

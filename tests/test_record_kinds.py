@@ -10,8 +10,9 @@ import images as I
 import numpy as np
 import pytest
 from conftest import convert
+from helpers.datasets import FRAME_STEP, clip_dataset, frame, write_tar, write_tree
+from helpers.outputs import convert_in_process, error_rows
 from PIL import Image
-from test_sources import convert_in_process, error_rows, write_tar, write_tree
 
 from img2tfrecord import verification
 from img2tfrecord.conversion.converter import natural_key
@@ -75,23 +76,6 @@ def test_raw_resized_batches(tmp_path):
 
 
 # -- sequences -----------------------------------------------------------------------------------
-
-FRAME_STEP = 20
-
-
-def frame(index: int, clip: int) -> bytes:
-    """A 12x10 PNG whose red channel is the frame index * FRAME_STEP, green the clip number * 40."""
-    return I.save(Image.new("RGB", (12, 10), (index * FRAME_STEP, clip * 40, 90)), "PNG")
-
-
-def clip_dataset():
-    """relpath -> bytes; clips of 3, 12 and 5 frames named frame_1 .. frame_N (natural order != text order)."""
-    files = {}
-    lengths = {"run/clip_a": 3, "run/clip_b": 12, "walk/clip_c": 5, "walk/clip_d": 1}
-    for n, (clip, count) in enumerate(sorted(lengths.items())):
-        for i in range(1, count + 1):
-            files[f"{clip}/frame_{i}.png"] = frame(i, n)
-    return files, lengths
 
 
 def read_sequences(output):

@@ -12,12 +12,14 @@ import time
 
 import pytest
 from conftest import ROOT, convert, shard_digests
-from test_convert_cli import read_records
+from helpers.outputs import read_records
 
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.run import pipeline_options
 from img2tfrecord.schemas import manifest
+
+pytest.importorskip("tensorflow")  # read_records reads the shards with TensorFlow
 
 
 def _free_port() -> int:

@@ -8,18 +8,18 @@ import io
 import json
 import os
 import tarfile
-import zipfile
 
 import images as I
 import pytest
-from conftest import IN_MEMORY, convert
+from conftest import convert
+from helpers.datasets import JUNK, dataset_files, write_old_output, write_tar, write_tree, write_zip
+from helpers.outputs import convert_in_process, error_rows
 
 from img2tfrecord.conversion.sharding import parse_splits
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import make_plan
-from img2tfrecord.pipeline.run import run
 from img2tfrecord.readers import records as rec
 from img2tfrecord.schemas import example_proto, manifest
 from img2tfrecord.schemas import features as keys
@@ -27,51 +27,6 @@ from img2tfrecord.sources import archives, kinds
 
 SPLITS = "train=0.5,validation=0.25,test=0.25"
 SEED = 5
-
-
-def dataset_files():
-    """relpath -> bytes of a small class-folder dataset: JPEG and PNG, several sizes, one nested file."""
-    files = {}
-    for ci, name in enumerate(("cat", "dog", "emu")):
-        for i in range(5):
-            rel = f"{name}/{name}_{i}.{'png' if i % 2 else 'jpg'}"
-            files[rel] = I.png(12 + i, 10 + ci) if i % 2 else I.jpeg(16 + 2 * i, 12 + ci)
-    files["dog/sub/deep.jpg"] = I.jpeg(20, 14)
-    return files
-
-
-JUNK = {".DS_Store": b"junk", "cat/Thumbs.db": b"junk", "__MACOSX/cat/._cat_0.jpg": b"junk"}
-
-
-def write_tree(root, files):
-    for rel, data in files.items():
-        path = os.path.join(root, *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-
-
-def write_zip(path, files, top=""):
-    with zipfile.ZipFile(path, "w") as z:
-        if top:
-            z.writestr(top + "/", b"")  # a directory entry
-        for i, (rel, data) in enumerate(sorted(files.items())):
-            z.writestr(top + ("/" if top else "") + rel, data, zipfile.ZIP_DEFLATED if i % 2 else zipfile.ZIP_STORED)
-
-
-def write_tar(path, files, top="", mode="w"):
-    with tarfile.open(path, mode) as t:
-        for rel, data in sorted(files.items()):
-            info = tarfile.TarInfo((top + "/" if top else "") + rel)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-
-
-def convert_in_process(input_path, output, **options):
-    config = ConvertConfig(input=input_path, output=str(output), analyze=False, **options)
-    doc = run(config, list(IN_MEMORY))
-    assert doc is not None
-    return doc
 
 
 def record_set(output):
@@ -96,11 +51,6 @@ def record_set(output):
                     )
                 )
     return out
-
-
-def error_rows(output):
-    with open(os.path.join(output, manifest.ERRORS_FILE)) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -339,22 +289,6 @@ def test_folders_holding_an_output_are_found_from_a_listing():
     assert layout.folder_entry(base, base + "out/.hidden", 10, ("out",)) is None  # not even counted as junk
     assert layout.folder_entry(base, base + "outside/a.jpg", 10, ("out",)) == WorkItem(
         base + "outside/a.jpg", "outside/a.jpg", 10
-    )
-
-
-def write_old_output(folder: str) -> None:
-    """What a finished run and a killed run leave in an output folder (the names matter, not the bytes)."""
-    write_tree(
-        folder,
-        {
-            "done/dataset.json": b"{}",
-            "done/labels.txt": b"cat\ndog\n",
-            "done/_SUCCESS": b"",
-            "done/train-00000-of-00001.tfrecord": b"\0" * 40,
-            "done/index/train-00000-of-00001.tfrecord.idx": b"0 40\n",
-            "killed/.tmp-run-0123456789abcdef/shards/train/part": b"\0" * 8,
-            "killed/errors.jsonl": b"",
-        },
     )
 
 

@@ -7,11 +7,11 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 
 import pytest
 from conftest import manifest_doc, write_manifest_doc
 from helpers.cli import run_in_process
+from helpers.outputs import frame
 
 from img2tfrecord import verification
 from img2tfrecord.readers import records
@@ -44,16 +44,6 @@ def _failed(path, *fragments):
     return proc.stdout
 
 
-def _frame(data: bytes) -> bytes:
-    length = struct.pack("<Q", len(data))
-    return (
-        length
-        + struct.pack("<I", records.masked_crc32c(length))
-        + data
-        + struct.pack("<I", records.masked_crc32c(data))
-    )
-
-
 # ---------------------------------------------------------------------------
 # The framing reader and the Example parser on real shards.
 
@@ -81,7 +71,7 @@ def test_framing_equals_tensorflow_writer(tmp_path):
         for p in payloads:
             writer.write(p)
     with open(path, "rb") as f:
-        assert f.read() == b"".join(_frame(p) for p in payloads)
+        assert f.read() == b"".join(frame(p) for p in payloads)
 
 
 # ---------------------------------------------------------------------------
@@ -268,7 +258,7 @@ def test_record_contents(converted_sample, tmp_path):
         elif i == 5:
             feature[keys.CLASS_LABEL].int64_list.value[0] = 99
         changed.append(ex.SerializeToString())
-    path.write_bytes(b"".join(_frame(d) for d in changed))
+    path.write_bytes(b"".join(frame(d) for d in changed))
     doc["splits"]["train"]["shards"][0]["num_bytes"] = os.path.getsize(path)
     write_manifest_doc(out, doc)
     _failed(

@@ -56,3 +56,6 @@ def run_in_process(*args: str) -> subprocess.CompletedProcess:
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     return subprocess.CompletedProcess(["img2tfrecord", *args], code, out.getvalue(), err.getvalue())
+
+
+FAST = ("--no-analyze",)  # analysis is not what these tests are about
