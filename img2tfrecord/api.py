@@ -24,6 +24,7 @@ from img2tfrecord.options import CONVERT_OPTIONS, add_convert_arguments
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from img2tfrecord.images import ImageOptions
     from img2tfrecord.pipeline.config import ConvertConfig
     from img2tfrecord.pipeline.preview_report import RunPlan
     from img2tfrecord.schemas.dataset_manifest import DatasetManifest
@@ -176,7 +177,6 @@ def check_pipeline_args(args: Sequence[str], own_options: Sequence[str], input_p
 def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) -> ConvertConfig:
     """The run's configuration from parsed ``convert`` options; UsageError for a combination that cannot run."""
     from img2tfrecord.conversion.sharding import parse_splits
-    from img2tfrecord.images import ImageOptions
     from img2tfrecord.pipeline.config import ConvertConfig
     from img2tfrecord.sources.kinds import output_inside_input
 
@@ -184,9 +184,6 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         splits = parse_splits(ns.splits) if ns.splits is not None else None
     except ValueError as e:
         raise UsageError(f"--splits: {e}") from None
-    fmt = ns.format
-    if fmt is None:
-        fmt = "keep" if ns.image_size is None and ns.channels == 3 else "jpeg"
     if ns.input.rstrip("/") == ns.output.rstrip("/"):
         raise UsageError("--output must differ from --input")
     if ns.resume and ns.overwrite:
@@ -210,16 +207,7 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
             f"--output {ns.output} is inside --input {ns.input}: a later run over the input would read the "
             f"output as a class; give an --output outside the input, e.g. {_sibling_output(ns.input)}"
         )
-    image = ImageOptions(
-        size=ns.image_size,
-        resize=ns.resize,
-        channels=ns.channels,
-        format=fmt,
-        quality=ns.quality,
-        max_pixels=ns.max_pixels,
-        max_file_bytes=int(ns.max_file_mb * 1024 * 1024),
-        decode_timeout_s=ns.decode_timeout_s,
-    )
+    image = image_options(ns)
     from img2tfrecord.pipeline.run import default_processes, pipeline_options
 
     return ConvertConfig(
@@ -242,6 +230,37 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         processes=ns.processes or default_processes(pipeline_options(list(pipeline_args))),
         max_error_rate=ns.max_error_rate,
     )
+
+
+def image_options(ns: argparse.Namespace) -> ImageOptions:
+    """The image options of parsed ``convert`` options; ``--format`` by default keeps the stored bytes
+    when nothing changes the pixels, else JPEG."""
+    from img2tfrecord.images import ImageOptions
+
+    fmt = ns.format
+    if fmt is None:
+        fmt = "keep" if ns.image_size is None and ns.channels == 3 else "jpeg"
+    return ImageOptions(
+        size=ns.image_size,
+        resize=ns.resize,
+        channels=ns.channels,
+        format=fmt,
+        quality=ns.quality,
+        max_pixels=ns.max_pixels,
+        max_file_bytes=int(ns.max_file_mb * 1024 * 1024),
+        decode_timeout_s=ns.decode_timeout_s,
+    )
+
+
+def parse_options(options: Mapping[str, Any], allowed: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Keyword options parsed as ``convert`` parses its flags; ``allowed`` limits the keywords taken."""
+    if allowed is not None:
+        unknown = [name for name in options if name not in allowed]
+        if unknown:
+            hint = difflib.get_close_matches(unknown[0], list(allowed), n=1)
+            did_you_mean = f" (did you mean {hint[0]}?)" if hint else ""
+            raise TypeError(f"unexpected keyword argument {unknown[0]!r}{did_you_mean}; takes {', '.join(allowed)}")
+    return _parser().parse_args(_arguments("-", "-", options))
 
 
 def _sibling_output(input_path: str) -> str:

@@ -195,6 +195,7 @@ _END_TO_END = {
     "test_progress_cli.py",
     "test_plan_command.py",
     "test_python_api.py",
+    "test_beam_api.py",
     "test_reader.py",
     "test_archive_safety.py",
     "test_default_command.py",
