@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, convert, shard_digests
+from conftest import IN_MEMORY, ROOT, convert, shard_digests
 from helpers.outputs import read_records
 
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -180,3 +180,45 @@ def test_dataflow_dry_run_through_the_cli(sample_dir, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dry run" in proc.stdout
+
+
+def _examples_pipeline(refs, out: str, runner_flags) -> None:
+    """ImagesToExamples in a pipeline of its own, its records written to ``out`` as one TFRecord file."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from img2tfrecord.beam import ImagesToExamples
+
+    with beam.Pipeline(options=PipelineOptions(list(runner_flags))) as p:
+        converted = p | beam.Create(refs) | ImagesToExamples(image_size=24, splits="train=0.5,test=0.5", seed=3)
+        _ = (
+            converted["examples"]
+            | beam.Map(lambda e: e.split.encode() + b"\0" + e.example)
+            | beam.io.WriteToTFRecord(out, shard_name_template="")
+        )
+
+
+def test_images_to_examples_on_the_portable_runner_gives_the_local_records(sample_dir, tmp_path, portable_endpoints):
+    job_port, pool_port = portable_endpoints
+    refs = [
+        {"uri": os.path.join(sample_dir, c, name), "label": c}
+        for c in sorted(os.listdir(sample_dir))
+        for name in sorted(os.listdir(os.path.join(sample_dir, c)))
+    ]
+    local, portable = str(tmp_path / "local.tfrecord"), str(tmp_path / "portable.tfrecord")
+    _examples_pipeline(refs, local, IN_MEMORY)
+    _examples_pipeline(
+        refs,
+        portable,
+        (
+            "--runner=PortableRunner",
+            f"--job_endpoint=localhost:{job_port}",
+            "--environment_type=EXTERNAL",
+            f"--environment_config=localhost:{pool_port}",
+        ),
+    )
+    from img2tfrecord.readers import records
+
+    written = {path: sorted(data for _, _, data in records.iter_records(path)) for path in (local, portable)}
+    assert len(written[local]) == len(refs)
+    assert written[portable] == written[local]
