@@ -10,11 +10,12 @@ imported on first use: ``import img2tfrecord`` imports neither Beam nor TensorFl
 
 __version__ = "0.1.0"
 
+# name -> its module, or "module:attribute" where the module names it otherwise.
 _LAZY = {
     "load": "img2tfrecord.readers.tfdata",
     "convert": "img2tfrecord.api",
     "plan": "img2tfrecord.api",
-    "read_manifest": "img2tfrecord.api",
+    "read_manifest": "img2tfrecord.readers.read_errors:read_finished_manifest",
     "DatasetManifest": "img2tfrecord.schemas.dataset_manifest",
     "UsageError": "img2tfrecord.errors",
     "ConversionFailed": "img2tfrecord.errors",
@@ -25,12 +26,13 @@ __all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name):
-    module_name = _LAZY.get(name)
-    if module_name is None:
+    where = _LAZY.get(name)
+    if where is None:
         raise AttributeError(f"module 'img2tfrecord' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module_name), name)
+    module_name, _, attribute = where.partition(":")
+    value = getattr(importlib.import_module(module_name), attribute or name)
     globals()[name] = value
     return value
 

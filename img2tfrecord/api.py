@@ -390,18 +390,4 @@ def plan(input: str, output: str, *, pipeline_options: BeamOptions = None, **opt
 convert.__signature__, plan.__signature__ = _run_signature()  # type: ignore[attr-defined]
 
 
-def read_manifest(path: str) -> DatasetManifest:
-    """The manifest of a finished output (local or ``gs://``), without TensorFlow.
-
-    Raises FileNotFoundError naming a missing folder or ``dataset.json``, ``IncompleteOutputError`` (a
-    ValueError) naming what an unfinished conversion lacks, and ``ManifestError`` (a ValueError naming the
-    field) for a manifest this version does not read.
-    """
-    from img2tfrecord.readers import records
-    from img2tfrecord.readers.read_errors import check_finished
-
-    check_finished(path)
-    return records.read_manifest(path)
-
-
-__all__ = ["ConversionFailed", "ErrorBudgetExceeded", "UsageError", "convert", "plan", "read_manifest"]
+__all__ = ["ConversionFailed", "ErrorBudgetExceeded", "UsageError", "convert", "plan"]

@@ -26,6 +26,7 @@ from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, parse_splits
 from img2tfrecord.model import ERRORS, ErrorRow, Record, RowPlacement, WorkItem, error_row
 from img2tfrecord.sources.layout import LAYOUT_MANIFEST
+from img2tfrecord.sources.manifests import label_problem, relpath_below
 from img2tfrecord.transforms.discover import DiscoverClasses
 
 # The options that shape a record; the rest of convert's options are about the output folder.
@@ -75,18 +76,15 @@ def reference_item(
         return error_row(repr(ref)[:200], "", "bad_reference", f"not an ImageRef or a dict: {type(ref).__name__}")
     if not isinstance(uri, str) or not uri:
         return error_row(repr(ref)[:200], "", "bad_reference", "the reference has no uri")
-    relpath = uri
-    if root and uri.startswith(root.rstrip("/") + "/"):
-        relpath = uri[len(root.rstrip("/")) + 1 :]
+    relpath = relpath_below(root, uri) if root else uri
     if not labeled:
         return WorkItem(uri, relpath, 0, row=RowPlacement(None, None))
-    if label is None:
-        return error_row(uri, relpath, "missing_label", "the reference has no label")
-    if isinstance(label, bool) or not isinstance(label, (str, int)):
+    if label is not None and (isinstance(label, bool) or not isinstance(label, (str, int))):
         return error_row(uri, relpath, "bad_label", f"label {label!r} is not a string or an integer")
-    name = str(label)
-    if not name or "\n" in name or "\r" in name:
-        return error_row(uri, relpath, "bad_label", f"label {name!r} is empty or holds a line break")
+    name = "" if label is None else str(label)
+    problem = label_problem(name)  # as a manifest row's label
+    if problem:
+        return error_row(uri, relpath, *problem)
     return WorkItem(uri, relpath, 0, row=RowPlacement(None, name))
 
 

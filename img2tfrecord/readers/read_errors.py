@@ -12,6 +12,7 @@ from typing import Optional
 
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 
 class ReadError(Exception):
@@ -64,6 +65,14 @@ def check_finished(path: str) -> None:
     )
 
 
+def read_finished_manifest(path: str) -> DatasetManifest:
+    """The manifest of a finished output (local or ``gs://``): :func:`check_finished`, then
+    ``records.read_manifest`` (a ``ManifestError``, a ValueError naming the field, for a manifest this
+    version does not read)."""
+    check_finished(path)
+    return records.read_manifest(path)
+
+
 class CorruptRecordError(ReadError):
     """A record whose checksum fails, or that is not the Example the manifest declares."""
 
@@ -97,5 +106,6 @@ __all__ = [
     "ReadError",
     "TruncatedShardError",
     "check_finished",
+    "read_finished_manifest",
     "from_record_error",
 ]

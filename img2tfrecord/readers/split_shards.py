@@ -16,8 +16,8 @@ from img2tfrecord.readers.read_errors import (
     IndexMismatchError,
     ManifestMismatchError,
     TruncatedShardError,
-    check_finished,
     from_record_error,
+    read_finished_manifest,
 )
 from img2tfrecord.schemas import manifest
 
@@ -61,8 +61,7 @@ def read_split(path: str, split: str) -> SplitInfo:
     :class:`IncompleteOutputError` (an unfinished conversion: :func:`check_finished`),
     ValueError (an unknown split, which the message lists, or SequenceExample records).
     """
-    check_finished(path)
-    doc = records.read_manifest(path)
+    doc = read_finished_manifest(path)
     if doc.is_sequence:
         raise ValueError(
             f"{path} holds {doc.record_type.value} records; these readers read {manifest.RECORD_TYPE} outputs "

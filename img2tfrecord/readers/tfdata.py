@@ -29,7 +29,7 @@ from typing import Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from img2tfrecord.readers import records
-from img2tfrecord.readers.read_errors import check_finished
+from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.readers.tfdata_decode import (
     LoadPlan,
     decode_encoded,  # noqa: F401  (re-exported: tfdata.decode_encoded)
@@ -56,18 +56,8 @@ TASK_AUTO = "auto"  # load's default task: the one dataset.json records
 # Manifest and arguments.
 
 
-def read_manifest(path: str) -> DatasetManifest:
-    """The ``dataset.json`` of a finished conversion (local or ``gs://``).
-
-    Raises FileNotFoundError naming the missing directory or manifest, a
-    ValueError (``datasource.IncompleteOutputError``) naming the folder and
-    what is missing when the conversion did not finish, with or without
-    ``dataset.json`` (``datasource.check_finished``), and ValueError when the
-    manifest is not one this version reads (a ``dataset_manifest.ManifestError``
-    naming the field).
-    """
-    check_finished(path)
-    return records.read_manifest(path)
+# The manifest of a finished conversion; raises FileNotFoundError, IncompleteOutputError or ManifestError.
+read_manifest = read_finished_manifest
 
 
 def _normalise_image_size(image_size: Optional[ImageSize]) -> Optional[Tuple[int, int]]:

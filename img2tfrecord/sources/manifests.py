@@ -117,6 +117,21 @@ def manifest_dir(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else "."
 
 
+def relpath_below(directory: str, path: str) -> str:
+    """``path`` relative to ``directory`` when it lies below it, else the whole path."""
+    base = directory.rstrip("/") + "/"
+    return path[len(base) :] if path.startswith(base) else path
+
+
+def label_problem(label: str) -> Optional[Tuple[str, str]]:
+    """``(reason, message)`` when a row's label cannot name a class, else None."""
+    if not label:
+        return "missing_label", "row has no label"
+    if "\n" in label or "\r" in label:
+        return "bad_label", "label contains a line break"
+    return None
+
+
 def resolve_row_path(manifest_path: str, value: str) -> Tuple[str, str]:
     """``(path to read, relpath)`` of a manifest row's path.
 
@@ -129,8 +144,7 @@ def resolve_row_path(manifest_path: str, value: str) -> Tuple[str, str]:
     directory = manifest_dir(manifest_path)
     value = value.strip()
     if "://" in value or value.startswith("/"):
-        base = directory.rstrip("/") + "/"
-        return value, value[len(base) :] if value.startswith(base) else value
+        return value, relpath_below(directory, value)
     relpath = posixpath.normpath(value.replace("\\", "/"))
     return _join(directory, relpath), relpath
 
@@ -147,10 +161,9 @@ def row_to_source(
         return False, error_row(where, "", "bad_manifest_row", "row has no path")
     path, relpath = resolve_row_path(manifest_path, value)
     label = row.get("label") if labeled else None
-    if labeled and not label:
-        return False, error_row(path, relpath, "missing_label", f"{where}: row has no label")
-    if label is not None and ("\n" in label or "\r" in label):
-        return False, error_row(path, relpath, "bad_label", f"{where}: label contains a line break")
+    problem = label_problem(label or "") if labeled else None
+    if problem:
+        return False, error_row(path, relpath, problem[0], f"{where}: {problem[1]}")
     split = None
     if has_split:
         raw = row.get("split", "")
