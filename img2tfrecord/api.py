@@ -61,17 +61,19 @@ def _flag_value(name: str, value: Any) -> str:
     return str(value)
 
 
+def _unexpected(name: str, allowed: Sequence[str]) -> str:
+    """``unexpected keyword argument 'fromat' (did you mean format?)``."""
+    hint = difflib.get_close_matches(name, list(allowed), n=1)
+    return f"unexpected keyword argument {name!r}" + (f" (did you mean {hint[0]}?)" if hint else "")
+
+
 def _arguments(input: str, output: str, options: Mapping[str, Any]) -> List[str]:
     """The command-line arguments that ask for ``options``; TypeError names an unknown keyword."""
     args = [f"--input={input}", f"--output={output}"]
     for name, value in options.items():
         option = KEYWORD_OPTIONS.get(name)
         if option is None:
-            hint = difflib.get_close_matches(name, list(KEYWORD_OPTIONS), n=1)
-            raise TypeError(
-                f"convert() got an unexpected keyword argument {name!r}"
-                + (f" (did you mean {hint[0]}?)" if hint else "")
-            )
+            raise TypeError(f"convert() got an {_unexpected(name, list(KEYWORD_OPTIONS))}")
         if option.switch or option.negates:
             if not isinstance(value, bool):
                 raise UsageError(f"{name}: {value!r} is not True or False ({option.flag})")
@@ -252,15 +254,14 @@ def image_options(ns: argparse.Namespace) -> ImageOptions:
     )
 
 
-def parse_options(options: Mapping[str, Any], allowed: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_options(
+    options: Mapping[str, Any], allowed: Optional[Sequence[str]] = None, input: str = "-", output: str = "-"
+) -> argparse.Namespace:
     """Keyword options parsed as ``convert`` parses its flags; ``allowed`` limits the keywords taken."""
-    if allowed is not None:
-        unknown = [name for name in options if name not in allowed]
-        if unknown:
-            hint = difflib.get_close_matches(unknown[0], list(allowed), n=1)
-            did_you_mean = f" (did you mean {hint[0]}?)" if hint else ""
-            raise TypeError(f"unexpected keyword argument {unknown[0]!r}{did_you_mean}; takes {', '.join(allowed)}")
-    return _parser().parse_args(_arguments("-", "-", options))
+    unknown = [name for name in options if allowed is not None and name not in allowed]
+    if unknown and allowed is not None:
+        raise TypeError(f"{_unexpected(unknown[0], allowed)}; takes {', '.join(allowed)}")
+    return _parser().parse_args(_arguments(input, output, options))
 
 
 def _sibling_output(input_path: str) -> str:
@@ -274,8 +275,7 @@ def _sibling_output(input_path: str) -> str:
 
 
 def _config(input: str, output: str, options: Mapping[str, Any], beam_args: Sequence[str]) -> ConvertConfig:
-    ns = _parser().parse_args(_arguments(input, output, options))
-    return config_from_args(ns, beam_args)
+    return config_from_args(parse_options(options, input=input, output=output), beam_args)
 
 
 # ---------------------------------------------------------------------------

@@ -37,8 +37,8 @@ class RecordType(str, enum.Enum):
 
 
 class Compression(str, enum.Enum):
-    NONE = "none"
-    GZIP = "gzip"
+    NONE = manifest.COMPRESSION_NONE
+    GZIP = manifest.COMPRESSION_GZIP
 
 
 # ---------------------------------------------------------------------------

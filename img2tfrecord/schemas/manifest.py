@@ -49,7 +49,9 @@ RECORD_TYPE = "tf.train.Example"
 SEQUENCE_RECORD_TYPE = "tf.train.SequenceExample"  # convert --sequence: one record per clip
 RECORD_TYPES = (RECORD_TYPE, SEQUENCE_RECORD_TYPE)
 
-COMPRESSIONS = ("none", "gzip")
+COMPRESSION_NONE = "none"
+COMPRESSION_GZIP = "gzip"
+COMPRESSIONS = (COMPRESSION_NONE, COMPRESSION_GZIP)
 SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"  # Beam's shard template: train-00000-of-00004
 SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _SHARD_FILE_RE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$")
@@ -107,7 +109,7 @@ TEMP_PREFIXES = ("beam-temp-", ".tmp-")
 def shard_suffix(compression: str) -> str:
     if compression not in COMPRESSIONS:
         raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(COMPRESSIONS)}")
-    return ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
+    return ".tfrecord.gz" if compression == COMPRESSION_GZIP else ".tfrecord"
 
 
 def shard_file_name(split: str, index: int, count: int, compression: str = "none") -> str:
