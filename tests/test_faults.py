@@ -45,7 +45,7 @@ from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, ShardSinks
 from img2tfrecord.transforms.discover import DiscoverClasses, DiscoverImages
 from img2tfrecord.transforms.finalize import WriteErrorReport
 from img2tfrecord.transforms.shards import WriteShards
@@ -123,7 +123,7 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
     _WRITES.update(failed=0, count=0)
     out = str(tmp_path / "out")
     run = os.path.join(out, manifest.run_folder("0000111122223333"))
-    sinks = {"train": ShardSink(out, "train", 2, "none", os.path.join(run, manifest.RUN_SHARDS_DIR, "train"))}
+    sinks = ShardSinks(out, "none", os.path.join(run, manifest.RUN_SHARDS_DIR))
     converter = FlakyConverter(ImageOptions(), "class", (("train", 1.0),), 0, marks=str(marks), fail=fail)
     with beam.Pipeline(options=PipelineOptions(["--runner=BundleBasedDirectRunner"])) as p:
         discovered = p | "Discover" >> DiscoverImages(root + "/**", root + "/")
@@ -135,6 +135,7 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
             seed=0,
             processes=1,
             label_names=beam.pvalue.AsSingleton(labels),
+            num_shards={"train": 2},
         )
         _ = written[ERRORS] | "Errors" >> WriteErrorReport(out)
 

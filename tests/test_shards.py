@@ -30,7 +30,7 @@ from img2tfrecord.readers import records as R
 from img2tfrecord.schemas import manifest
 from img2tfrecord.tfrecord_codec import framed_length
 from img2tfrecord.transforms.assign_shards import AssignShardsFn
-from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.commit_split import CommitSplitFn
 from img2tfrecord.transforms.done_files import done_path, parse_done
 from img2tfrecord.transforms.shard_writer import ANALYSIS, WriteShardsFn
@@ -76,10 +76,7 @@ def _write(out, sources, converter, processes, compression="none", resume=False,
     """Run WriteShards on a real in-memory pipeline; -> the run folder."""
     out = str(out)
     run = os.path.join(out, manifest.run_folder("0123456789abcdef"))
-    sinks = {
-        split: ShardSink(out, split, n, compression, os.path.join(run, manifest.RUN_SHARDS_DIR, split))
-        for split, n in NUM_SHARDS.items()
-    }
+    sinks = ShardSinks(out, compression, os.path.join(run, manifest.RUN_SHARDS_DIR))
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     with beam.Pipeline(options=options) as p:
         labels = p | "Labels" >> beam.Create([LABELS])
@@ -93,6 +90,7 @@ def _write(out, sources, converter, processes, compression="none", resume=False,
                 SEED,
                 processes,
                 beam.pvalue.AsSingleton(labels),
+                NUM_SHARDS,
                 batch_size=batch_size,
                 resume=resume,
                 faults=faults,
@@ -277,15 +275,11 @@ def test_pool_starts_its_processes_before_the_first_items():
 def test_a_shard_step_whose_setup_fails_stops_the_processes_it_started(tmp_path):
     """A DoFn whose setup raised may never be torn down by the runner: the step stops its own pool."""
 
-    class UnwritableSink(ShardSink):
-        def initialize_write(self):
-            raise PermissionError("cannot create the temp folder")
-
-    out = str(tmp_path / "out")
-    sinks = {s: UnwritableSink(out, s, n, "none", str(tmp_path / "shards" / s)) for s, n in NUM_SHARDS.items()}
+    (tmp_path / "a-file").write_bytes(b"")  # no folder can be made below a file
+    sinks = ShardSinks(str(tmp_path / "out"), "none", str(tmp_path / "a-file" / "shards"))
     fn = WriteShardsFn(ImageConverter(OPTIONS, "class", SPLITS, SEED), sinks, str(tmp_path / "run"), processes=2)
     before = set(multiprocessing.active_children())
-    with pytest.raises(PermissionError, match="cannot create the temp folder"):
+    with pytest.raises(OSError):
         fn.setup()
     assert not set(multiprocessing.active_children()) - before
 
@@ -301,13 +295,12 @@ def test_train_records_carry_small_analysis_rows(tmp_path):
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED, sums_split="train")
     out = str(tmp_path / "out")
     run = os.path.join(out, manifest.run_folder("feedfacefeedface"))
-    sinks = {s: ShardSink(out, s, n, "none", os.path.join(run, "shards", s)) for s, n in NUM_SHARDS.items()}
+    sinks = ShardSinks(out, "none", os.path.join(run, "shards"))
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     with beam.Pipeline(options=options) as p:
         labels = p | "Labels" >> beam.Create([LABELS])
-        written = (
-            p | beam.Create(sources) | WriteShards(converter, sinks, run, SEED, 2, beam.pvalue.AsSingleton(labels))
-        )
+        labels_side = beam.pvalue.AsSingleton(labels)
+        written = p | beam.Create(sources) | WriteShards(converter, sinks, run, SEED, 2, labels_side, NUM_SHARDS)
         expected = [
             value.analysis
             for tag, value in (converter(s, LABELS) for s in sources)
@@ -322,11 +315,11 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     sources = _sources(tmp_path / "in", good_per_class=4)
     out = str(tmp_path / "out")
     run = os.path.join(out, manifest.run_folder("retryretryretry0"))
-    sinks = {s: ShardSink(out, s, n, "none", os.path.join(run, "shards", s)) for s, n in NUM_SHARDS.items()}
+    sinks = ShardSinks(out, "none", os.path.join(run, "shards"))
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
     groups = collections.defaultdict(list)
     for s in sources:
-        for out_value in AssignShardsFn(converter, NUM_SHARDS, SEED).process(s):
+        for out_value in AssignShardsFn(converter, SEED).process(s, NUM_SHARDS):
             if isinstance(out_value, tuple):
                 groups[out_value[0]].append(out_value[1])
     fn = WriteShardsFn(converter, sinks, run, processes=1)
@@ -340,13 +333,14 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
                     window=GlobalWindow(),
                     timestamp=MIN_TIMESTAMP,
                     label_names=LABELS,
+                    num_shards=NUM_SHARDS,
                 ):
                     if isinstance(value.value, ShardResult):
                         results[split].append(value.value)
     temp_files = [f for _, _, files in os.walk(os.path.join(run, "shards")) for f in files]
     assert len(temp_files) == 2 * sum(NUM_SHARDS.values())  # both attempts wrote their own temp files
     for split in NUM_SHARDS:
-        committed = list(CommitSplitFn(sinks).process((split, results[split])))
+        committed = list(CommitSplitFn(sinks).process((split, results[split]), NUM_SHARDS))
         assert [c.file for c in committed] == [
             manifest.shard_file_name(split, i, NUM_SHARDS[split]) for i in range(NUM_SHARDS[split])
         ]

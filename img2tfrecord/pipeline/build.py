@@ -28,7 +28,7 @@ from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
 from img2tfrecord.sources.detection_archives import ArchivedAnnotations
 from img2tfrecord.sources.kinds import INPUT_ARCHIVES
-from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
 from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
@@ -62,14 +62,10 @@ def run_dir(config: ConvertConfig, plan: Plan) -> str:
     return FileSystems.join(config.output, manifest.run_folder(plan.fingerprint(config)))
 
 
-def shard_sinks(config: ConvertConfig, plan: Plan) -> dict:
+def shard_sinks(config: ConvertConfig, plan: Plan) -> ShardSinks:
+    """Where the run's splits are written: temp files in its staging folder, final names in the output."""
     staging = FileSystems.join(run_dir(config, plan), manifest.RUN_SHARDS_DIR)
-    return {
-        split: ShardSink(
-            config.output, split, plan.num_shards[split], config.compression, FileSystems.join(staging, split)
-        )
-        for split in plan.split_names
-    }
+    return ShardSinks(config.output, config.compression, staging)
 
 
 def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: bool = False) -> None:
@@ -122,6 +118,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         config.seed,
         config.processes,
         beam.pvalue.AsSingleton(label_names),
+        dict(plan.num_shards),
         batch_size=1 if config.sequence else 32,  # a clip is many frames: one clip per task
         resume=resume,
         faults=faults.from_environment(),  # test-only: none unless IMG2TFRECORD_FAULT is set

@@ -25,6 +25,7 @@ import os
 from typing import Dict, List, Set, Tuple
 
 from img2tfrecord import faults
+from img2tfrecord.conversion.record_sizes import seeded_sample
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError
 from img2tfrecord.images.decode import open_image
@@ -325,10 +326,10 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
     else:
         split_names = tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
 
-    step = max(1, len(rows) // SAMPLE_SIZE)
     sample = []
-    for path, _number, row in rows[::step][:SAMPLE_SIZE]:
-        resolved, relpath = manifests.resolve_row_path(path, row["path"])
+    for resolved, relpath in seeded_sample(
+        (manifests.resolve_row_path(path, row["path"]) for path, _, row in rows), config.seed
+    ):
         size = file_size(resolved)
         if size is not None:
             sample.append(WorkItem(resolved, relpath, size))

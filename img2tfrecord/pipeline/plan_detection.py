@@ -11,14 +11,15 @@ import dataclasses
 import logging
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
+from img2tfrecord.conversion.record_sizes import seeded_sample
+from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError
 from img2tfrecord.model import MemberEntry, WorkItem
 from img2tfrecord.options import TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest, file_size
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
-from img2tfrecord.pipeline.sizing import RECORD_OVERHEAD_BYTES, SAMPLE_SIZE, estimate_size_ratio, num_shards
+from img2tfrecord.pipeline.sizing import RECORD_OVERHEAD_BYTES, estimate_size_ratio, num_shards
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources import layout as layouts
@@ -120,7 +121,7 @@ def plan_detection(
 def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: List[str]) -> Plan:
     """The plan of manifests of boxes: splits from a split column, shards from a sample of the images."""
     named: Set[str] = set()
-    paths: Dict[str, None] = {}
+    paths: Dict[str, Optional[str]] = {}  # image -> the split its rows name, None for none
     digest_rows = []
     for path in found:
         if not detection.is_box_manifest(path):
@@ -132,7 +133,9 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
                 if split is not None:
                     named.add(split)
                 if row.get("path"):
-                    paths.setdefault(manifests.resolve_row_path(path, str(row["path"]))[0])
+                    image = manifests.resolve_row_path(path, str(row["path"]))[0]
+                    if paths.get(image) is None:
+                        paths[image] = split
         except (OSError, UnicodeDecodeError) as e:
             raise PlanError(f"cannot read manifest {path}: {type(e).__name__}: {e}") from e
     if not paths:
@@ -142,22 +145,26 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
     split_names = tuple(sorted(named)) or (
         tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
     )
-    listed = list(paths)
-    step = max(1, len(listed) // SAMPLE_SIZE)
+    listed = [(image, detection.rel(base, image)) for image in paths]
     sample = []
-    for resolved in listed[::step][:SAMPLE_SIZE]:
+    for resolved, relpath in seeded_sample(listed, config.seed):  # as the graph samples image references
         size = file_size(resolved)
         if size is not None:
-            sample.append(WorkItem(resolved, detection.rel(base, resolved), size))
+            sample.append(WorkItem(resolved, relpath, size))
     mean_size = sum(f.size for f in sample) / len(sample) if sample else 0.0
     ratio = estimate_size_ratio(config, sample)
-    per_split = len(listed) * (mean_size * ratio + RECORD_OVERHEAD_BYTES) / len(split_names)
+    record_bytes = mean_size * ratio + RECORD_OVERHEAD_BYTES
+    split_bytes = {name: 0.0 for name in split_names}
+    for image, relpath in listed:
+        split = paths[image] or assign_split(relpath, config.seed, config.splits or ((DEFAULT_SPLIT, 1.0),))
+        if split in split_bytes:
+            split_bytes[split] += record_bytes
     return Plan(
         base=base,
         pattern=pattern,
         layout=layouts.LAYOUT_DETECTION,
         split_names=split_names,
-        num_shards=num_shards(config, split_names, {name: per_split for name in split_names}),
+        num_shards=num_shards(config, split_names, split_bytes),
         num_files=len(listed),
         input_bytes=int(mean_size * len(listed)),
         size_ratio=ratio,

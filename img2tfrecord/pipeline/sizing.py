@@ -1,50 +1,39 @@
-"""Launch-time size estimates: the output/input size ratio from a sample, record bytes, shard counts.
+"""Launch-time size estimates: the output/input size ratio from a sample of the listing, and shard counts.
 
-``WriteToTFRecord`` needs each split's shard count when the graph is built, but output sizes are
-known only after conversion: a small sample is converted to measure the ratio when images are
-re-encoded.
+``WriteToTFRecord``-style sharding needs each split's shard count before the first shard is written,
+but output sizes are known only after conversion: a few evenly spaced inputs of the listing are
+converted to measure the ratio when images are re-encoded (``conversion/record_sizes.py``).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List
 
-from img2tfrecord.images import ImageError, convert_image
+from img2tfrecord.conversion.record_sizes import (
+    MIB,
+    RECORD_OVERHEAD_BYTES,
+    SAMPLE_SIZE,
+    estimated_record_bytes,
+    sample_sizes,
+    shard_counts,
+)
 from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.sources.files import read_source
 
-SAMPLE_SIZE = 16
-RECORD_OVERHEAD_BYTES = 200  # framing + the non-image features of one record
-MIB = 1024 * 1024
+__all__ = ["MIB", "RECORD_OVERHEAD_BYTES", "SAMPLE_SIZE", "estimate_size_ratio", "estimated_record_bytes", "num_shards"]
 
 
 def estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
-    """Output bytes per input byte, from converting a few evenly spaced files."""
+    """Output bytes per input byte, from converting up to SAMPLE_SIZE evenly spaced files."""
     image = config.image
     if image.format == "keep" and image.size is None:
         return 1.0
     step = max(1, len(files) // SAMPLE_SIZE)
-    in_bytes = out_bytes = 0
-    for source in files[::step][:SAMPLE_SIZE]:
-        size = source.size
-        try:
-            converted = convert_image(read_source(source, image.max_file_bytes), image)
-        except (ImageError, OSError):
-            continue
-        in_bytes += size
-        out_bytes += len(converted.encoded)
-    return out_bytes / in_bytes if in_bytes else 1.0
-
-
-def estimated_record_bytes(input_bytes: float, ratio: float) -> float:
-    """Output bytes of one record made from ``input_bytes`` of image data at the output/input ``ratio``."""
-    return input_bytes * ratio + RECORD_OVERHEAD_BYTES
+    return sample_sizes(files[::step][:SAMPLE_SIZE], image)[1]
 
 
 def num_shards(config: ConvertConfig, split_names, split_bytes: Dict[str, float]) -> Dict[str, int]:
-    if config.num_shards:
-        return {name: config.num_shards for name in split_names}
-    target = config.shard_size_mb * MIB
-    return {name: max(1, math.ceil(split_bytes.get(name, 0) / target)) for name in split_names}
+    """Each split's shard count: ``--num-shards``, or its estimated bytes over ``--shard-size-mb``."""
+    return shard_counts(
+        {name: split_bytes.get(name, 0) for name in split_names}, config.shard_size_mb, config.num_shards
+    )

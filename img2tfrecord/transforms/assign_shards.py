@@ -16,13 +16,13 @@ from img2tfrecord.transforms.counters import OutputCounter
 class AssignShardsFn(beam.DoFn):
     """Work item -> ``((split, shard), ShardItem)``; an item without a place -> its error row."""
 
-    def __init__(self, converter: Converter[Any], num_shards: Dict[str, int], seed: int):
+    def __init__(self, converter: Converter[Any], seed: int):
         self._converter = converter
-        self._num_shards = dict(num_shards)
         self._seed = seed
         self._count = OutputCounter()
 
-    def process(self, item):
+    def process(self, item, num_shards: Dict[str, int]):
+        """``num_shards``: each split's shard count (a side input: it may be computed in the graph)."""
         relpath = self._converter.relpath_of(item)
         try:
             split = self._converter.split_of(item)
@@ -31,17 +31,17 @@ class AssignShardsFn(beam.DoFn):
             self._count(tag, row)
             yield beam.pvalue.TaggedOutput(ERRORS, row)
             return
-        if split not in self._num_shards:
+        if split not in num_shards:
             row = error_row(
                 self._converter.path_of(item),
                 relpath,
                 "unknown_split",
-                f"split {split!r} was not seen when the run was planned (splits: {', '.join(self._num_shards)})",
+                f"split {split!r} was not seen when the run was planned (splits: {', '.join(num_shards)})",
             )
             self._count(ERRORS, row)
             yield beam.pvalue.TaggedOutput(ERRORS, row)
             return
-        shard = assign_shard(relpath, self._seed, self._num_shards[split])
+        shard = assign_shard(relpath, self._seed, num_shards[split])
         yield (split, shard), ShardItem(shuffle_key(relpath, self._seed), relpath, item)
 
 

@@ -154,6 +154,32 @@ class ShardSink(FileBasedSink):
         return list(self.finalize_write(self.temp_dir, list(temp_paths), None))
 
 
+class ShardSinks(NamedTuple):
+    """Where an output's splits are written: ``sink(split, num_shards)`` is a split's ``ShardSink``.
+
+    The shard counts may be known only inside the graph (a side input), so the sinks are made
+    where they are used; each split's temp files go to ``<staging_dir>/<split>``.
+    """
+
+    output_dir: str
+    compression: str
+    staging_dir: str
+
+    def initialize(self) -> None:
+        """Make the staging folder (OSError when it cannot be made)."""
+        if not FileSystems.exists(self.staging_dir):
+            try:
+                FileSystems.mkdirs(self.staging_dir)
+            except OSError:
+                if not FileSystems.exists(self.staging_dir):  # not made meanwhile by another worker
+                    raise
+
+    def sink(self, split: str, num_shards: int) -> ShardSink:
+        return ShardSink(
+            self.output_dir, split, num_shards, self.compression, FileSystems.join(self.staging_dir, split)
+        )
+
+
 class ShardFile:
     """One shard's temp file, open for records: ``write``, ``bytes_written`` so far, ``close``."""
 

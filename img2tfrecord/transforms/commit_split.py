@@ -9,7 +9,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.model import CommittedShard, ShardResult
 from img2tfrecord.schemas import manifest
-from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.shard_writer import NO_FAULTS, WriteFaults
 
 
@@ -32,17 +32,17 @@ class CommitSplitFn(beam.DoFn):
 
     Index files move first, then the sink renames the shards (a resumed
     commit skips those already renamed), then each final file's size is
-    checked against what its writer counted. ``faults`` is a test's fault
-    plan; a run has none.
+    checked against what its writer counted. ``num_shards`` (a side input)
+    is each split's shard count; ``faults`` is a test's fault plan, a run has none.
     """
 
-    def __init__(self, sinks: Dict[str, ShardSink], faults: Optional[WriteFaults] = None):
-        self._sinks = dict(sinks)
+    def __init__(self, sinks: ShardSinks, faults: Optional[WriteFaults] = None):
+        self._sinks = sinks
         self._faults = faults or NO_FAULTS
 
-    def process(self, element):
+    def process(self, element, num_shards: Dict[str, int]):
         split, results = element
-        sink = self._sinks[split]
+        sink = self._sinks.sink(split, num_shards[split])
         by_shard: Dict[int, ShardResult] = {}
         for r in results:
             by_shard.setdefault(r.shard, r)  # a retried shard step writes the same bytes

@@ -8,7 +8,7 @@ paths of the shard and its index) as a done file in the run folder; a
 from __future__ import annotations
 
 import collections
-from typing import Any, Deque, Dict, Iterator, List, Optional, Protocol
+from typing import Any, Deque, Dict, Iterator, List, Optional, Protocol, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -19,7 +19,7 @@ from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.pool import ConversionPool
 from img2tfrecord.model import ERRORS, DetectionRecord, Record, ShardItem, ShardResult
 from img2tfrecord.transforms import done_files
-from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, ShardSinks
 from img2tfrecord.transforms.counters import NAMESPACE, SHARDS_RESUMED, OutputCounter
 
 ANALYSIS = "analysis"  # the tag of the analysed split's small rows (transforms/analyze.py)
@@ -155,6 +155,8 @@ class _ShardJob:
 class WriteShardsFn(beam.DoFn):
     """``((split, shard), items)`` -> ShardResult; error rows on ``errors``; analysis rows on ``analysis``.
 
+    Side inputs: ``label_names`` (the sorted class list) and ``num_shards`` (each split's shard count).
+
     Items are converted in the seeded order and each record is written as it
     comes out of the converter. With ``processes`` > 1 the conversion runs in
     a local pool (``conversion/pool.py``) that keeps converting the next
@@ -166,7 +168,7 @@ class WriteShardsFn(beam.DoFn):
     def __init__(
         self,
         converter: Converter[Any],
-        sinks: Dict[str, ShardSink],
+        sinks: ShardSinks,
         run_dir: str,
         processes: int = 1,
         batch_size: int = 32,
@@ -176,7 +178,7 @@ class WriteShardsFn(beam.DoFn):
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         self._converter = converter
-        self._sinks = dict(sinks)
+        self._sinks = sinks
         self._run_dir = run_dir
         self._processes = processes
         self._batch_size = batch_size
@@ -185,16 +187,22 @@ class WriteShardsFn(beam.DoFn):
         self._count = OutputCounter()
         self._pool: Optional[ConversionPool] = None
         self._jobs: Deque[_ShardJob] = collections.deque()
+        self._split_sinks: Dict[Tuple[str, int], ShardSink] = {}
 
     def setup(self):
-        if self._processes > 1:  # first: its processes start while the sinks are prepared
+        if self._processes > 1:  # first: its processes start while the staging folder is made
             self._pool = ConversionPool(self._converter, self._processes, self._batch_size)
         try:
-            for sink in self._sinks.values():
-                sink.initialize_write()
+            self._sinks.initialize()
         except BaseException:
             self.teardown()  # a DoFn whose setup raised may never be torn down by the runner
             raise
+
+    def _sink(self, split: str, num_shards: int) -> ShardSink:
+        key = (split, num_shards)
+        if key not in self._split_sinks:
+            self._split_sinks[key] = self._sinks.sink(split, num_shards)
+        return self._split_sinks[key]
 
     def teardown(self):
         if self._pool is not None:
@@ -207,13 +215,14 @@ class WriteShardsFn(beam.DoFn):
     def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam, **side_inputs):
         label_names: List[str] = side_inputs["label_names"]
         (split, shard), grouped = element
+        sink = self._sink(split, side_inputs["num_shards"][split])
         items = sorted((i for i in grouped if i is not None), key=lambda i: (i.position, i.relpath))
         if self._resume:
-            replayed = self._replay(split, shard)
+            replayed = self._replay(sink, shard)
             if replayed is not None:
                 yield from self._emit(*replayed, window=window, timestamp=timestamp)
                 return
-        job = _ShardJob(self._sinks[split], self._run_dir, shard, items, window, timestamp, self._count, self._faults)
+        job = _ShardJob(sink, self._run_dir, shard, items, window, timestamp, self._count, self._faults)
         if self._pool is None:
             for i in items:
                 tag, value = self._converter(i.item, label_names)
@@ -244,12 +253,12 @@ class WriteShardsFn(beam.DoFn):
             job = self._jobs.popleft()
             yield from self._emit(job.finish(), job.errors, job.analysis, window=job.window, timestamp=job.timestamp)
 
-    def _replay(self, split: str, shard: int):
-        path = done_files.done_path(self._run_dir, split, shard)
+    def _replay(self, sink: ShardSink, shard: int):
+        path = done_files.done_path(self._run_dir, sink.split, shard)
         if not FileSystems.exists(path):
             return None
         result, errors, analysis = done_files.parse_done(done_files.read_whole(path))
-        final = FileSystems.join(self._sinks[split].output_dir, self._sinks[split].final_name(shard))
+        final = FileSystems.join(sink.output_dir, sink.final_name(shard))
         if not FileSystems.exists(result.temp_path) and not FileSystems.exists(final):
             return None  # the done file outlived its shard: write the shard again
         beam.metrics.Metrics.counter(NAMESPACE, SHARDS_RESUMED).inc()

@@ -5,7 +5,7 @@
                -> WriteShard: one shard file per group           convert in the seeded order, write as converted
                -> CommitSplit: one rename per split              temp files renamed to their final names
 
-Every shard is written through a split's ``ShardSink``
+Every shard is written through its split's ``ShardSink``
 (``beam_tfrecord_sink.py``: Beam's file sink, temp files in the run's
 folder). A shard that no item hashes to is still written (empty), so the
 count of writer results is the split's shard count. Each finished shard
@@ -17,57 +17,70 @@ members, which cannot be seeked to, carry their bytes in the work item).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import apache_beam as beam
 
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.model import ERRORS
 from img2tfrecord.transforms.assign_shards import AssignShardsFn, every_shard
-from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink
+from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.commit_split import CommitSplitFn, split_key
 from img2tfrecord.transforms.shard_writer import ANALYSIS, WriteFaults, WriteShardsFn
+
+
+def _placeholders(unused_start: Any, num_shards: Dict[str, int]) -> List[Tuple[Tuple[str, int], None]]:
+    return every_shard(num_shards)
 
 
 class WriteShards(beam.PTransform):
     """Work items -> ``{"shards": CommittedShard, "errors": error rows, "analysis": analysis rows}``.
 
-    ``sinks`` maps each split to its ``ShardSink`` (the plan's shard counts);
-    ``label_names`` is the side input of the sorted class list; ``faults`` is
-    a test's fault plan (``img2tfrecord.faults``), None in a run.
+    ``sinks`` says where the splits are written; ``num_shards`` is each split's shard count, a dict
+    or the side input of a one-element PCollection of it (counts computed in the graph);
+    ``label_names`` is the side input of the sorted class list; ``faults`` is a test's fault plan
+    (``img2tfrecord.faults``), None in a run.
     """
 
     def __init__(
         self,
         converter: Converter[Any],
-        sinks: Dict[str, ShardSink],
+        sinks: ShardSinks,
         run_dir: str,
         seed: int,
         processes: int,
         label_names,
+        num_shards: Union[Dict[str, int], beam.pvalue.AsSideInput],
         batch_size: int = 32,
         resume: bool = False,
         faults: Optional[WriteFaults] = None,
     ):
         super().__init__()
         self._converter = converter
-        self._sinks = dict(sinks)
+        self._sinks = sinks
         self._run_dir = run_dir
         self._seed = seed
         self._processes = processes
         self._label_names = label_names
+        self._num_shards = num_shards
         self._batch_size = batch_size
         self._resume = resume
         self._faults = faults
 
     def expand(self, items):
-        num_shards = {split: sink.shard_count for split, sink in self._sinks.items()}
+        num_shards = self._num_shards
+        if isinstance(num_shards, dict):
+            counts = items.pipeline | "ShardCounts" >> beam.Create([dict(num_shards)], reshuffle=False)
+            num_shards = beam.pvalue.AsSingleton(counts)
         placed = items | "AssignShards" >> beam.ParDo(
-            AssignShardsFn(self._converter, num_shards, self._seed)
+            AssignShardsFn(self._converter, self._seed), num_shards=num_shards
         ).with_output_types(Tuple[Tuple[str, int], Any]).with_outputs(ERRORS, main="placed")
-        every = items.pipeline | "EveryShard" >> beam.Create(
-            every_shard(num_shards), reshuffle=False
-        ).with_output_types(Tuple[Tuple[str, int], Any])
+        every = (
+            items.pipeline
+            | "Start" >> beam.Create([None], reshuffle=False)
+            | "EveryShard"
+            >> beam.FlatMap(_placeholders, num_shards=num_shards).with_output_types(Tuple[Tuple[str, int], Any])
+        )
         written = (
             (placed.placed, every)
             | "WithEveryShard" >> beam.Flatten()
@@ -84,13 +97,14 @@ class WriteShards(beam.PTransform):
                     self._faults,
                 ),
                 label_names=self._label_names,
+                num_shards=num_shards,
             ).with_outputs(ERRORS, ANALYSIS, main="results")
         )
         committed = (
             written.results
             | "KeyBySplit" >> beam.Map(split_key)
             | "GroupBySplit" >> beam.GroupByKey()
-            | "CommitSplit" >> beam.ParDo(CommitSplitFn(self._sinks, self._faults))
+            | "CommitSplit" >> beam.ParDo(CommitSplitFn(self._sinks, self._faults), num_shards=num_shards)
         )
         errors = (placed[ERRORS], written[ERRORS]) | "ShardErrors" >> beam.Flatten()
         return {"shards": committed, ERRORS: errors, ANALYSIS: written[ANALYSIS]}
