@@ -1,4 +1,4 @@
-"""img2tfrecord.beam.ImagesToExamples inside a user's pipeline: the records `convert` writes, rejections as rows."""
+"""img2tfrecord.beam in a user's pipeline: the records and the output folder `convert` writes, rejections as rows."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import IN_MEMORY, convert
 
-from img2tfrecord import UsageError
-from img2tfrecord.beam import ImageRef, ImagesToExamples
+from img2tfrecord import UsageError, verification
+from img2tfrecord.beam import ImageRef, ImagesToExamples, ImagesToTFRecords
+from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE, seeded_sample
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import manifest
 
@@ -123,3 +124,161 @@ def test_options_are_checked_when_the_transform_is_built():
         ImagesToExamples(splits={"train": 0.5, "test": 0.7})
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'num_shards'; takes image_size"):
         ImagesToExamples(num_shards=3)
+
+
+def _write_folder(refs, output: str, **options) -> None:
+    """ImagesToTFRecords in a pipeline of its own, run to the end."""
+    with beam.Pipeline(options=beam.options.pipeline_options.PipelineOptions(list(IN_MEMORY))) as p:
+        _ = p | beam.Create(refs) | ImagesToTFRecords(output, **options)
+
+
+def _comparable(output: str) -> dict:
+    """An output's manifest without what names the run (time, input, fingerprint), and its error rows."""
+    with open(os.path.join(output, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+        doc = json.load(f)
+    for key in ("created", "input", "run_fingerprint"):
+        doc.pop(key)
+    with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
+        doc["errors"] = sorted(f.read().splitlines())
+    return doc
+
+
+def test_images_to_tfrecords_writes_the_folder_convert_writes_from_the_same_rows(sample_dir, tmp_path):
+    """Shard counts sized in the graph, shards, indexes, statistics and error rows equal convert's."""
+    refs = references(sample_dir, tmp_path)
+    listing = tmp_path / "lists" / "refs.csv"
+    listing.parent.mkdir()
+    with open(listing, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label"])
+        w.writerows(refs)
+    out = str(tmp_path / "cli")
+    small_shards = ("--shard-size-mb", "0.01")  # several shards per split, counted from a sample
+    proc = convert(str(listing), out, *FLAGS, *small_shards, analyze=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = _comparable(out)
+    assert all(len(split["shards"]) > 1 for split in expected["splits"].values())
+
+    in_beam = str(tmp_path / "beam")
+    _write_folder([ImageRef(uri, label) for uri, label in refs], in_beam, **OPTIONS, shard_size_mb=0.01)
+    assert _comparable(in_beam) == expected
+    assert sorted(os.listdir(in_beam)) == sorted(os.listdir(out))
+    for index in os.listdir(os.path.join(out, manifest.INDEX_DIR)):
+        with open(os.path.join(out, manifest.INDEX_DIR, index), "rb") as a:
+            with open(os.path.join(in_beam, manifest.INDEX_DIR, index), "rb") as b:
+                assert a.read() == b.read(), index
+    report = verification.verify(in_beam)
+    assert report.ok, report.problems
+
+
+def test_images_to_tfrecords_returns_the_manifest_and_takes_fixed_shard_counts(sample_dir, tmp_path):
+    refs = [ImageRef(uri, label) for uri, label in references(sample_dir, tmp_path)]
+    out = str(tmp_path / "out")
+    pipeline = BeamTestPipeline(options=beam.options.pipeline_options.PipelineOptions(list(IN_MEMORY)))
+    written = (
+        pipeline
+        | beam.Create(refs)
+        | ImagesToTFRecords(
+            out, image_size=16, splits={"train": 0.5, "test": 0.5}, num_shards=3, compression="gzip", analyze=False
+        )
+    )
+    assert_that(
+        written | beam.Map(lambda doc: (doc.accounting.inputs, doc.accounting.written + doc.accounting.rejected)),
+        equal_to([(len(refs), len(refs))]),
+    )
+    pipeline.run().wait_until_finish()
+    doc = records.read_manifest(out)
+    assert {name: len(split.shards) for name, split in doc.splits.items()} == {"test": 3, "train": 3}
+    assert doc.compression.value == "gzip" and doc.statistics is None
+    assert doc.accounting.rejected_by_reason == {"not_found": 1, "not_an_image": 1}
+    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+
+
+def test_images_to_tfrecords_refuses_a_used_output_and_fails_on_an_empty_input(sample_dir, tmp_path):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match=r"already holds 1 file\(s\)"):
+        _write_folder([], str(used), analyze=False)
+    assert os.listdir(used) == ["notes.txt"]  # nothing written, nothing removed
+
+    empty = str(tmp_path / "empty")
+    with pytest.raises(Exception, match="no records written, no inputs"):
+        _write_folder([], empty, analyze=False)
+    assert not os.path.exists(os.path.join(empty, manifest.SUCCESS_FILE))
+
+    good = os.path.join(sample_dir, "circle", sorted(os.listdir(os.path.join(sample_dir, "circle")))[0])
+    _write_folder([ImageRef(good, "circle")], empty, analyze=False, overwrite=True)  # a rerun replaces it
+    assert records.read_manifest(empty).accounting.written == 1
+
+
+def test_references_with_boxes_give_the_detection_folder_of_a_manifest_of_boxes(tmp_path):
+    """task="detection": each reference's boxes, in source pixels, as the rows of a manifest of boxes."""
+    from helpers.detection_inputs import RECTS, write_csv
+
+    root = str(tmp_path / "in")
+    listing = write_csv(root, {"a": 1, "b": 6, "c": 3}, extra_rows="images/a.jpg,cat,5,5,1,1\n")  # an empty box
+    out = str(tmp_path / "cli")
+    proc = convert(listing, out, "--task", "detection", "--image-size", "64", "--resize", "fill", "--seed", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    boxes = [
+        {"label": label, "xmin": x0, "ymin": y0, "xmax": x1, "ymax": y1}
+        for label, ((x0, y0, x1, y1), _) in RECTS.items()
+    ]
+    refs = [
+        ImageRef(os.path.join(root, "images", "a.jpg"), boxes=[*boxes, ("cat", 5, 5, 1, 1)]),
+        {"uri": os.path.join(root, "images", "b.jpg"), "boxes": boxes},
+        ImageRef(os.path.join(root, "images", "c.jpg"), label="ignored", boxes=[tuple(b.values()) for b in boxes]),
+    ]
+    in_beam = str(tmp_path / "beam")
+    _write_folder(refs, in_beam, root=root, task="detection", image_size=64, resize="fill", seed=2)
+    assert _comparable(in_beam) == _comparable(out)
+    with (
+        open(os.path.join(in_beam, manifest.LABEL_MAP_FILE)) as a,
+        open(os.path.join(out, manifest.LABEL_MAP_FILE)) as b,
+    ):
+        assert a.read() == b.read()
+    report = verification.verify(in_beam)
+    assert report.ok, report.problems
+
+
+def test_boxes_are_checked_as_the_rows_of_a_manifest_of_boxes(sample_dir):
+    good = os.path.join(sample_dir, "circle", sorted(os.listdir(os.path.join(sample_dir, "circle")))[0])
+    refs = [
+        ImageRef(good, boxes=[("dot", 1, 1, 5, 5), ("dot", 1, 1, "x", 5), "not a box", {"label": "", "xmin": 0}]),
+        ImageRef(good, boxes="dot,1,1,5,5"),
+        ImageRef(good, boxes=[]),  # an image without boxes
+    ]
+    pipeline, converted = run(refs, image_size=16, task="detection", require_boxes=True)
+    assert_that(converted["examples"] | beam.Map(lambda e: e.split), equal_to(["train"]), label="OneRecord")
+    assert_that(
+        converted["rejected"] | beam.Map(lambda row: row["reason"]),
+        equal_to(["bad_reference", "no_boxes"]),
+        label="Rows",
+    )
+    assert_that(converted["labels"], equal_to([["dot"]]), label="Labels")
+    pipeline.run().wait_until_finish()
+
+    pipeline, converted = run([ImageRef(good, "circle", boxes=[("dot", 1, 1, 5, 5)])], image_size=16)
+    assert_that(converted["rejected"] | beam.Map(lambda row: row["reason"]), equal_to(["bad_reference"]))
+    pipeline.run().wait_until_finish()
+    with pytest.raises(UsageError, match="--require-boxes applies to detection"):
+        ImagesToExamples(require_boxes=True)
+
+
+def test_the_size_sample_does_not_depend_on_the_order_of_the_references():
+    paths = [(f"/images/{i}.jpg", f"{i}.jpg") for i in range(100)]
+    sample = seeded_sample(paths, seed=5)
+    assert len(sample) == SAMPLE_SIZE and sample == seeded_sample(reversed(paths), seed=5)
+    assert sample != seeded_sample(paths, seed=6)
+
+
+def test_images_to_tfrecords_options_are_checked_when_the_transform_is_built(tmp_path):
+    out = str(tmp_path / "out")
+    with pytest.raises(UsageError, match=r"argument --compression: invalid choice: 'zip'"):
+        ImagesToTFRecords(out, compression="zip")
+    with pytest.raises(UsageError, match="--exact-statistics applies to the analysis"):
+        ImagesToTFRecords(out, analyze=False, exact_statistics=True)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'sequence'"):
+        ImagesToTFRecords(out, sequence=True)
+    assert not os.path.exists(out)

@@ -183,29 +183,33 @@ def test_dataflow_dry_run_through_the_cli(sample_dir, tmp_path):
 
 
 def _examples_pipeline(refs, out: str, runner_flags) -> None:
-    """ImagesToExamples in a pipeline of its own, its records written to ``out`` as one TFRecord file."""
+    """ImagesToExamples and ImagesToTFRecords in one pipeline: the records of the one as ``out.tfrecord``,
+    the output folder of the other as ``out``."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from img2tfrecord.beam import ImagesToExamples
+    from img2tfrecord.beam import ImagesToExamples, ImagesToTFRecords
 
+    options = {"image_size": 24, "splits": "train=0.5,test=0.5", "seed": 3}
     with beam.Pipeline(options=PipelineOptions(list(runner_flags))) as p:
-        converted = p | beam.Create(refs) | ImagesToExamples(image_size=24, splits="train=0.5,test=0.5", seed=3)
+        refs = p | beam.Create(refs)
+        converted = refs | ImagesToExamples(**options)
         _ = (
             converted["examples"]
             | beam.Map(lambda e: e.split.encode() + b"\0" + e.example)
-            | beam.io.WriteToTFRecord(out, shard_name_template="")
+            | beam.io.WriteToTFRecord(out + ".tfrecord", shard_name_template="")
         )
+        _ = refs | ImagesToTFRecords(out, **options, shard_size_mb=0.005, analyze=False)
 
 
-def test_images_to_examples_on_the_portable_runner_gives_the_local_records(sample_dir, tmp_path, portable_endpoints):
+def test_the_beam_transforms_on_the_portable_runner_give_the_local_output(sample_dir, tmp_path, portable_endpoints):
     job_port, pool_port = portable_endpoints
     refs = [
         {"uri": os.path.join(sample_dir, c, name), "label": c}
         for c in sorted(os.listdir(sample_dir))
         for name in sorted(os.listdir(os.path.join(sample_dir, c)))
     ]
-    local, portable = str(tmp_path / "local.tfrecord"), str(tmp_path / "portable.tfrecord")
+    local, portable = str(tmp_path / "local"), str(tmp_path / "portable")
     _examples_pipeline(refs, local, IN_MEMORY)
     _examples_pipeline(
         refs,
@@ -219,6 +223,11 @@ def test_images_to_examples_on_the_portable_runner_gives_the_local_records(sampl
     )
     from img2tfrecord.readers import records
 
-    written = {path: sorted(data for _, _, data in records.iter_records(path)) for path in (local, portable)}
+    written = {
+        path: sorted(data for _, _, data in records.iter_records(path + ".tfrecord")) for path in (local, portable)
+    }
     assert len(written[local]) == len(refs)
     assert written[portable] == written[local]
+    shards = {path: records.read_manifest(path).splits for path in (local, portable)}
+    assert sum(len(split.shards) for split in shards[local].values()) > 2  # counted in the graph
+    assert shards[portable] == shards[local]  # the same files, counts and sha256s

@@ -63,9 +63,14 @@ def join(directory: str, name: str) -> str:
 
 
 def rel(base: str, path: str) -> str:
-    """``path`` relative to the input root ``base``, or (outside it) the path without its scheme."""
+    """``path`` relative to the input root ``base``, or (outside it) :func:`outside_relpath`."""
     if path.startswith(base):
         return relative_path(base, path)
+    return outside_relpath(path)
+
+
+def outside_relpath(path: str) -> str:
+    """The relpath of an annotated image outside the input root: its path without scheme or leading ``/``."""
     return path.split("://", 1)[-1].lstrip("/")
 
 
