@@ -90,6 +90,14 @@ class DetectionPlacement(NamedTuple):
     annotation: Annotation
 
 
+class MetadataValue(NamedTuple):
+    """One value copied into a record as the feature ``metadata/<name>``: its list kind and values."""
+
+    name: str
+    kind: str  # "bytes", "int64" or "float": the tf.train.Feature list it is stored in
+    values: Tuple[Union[bytes, int, float], ...]
+
+
 class WorkItem(NamedTuple):
     """One input to convert: a file, an archive member, a manifest row or an annotated detection image."""
 
@@ -98,6 +106,7 @@ class WorkItem(NamedTuple):
     size: int
     member: Optional[Member] = None  # None: a plain file at ``path``
     row: Optional[Union[RowPlacement, DetectionPlacement]] = None  # a manifest row's or annotation's placement
+    metadata: Tuple[MetadataValue, ...] = ()  # an image reference's values, copied into its record
 
 
 class Clip(NamedTuple):

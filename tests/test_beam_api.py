@@ -14,10 +14,12 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import IN_MEMORY, convert
 
 from img2tfrecord import UsageError, verification
-from img2tfrecord.beam import ImageRef, ImagesToExamples, ImagesToTFRecords
+from img2tfrecord.beam import ExamplesToTFRecords, ImageRef, ImagesToExamples, ImagesToTFRecords
 from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE, seeded_sample
+from img2tfrecord.conversion.sharding import assign_split, parse_splits
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.example_proto import Example
 
 OPTIONS = {"image_size": 32, "splits": "train=0.7,test=0.3", "seed": 4}
 FLAGS = ("--image-size", "32", "--splits", "train=0.7,test=0.3", "--seed", "4")
@@ -56,7 +58,8 @@ def run(refs, **options):
     return pipeline, converted
 
 
-def test_the_records_are_those_convert_writes_from_a_manifest_of_the_same_uris(sample_dir, tmp_path):
+def test_the_records_and_shards_are_those_convert_writes_from_a_manifest_of_the_same_uris(sample_dir, tmp_path):
+    """ImagesToExamples gives convert's records; ExamplesToTFRecords places them in convert's shards."""
     refs = references(sample_dir, tmp_path)
     listing = tmp_path / "lists" / "refs.csv"  # outside the images' folder: relpaths are the whole paths
     listing.parent.mkdir()
@@ -65,13 +68,25 @@ def test_the_records_are_those_convert_writes_from_a_manifest_of_the_same_uris(s
         w.writerow(["path", "label"])
         w.writerows(refs)
     out = str(tmp_path / "out")
-    proc = convert(str(listing), out, *FLAGS)
+    proc = convert(str(listing), out, *FLAGS, "--num-shards", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected, labels, errors = written(out)
     assert len(expected) == len(refs) - 2 and {e["reason"] for e in errors} == {"not_found", "not_an_image"}
 
     pipeline, converted = run([ImageRef(uri, label) for uri, label in refs], **OPTIONS)
-    assert_that(converted["examples"] | beam.Map(tuple), equal_to([tuple(e) for e in expected]), label="SameRecords")
+    assert_that(
+        converted["examples"] | beam.Map(lambda e: (e.split, e.class_name, e.example)),
+        equal_to([tuple(e) for e in expected]),
+        label="SameRecords",
+    )
+    shards_dir = str(tmp_path / "shards")
+    placed = converted["examples"] | ExamplesToTFRecords(shards_dir, ["train", "test"], seed=4, num_shards=3)
+    doc = records.read_manifest(out)
+    assert_that(
+        placed["shards"] | beam.Map(lambda c: (c.file, c.num_records, c.sha256, c.index_file)),
+        equal_to([(s.file, s.num_records, s.sha256, s.index) for split in doc.splits.values() for s in split.shards]),
+        label="SameShards",
+    )
     assert_that(
         converted["rejected"] | beam.Map(lambda row: (row["relpath"], row["reason"])),
         equal_to([(e["relpath"], e["reason"]) for e in errors]),
@@ -245,12 +260,22 @@ def test_references_with_boxes_give_the_detection_folder_of_a_manifest_of_boxes(
 def test_boxes_are_checked_as_the_rows_of_a_manifest_of_boxes(sample_dir):
     good = os.path.join(sample_dir, "circle", sorted(os.listdir(os.path.join(sample_dir, "circle")))[0])
     refs = [
-        ImageRef(good, boxes=[("dot", 1, 1, 5, 5), ("dot", 1, 1, "x", 5), "not a box", {"label": "", "xmin": 0}]),
+        ImageRef(
+            good,
+            boxes=[("dot", 1, 1, 5, 5), ("dot", 1, 1, "x", 5), "not a box", {"label": "", "xmin": 0}],
+            metadata={"camera": "left"},
+        ),
         ImageRef(good, boxes="dot,1,1,5,5"),
         ImageRef(good, boxes=[]),  # an image without boxes
     ]
     pipeline, converted = run(refs, image_size=16, task="detection", require_boxes=True)
-    assert_that(converted["examples"] | beam.Map(lambda e: e.split), equal_to(["train"]), label="OneRecord")
+
+    def summary(converted_example):
+        feature = Example.FromString(converted_example.example).features.feature
+        dropped = len(feature["image/object/bbox/xmin"].float_list.value)
+        return converted_example.split, dropped, list(feature["metadata/camera"].bytes_list.value)
+
+    assert_that(converted["examples"] | beam.Map(summary), equal_to([("train", 1, [b"left"])]), label="OneRecord")
     assert_that(
         converted["rejected"] | beam.Map(lambda row: row["reason"]),
         equal_to(["bad_reference", "no_boxes"]),
@@ -264,6 +289,75 @@ def test_boxes_are_checked_as_the_rows_of_a_manifest_of_boxes(sample_dir):
     pipeline.run().wait_until_finish()
     with pytest.raises(UsageError, match="--require-boxes applies to detection"):
         ImagesToExamples(require_boxes=True)
+
+
+def test_metadata_is_copied_into_the_records_and_every_reader_still_reads_them(sample_dir, tmp_path):
+    import tensorflow as tf
+
+    import img2tfrecord
+
+    names = sorted(os.listdir(os.path.join(sample_dir, "square")))[:3]
+    metadata = {"photographer": "ann", "year": 2024, "score": 0.5, "tags": ["a", "b"], "raw": b"\x00", "gone": None}
+    refs = [
+        ImageRef(os.path.join(sample_dir, "square", names[0]), "square", metadata=metadata),
+        {"uri": os.path.join(sample_dir, "square", names[1]), "label": "square", "metadata": {"flags": [True, 2]}},
+        ImageRef(os.path.join(sample_dir, "square", names[2]), "square", metadata={"bad": {"nested": 1}}),
+        ImageRef(os.path.join(sample_dir, "square", names[2]), "square", metadata={"no spaces": 1}),
+    ]
+    out = str(tmp_path / "out")
+    _write_folder(refs, out, image_size=16, analyze=False)
+    doc = records.read_manifest(out)
+    assert doc.accounting.rejected_by_reason == {"bad_metadata": 2}
+    with open(os.path.join(out, manifest.ERRORS_FILE)) as f:
+        messages = sorted(json.loads(line)["error"] for line in f)
+    assert "metadata 'bad': {'nested': 1} is not a string, bytes, number or bool" in messages[0]
+    assert "metadata name 'no spaces'" in messages[1]
+    found = {}
+    for path, _ in records.shard_paths(out, doc, "train"):
+        for raw in tf.data.TFRecordDataset(path):
+            feature = tf.train.Example.FromString(raw.numpy()).features.feature
+            found[feature["image/filename"].bytes_list.value[0].decode()] = {
+                k: v for k, v in feature.items() if k.startswith("metadata/")
+            }
+    first = found[os.path.join(sample_dir, "square", names[0])]
+    assert sorted(first) == [
+        "metadata/photographer",
+        "metadata/raw",
+        "metadata/score",
+        "metadata/tags",
+        "metadata/year",
+    ]
+    assert first["metadata/tags"].bytes_list.value == [b"a", b"b"] and first["metadata/raw"].bytes_list.value == [
+        b"\x00"
+    ]
+    assert first["metadata/year"].int64_list.value == [2024] and first["metadata/score"].float_list.value == [0.5]
+    assert found[os.path.join(sample_dir, "square", names[1])]["metadata/flags"].int64_list.value == [1, 2]
+    images, labels = next(iter(img2tfrecord.load(out, split="train", batch_size=2)))
+    assert images.shape[0] == 2 and list(labels.numpy()) == [0, 0]
+    report = verification.verify(out)
+    assert report.ok, report.problems
+
+
+def test_examples_to_tfrecords_sizes_shards_from_the_records_and_rejects_other_splits(sample_dir, tmp_path):
+    refs = [ImageRef(uri, label) for uri, label in references(sample_dir, tmp_path)][:-2]
+    out = str(tmp_path / "out")
+    pipeline = BeamTestPipeline(options=beam.options.pipeline_options.PipelineOptions(list(IN_MEMORY)))
+    converted = pipeline | beam.Create(refs) | ImagesToExamples(image_size=16, splits="train=0.5,test=0.5", seed=1)
+    placed = converted["examples"] | ExamplesToTFRecords(out, ["train"], seed=1, shard_size_mb=0.01, compression="gzip")
+    splits = parse_splits("train=0.5,test=0.5")
+    in_train = sum(1 for ref in refs if assign_split(ref.uri, 1, splits) == "train")
+    assert_that(
+        placed["rejected"] | beam.Map(lambda row: row["reason"]),
+        equal_to(["unknown_split"] * (len(refs) - in_train)),
+        label="OtherSplits",
+    )
+    pipeline.run().wait_until_finish()
+    files = sorted(os.listdir(out))
+    assert files and all(f.startswith("train-") and f.endswith(".tfrecord.gz") for f in files)  # staging removed
+    assert len(files) > 1 and files[0].endswith(f"-of-{len(files):05d}.tfrecord.gz")
+    assert sum(1 for f in files for _ in records.iter_records(os.path.join(out, f), "gzip")) == in_train
+    with pytest.raises(UsageError, match="num_shards: 0 is not a positive integer"):
+        ExamplesToTFRecords(out, num_shards=0)
 
 
 def test_the_size_sample_does_not_depend_on_the_order_of_the_references():

@@ -190,7 +190,8 @@ class ImageConverter(Converter[WorkItem]):
             stripped = dataclasses.replace(image, encoded=b"", pixels=None)
             analysis = encode_example(stripped, label, class_name, relpath) + sums
         # class_name None: a row of an unlabeled manifest, written without label features.
-        return None, Record(split, class_name, encode_example(image, label, class_name, relpath), analysis)
+        example = encode_example(image, label, class_name, relpath, source.metadata)
+        return None, Record(split, class_name, example, analysis)
 
 
 class ClipConverter(Converter[Clip]):
@@ -310,7 +311,7 @@ class DetectionConverter(Converter[WorkItem]):
             return _rejected(path, relpath, "no_boxes", message)
         boxes = collections.Counter(o.class_name for o in objects)
         reasons = collections.Counter(reason for reason in dropped)
-        example = encode_detection_example(image, relpath, annotation.source_id, objects)
+        example = encode_detection_example(image, relpath, annotation.source_id, objects, source.metadata)
         return None, DetectionRecord(split, example, tuple(sorted(boxes.items())), tuple(sorted(reasons.items())))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Sequence
 
 from img2tfrecord.images import ConvertedImage
+from img2tfrecord.model import MetadataValue
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.example_proto import Example, SequenceExample
@@ -19,14 +20,33 @@ def _add_image(feature, image: ConvertedImage) -> None:
     feature[keys.IMAGE_CHANNELS].int64_list.value.append(image.channels)
 
 
-def encode_example(image: ConvertedImage, label: Optional[int], class_name: Optional[str], relpath: str) -> bytes:
+def _add_metadata(feature, metadata: Sequence[MetadataValue]) -> None:
+    for value in metadata:
+        stored = feature[keys.METADATA_PREFIX + value.name]
+        if value.kind == "int64":
+            stored.int64_list.value.extend(value.values)
+        elif value.kind == "float":
+            stored.float_list.value.extend(value.values)
+        else:
+            stored.bytes_list.value.extend(value.values)
+
+
+def encode_example(
+    image: ConvertedImage,
+    label: Optional[int],
+    class_name: Optional[str],
+    relpath: str,
+    metadata: Sequence[MetadataValue] = (),
+) -> bytes:
     """The record for one image, with every feature declared in ``schemas.features``.
 
-    ``class_name`` None (an unlabeled dataset) leaves out the label features.
+    ``class_name`` None (an unlabeled dataset) leaves out the label features; ``metadata`` adds one
+    ``metadata/<name>`` feature per value.
     """
     example = Example()
     feature = example.features.feature
     _add_image(feature, image)
+    _add_metadata(feature, metadata)
     if class_name is not None:
         feature[keys.CLASS_LABEL].int64_list.value.append(label)
         feature[keys.CLASS_TEXT].bytes_list.value.append(class_name.encode("utf-8"))
@@ -52,13 +72,18 @@ class StoredObject(NamedTuple):
 
 
 def encode_detection_example(
-    image: ConvertedImage, relpath: str, source_id: str, objects: Sequence[StoredObject]
+    image: ConvertedImage,
+    relpath: str,
+    source_id: str,
+    objects: Sequence[StoredObject],
+    metadata: Sequence[MetadataValue] = (),
 ) -> bytes:
     """The TF Object Detection API record of one image, every key of ``schemas.features.DETECTION_FEATURES``
-    and ``OBJECT_FEATURES`` present (the object lists empty for an image without boxes)."""
+    and ``OBJECT_FEATURES`` present (the object lists empty for an image without boxes), plus ``metadata``."""
     example = Example()
     feature = example.features.feature
     _add_image(feature, image)
+    _add_metadata(feature, metadata)
     feature[keys.FILENAME].bytes_list.value.append(relpath.encode("utf-8"))
     feature[keys.SOURCE_ID].bytes_list.value.append(source_id.encode("utf-8"))
     feature[keys.KEY_SHA256].bytes_list.value.append(image.sha256.encode())

@@ -16,6 +16,7 @@ IMAGE_CHANNELS = "image/channels"
 CLASS_LABEL = "image/class/label"
 CLASS_TEXT = "image/class/text"
 FILENAME = "image/filename"
+METADATA_PREFIX = "metadata/"  # + a name: a value an image reference carried, copied into its record
 KEY_SHA256 = "image/key/sha256"
 # Context features of a tf.train.SequenceExample (``convert --sequence``): one record per clip.
 CLIP_NAME = "clip/name"

@@ -7,7 +7,8 @@ one that cannot be a work item is an error row with its reason, never an excepti
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
+import re
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.model import (
     Annotation,
@@ -15,6 +16,7 @@ from img2tfrecord.model import (
     DetectionPlacement,
     DroppedBox,
     ErrorRow,
+    MetadataValue,
     RowPlacement,
     WorkItem,
     error_row,
@@ -23,16 +25,58 @@ from img2tfrecord.sources.detection_common import checked_box, outside_relpath, 
 from img2tfrecord.sources.manifests import label_problem, relpath_below
 
 BOX_KEYS = ("label", "xmin", "ymin", "xmax", "ymax")
+METADATA_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}$")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class MetadataError(ValueError):
+    """A reference's metadata that cannot be copied into a record; the message names the value."""
 
 
 class ImageRef(NamedTuple):
-    """One image to convert: a URI on any Beam filesystem, its class name (an int is taken as its text) and,
-    for detection, its boxes: ``{"label", "xmin", "ymin", "xmax", "ymax"}`` mappings or 5-tuples in that
-    order, edges in the source image's pixels (as in a manifest of boxes)."""
+    """One image to convert: a URI on any Beam filesystem, its class name (an int is taken as its text),
+    for detection its boxes — ``{"label", "xmin", "ymin", "xmax", "ymax"}`` mappings or 5-tuples in that
+    order, edges in the source image's pixels (as in a manifest of boxes) — and ``metadata``, values
+    copied into the record as ``metadata/<name>`` features (:func:`metadata_values`)."""
 
     uri: str
     label: Optional[Union[str, int]] = None
     boxes: Optional[Sequence[Any]] = None
+    metadata: Optional[Mapping[str, Any]] = None
+
+
+def _metadata_value(name: str, value: Any) -> MetadataValue:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if all(isinstance(v, (str, bytes)) for v in values):  # an empty list too
+        return MetadataValue(name, "bytes", tuple(v.encode("utf-8") if isinstance(v, str) else v for v in values))
+    if all(isinstance(v, int) for v in values):  # bool is an int: 0 or 1
+        if any(not INT64_MIN <= v <= INT64_MAX for v in values):
+            raise MetadataError(f"metadata {name!r}: {value!r:.80} does not fit in 64 bits")
+        return MetadataValue(name, "int64", tuple(int(v) for v in values))
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return MetadataValue(name, "float", tuple(float(v) for v in values))
+    raise MetadataError(
+        f"metadata {name!r}: {value!r:.80} is not a string, bytes, number or bool, or a list of one of them"
+    )
+
+
+def metadata_values(metadata: Any) -> Tuple[MetadataValue, ...]:
+    """A reference's metadata as the values its record carries, sorted by name; None values are left out.
+
+    MetadataError for a mapping that is none, a name that is not ``[A-Za-z0-9_][A-Za-z0-9_.-/]*`` (at most
+    128 characters) or a value that is not a string, bytes, number or bool, or a list of one of them.
+    """
+    if metadata is None:
+        return ()
+    if not isinstance(metadata, Mapping):
+        raise MetadataError(f"metadata {metadata!r:.80} is not a mapping of names to values")
+    found = []
+    for name in sorted(metadata, key=str):
+        if not isinstance(name, str) or not METADATA_NAME_RE.match(name):
+            raise MetadataError(f"metadata name {name!r:.80} is not letters, digits and _ . - / (at most 128)")
+        if metadata[name] is not None:
+            found.append(_metadata_value(name, metadata[name]))
+    return tuple(found)
 
 
 def _box(value: Any) -> Union[Box, DroppedBox]:
@@ -48,7 +92,12 @@ def _fields(ref: Any) -> Optional[Dict[str, Any]]:
     if isinstance(ref, ImageRef):
         return ref._asdict()
     if isinstance(ref, Mapping):
-        return {"uri": ref.get("uri", ref.get("path")), "label": ref.get("label"), "boxes": ref.get("boxes")}
+        return {
+            "uri": ref.get("uri", ref.get("path")),
+            "label": ref.get("label"),
+            "boxes": ref.get("boxes"),
+            "metadata": ref.get("metadata"),
+        }
     return None
 
 
@@ -69,6 +118,18 @@ def reference_item(
     uri, label, boxes = fields["uri"], fields["label"], fields["boxes"]
     if not isinstance(uri, str) or not uri:
         return error_row(repr(ref)[:200], "", "bad_reference", "the reference has no uri")
+    item = _item(uri, label, boxes, root, labeled, detection)
+    if isinstance(item, WorkItem) and fields["metadata"] is not None:
+        try:
+            return item._replace(metadata=metadata_values(fields["metadata"]))
+        except MetadataError as e:
+            return error_row(uri, item.relpath, "bad_metadata", str(e))
+    return item
+
+
+def _item(
+    uri: str, label: Any, boxes: Any, root: Optional[str], labeled: bool, detection: bool
+) -> Union[WorkItem, ErrorRow]:
     if detection:
         below = relpath_below(root, uri) if root else uri
         relpath = below if below != uri else outside_relpath(uri)

@@ -1,50 +1,24 @@
-"""Composable PTransforms for your own Beam pipeline: image references in, ``tf.train.Example`` records out.
-
-``ImagesToTFRecords(output, ...)`` writes a complete output folder from a ``PCollection`` of image
-references, as ``convert`` does: shards, index files, ``dataset.json``, ``labels.txt``, ``errors.jsonl``,
-TFDS metadata and ``_SUCCESS`` last, with class ids and shard counts computed inside the graph::
-
-    refs | img2tfrecord.beam.ImagesToTFRecords("gs://bucket/records", image_size=224, splits="train=0.9,test=0.1")
-
-``ImagesToExamples`` converts a ``PCollection`` of image references — :class:`ImageRef` or dicts with
-the keys ``uri`` and ``label`` (``path`` is taken for ``uri``) — read from whatever your pipeline reads
-(a BigQuery table, a Parquet file, an upstream join), with ``convert``'s image options, its seeded
-splits and its class ids computed inside the graph::
-
-    converted = refs | img2tfrecord.beam.ImagesToExamples(image_size=224, splits="train=0.9,test=0.1", seed=42)
-    converted["examples"]   # ConvertedExample(split, class_name, example): the serialized tf.train.Example
-    converted["rejected"]   # one errors.jsonl row per reference that could not be read, decoded or placed
-    converted["labels"]     # one element: the sorted class names; class id i is labels[i]
-
-A record is byte for byte the one ``convert --input refs.csv`` writes for the same reference, options and
-seed, when ``refs.csv`` names the same URIs (absolute, outside the CSV's folder, or relative to ``root``);
-with ``ImagesToExamples`` writing shards is then yours, e.g. per split with ``beam.io.WriteToTFRecord``.
-"""
+"""Image references -> a complete output folder, as ``convert`` writes it (``ImagesToTFRecords``)."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import os
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import img2tfrecord
 from img2tfrecord import api
-from img2tfrecord.conversion.converter import Converter, DetectionConverter, ImageConverter
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, Splits, parse_splits
-from img2tfrecord.model import ERRORS, DetectionRecord, Record, WorkItem
+from img2tfrecord.beam.examples import OPTIONS, REJECTED, _record_converter, _to_items
+from img2tfrecord.model import ERRORS
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
-from img2tfrecord.sources.layout import LAYOUT_DETECTION, LAYOUT_MANIFEST
-from img2tfrecord.sources.references import ImageRef, reference_item
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.discover import DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
@@ -52,111 +26,6 @@ from img2tfrecord.transforms.shard_counts import CountShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS
 from img2tfrecord.transforms.shards import WriteShards
 
-# The options that shape a record; the rest of convert's options are about the output folder.
-OPTIONS = (
-    "image_size",
-    "resize",
-    "channels",
-    "format",
-    "quality",
-    "max_pixels",
-    "max_file_mb",
-    "decode_timeout_s",
-    "splits",
-    "seed",
-    "task",
-    "require_boxes",
-)
-REJECTED = "rejected"
-
-
-class ConvertedExample(NamedTuple):
-    """A converted image: its split, its class name (None when unlabeled or detection) and the serialized record."""
-
-    split: str
-    class_name: Optional[str]
-    example: bytes
-
-
-class _ToItems(beam.DoFn):
-    def __init__(self, root: Optional[str], labeled: bool, detection: bool):
-        self._root = root
-        self._labeled = labeled
-        self._detection = detection
-
-    def process(self, ref):
-        item = reference_item(ref, self._root, self._labeled, self._detection)
-        if isinstance(item, WorkItem):
-            yield item
-        else:
-            yield beam.pvalue.TaggedOutput(REJECTED, item)
-
-
-class _Convert(beam.DoFn):
-    def __init__(self, converter: Converter[WorkItem]):
-        self._converter = converter
-
-    def process(self, item: WorkItem, label_names: List[str]):
-        tag, value = self._converter(item, label_names)
-        if tag == ERRORS:
-            yield beam.pvalue.TaggedOutput(REJECTED, value)
-        else:
-            assert isinstance(value, (Record, DetectionRecord))
-            yield ConvertedExample(value.split, value.class_name, value.example)
-
-
-def _record_converter(ns: argparse.Namespace, analyze: bool = False) -> Tuple[Converter[WorkItem], Splits]:
-    """The converter of parsed record options, and the splits; UsageError for a bad combination."""
-    try:
-        splits = parse_splits(ns.splits) if ns.splits is not None else ((DEFAULT_SPLIT, 1.0),)
-    except ValueError as e:
-        raise api.UsageError(f"--splits: {e}") from None
-    image = api.image_options(ns)
-    if ns.task == TASK_DETECTION:
-        return DetectionConverter(image, LAYOUT_DETECTION, splits, ns.seed, ns.require_boxes), splits
-    if ns.require_boxes:
-        raise api.UsageError("--require-boxes applies to detection: give it with task='detection'")
-    sums_split = names.ANALYZED_SPLIT if analyze else None
-    exact = bool(getattr(ns, "exact_statistics", False))
-    return ImageConverter(image, LAYOUT_MANIFEST, splits, ns.seed, sums_split, exact), splits
-
-
-def _to_items(converter: Converter[WorkItem], root: Optional[str], labeled: bool) -> _ToItems:
-    return _ToItems(root, labeled, isinstance(converter, DetectionConverter))
-
-
-class ImagesToExamples(beam.PTransform):
-    """Image references -> ``examples`` (:class:`ConvertedExample`), ``rejected`` (error rows) and ``labels``.
-
-    Keywords are ``convert``'s options that shape a record (:data:`OPTIONS`, with the same names,
-    defaults and checks: a bad value raises ``img2tfrecord.UsageError`` when the transform is built).
-    ``root``: relpaths are URIs below it (else the whole URI); ``labeled`` False: records without label
-    features (as a manifest without a label column); ``task="detection"``: TF Object Detection API
-    records of each reference's boxes (as a manifest of boxes gives them; the label is ignored). Every
-    reference comes out exactly once, as an example or a rejected row: one that is not a reference
-    (no ``uri``, boxes that are not a list, boxes for a classification record), has no label or a
-    label that is not a string or an int is a row with reason ``bad_reference``, ``missing_label`` or
-    ``bad_label``, never an exception. Returns a dict of the three PCollections.
-    """
-
-    def __init__(self, *, root: Optional[str] = None, labeled: bool = True, **options: Any):
-        super().__init__()
-        self._converter, _ = _record_converter(api.parse_options(options, allowed=OPTIONS))
-        self._root = root
-        self._labeled = labeled
-
-    def expand(self, refs):
-        to_items = _to_items(self._converter, self._root, self._labeled)
-        parsed = refs | "ToItems" >> beam.ParDo(to_items).with_outputs(REJECTED, main="items")
-        labels = parsed.items | "ClassIds" >> DiscoverClasses(self._converter.layout)
-        converted = parsed.items | "Convert" >> beam.ParDo(
-            _Convert(self._converter), beam.pvalue.AsSingleton(labels)
-        ).with_outputs(REJECTED, main="examples")
-        rejected = (parsed[REJECTED], converted[REJECTED]) | "Rejected" >> beam.Flatten()
-        return {"examples": converted.examples, "rejected": rejected, "labels": labels}
-
-
-# The options that shape the output folder, besides those of a record.
 OUTPUT_OPTIONS = (
     "num_shards",
     "shard_size_mb",
@@ -317,6 +186,3 @@ class ImagesToTFRecords(beam.PTransform):
                 **analysis,
             )
         )
-
-
-__all__ = ["OPTIONS", "OUTPUT_OPTIONS", "ConvertedExample", "ImageRef", "ImagesToExamples", "ImagesToTFRecords"]

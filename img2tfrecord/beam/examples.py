@@ -1,0 +1,125 @@
+"""Image references -> converted records and rejection rows, inside a user's pipeline (``ImagesToExamples``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, List, NamedTuple, Optional, Tuple
+
+import apache_beam as beam
+
+from img2tfrecord import api
+from img2tfrecord.conversion.converter import Converter, DetectionConverter, ImageConverter
+from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, Splits, parse_splits
+from img2tfrecord.model import ERRORS, DetectionRecord, Record, WorkItem
+from img2tfrecord.option_values import TASK_DETECTION
+from img2tfrecord.schemas import transformed as names
+from img2tfrecord.sources.layout import LAYOUT_DETECTION, LAYOUT_MANIFEST
+from img2tfrecord.sources.references import reference_item
+from img2tfrecord.transforms.discover import DiscoverClasses
+
+OPTIONS = (
+    "image_size",
+    "resize",
+    "channels",
+    "format",
+    "quality",
+    "max_pixels",
+    "max_file_mb",
+    "decode_timeout_s",
+    "splits",
+    "seed",
+    "task",
+    "require_boxes",
+)
+REJECTED = "rejected"
+
+
+class ConvertedExample(NamedTuple):
+    """A converted image: its split, its class name (None when unlabeled or detection), the serialized record
+    and its key, the relpath its shard and place in the shard come from (:class:`ExamplesToTFRecords`)."""
+
+    split: str
+    class_name: Optional[str]
+    example: bytes
+    key: str = ""
+
+
+class _ToItems(beam.DoFn):
+    def __init__(self, root: Optional[str], labeled: bool, detection: bool):
+        self._root = root
+        self._labeled = labeled
+        self._detection = detection
+
+    def process(self, ref):
+        item = reference_item(ref, self._root, self._labeled, self._detection)
+        if isinstance(item, WorkItem):
+            yield item
+        else:
+            yield beam.pvalue.TaggedOutput(REJECTED, item)
+
+
+class _Convert(beam.DoFn):
+    def __init__(self, converter: Converter[WorkItem]):
+        self._converter = converter
+
+    def process(self, item: WorkItem, label_names: List[str]):
+        tag, value = self._converter(item, label_names)
+        if tag == ERRORS:
+            yield beam.pvalue.TaggedOutput(REJECTED, value)
+        else:
+            assert isinstance(value, (Record, DetectionRecord))
+            yield ConvertedExample(value.split, value.class_name, value.example, item.relpath)
+
+
+def _record_converter(ns: argparse.Namespace, analyze: bool = False) -> Tuple[Converter[WorkItem], Splits]:
+    """The converter of parsed record options, and the splits; UsageError for a bad combination."""
+    try:
+        splits = parse_splits(ns.splits) if ns.splits is not None else ((DEFAULT_SPLIT, 1.0),)
+    except ValueError as e:
+        raise api.UsageError(f"--splits: {e}") from None
+    image = api.image_options(ns)
+    if ns.task == TASK_DETECTION:
+        return DetectionConverter(image, LAYOUT_DETECTION, splits, ns.seed, ns.require_boxes), splits
+    if ns.require_boxes:
+        raise api.UsageError("--require-boxes applies to detection: give it with task='detection'")
+    sums_split = names.ANALYZED_SPLIT if analyze else None
+    exact = bool(getattr(ns, "exact_statistics", False))
+    return ImageConverter(image, LAYOUT_MANIFEST, splits, ns.seed, sums_split, exact), splits
+
+
+def _to_items(converter: Converter[WorkItem], root: Optional[str], labeled: bool) -> _ToItems:
+    return _ToItems(root, labeled, isinstance(converter, DetectionConverter))
+
+
+class ImagesToExamples(beam.PTransform):
+    """Image references -> ``examples`` (:class:`ConvertedExample`), ``rejected`` (error rows) and ``labels``.
+
+    Keywords are ``convert``'s options that shape a record (:data:`OPTIONS`, with the same names,
+    defaults and checks: a bad value raises ``img2tfrecord.UsageError`` when the transform is built).
+    ``root``: relpaths are URIs below it (else the whole URI); ``labeled`` False: records without label
+    features (as a manifest without a label column); ``task="detection"``: TF Object Detection API
+    records of each reference's boxes (as a manifest of boxes gives them; the label is ignored). Every
+    reference comes out exactly once, as an example or a rejected row: one that is not a reference
+    (no ``uri``, boxes that are not a list, boxes for a classification record), has no label or a
+    label that is not a string or an int is a row with reason ``bad_reference``, ``missing_label`` or
+    ``bad_label``, never an exception. Returns a dict of the three PCollections.
+    """
+
+    def __init__(self, *, root: Optional[str] = None, labeled: bool = True, **options: Any):
+        super().__init__()
+        self._converter, _ = _record_converter(api.parse_options(options, allowed=OPTIONS))
+        self._root = root
+        self._labeled = labeled
+
+    def expand(self, refs):
+        to_items = _to_items(self._converter, self._root, self._labeled)
+        parsed = refs | "ToItems" >> beam.ParDo(to_items).with_outputs(REJECTED, main="items")
+        labels = parsed.items | "ClassIds" >> DiscoverClasses(self._converter.layout)
+        converted = parsed.items | "Convert" >> beam.ParDo(
+            _Convert(self._converter), beam.pvalue.AsSingleton(labels)
+        ).with_outputs(REJECTED, main="examples")
+        rejected = (parsed[REJECTED], converted[REJECTED]) | "Rejected" >> beam.Flatten()
+        return {"examples": converted.examples, "rejected": rejected, "labels": labels}
+
+
+# The options that shape the output folder, besides those of a record.
