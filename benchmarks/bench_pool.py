@@ -11,6 +11,10 @@ is excluded (the pool is warmed first).
     .venv/bin/python benchmarks/bench_pool.py --corpus benchmarks/results/corpus-photo-12000 --format keep
     .venv/bin/python benchmarks/bench_pool.py --corpus benchmarks/results/corpus-photo-12000 --format jpeg
 
+``--compare-resample`` instead times one process with ``--resample fast`` against one with
+``--resample bicubic`` (Pillow's path for every image), alternating: the per-core speed of the
+image core.
+
 Prints a table and writes ``benchmarks/results/bench_pool-<time>.json``.
 """
 
@@ -65,13 +69,55 @@ def convert_all(converter, items, labels, processes: int) -> dict:
     return {"seconds": seconds, "records": written, "worker_cpu_seconds": children_cpu() - cpu_before}
 
 
+def compare_resample(args) -> None:
+    """One process, ``--resample fast`` against ``bicubic``, alternating runs; the median ratio."""
+    size = (args.image_size, args.image_size)
+    items = work_items(args.corpus)
+    labels = sorted(os.listdir(args.corpus))
+    rows = {}
+    for resample in ("bicubic", "fast"):
+        options = ImageOptions(size=size, resize=args.resize, format="jpeg", quality=90, resample=resample)
+        rows[resample] = (ImageConverter(options, LAYOUT_CLASS, (("train", 1.0),), 42), [])
+    for run in range(args.runs):
+        for resample, (converter, results) in rows.items():
+            result = convert_all(converter, items, labels, 1)
+            results.append(result)
+            print(
+                f"run {run + 1}/{args.runs} {resample:8} {result['seconds']:7.2f} s "
+                f"{len(items) / result['seconds']:7.1f} img/s",
+                flush=True,
+            )
+    medians = {name: statistics.median(r["seconds"] for r in results) for name, (_, results) in rows.items()}
+    ratio = medians["bicubic"] / medians["fast"]
+    print(f"\n{len(items)} images, --resize {args.resize}, one process, median of {args.runs} runs")
+    for name, seconds in medians.items():
+        print(f"--resample {name:8} {seconds:7.2f} s  {len(items) / seconds:7.1f} img/s")
+    print(f"fast / bicubic speed: {ratio:.2f}x")
+    save_result(
+        "bench_pool_resample",
+        {
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "corpus": args.corpus,
+            "num_images": len(items),
+            "resize": args.resize,
+            "runs": {name: results for name, (_, results) in rows.items()},
+            "median_seconds": medians,
+            "speedup": ratio,
+        },
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", required=True, help="a folder of class folders (benchmarks/corpus.py)")
     parser.add_argument("--format", choices=("jpeg", "keep"), default="jpeg")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--resize", choices=("stretch", "fit", "fill"), default="stretch")
+    parser.add_argument("--compare-resample", action="store_true", help="one process: fast against bicubic")
     args = parser.parse_args(argv)
+    if args.compare_resample:
+        return compare_resample(args)
 
     if args.format == "keep":
         options = ImageOptions(format="keep")

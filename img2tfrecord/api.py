@@ -245,6 +245,7 @@ def image_options(ns: argparse.Namespace) -> ImageOptions:
     return ImageOptions(
         size=ns.image_size,
         resize=ns.resize,
+        resample=ns.resample,
         channels=ns.channels,
         format=fmt,
         quality=ns.quality,

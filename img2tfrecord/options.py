@@ -26,6 +26,8 @@ from img2tfrecord.images.options import (
     DEFAULT_MAX_FILE_MB,
     DEFAULT_MAX_PIXELS,
     FORMATS,
+    RESAMPLE_FAST,
+    RESAMPLE_MODES,
     RESIZE_MODES,
 )
 from img2tfrecord.option_spec import Option, Template, flex_template_metadata, markdown_table
@@ -91,6 +93,20 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
             "Resize mode",
             "stretch, fit (keep aspect, pad) or fill (keep aspect, centre-crop; default).",
             r"^(stretch|fit|fill)$",
+        ),
+    ),
+    Option(
+        "--resample",
+        choices=RESAMPLE_MODES,
+        default=RESAMPLE_FAST,
+        doc_default=RESAMPLE_FAST,
+        recorded_as="resample",
+        help="fast: JPEGs decoded at reduced scale by libjpeg-turbo and resized by OpenCV (antialiased); "
+        "bicubic: Pillow's bicubic filter for every image (slower, the highest fidelity)",
+        template=Template(
+            "Resample filter",
+            "fast (libjpeg-turbo + OpenCV for JPEG input; default) or bicubic (Pillow, highest fidelity).",
+            r"^(fast|bicubic)$",
         ),
     ),
     Option(

@@ -608,3 +608,69 @@ def test_image_options_accept_good_values():
     o = ImageOptions(size=(1, 1), resize="fit", channels=1, format="png", quality=1, max_pixels=1, max_file_bytes=1)
     assert o.mode == "L"
     assert ImageOptions(quality=100, resize="stretch", format="jpeg").mode == "RGB"
+
+
+# --resample fast: JPEGs through libjpeg-turbo and OpenCV; everything else, and --resample bicubic, on Pillow.
+
+
+def _psnr(a, b) -> float:
+    import math
+
+    import numpy as np
+
+    mse = float(np.mean((np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)) ** 2))
+    return 99.0 if mse == 0 else 10 * math.log10(255.0**2 / mse)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+@pytest.mark.parametrize("resize", ["stretch", "fit", "fill"])
+@pytest.mark.parametrize("channels", [3, 1])
+def test_fast_and_bicubic_resampling_agree_on_orientation_crop_and_padding(orientation, resize, channels):
+    """The two paths store the same picture (to a filter's difference): a wrong turn, crop or pad would not be."""
+    smooth = I.noise(30, 20, seed=orientation).resize((300, 200), Image.Resampling.BICUBIC)  # not symmetric
+    data = I.jpeg(300, 200, smooth, exif_orientation=orientation)
+    stored = {}
+    for resample in ("fast", "bicubic"):
+        options = ImageOptions(size=(96, 64), resize=resize, channels=channels, format="png", resample=resample)
+        image = convert_image(data, options, keep_pixels=True)
+        assert (image.width, image.height, image.format) == (96, 64, "png")
+        stored[resample] = Image.open(io.BytesIO(image.encoded))
+        assert stored[resample].mode == ("RGB" if channels == 3 else "L")
+        assert image.pixels.tobytes() == stored[resample].tobytes()  # the kept pixels are the stored ones
+    assert _psnr(stored["fast"], stored["bicubic"]) > 28  # a wrong turn, flip or shift: about 13 dB
+
+
+def test_fast_resampling_shrinks_without_aliasing():
+    """A fine checkerboard shrunk 4x averages to grey: sampled without low-passing it would stay black or white."""
+    board = Image.new("L", (400, 400))
+    board.putdata([255 * ((x + y) % 2) for y in range(400) for x in range(400)])
+    data = I.save(board.convert("RGB"), "JPEG", quality=100, subsampling=0)
+    image = convert_image(data, ImageOptions(size=(100, 100), resize="stretch", format="png", resample="fast"))
+    values = list(Image.open(io.BytesIO(image.encoded)).convert("L").getdata())
+    assert 110 < sum(values) / len(values) < 145 and max(values) - min(values) < 40
+
+
+def test_jpeg_output_of_the_fast_path_decodes_as_tensorflow_reads_it():
+    import tensorflow as tf
+
+    data = I.jpeg(640, 480, I.noise(640, 480))
+    for channels in (3, 1):
+        image = convert_image(data, ImageOptions(size=(224, 160), channels=channels, format="jpeg", resample="fast"))
+        decoded = tf.io.decode_jpeg(image.encoded, channels=channels)
+        assert tuple(decoded.shape) == (160, 224, channels)
+
+
+def test_cmyk_and_non_jpeg_inputs_take_pillows_path_with_the_same_result_for_either_resample():
+    for data in (I.cmyk_jpeg(120, 80), I.png(120, 80), I.webp(120, 80)):
+        outs = {
+            resample: convert_image(data, ImageOptions(size=(60, 40), format="png", resample=resample)).encoded
+            for resample in ("fast", "bicubic")
+        }
+        assert outs["fast"] == outs["bicubic"]
+
+
+def test_a_truncated_jpeg_is_rejected_as_truncated_by_either_resample():
+    for resample in ("fast", "bicubic"):
+        with pytest.raises(ImageError) as raised:
+            convert_image(I.truncated_jpeg(640, 480), ImageOptions(size=(64, 64), format="jpeg", resample=resample))
+        assert raised.value.reason == "truncated"

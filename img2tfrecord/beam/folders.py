@@ -14,6 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 import img2tfrecord
 from img2tfrecord import api
 from img2tfrecord.beam.examples import OPTIONS, REJECTED, _record_converter, _to_items
+from img2tfrecord.images.options import image_library_versions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -159,6 +160,7 @@ class ImagesToTFRecords(beam.PTransform):
                 analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
         template = DatasetManifest(
             tool_version=img2tfrecord.__version__,
+            image_libraries=image_library_versions(),
             created="",
             input=config.input,
             options=config.options_json(),

@@ -7,7 +7,7 @@ converter turns into a row of the error report.
 from __future__ import annotations
 
 import io
-from typing import Tuple
+from typing import Optional, Tuple
 
 from PIL import Image
 
@@ -15,6 +15,7 @@ from img2tfrecord.images.decode import Deadline, decoding, open_image
 from img2tfrecord.images.geometry import TRANSPOSED_ORIENTATIONS, ImageTransform, identity, resize_transform
 from img2tfrecord.images.options import (
     KEEPABLE_FORMATS,
+    RESAMPLE_FAST,
     ConvertedImage,
     ImageError,
     ImageOptions,
@@ -196,6 +197,16 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
         and "transparency" not in img.info
     )
     source_size = img.size
+    if (
+        options.size is not None
+        and is_jpeg
+        and options.resample == RESAMPLE_FAST
+        and img.mode in ("RGB", "L")  # CMYK and other JPEG modes stay on Pillow
+    ):
+        fast = _fast_jpeg(data, options, source_size, orientation, keep_pixels)
+        if fast is not None:
+            deadline.check("decoding and resizing")
+            return fast
     draft = 1
     with decoding(data, source_format):
         if keep_original:
@@ -235,7 +246,40 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
             scale, offset = resize_transform(img.size, options.size, options.resize, fit_content)
             img = resize_image(img, options.size, options.resize)
     deadline.check("decoding and resizing")
+    transform = ImageTransform(source_size, draft, decoded_size, orientation, scale, offset, img.size)
+    return _stored(img, options, is_jpeg, keep_pixels, transform)
 
+
+def _fast_jpeg(
+    data: bytes, options: ImageOptions, source_size: Tuple[int, int], orientation: int, keep_pixels: bool
+) -> Optional[ConvertedImage]:
+    """The image through libjpeg-turbo and OpenCV (``images/fast_jpeg.py``), or None to take Pillow's path."""
+    from img2tfrecord.images import fast_jpeg  # OpenCV loads where images are converted, not where options parse
+
+    fast = fast_jpeg.convert_pixels(data, options, source_size, orientation)
+    if fast is None:
+        return None
+    height, width = fast.pixels.shape[:2]
+    transform = ImageTransform(
+        source_size, fast.draft, fast.decoded_size, orientation, fast.scale, fast.offset, (width, height)
+    )
+    pixels = fast.pixels[:, :, 0] if options.channels == 1 else fast.pixels
+    if options.format in ("keep", "jpeg") and not keep_pixels:  # no Pillow image needed
+        return ConvertedImage(
+            encoded=fast_jpeg.encode_jpeg(fast.pixels, options.quality),
+            format="jpeg",
+            height=height,
+            width=width,
+            channels=options.channels,
+            transform=transform,
+        )
+    return _stored(Image.fromarray(pixels, options.mode), options, True, keep_pixels, transform)
+
+
+def _stored(
+    img: Image.Image, options: ImageOptions, is_jpeg: bool, keep_pixels: bool, transform: ImageTransform
+) -> ConvertedImage:
+    """The converted image: ``img`` encoded in the stored format."""
     if options.format == "keep":
         fmt = "jpeg" if is_jpeg else "png"
     else:
@@ -255,5 +299,5 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
         width=img.width,
         channels=options.channels,
         pixels=img if keep_pixels else None,
-        transform=ImageTransform(source_size, draft, decoded_size, orientation, scale, offset, img.size),
+        transform=transform,
     )

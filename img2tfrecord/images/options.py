@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 from img2tfrecord.images.geometry import ImageTransform
 
@@ -15,6 +15,10 @@ if TYPE_CHECKING:  # Pillow is not needed to read the option constants (the CLI 
     from PIL import Image
 
 RESIZE_MODES = ("stretch", "fit", "fill")
+# How pixels are resampled to --image-size: "fast" sends a JPEG in RGB or greyscale through
+# libjpeg-turbo and OpenCV (images/fast_jpeg.py); "bicubic" keeps every image on Pillow's BICUBIC.
+RESAMPLE_FAST, RESAMPLE_BICUBIC = "fast", "bicubic"
+RESAMPLE_MODES = (RESAMPLE_FAST, RESAMPLE_BICUBIC)
 FORMATS = ("keep", "jpeg", "png", "raw")  # raw: uint8 pixels, row-major height x width x channels
 LOSSLESS_FORMATS = frozenset({"png", "raw"})  # stored formats whose decoded pixels are the encoded ones
 # Formats whose original bytes may be stored as they are (TensorFlow decodes them).
@@ -27,6 +31,22 @@ DEFAULT_DECODE_TIMEOUT_S = 30.0
 # Formats Pillow can read that are never opened: EPS is a PostScript program, which
 # Pillow hands to Ghostscript to get pixels. Inputs are data and are never run.
 NEVER_OPENED_FORMATS = frozenset({"EPS"})
+
+
+IMAGE_LIBRARIES = ("pillow", "simplejpeg", "opencv-python-headless")  # what decodes, resizes and encodes
+
+
+def image_library_versions() -> Dict[str, str]:
+    """The installed version of each image library (without importing them), for ``dataset.json``."""
+    from importlib import metadata
+
+    versions = {}
+    for name in IMAGE_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
 
 
 class ImageError(Exception):
@@ -50,10 +70,13 @@ class ImageOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_file_bytes: int = int(DEFAULT_MAX_FILE_MB * 1024 * 1024)
     decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S  # per image: see Deadline
+    resample: str = RESAMPLE_FAST
 
     def __post_init__(self):
         if self.resize not in RESIZE_MODES:
             raise ValueError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {self.resize!r}")
+        if self.resample not in RESAMPLE_MODES:
+            raise ValueError(f"resample must be one of {', '.join(RESAMPLE_MODES)}, got {self.resample!r}")
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.channels not in (1, 3):

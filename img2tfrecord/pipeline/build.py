@@ -20,6 +20,7 @@ import img2tfrecord
 from img2tfrecord import faults
 from img2tfrecord.conversion.converter import ClipConverter, Converter, DetectionConverter, ImageConverter
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
+from img2tfrecord.images.options import image_library_versions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import Plan
@@ -154,6 +155,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
 
     template = DatasetManifest(
         tool_version=img2tfrecord.__version__,
+        image_libraries=image_library_versions(),
         created="",
         input=config.input,
         options=config.options_json(),

@@ -37,6 +37,7 @@ class ConvertConfig:
         return {
             "image_size": list(image.size) if image.size else None,
             "resize": image.resize,
+            "resample": image.resample,
             "channels": image.channels,
             "format": image.format,
             "quality": image.quality,

@@ -235,7 +235,8 @@ class DatasetManifest:
 
     ``options`` are the run's option values as ``options.py`` records them; the properties below read the
     ones readers need. ``statistics`` is the tf.Transform analysis of the train split (``transforms/analyze.py``),
-    None with ``--no-analyze``.
+    None with ``--no-analyze``. ``image_libraries`` names the image libraries' versions where the run started
+    (a changed version explains a changed shard digest).
     """
 
     tool_version: str
@@ -253,6 +254,7 @@ class DatasetManifest:
     run_fingerprint: Optional[str] = None
     statistics: Optional[Dict[str, Any]] = None
     tfds: Optional[TfdsStatus] = None
+    image_libraries: Optional[Dict[str, str]] = None  # distribution -> version: what decoded and resized
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -352,6 +354,7 @@ class DatasetManifest:
         accounting = doc.get("accounting")
         statistics = doc.get(manifest.STATISTICS)
         tfds = doc.get("tfds")
+        libraries = doc.get("image_libraries")
         return cls(
             format_version=version,
             tool_version=_str(doc.get("tool_version", ""), "tool_version"),
@@ -372,6 +375,12 @@ class DatasetManifest:
             run_fingerprint=_opt_str(doc.get("run_fingerprint"), "run_fingerprint"),
             statistics=None if statistics is None else dict(_dict(statistics, manifest.STATISTICS)),
             tfds=None if tfds is None else TfdsStatus.from_json(tfds),
+            image_libraries=None
+            if libraries is None
+            else {
+                _str(name, "image_libraries"): _str(version, f"image_libraries.{name}")
+                for name, version in _dict(libraries, "image_libraries").items()
+            },
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -379,6 +388,7 @@ class DatasetManifest:
             "format_version": self.format_version,
             "tool": TOOL,
             "tool_version": self.tool_version,
+            **({"image_libraries": dict(self.image_libraries)} if self.image_libraries is not None else {}),
             "created": self.created,
             "input": self.input,
             "options": dict(self.options),
