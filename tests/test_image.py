@@ -674,3 +674,12 @@ def test_a_truncated_jpeg_is_rejected_as_truncated_by_either_resample():
         with pytest.raises(ImageError) as raised:
             convert_image(I.truncated_jpeg(640, 480), ImageOptions(size=(64, 64), format="jpeg", resample=resample))
         assert raised.value.reason == "truncated"
+
+
+def test_the_fast_path_stores_the_same_bytes_whether_the_pixels_are_kept_or_not():
+    """The analysed split keeps its pixels: its records must still equal those of a run without the analysis."""
+    data = I.jpeg(500, 375, I.noise(50, 37).resize((500, 375)))
+    for fmt in ("jpeg", "png", "raw"):
+        options = ImageOptions(size=(224, 224), format=fmt, resample="fast")
+        kept, plain = convert_image(data, options, keep_pixels=True), convert_image(data, options)
+        assert kept.encoded == plain.encoded and kept.pixels is not None and plain.pixels is None

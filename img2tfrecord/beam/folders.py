@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -14,12 +15,12 @@ from apache_beam.io.filesystems import FileSystems
 import img2tfrecord
 from img2tfrecord import api
 from img2tfrecord.beam.examples import OPTIONS, REJECTED, _record_converter, _to_items
-from img2tfrecord.images.options import image_library_versions
 from img2tfrecord.model import ERRORS
-from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_DETECTION
+from img2tfrecord.option_values import TASK_DETECTION
+from img2tfrecord.pipeline.build import manifest_template
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
+from img2tfrecord.schemas.dataset_manifest import Task
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.discover import DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
@@ -89,24 +90,8 @@ class ImagesToTFRecords(beam.PTransform):
         self._output = output.rstrip("/") if "://" in output else os.path.abspath(output)
 
     def _config(self, processes: int) -> ConvertConfig:
-        ns = self._ns
-        return ConvertConfig(
-            input=self._root or INPUT_DESCRIPTION,
-            output=self._output,
-            image=self._converter.options,
-            splits=self._splits if ns.splits is not None else None,
-            seed=ns.seed,
-            shard_size_mb=ns.shard_size_mb or DEFAULT_SHARD_SIZE_MB,
-            num_shards=ns.num_shards,
-            compression=ns.compression,
-            overwrite=ns.overwrite,
-            analyze=self._analyze,
-            exact_statistics=ns.exact_statistics,
-            processes=processes,
-            max_error_rate=ns.max_error_rate,
-            task=ns.task,
-            require_boxes=ns.require_boxes,
-        )
+        """convert's configuration of these options (the same checks), analysing and converting as set here."""
+        return dataclasses.replace(api.config_from_args(self._ns), analyze=self._analyze, processes=processes)
 
     def _fingerprint(self, config: ConvertConfig) -> str:
         doc = {
@@ -158,21 +143,8 @@ class ImagesToTFRecords(beam.PTransform):
             statistics = analyze_train_split(written[ANALYSIS], labels, config, _SplitsOnly(split_names, self._labeled))
             if statistics is not None:
                 analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
-        template = DatasetManifest(
-            tool_version=img2tfrecord.__version__,
-            image_libraries=image_library_versions(),
-            created="",
-            input=config.input,
-            options=config.options_json(),
-            compression=Compression(config.compression),
-            labels=(),
-            splits={},
-            accounting=None,
-            record_type=RecordType.EXAMPLE,
-            task=Task.DETECTION if self._detection else Task.CLASSIFICATION,
-            labeled=self._labeled,
-            run_fingerprint=fingerprint,
-        )
+        task = Task.DETECTION if self._detection else Task.CLASSIFICATION
+        template = manifest_template(config, task.value, self._labeled, fingerprint)
         return (
             refs.pipeline
             | "Start" >> beam.Create([None], reshuffle=False)

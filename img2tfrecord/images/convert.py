@@ -264,13 +264,14 @@ def _fast_jpeg(
         source_size, fast.draft, fast.decoded_size, orientation, fast.scale, fast.offset, (width, height)
     )
     pixels = fast.pixels[:, :, 0] if options.channels == 1 else fast.pixels
-    if options.format in ("keep", "jpeg") and not keep_pixels:  # no Pillow image needed
+    if options.format in ("keep", "jpeg"):  # libjpeg-turbo encodes, whether the pixels are kept or not
         return ConvertedImage(
             encoded=fast_jpeg.encode_jpeg(fast.pixels, options.quality),
             format="jpeg",
             height=height,
             width=width,
             channels=options.channels,
+            pixels=Image.fromarray(pixels, options.mode) if keep_pixels else None,
             transform=transform,
         )
     return _stored(Image.fromarray(pixels, options.mode), options, True, keep_pixels, transform)

@@ -69,6 +69,26 @@ def shard_sinks(config: ConvertConfig, plan: Plan) -> ShardSinks:
     return ShardSinks(config.output, config.compression, staging)
 
 
+def manifest_template(config: ConvertConfig, task: str, labeled: bool, fingerprint: str) -> DatasetManifest:
+    """``dataset.json``'s fields known before a run (tool, image libraries, input, options, task, record type);
+    ``FinalizeOutput`` fills in the rest."""
+    return DatasetManifest(
+        tool_version=img2tfrecord.__version__,
+        image_libraries=image_library_versions(),
+        created="",
+        input=config.input,
+        options=config.options_json(),
+        compression=Compression(config.compression),
+        labels=(),
+        splits={},
+        accounting=None,
+        record_type=RecordType.SEQUENCE_EXAMPLE if config.sequence else RecordType.EXAMPLE,
+        task=Task(task),
+        labeled=labeled,
+        run_fingerprint=fingerprint,
+    )
+
+
 def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: bool = False) -> None:
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished."""
     # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
@@ -153,21 +173,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         if statistics is not None:
             analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
 
-    template = DatasetManifest(
-        tool_version=img2tfrecord.__version__,
-        image_libraries=image_library_versions(),
-        created="",
-        input=config.input,
-        options=config.options_json(),
-        compression=Compression(config.compression),
-        labels=(),
-        splits={},
-        accounting=None,
-        record_type=RecordType.SEQUENCE_EXAMPLE if config.sequence else RecordType.EXAMPLE,
-        task=Task(plan.task),
-        labeled=plan.labeled,
-        run_fingerprint=plan.fingerprint(config),
-    )
+    template = manifest_template(config, plan.task, plan.labeled, plan.fingerprint(config))
     _ = (
         p
         | "Start" >> beam.Create([None])
