@@ -20,6 +20,7 @@ from img2tfrecord.transforms.discover import DiscoverClasses
 OPTIONS = (
     "image_size",
     "resize",
+    "resample",
     "channels",
     "format",
     "quality",

@@ -1,4 +1,5 @@
-"""Images in, stored images out: decode, validate, orient, resize, encode, pixel statistics (Pillow only).
+"""Images in, stored images out: decode, validate, orient, resize, encode, pixel statistics (Pillow; JPEGs to
+resize through libjpeg-turbo and OpenCV with --resample fast).
 
 The names below are imported on first use, so that ``img2tfrecord.images.options``
 (the option constants the CLI parser needs) loads without Pillow.
