@@ -25,7 +25,6 @@ import os
 from typing import Dict, List, Set, Tuple
 
 from img2tfrecord import faults
-from img2tfrecord.conversion.record_sizes import seeded_sample
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError
 from img2tfrecord.images.decode import open_image
@@ -33,7 +32,7 @@ from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.options import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.listing import digest, file_pattern, file_size, is_file, list_input, resolve_input
+from img2tfrecord.pipeline.listing import digest, file_pattern, is_file, list_input, resolve_input
 from img2tfrecord.pipeline.plan_detection import (
     coco_base,
     detection_layout,
@@ -43,7 +42,14 @@ from img2tfrecord.pipeline.plan_detection import (
     plan_folder_detection,
 )
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
-from img2tfrecord.pipeline.sizing import MIB, RECORD_OVERHEAD_BYTES, SAMPLE_SIZE, estimate_size_ratio, num_shards
+from img2tfrecord.pipeline.sizing import (
+    MIB,
+    SAMPLE_SIZE,
+    estimate_size_ratio,
+    estimated_record_bytes,
+    num_shards,
+    sampled_sizes,
+)
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import layout as layouts
@@ -235,7 +241,7 @@ def _split_bytes(config: ConvertConfig, layout: str, split_names, files, ratio: 
         else:
             split = assign_split(relpath, config.seed, config.splits) if config.splits else DEFAULT_SPLIT
         if split is not None:
-            split_bytes[split] += size * ratio + RECORD_OVERHEAD_BYTES
+            split_bytes[split] += estimated_record_bytes(size, ratio)
     return split_bytes
 
 
@@ -326,25 +332,19 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
     else:
         split_names = tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
 
-    sample = []
-    for resolved, relpath in seeded_sample(
-        (manifests.resolve_row_path(path, row["path"]) for path, _, row in rows), config.seed
-    ):
-        size = file_size(resolved)
-        if size is not None:
-            sample.append(WorkItem(resolved, relpath, size))
-    mean_size = sum(f.size for f in sample) / len(sample) if sample else 0.0
-    ratio = estimate_size_ratio(config, sample)
+    resolved = [manifests.resolve_row_path(path, row["path"]) for path, _, row in rows]  # (path, relpath)
+    mean_size, ratio = sampled_sizes(config, resolved)
+    record_bytes = estimated_record_bytes(mean_size, ratio)
     split_bytes = {name: 0.0 for name in split_names}
-    for path, _, row in rows:
+    for (_, _, row), (_, relpath) in zip(rows, resolved):
         if has_split:
             split = manifests.canonical_split(row.get("split", ""))
         elif config.splits:
-            split = assign_split(manifests.resolve_row_path(path, row["path"])[1], config.seed, config.splits)
+            split = assign_split(relpath, config.seed, config.splits)
         else:
             split = DEFAULT_SPLIT
         if split in split_bytes:
-            split_bytes[split] += mean_size * ratio + RECORD_OVERHEAD_BYTES
+            split_bytes[split] += record_bytes
     return Plan(
         base=base,
         pattern=pattern,

@@ -11,15 +11,20 @@ import dataclasses
 import logging
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from img2tfrecord.conversion.record_sizes import seeded_sample
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError
 from img2tfrecord.model import MemberEntry, WorkItem
 from img2tfrecord.options import TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.listing import digest, file_size
+from img2tfrecord.pipeline.listing import digest
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
-from img2tfrecord.pipeline.sizing import RECORD_OVERHEAD_BYTES, estimate_size_ratio, num_shards
+from img2tfrecord.pipeline.sizing import (
+    RECORD_OVERHEAD_BYTES,
+    estimate_size_ratio,
+    estimated_record_bytes,
+    num_shards,
+    sampled_sizes,
+)
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources import layout as layouts
@@ -146,14 +151,8 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
         tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
     )
     listed = [(image, detection.rel(base, image)) for image in paths]
-    sample = []
-    for resolved, relpath in seeded_sample(listed, config.seed):  # as the graph samples image references
-        size = file_size(resolved)
-        if size is not None:
-            sample.append(WorkItem(resolved, relpath, size))
-    mean_size = sum(f.size for f in sample) / len(sample) if sample else 0.0
-    ratio = estimate_size_ratio(config, sample)
-    record_bytes = mean_size * ratio + RECORD_OVERHEAD_BYTES
+    mean_size, ratio = sampled_sizes(config, listed)  # as the graph samples image references
+    record_bytes = estimated_record_bytes(mean_size, ratio)
     split_bytes = {name: 0.0 for name in split_names}
     for image, relpath in listed:
         split = paths[image] or assign_split(relpath, config.seed, config.splits or ((DEFAULT_SPLIT, 1.0),))

@@ -7,7 +7,7 @@ converted to measure the ratio when images are re-encoded (``conversion/record_s
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, Iterable, List, Tuple
 
 from img2tfrecord.conversion.record_sizes import (
     MIB,
@@ -15,12 +15,22 @@ from img2tfrecord.conversion.record_sizes import (
     SAMPLE_SIZE,
     estimated_record_bytes,
     sample_sizes,
+    seeded_sample,
     shard_counts,
 )
 from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.listing import file_size
 
-__all__ = ["MIB", "RECORD_OVERHEAD_BYTES", "SAMPLE_SIZE", "estimate_size_ratio", "estimated_record_bytes", "num_shards"]
+__all__ = [
+    "MIB",
+    "RECORD_OVERHEAD_BYTES",
+    "SAMPLE_SIZE",
+    "estimate_size_ratio",
+    "estimated_record_bytes",
+    "num_shards",
+    "sampled_sizes",
+]
 
 
 def estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
@@ -30,6 +40,18 @@ def estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
         return 1.0
     step = max(1, len(files) // SAMPLE_SIZE)
     return sample_sizes(files[::step][:SAMPLE_SIZE], image)[1]
+
+
+def sampled_sizes(config: ConvertConfig, paths: Iterable[Tuple[str, str]]) -> Tuple[float, float]:
+    """``(mean input bytes, output/input ratio)`` of the seeded sample of ``(path, relpath)`` images that a
+    manifest names: the images the graph's ``CountShards`` samples from the same references."""
+    sample = []
+    for path, relpath in seeded_sample(paths, config.seed):
+        size = file_size(path)
+        if size is not None:
+            sample.append(WorkItem(path, relpath, size))
+    mean_size = sum(f.size for f in sample) / len(sample) if sample else 0.0
+    return mean_size, estimate_size_ratio(config, sample)
 
 
 def num_shards(config: ConvertConfig, split_names, split_bytes: Dict[str, float]) -> Dict[str, int]:
