@@ -12,8 +12,15 @@ from typing import Optional, Tuple
 from PIL import Image
 
 from img2tfrecord.images.decode import Deadline, decoding, open_image
-from img2tfrecord.images.geometry import TRANSPOSED_ORIENTATIONS, ImageTransform, identity, resize_transform
+from img2tfrecord.images.geometry import (
+    TRANSPOSED_ORIENTATIONS,
+    ImageTransform,
+    identity,
+    resize_transform,
+    target_size,
+)
 from img2tfrecord.images.options import (
+    FAST_JPEG_MODES,
     KEEPABLE_FORMATS,
     RESAMPLE_FAST,
     ConvertedImage,
@@ -109,16 +116,6 @@ def normalise_mode(img: Image.Image, mode: str) -> Image.Image:
     return img.convert("RGB").convert(mode) if mode == "L" else img.convert(mode)
 
 
-def target_size(src: Tuple[int, int], size: Tuple[int, int], resize: str) -> Tuple[int, int]:
-    """Size of the resized content before padding (fit) or after cropping (fill/stretch)."""
-    if resize != "fit":
-        return size
-    sw, sh = src
-    w, h = size
-    scale = min(w / sw, h / sh)
-    return max(1, round(sw * scale)), max(1, round(sh * scale))
-
-
 def resize_image(img: Image.Image, size: Tuple[int, int], resize: str) -> Image.Image:
     if img.size == size:
         return img
@@ -197,12 +194,7 @@ def convert_image(data: bytes, options: ImageOptions, keep_pixels: bool = False)
         and "transparency" not in img.info
     )
     source_size = img.size
-    if (
-        options.size is not None
-        and is_jpeg
-        and options.resample == RESAMPLE_FAST
-        and img.mode in ("RGB", "L")  # CMYK and other JPEG modes stay on Pillow
-    ):
+    if options.size is not None and is_jpeg and options.resample == RESAMPLE_FAST and img.mode in FAST_JPEG_MODES:
         fast = _fast_jpeg(data, options, source_size, orientation, keep_pixels)
         if fast is not None:
             deadline.check("decoding and resizing")

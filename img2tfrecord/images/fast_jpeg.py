@@ -18,9 +18,9 @@ import cv2
 import numpy as np
 import simplejpeg
 
+from img2tfrecord.images.geometry import TRANSPOSED_ORIENTATIONS, target_size
 from img2tfrecord.images.options import ImageOptions
 
-FAST_MODES = frozenset({"RGB", "L"})  # Pillow modes of the JPEGs decoded here (not CMYK)
 _PAD_COLOR = 0  # --resize fit pads with black, as Pillow's path does
 
 cv2.setNumThreads(1)  # one image per process: the conversion pool already uses every core
@@ -86,12 +86,6 @@ def _resize(pixels: np.ndarray, size: Tuple[int, int]) -> np.ndarray:
     return out.reshape(size[1], size[0], *pixels.shape[2:])  # OpenCV drops a single channel's axis
 
 
-def fit_size(src: Tuple[int, int], size: Tuple[int, int]) -> Tuple[int, int]:
-    """The content size of ``--resize fit`` (as ``images.convert.target_size``)."""
-    scale = min(size[0] / src[0], size[1] / src[1])
-    return max(1, round(src[0] * scale)), max(1, round(src[1] * scale))
-
-
 def convert_pixels(
     data: bytes, options: ImageOptions, source_size: Tuple[int, int], orientation: int
 ) -> Optional[FastResult]:
@@ -99,10 +93,10 @@ def convert_pixels(
     (the caller then takes Pillow's path, which names the reason)."""
     assert options.size is not None
     w, h = options.size
-    swapped = orientation in (5, 6, 7, 8)
+    swapped = orientation in TRANSPOSED_ORIENTATIONS
     oriented = (source_size[1], source_size[0]) if swapped else source_size
     if options.resize == "fit":
-        w, h = fit_size(oriented, options.size)  # what draft is asked for, as Pillow's path asks it
+        w, h = target_size(oriented, options.size, "fit")  # what draft is asked for, as Pillow's path asks it
     draft = draft_scale(source_size, (h, w) if swapped else (w, h))
     try:
         decoded = simplejpeg.decode_jpeg(
@@ -133,7 +127,7 @@ def convert_pixels(
         content = _resize(pixels[top : top + ch, left : left + cw], (tw, th))
         kx, ky = tw / cw, th / ch
         return FastResult(content, draft, decoded_size, (kx, ky), (-left * kx, -top * ky))
-    fw, fh = fit_size((sw, sh), (tw, th))  # fit: keep the aspect, pad to the target size
+    fw, fh = target_size((sw, sh), (tw, th), "fit")  # fit: keep the aspect, pad to the target size
     canvas = np.full((th, tw, *pixels.shape[2:]), _PAD_COLOR, dtype=np.uint8)
     x0, y0 = (tw - fw) // 2, (th - fh) // 2
     canvas[y0 : y0 + fh, x0 : x0 + fw] = _resize(pixels, (fw, fh))

@@ -122,6 +122,16 @@ def map_box(t: ImageTransform, xmin: float, ymin: float, xmax: float, ymax: floa
     return MappedBox(cx0, cy0, cx1, cy1, clipped, kept)
 
 
+def target_size(src: Tuple[int, int], size: Tuple[int, int], resize: str) -> Tuple[int, int]:
+    """Size of the resized content before padding (fit) or after cropping (fill/stretch)."""
+    if resize != "fit":
+        return size
+    sw, sh = src
+    w, h = size
+    scale = min(w / sw, h / sh)
+    return max(1, round(sw * scale)), max(1, round(sh * scale))
+
+
 def resize_transform(
     decoded: Tuple[int, int], size: Tuple[int, int], resize: str, fit_content: Tuple[int, int]
 ) -> Tuple[Tuple[float, float], Tuple[float, float]]:

@@ -19,6 +19,7 @@ RESIZE_MODES = ("stretch", "fit", "fill")
 # libjpeg-turbo and OpenCV (images/fast_jpeg.py); "bicubic" keeps every image on Pillow's BICUBIC.
 RESAMPLE_FAST, RESAMPLE_BICUBIC = "fast", "bicubic"
 RESAMPLE_MODES = (RESAMPLE_FAST, RESAMPLE_BICUBIC)
+FAST_JPEG_MODES = ("RGB", "L")  # Pillow modes of the JPEGs --resample fast decodes (CMYK stays on Pillow)
 FORMATS = ("keep", "jpeg", "png", "raw")  # raw: uint8 pixels, row-major height x width x channels
 LOSSLESS_FORMATS = frozenset({"png", "raw"})  # stored formats whose decoded pixels are the encoded ones
 # Formats whose original bytes may be stored as they are (TensorFlow decodes them).
