@@ -37,6 +37,17 @@ def references(sample_dir: str, tmp_path) -> list:
     return refs + [(str(tmp_path / "missing.jpg"), "circle"), (str(notes), "square")]
 
 
+def csv_manifest(tmp_path, refs) -> str:
+    """``refs`` as the rows of ``lists/refs.csv``, outside the images' folder: relpaths are the whole paths."""
+    listing = tmp_path / "lists" / "refs.csv"
+    listing.parent.mkdir()
+    with open(listing, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label"])
+        w.writerows(refs)
+    return str(listing)
+
+
 def written(output: str):
     """(split, class name, serialized record) of every record of an output, and its error rows."""
     doc = records.read_manifest(output)
@@ -61,14 +72,9 @@ def run(refs, **options):
 def test_the_records_and_shards_are_those_convert_writes_from_a_manifest_of_the_same_uris(sample_dir, tmp_path):
     """ImagesToExamples gives convert's records; ExamplesToTFRecords places them in convert's shards."""
     refs = references(sample_dir, tmp_path)
-    listing = tmp_path / "lists" / "refs.csv"  # outside the images' folder: relpaths are the whole paths
-    listing.parent.mkdir()
-    with open(listing, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["path", "label"])
-        w.writerows(refs)
+    listing = csv_manifest(tmp_path, refs)
     out = str(tmp_path / "out")
-    proc = convert(str(listing), out, *FLAGS, "--num-shards", "3")
+    proc = convert(listing, out, *FLAGS, "--num-shards", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected, labels, errors = written(out)
     assert len(expected) == len(refs) - 2 and {e["reason"] for e in errors} == {"not_found", "not_an_image"}
@@ -161,15 +167,10 @@ def _comparable(output: str) -> dict:
 def test_images_to_tfrecords_writes_the_folder_convert_writes_from_the_same_rows(sample_dir, tmp_path):
     """Shard counts sized in the graph, shards, indexes, statistics and error rows equal convert's."""
     refs = references(sample_dir, tmp_path)
-    listing = tmp_path / "lists" / "refs.csv"
-    listing.parent.mkdir()
-    with open(listing, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["path", "label"])
-        w.writerows(refs)
+    listing = csv_manifest(tmp_path, refs)
     out = str(tmp_path / "cli")
     small_shards = ("--shard-size-mb", "0.01")  # several shards per split, counted from a sample
-    proc = convert(str(listing), out, *FLAGS, *small_shards, analyze=True)
+    proc = convert(listing, out, *FLAGS, *small_shards, analyze=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = _comparable(out)
     assert all(len(split["shards"]) > 1 for split in expected["splits"].values())
