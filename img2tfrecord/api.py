@@ -190,6 +190,11 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         raise UsageError("--output must differ from --input")
     if ns.resume and ns.overwrite:
         raise UsageError("--resume keeps what an interrupted run finished, --overwrite replaces it: give one")
+    if ns.append and ns.overwrite:
+        raise UsageError("--append adds to a finished output, --overwrite replaces it: give one")
+    for flag, given in (("--allow-new-classes", ns.allow_new_classes), ("--retry-rejected", ns.retry_rejected)):
+        if given and not ns.append:
+            raise UsageError(f"{flag} applies to --append")
     if getattr(ns, "json", False) and not getattr(ns, "plan", False):
         raise UsageError("--json prints the plan as JSON: give it with --plan")
     if ns.exact_statistics and not ns.analyze:
@@ -229,6 +234,9 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         task=ns.task,
         require_boxes=ns.require_boxes,
         dedupe=ns.dedupe,
+        append=ns.append,
+        allow_new_classes=ns.allow_new_classes,
+        retry_rejected=ns.retry_rejected,
         processes=ns.processes or default_processes(pipeline_options(list(pipeline_args))),
         max_error_rate=ns.max_error_rate,
     )

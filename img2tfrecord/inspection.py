@@ -125,12 +125,14 @@ def _range(values: List[int]) -> Optional[Dict[str, float]]:
 
 
 def error_report(directory: str, doc: DatasetManifest) -> Dict[str, Any]:
-    """Rejected inputs by reason (from the manifest's accounting) with a few examples from ``errors.jsonl``."""
+    """Rejected inputs by reason (from the manifest's accounting) with a few examples from the error reports."""
     by_reason = dict(doc.accounting.rejected_by_reason) if doc.accounting is not None else {}
     examples: Dict[str, List[Dict[str, str]]] = collections.defaultdict(list)
     rows = 0
-    path = records.join(directory, doc.files["errors"])
-    if records.exists(path):
+    for name in doc.error_files:
+        path = records.join(directory, name)
+        if not records.exists(path):
+            continue
         with records.open_binary(path) as f:
             for line in io.TextIOWrapper(f, encoding="utf-8", errors="replace"):
                 if not line.strip():

@@ -251,6 +251,35 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         ),
     ),
     Option(
+        "--append",
+        doc="add the inputs that are new since the last run to a finished output, as a new generation of shards "
+        "([appending](scheduled-jobs.md#appending-what-is-new))",
+        switch=True,
+        doc_default="off",
+        help="add what is new in the input to a finished output of the same input, options and seed, as new "
+        "shards; earlier shards are kept as they are",
+        template=Template(
+            "Append",
+            "true to convert only the inputs that are new since the output was written, into new shards.",
+            _BOOLEAN,
+        ),
+    ),
+    Option(
+        "--allow-new-classes",
+        switch=True,
+        doc_default="off",
+        help="with --append: add new class folders with the next ids (existing ids never change)",
+        template=Template("Allow new classes", "true to let --append add new class folders.", _BOOLEAN),
+    ),
+    Option(
+        "--retry-rejected",
+        switch=True,
+        doc_default="off",
+        help="with --append: convert again every input rejected before (by default only those rejected for a "
+        "transient reason: unreadable, not_found, decode_timeout, worker_crashed)",
+        template=Template("Retry rejected", "true to let --append try every earlier rejected input again.", _BOOLEAN),
+    ),
+    Option(
         "--max-pixels",
         doc=f"reject images with more pixels (decompression bombs; [limits](bad-input.md#limits)); "
         f"at most {MAX_PIXELS_BOUND}",

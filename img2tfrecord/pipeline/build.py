@@ -11,7 +11,7 @@ committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -22,6 +22,7 @@ from img2tfrecord.conversion.converter import ClipConverter, Converter, Detectio
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.images.options import image_library_versions
 from img2tfrecord.model import ERRORS
+from img2tfrecord.pipeline.append import AppendRun, keeps_ledger
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
@@ -32,7 +33,7 @@ from img2tfrecord.sources.kinds import INPUT_ARCHIVES
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
-from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses
+from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverLedger
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
 from img2tfrecord.transforms.shard_writer import ANALYSIS
 from img2tfrecord.transforms.shards import WriteShards
@@ -66,7 +67,7 @@ def run_dir(config: ConvertConfig, plan: Plan) -> str:
 def shard_sinks(config: ConvertConfig, plan: Plan) -> ShardSinks:
     """Where the run's splits are written: temp files in its staging folder, final names in the output."""
     staging = FileSystems.join(run_dir(config, plan), manifest.RUN_SHARDS_DIR)
-    return ShardSinks(config.output, config.compression, staging)
+    return ShardSinks(config.output, config.compression, staging, plan.generation)
 
 
 def manifest_template(config: ConvertConfig, task: str, labeled: bool, fingerprint: str) -> DatasetManifest:
@@ -89,10 +90,22 @@ def manifest_template(config: ConvertConfig, task: str, labeled: bool, fingerpri
     )
 
 
-def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: bool = False) -> None:
-    """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished."""
+def build_pipeline(
+    p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: bool = False, append: Optional[AppendRun] = None
+) -> None:
+    """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished.
+
+    ``append``: the next generation of a finished output: only the inputs its ledger lists are converted,
+    with the output's labels, into shards named after the generation (``pipeline/append.py``).
+    """
+    ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
     # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
-    if plan.annotations and plan.input_kind == INPUT_ARCHIVES:
+    if append is not None:
+        assert ledger is not None  # plan_append refuses inputs that keep no ledger
+        discovered = p | "DiscoverImages" >> DiscoverLedger(
+            FileSystems.join(config.output, ledger), plan.base, plan.skipped_outputs
+        )
+    elif plan.annotations and plan.input_kind == INPUT_ARCHIVES:
         discovered = p | "DiscoverAnnotations" >> DiscoverArchivedAnnotations(
             ArchivedAnnotations(plan.annotations, plan.patterns),
             plan.pattern,
@@ -117,7 +130,10 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
             plan.skipped_outputs,
         )
     files = discovered["files"]
-    label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
+    if append is not None:  # the output's class ids never change; new classes come after them
+        label_names = p | "OutputClasses" >> beam.Create([list(append.labels)])
+    else:
+        label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
 
     items = files  # what the accounting counts: images, or clips with --sequence
     if config.sequence:
@@ -155,7 +171,7 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
     )
 
     reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
-    error_files = errors | "ErrorReport" >> WriteErrorReport(config.output)
+    error_files = errors | "ErrorReport" >> WriteErrorReport(config.output, plan.generation)
     num_inputs = (
         (items | "InputUnits" >> beam.Map(_one), discovered[ERRORS] | "RejectedUnits" >> beam.Map(_one))
         | "AllInputs" >> beam.Flatten()
@@ -164,7 +180,9 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
     num_skipped = discovered[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
 
     analysis = {}  # tf.Transform statistics of the train split; FinalizeOutput waits for its transform_fn
-    if config.analyze and plan.annotations:
+    if append is not None:
+        pass  # the statistics stay those of the generations analysed so far (log_append says so)
+    elif config.analyze and plan.annotations:
         logging.info("detection: no tf.Transform analysis (its features are those of classification records)")
     elif config.analyze:
         from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
@@ -180,7 +198,14 @@ def build_pipeline(p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: 
         | "FinalizeOutput"
         >> beam.ParDo(
             FinalizeOutput(
-                config.output, template, list(plan.split_names), run_dir(config, plan), config.max_error_rate
+                config.output,
+                template,
+                list(plan.split_names),
+                run_dir(config, plan),
+                config.max_error_rate,
+                ledger=ledger,
+                previous=append.previous if append is not None else None,
+                generation=plan.generation,
             ),
             label_names=beam.pvalue.AsSingleton(label_names),
             shards=beam.pvalue.AsList(shards),

@@ -30,6 +30,9 @@ class ConvertConfig:
     task: Optional[str] = None  # classification or detection; None: detected from the input's layout
     require_boxes: bool = False  # detection: reject an image left without boxes instead of writing it
     dedupe: bool = False  # files with identical bytes converted once (transforms/dedupe.py)
+    append: bool = False  # convert only what is new since the output was written (pipeline/append.py)
+    allow_new_classes: bool = False  # an append may add class folders, with the next ids
+    retry_rejected: bool = False  # an append converts every earlier rejected input again, not only transient ones
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""

@@ -55,7 +55,7 @@ def is_file(path: str) -> bool:
 
 
 # pattern -> listing, inside listing_once(); None outside it, where every call lists again.
-_LISTINGS: contextvars.ContextVar[Optional[Dict[str, List[Tuple[str, int]]]]] = contextvars.ContextVar(
+_LISTINGS: contextvars.ContextVar[Optional[Dict[str, List[Tuple[str, int, float]]]]] = contextvars.ContextVar(
     "img2tfrecord_listings", default=None
 )
 
@@ -73,6 +73,12 @@ def listing_once() -> Iterator[None]:
 
 def list_input(pattern: str) -> List[Tuple[str, int]]:
     """``(path, size)`` of every file matching ``pattern`` (metadata only); nothing matched is ``[]``."""
+    return [(path, size) for path, size, _ in list_stamped(pattern)]
+
+
+def list_stamped(pattern: str) -> List[Tuple[str, int, float]]:
+    """``(path, size, mtime)`` of every file matching ``pattern``: ``mtime`` is the filesystem's change
+    marker (a file's modification time, an object's update time)."""
     listings = _LISTINGS.get()
     if listings is None:
         return _list(pattern)
@@ -81,7 +87,7 @@ def list_input(pattern: str) -> List[Tuple[str, int]]:
     return listings[pattern]
 
 
-def _list(pattern: str) -> List[Tuple[str, int]]:
+def _list(pattern: str) -> List[Tuple[str, int, float]]:
     try:
         result = FileSystems.match([pattern])[0]
     except BeamIOError as e:  # the filesystem refused the listing (permissions, a missing bucket)
@@ -89,7 +95,7 @@ def _list(pattern: str) -> List[Tuple[str, int]]:
         if details and all(isinstance(v, FileNotFoundError) for v in details):
             return []
         raise PlanError(f"cannot list {pattern}: {details[0] if details else e}") from e
-    return [(m.path, m.size_in_bytes) for m in result.metadata_list]
+    return [(m.path, m.size_in_bytes, float(m.last_updated_in_seconds or 0.0)) for m in result.metadata_list]
 
 
 def file_pattern(path: str) -> Tuple[str, str]:

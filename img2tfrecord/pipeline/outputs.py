@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
@@ -183,6 +183,58 @@ def prepare_output(
     _clear(output_dir, existing)
     check_writable(output_dir)
     return False
+
+
+def _of_generation(rel: str, generation: int) -> bool:
+    """True for a file a run of ``generation`` (or a later one) writes: its shards, indexes, errors, ledger."""
+    name = rel.split("/", 1)[1] if rel.startswith(manifest.INDEX_DIR + "/") else rel
+    if name.endswith(manifest.INDEX_SUFFIX):
+        name = name[: -len(manifest.INDEX_SUFFIX)]
+    parsed = manifest.parse_shard_file_name(name)
+    if parsed is not None:
+        return parsed["generation"] >= generation
+    return rel == manifest.errors_file(generation) or rel == manifest.ledger_file(generation)
+
+
+def prepare_append(output_dir: str, generation: int, resume_folder: Optional[str], lock: OutputLock) -> bool:
+    """Clear what an unfinished append left in a finished output before generation ``generation`` starts.
+
+    Only staging folders and files of ``generation`` (shards, indexes, error report, ledger), which no
+    manifest lists yet, are removed; every earlier generation and ``_SUCCESS`` stay. With
+    ``resume_folder`` and a staging folder of that name, what the stopped append finished is kept and
+    True returned.
+    """
+    existing = list_output(output_dir)
+    base = output_dir.rstrip("/") + "/"
+    runs = _run_folders(output_dir, existing)
+    keep: Tuple[str, ...] = (resume_folder,) if resume_folder is not None and resume_folder in runs else ()
+    resumable = bool(keep)
+    leftovers = []
+    for path in existing:
+        rel = _relative(base, path)
+        top = rel.split("/", 1)[0]
+        if top in keep or (resumable and _of_generation(rel, generation) and not rel.startswith(manifest.LEDGER_DIR)):
+            continue
+        if top.startswith(manifest.TEMP_PREFIXES) or _of_generation(rel, generation):
+            leftovers.append(path)
+    lock.ensure_held()
+    _clear(output_dir, leftovers, keep_folders=keep + (manifest.INDEX_DIR, manifest.LEDGER_DIR))
+    check_writable(output_dir)
+    return resumable
+
+
+def staging_left(output_dir: str) -> List[str]:
+    """Paths of the staging files and folders a run left in ``output_dir`` (``manifest.TEMP_PREFIXES``)."""
+    base = output_dir.rstrip("/") + "/"
+    found = [p for p in list_output(output_dir) if _relative(base, p).startswith(manifest.TEMP_PREFIXES)]
+    return found + _temp_folders(output_dir)
+
+
+def remove_staging(output_dir: str, lock: OutputLock) -> None:
+    """Delete the staging a finished run left (an append stopped after publishing its manifest), under ``lock``."""
+    lock.ensure_held()
+    base = output_dir.rstrip("/") + "/"
+    _clear(output_dir, [p for p in list_output(output_dir) if _relative(base, p).startswith(manifest.TEMP_PREFIXES)])
 
 
 def _clear(output_dir: str, paths: List[str], keep_folders: Sequence[str] = ()) -> None:

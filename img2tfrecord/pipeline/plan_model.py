@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Dict, Tuple
+from typing import Any, Dict, Tuple
 
 from img2tfrecord.options import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -38,6 +38,7 @@ class Plan:
     patterns: Tuple[str, ...] = ()  # detection: globs of the annotation files the pipeline reads
     listing_complete: bool = True  # False: num_files counts what a partial peek into the archives saw
     skipped_outputs: Tuple[str, ...] = ()  # a folder's folders holding earlier outputs: not inputs (relative)
+    generation: int = 0  # > 0: an append (convert --append), whose shards are named after it
 
     @property
     def task(self) -> str:
@@ -48,7 +49,7 @@ class Plan:
         """16 hex digits that change with the options, the seed, the input listing or the shard counts."""
         import img2tfrecord
 
-        doc = {
+        doc: Dict[str, Any] = {
             "tool_version": img2tfrecord.__version__,
             "input": config.input,
             "options": config.options_json(),
@@ -56,4 +57,6 @@ class Plan:
             "layout": self.layout,
             "num_shards": dict(sorted(self.num_shards.items())),
         }
+        if self.generation:
+            doc["generation"] = self.generation
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()[:16]

@@ -23,16 +23,29 @@ from apache_beam.options.pipeline_options import (
 
 from img2tfrecord import progress
 from img2tfrecord.conversion.pool import close_open_pools, usable_cores
-from img2tfrecord.pipeline.build import build_pipeline
+from img2tfrecord.pipeline.append import (
+    AppendRun,
+    NothingNew,
+    keeps_ledger,
+    ledger_entries,
+    log_append,
+    plan_append,
+    write_ledger,
+)
+from img2tfrecord.pipeline.build import build_pipeline, image_converter
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
+from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output
 from img2tfrecord.pipeline.outputs import (
     OutputNotEmpty,
     OutputNotWritable,
     finished_shards,
+    prepare_append,
     prepare_output,
+    remove_staging,
     remove_write_staging,
+    staging_left,
 )
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
@@ -168,20 +181,37 @@ def run(
             mode,
             LOCAL_RUNNING_MODE,
         )
-    plan = plan or make_plan(config)
-    if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
-        # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
-        check_local_input(plan.base, plan.pattern, plan.layout)
+    append: Optional[AppendRun] = None
+    with listing_once():  # the plan, the ledger and an append's comparison share one listing
+        plan = plan or make_plan(config)
+        if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
+            # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
+            check_local_input(plan.base, plan.pattern, plan.layout)
+        ledger = ledger_entries(plan) if keeps_ledger(config, plan) else None
+        if config.append:
+            try:
+                append = plan_append(
+                    config, plan, image_converter(config, plan), config.allow_new_classes, config.retry_rejected
+                )
+            except NothingNew as e:
+                logging.info("%s", e)
+                if staging_left(config.output) and not is_dry_run(options):
+                    _remove_staging(config, options)
+                return read_manifest(config.output)
+            plan, ledger = append.plan, list(append.ledger)
+            log_append(append)
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
-        _execute(config, plan, options, resuming=False, wait=wait, show_progress=False)
+        _execute(config, plan, options, resuming=False, wait=wait, show_progress=False, append=append)
         return None
     staging = manifest.run_folder(plan.fingerprint(config))
     lock = lock_output(config.output, options)
     with _StopSignals() as stop:
         try:
             lock.acquire(take_over_stale=config.resume or config.overwrite)
-            resuming = _prepare(config, staging, lock)
-            _execute(config, plan, options, resuming, wait, show_progress)
+            resuming = _prepare(config, staging, lock, plan.generation)
+            if ledger is not None:
+                write_ledger(config.output, plan.generation, ledger)
+            _execute(config, plan, options, resuming, wait, show_progress, append)
         except BaseException:
             if stop.signum is None:
                 raise
@@ -194,14 +224,28 @@ def run(
     return read_manifest(config.output)
 
 
-def _prepare(config: ConvertConfig, staging: str, lock: OutputLock) -> bool:
-    """``prepare_output`` under the lock; True when the run resumes ``staging``.
+def _remove_staging(config: ConvertConfig, options: PipelineOptions) -> None:
+    """Remove what an append that published its generation but was stopped before cleaning up left."""
+    lock = lock_output(config.output, options)
+    lock.acquire(take_over_stale=config.resume)
+    try:
+        remove_staging(config.output, lock)
+        logging.info("removed the staging folder a stopped append left in %s", config.output)
+    finally:
+        lock.release()
+
+
+def _prepare(config: ConvertConfig, staging: str, lock: OutputLock, generation: int = 0) -> bool:
+    """``prepare_output`` (an append: ``prepare_append``) under the lock; True when the run resumes ``staging``.
 
     A refused run leaves the output as it found it: a stale lock it took
     over is put back.
     """
     try:
-        resuming = prepare_output(config.output, config.overwrite, staging if config.resume else None, lock)
+        if generation:
+            resuming = prepare_append(config.output, generation, staging if config.resume else None, lock)
+        else:
+            resuming = prepare_output(config.output, config.overwrite, staging if config.resume else None, lock)
     except (OutputNotEmpty, OutputNotWritable, OutputLocked):
         lock.release(restore=True)
         raise
@@ -217,7 +261,13 @@ def _prepare(config: ConvertConfig, staging: str, lock: OutputLock) -> bool:
 
 
 def _execute(
-    config: ConvertConfig, plan: Plan, options: PipelineOptions, resuming: bool, wait: bool, show_progress: bool
+    config: ConvertConfig,
+    plan: Plan,
+    options: PipelineOptions,
+    resuming: bool,
+    wait: bool,
+    show_progress: bool,
+    append: Optional[AppendRun] = None,
 ) -> None:
     """Build the pipeline and run it (only submit it when ``wait`` is False)."""
     dry_run = is_dry_run(options)
@@ -229,7 +279,7 @@ def _execute(
         plan.num_shards,
     )
     p = beam.Pipeline(options=options)
-    build_pipeline(p, config, plan, resume=resuming)
+    build_pipeline(p, config, plan, resume=resuming, append=append)
     source = live_counts(options)
     reporter = None
     if show_progress and wait and not dry_run:

@@ -26,29 +26,31 @@ ASPECT_EDGES = (0.0, 1 / 3, 1 / 2, 3 / 4, 0.95, 1.05, 4 / 3, 2.0, 3.0, float("in
 
 
 def read_errors(directory: str, doc: DatasetManifest) -> Tuple[List[Dict[str, str]], List[str]]:
-    """Rows of ``errors.jsonl`` (``path``, ``relpath``, ``reason``, ``error``) and the problems met reading it."""
-    name = doc.files["errors"]
-    path = records.join(directory, name)
+    """Rows of every generation's error report (``path``, ``relpath``, ``reason``, ``error``) and the problems
+    met reading them."""
     rows: List[Dict[str, str]] = []
     problems: List[str] = []
-    try:
-        if not records.exists(path):
-            return rows, [f"{name} missing"]
-        with records.open_binary(path) as f:
-            for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8", errors="replace"), 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    problems.append(f"{name}: line {number} is not JSON")
-                    continue
-                if not isinstance(row, dict):
-                    problems.append(f"{name}: line {number} is not a JSON object")
-                    continue
-                rows.append({k: str(row.get(k, "")) for k in ("path", "relpath", "reason", "error")})
-    except Exception as e:  # an unreadable file is a finding, not a crash
-        problems.append(f"{name}: unreadable: {type(e).__name__}: {e}")
+    for name in doc.error_files:
+        path = records.join(directory, name)
+        try:
+            if not records.exists(path):
+                problems.append(f"{name} missing")
+                continue
+            with records.open_binary(path) as f:
+                for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8", errors="replace"), 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        problems.append(f"{name}: line {number} is not JSON")
+                        continue
+                    if not isinstance(row, dict):
+                        problems.append(f"{name}: line {number} is not a JSON object")
+                        continue
+                    rows.append({k: str(row.get(k, "")) for k in ("path", "relpath", "reason", "error")})
+        except Exception as e:  # an unreadable file is a finding, not a crash
+            problems.append(f"{name}: unreadable: {type(e).__name__}: {e}")
     return rows, problems
 
 

@@ -12,18 +12,23 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Dict, List, Optional, Tuple
 
 from img2tfrecord.schemas import features, manifest
+from img2tfrecord.schemas.generations import Generation
+from img2tfrecord.schemas.manifest_fields import (
+    ManifestError,
+    count,
+    counts,
+    enum_value,
+    fail,
+    obj,
+    opt_string,
+    string,
+)
 
 FORMAT_VERSION = manifest.FORMAT_VERSION
 TOOL = "img2tfrecord"
-
-T = TypeVar("T")
-
-
-class ManifestError(ValueError):
-    """``dataset.json`` is not a manifest this version reads; the message names the field."""
 
 
 class Task(str, enum.Enum):
@@ -42,48 +47,6 @@ class Compression(str, enum.Enum):
 
 
 # ---------------------------------------------------------------------------
-# Field checks: each names the field it rejects.
-
-
-def _fail(where: str, what: str) -> ManifestError:
-    return ManifestError(f"{manifest.MANIFEST_FILE}: {where} {what}")
-
-
-def _int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _fail(where, f"is {value!r}, not a count")
-    return value
-
-
-def _str(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise _fail(where, f"is {value!r}, not a string")
-    return value
-
-
-def _opt_str(value: Any, where: str) -> Optional[str]:
-    return None if value is None else _str(value, where)
-
-
-def _dict(value: Any, where: str) -> Dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(where, f"is {type(value).__name__}, not an object")
-    return value
-
-
-def _counts(value: Any, where: str) -> Dict[str, int]:
-    return {_str(k, where): _int(n, f"{where}.{k}") for k, n in _dict(value, where).items()}
-
-
-def _enum(cls: Callable[[str], T], value: Any, where: str) -> T:
-    try:
-        return cls(value)
-    except ValueError:
-        allowed = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
-        raise _fail(where, f"is {value!r}; expected one of {allowed}") from None
-
-
-# ---------------------------------------------------------------------------
 # The parts.
 
 
@@ -99,13 +62,13 @@ class ShardInfo:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> ShardInfo:
-        doc = _dict(doc, where)
+        doc = obj(doc, where)
         return cls(
-            file=_str(doc.get("file"), f"{where}.file"),
-            num_records=_int(doc.get("num_records"), f"{where}.num_records"),
-            num_bytes=_int(doc.get("num_bytes"), f"{where}.num_bytes"),
-            sha256=_opt_str(doc.get("sha256"), f"{where}.sha256"),
-            index=_opt_str(doc.get("index"), f"{where}.index"),
+            file=string(doc.get("file"), f"{where}.file"),
+            num_records=count(doc.get("num_records"), f"{where}.num_records"),
+            num_bytes=count(doc.get("num_bytes"), f"{where}.num_bytes"),
+            sha256=opt_string(doc.get("sha256"), f"{where}.sha256"),
+            index=opt_string(doc.get("index"), f"{where}.index"),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -134,24 +97,24 @@ class SplitInfo:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> SplitInfo:
-        doc = _dict(doc, where)
+        doc = obj(doc, where)
         shards = doc.get("shards", [])
         if not isinstance(shards, list):
-            raise _fail(f"{where}.shards", "is not a list")
+            raise fail(f"{where}.shards", "is not a list")
         return cls(
-            num_examples=_int(doc.get("num_examples"), f"{where}.num_examples"),
-            num_bytes=_int(doc.get("num_bytes", 0), f"{where}.num_bytes"),
-            examples_per_class=_counts(doc.get("examples_per_class", {}), f"{where}.examples_per_class"),
+            num_examples=count(doc.get("num_examples"), f"{where}.num_examples"),
+            num_bytes=count(doc.get("num_bytes", 0), f"{where}.num_bytes"),
+            examples_per_class=counts(doc.get("examples_per_class", {}), f"{where}.examples_per_class"),
             shards=tuple(ShardInfo.from_json(s, f"{where}.shards[{i}]") for i, s in enumerate(shards)),
             boxes_per_class=(
                 None
                 if doc.get(manifest.BOXES_PER_CLASS) is None
-                else _counts(doc[manifest.BOXES_PER_CLASS], f"{where}.{manifest.BOXES_PER_CLASS}")
+                else counts(doc[manifest.BOXES_PER_CLASS], f"{where}.{manifest.BOXES_PER_CLASS}")
             ),
             dropped_boxes=(
                 None
                 if doc.get(manifest.DROPPED_BOXES) is None
-                else _counts(doc[manifest.DROPPED_BOXES], f"{where}.{manifest.DROPPED_BOXES}")
+                else counts(doc[manifest.DROPPED_BOXES], f"{where}.{manifest.DROPPED_BOXES}")
             ),
         )
 
@@ -186,13 +149,13 @@ class Accounting:
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "accounting") -> Accounting:
-        doc = _dict(doc, where)
+        doc = obj(doc, where)
         return cls(
-            inputs=_int(doc.get("inputs"), f"{where}.inputs"),
-            written=_int(doc.get("written"), f"{where}.written"),
-            rejected=_int(doc.get("rejected"), f"{where}.rejected"),
-            skipped=_int(doc.get("skipped", 0), f"{where}.skipped"),
-            rejected_by_reason=_counts(doc.get("rejected_by_reason", {}), f"{where}.rejected_by_reason"),
+            inputs=count(doc.get("inputs"), f"{where}.inputs"),
+            written=count(doc.get("written"), f"{where}.written"),
+            rejected=count(doc.get("rejected"), f"{where}.rejected"),
+            skipped=count(doc.get("skipped", 0), f"{where}.skipped"),
+            rejected_by_reason=counts(doc.get("rejected_by_reason", {}), f"{where}.rejected_by_reason"),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -214,11 +177,11 @@ class TfdsStatus:
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "tfds") -> TfdsStatus:
-        doc = _dict(doc, where)
+        doc = obj(doc, where)
         readable = doc.get("readable")
         if not isinstance(readable, bool):
-            raise _fail(f"{where}.readable", f"is {readable!r}, not true or false")
-        return cls(readable, _opt_str(doc.get("reason"), f"{where}.reason"))
+            raise fail(f"{where}.readable", f"is {readable!r}, not true or false")
+        return cls(readable, opt_string(doc.get("reason"), f"{where}.reason"))
 
     def to_json(self) -> Dict[str, Any]:
         return {"readable": True} if self.readable else {"readable": False, "reason": self.reason}
@@ -255,6 +218,7 @@ class DatasetManifest:
     statistics: Optional[Dict[str, Any]] = None
     tfds: Optional[TfdsStatus] = None
     image_libraries: Optional[Dict[str, str]] = None  # distribution -> version: what decoded and resized
+    generations: Tuple[Generation, ...] = ()  # (): an output with no input ledger (it cannot be appended to)
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -321,6 +285,15 @@ class DatasetManifest:
         }
 
     @property
+    def error_files(self) -> List[str]:
+        """Every generation's error report, oldest first (``errors.jsonl`` alone without generations)."""
+        return [g.errors for g in self.generations] or [manifest.ERRORS_FILE]
+
+    @property
+    def last_generation(self) -> Optional[Generation]:
+        return self.generations[-1] if self.generations else None
+
+    @property
     def num_examples(self) -> int:
         return sum(info.num_examples for info in self.splits.values())
 
@@ -346,41 +319,45 @@ class DatasetManifest:
             )
         labels = doc.get("labels", [])
         if not isinstance(labels, list):
-            raise _fail("labels", "is not a list")
+            raise fail("labels", "is not a list")
         labeled = doc.get("labeled", True)
         if not isinstance(labeled, bool):
-            raise _fail("labeled", f"is {labeled!r}, not true or false")
+            raise fail("labeled", f"is {labeled!r}, not true or false")
         spec = doc.get("feature_spec")
         accounting = doc.get("accounting")
         statistics = doc.get(manifest.STATISTICS)
         tfds = doc.get("tfds")
         libraries = doc.get("image_libraries")
+        generations = doc.get("generations", [])
+        if not isinstance(generations, list):
+            raise fail("generations", "is not a list")
         return cls(
             format_version=version,
-            tool_version=_str(doc.get("tool_version", ""), "tool_version"),
-            created=_str(doc.get("created", ""), "created"),
-            input=_str(doc.get("input", ""), "input"),
-            options=dict(_dict(doc.get("options", {}), "options")),
-            record_type=_enum(RecordType, doc.get("record_type", RecordType.EXAMPLE.value), "record_type"),
-            task=_enum(Task, doc.get(manifest.TASK, Task.CLASSIFICATION.value), manifest.TASK),
-            compression=_enum(Compression, doc.get("compression", Compression.NONE.value), "compression"),
+            tool_version=string(doc.get("tool_version", ""), "tool_version"),
+            created=string(doc.get("created", ""), "created"),
+            input=string(doc.get("input", ""), "input"),
+            options=dict(obj(doc.get("options", {}), "options")),
+            record_type=enum_value(RecordType, doc.get("record_type", RecordType.EXAMPLE.value), "record_type"),
+            task=enum_value(Task, doc.get(manifest.TASK, Task.CLASSIFICATION.value), manifest.TASK),
+            compression=enum_value(Compression, doc.get("compression", Compression.NONE.value), "compression"),
             labeled=labeled,
-            labels=tuple(_str(name, f"labels[{i}]") for i, name in enumerate(labels)),
-            feature_spec=None if spec is None else dict(_dict(spec, "feature_spec")),
+            labels=tuple(string(name, f"labels[{i}]") for i, name in enumerate(labels)),
+            feature_spec=None if spec is None else dict(obj(spec, "feature_spec")),
             splits={
                 name: SplitInfo.from_json(info, f"splits.{name}")
-                for name, info in _dict(doc.get("splits", {}), "splits").items()
+                for name, info in obj(doc.get("splits", {}), "splits").items()
             },
             accounting=None if accounting is None else Accounting.from_json(accounting),
-            run_fingerprint=_opt_str(doc.get("run_fingerprint"), "run_fingerprint"),
-            statistics=None if statistics is None else dict(_dict(statistics, manifest.STATISTICS)),
+            run_fingerprint=opt_string(doc.get("run_fingerprint"), "run_fingerprint"),
+            statistics=None if statistics is None else dict(obj(statistics, manifest.STATISTICS)),
             tfds=None if tfds is None else TfdsStatus.from_json(tfds),
             image_libraries=None
             if libraries is None
             else {
-                _str(name, "image_libraries"): _str(version, f"image_libraries.{name}")
-                for name, version in _dict(libraries, "image_libraries").items()
+                string(name, "image_libraries"): string(version, f"image_libraries.{name}")
+                for name, version in obj(libraries, "image_libraries").items()
             },
+            generations=tuple(Generation.from_json(g, f"generations[{i}]") for i, g in enumerate(generations)),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -410,6 +387,8 @@ class DatasetManifest:
             doc[manifest.STATISTICS] = dict(self.statistics)
         if self.tfds is not None:
             doc["tfds"] = self.tfds.to_json()
+        if self.generations:
+            doc["generations"] = [g.to_json() for g in self.generations]
         return doc
 
 

@@ -9,6 +9,9 @@ compressed), plus:
 * ``errors.jsonl`` -- one JSON object per rejected input (``path``, ``reason``, ``error``);
 * ``label_map.pbtxt`` -- detection only: the TF Object Detection API's label map (ids from 1);
 * ``_SUCCESS``     -- written last: the directory is complete only when it exists;
+* ``ledger/generation-<N>.jsonl.gz`` -- the inputs each generation converted (``schemas/ledger.py``),
+  which ``convert --append`` compares a new listing with; a generation N > 0 adds shards named
+  ``<split>-g<N>-<index>-of-<count>.tfrecord`` and its rejections in ``errors-g<N>.jsonl``;
 * ``_LOCK``        -- only while a run writes the directory: who holds it (``pipeline/lock.py``);
 * ``index/<shard file name>.idx`` -- for every uncompressed shard, one line
   ``offset length`` per record (the format of NVIDIA DALI's ``tfrecord2idx``
@@ -54,7 +57,11 @@ COMPRESSION_GZIP = "gzip"
 COMPRESSIONS = (COMPRESSION_NONE, COMPRESSION_GZIP)
 SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"  # Beam's shard template: train-00000-of-00004
 SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
-_SHARD_FILE_RE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$")
+_SHARD_FILE_RE = re.compile(
+    r"^(?P<split>[A-Za-z0-9_]+)(?:-g(?P<generation>\d{5}))?-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$"
+)
+_ERRORS_FILE_RE = re.compile(r"^errors-g\d{5}\.jsonl$")
+LEDGER_DIR = "ledger"  # the input ledger of each generation (schemas/ledger.py)
 
 # The tf.Transform analysis of the train split (skipped with --no-analyze):
 # ``tft.TFTransformOutput(<output dir>)`` reads the first three folders.
@@ -102,6 +109,7 @@ OUTPUT_FILE_NAMES = (
     SUCCESS_FILE,
     LOCK_FILE,
     INDEX_DIR,
+    LEDGER_DIR,
 ) + ANALYSIS_FILE_NAMES
 TEMP_PREFIXES = ("beam-temp-", ".tmp-")
 
@@ -112,8 +120,23 @@ def shard_suffix(compression: str) -> str:
     return ".tfrecord.gz" if compression == COMPRESSION_GZIP else ".tfrecord"
 
 
-def shard_file_name(split: str, index: int, count: int, compression: str = "none") -> str:
-    return f"{split}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
+def shard_prefix(split: str, generation: int = 0) -> str:
+    """A split's shard names before ``-<index>-of-<count>``: the split, then ``-g<N>`` for an appended generation."""
+    return split if not generation else f"{split}-g{generation:05d}"
+
+
+def shard_file_name(split: str, index: int, count: int, compression: str = "none", generation: int = 0) -> str:
+    return f"{shard_prefix(split, generation)}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
+
+
+def errors_file(generation: int = 0) -> str:
+    """The error report of a generation: ``errors.jsonl`` for the first, ``errors-g<N>.jsonl`` for appends."""
+    return ERRORS_FILE if not generation else f"errors-g{generation:05d}.jsonl"
+
+
+def ledger_file(generation: int) -> str:
+    """The input ledger of a generation, relative to the output directory."""
+    return f"{LEDGER_DIR}/generation-{generation:05d}.jsonl.gz"
 
 
 def run_folder(fingerprint: str) -> str:
@@ -127,11 +150,16 @@ def index_file(shard_name: str) -> str:
 
 
 def parse_shard_file_name(name: str) -> Optional[Dict[str, Any]]:
-    """``{'split', 'index', 'count'}`` for a shard file name, else None."""
+    """``{'split', 'generation', 'index', 'count'}`` for a shard file name, else None."""
     m = _SHARD_FILE_RE.match(name)
     if not m:
         return None
-    return {"split": m.group("split"), "index": int(m.group("index")), "count": int(m.group("count"))}
+    return {
+        "split": m.group("split"),
+        "generation": int(m.group("generation") or 0),
+        "index": int(m.group("index")),
+        "count": int(m.group("count")),
+    }
 
 
 def is_output_file(name: str) -> bool:
@@ -140,5 +168,6 @@ def is_output_file(name: str) -> bool:
         name in OUTPUT_FILE_NAMES
         or name in TFDS_FILE_NAMES
         or parse_shard_file_name(name) is not None
+        or _ERRORS_FILE_RE.match(name) is not None
         or any(name.startswith(p) for p in TEMP_PREFIXES)
     )

@@ -60,6 +60,12 @@ def unsupported_reason(doc: DatasetManifest) -> Optional[str]:
             f"this img2tfrecord output is {doc.compression.value}-compressed and TFDS reads uncompressed "
             "TFRecord files only; read it with img2tfrecord.load or convert with --compression none"
         )
+    if len(doc.generations) > 1:
+        return (
+            "this img2tfrecord output has appended generations (convert --append), whose shard names TFDS's one "
+            "file name template per split cannot list; read it with img2tfrecord.load or "
+            "img2tfrecord.readers.datasource.SplitDataSource, or rebuild it with --overwrite"
+        )
     for name, info in doc.splits.items():
         for i, shard in enumerate(info.shards):
             if shard.file != manifest.shard_file_name(name, i, len(info.shards)):

@@ -89,9 +89,11 @@ class ShardSink(FileBasedSink):
     it wrote) instead of a new ``beam-temp-*`` per run.
     """
 
-    def __init__(self, output_dir: str, split: str, num_shards: int, compression: str, temp_dir: str):
+    def __init__(
+        self, output_dir: str, split: str, num_shards: int, compression: str, temp_dir: str, generation: int = 0
+    ):
         super().__init__(
-            file_path_prefix=FileSystems.join(output_dir, split),
+            file_path_prefix=FileSystems.join(output_dir, manifest.shard_prefix(split, generation)),
             coder=coders.BytesCoder(),
             file_name_suffix=manifest.shard_suffix(compression),
             num_shards=num_shards,
@@ -104,6 +106,7 @@ class ShardSink(FileBasedSink):
         self.shard_count = num_shards
         self.compression = compression
         self.temp_dir = temp_dir
+        self.generation = generation
 
     # -- the hooks Beam's writer calls ----------------------------------------------------------
 
@@ -137,7 +140,7 @@ class ShardSink(FileBasedSink):
         return self.compression_type != CompressionTypes.GZIP
 
     def final_name(self, shard: int) -> str:
-        return manifest.shard_file_name(self.split, shard, self.shard_count, self.compression)
+        return manifest.shard_file_name(self.split, shard, self.shard_count, self.compression, self.generation)
 
     def open_shard(self, shard: int) -> ShardFile:
         """A new temp file for shard ``shard``; a retried attempt gets its own."""
@@ -158,12 +161,14 @@ class ShardSinks(NamedTuple):
     """Where an output's splits are written: ``sink(split, num_shards)`` is a split's ``ShardSink``.
 
     The shard counts may be known only inside the graph (a side input), so the sinks are made
-    where they are used; each split's temp files go to ``<staging_dir>/<split>``.
+    where they are used; each split's temp files go to ``<staging_dir>/<split>``. ``generation`` > 0
+    names the shards of an append (``manifest.shard_file_name``).
     """
 
     output_dir: str
     compression: str
     staging_dir: str
+    generation: int = 0
 
     def initialize(self) -> None:
         """Make the staging folder (OSError when it cannot be made)."""
@@ -176,7 +181,12 @@ class ShardSinks(NamedTuple):
 
     def sink(self, split: str, num_shards: int) -> ShardSink:
         return ShardSink(
-            self.output_dir, split, num_shards, self.compression, FileSystems.join(self.staging_dir, split)
+            self.output_dir,
+            split,
+            num_shards,
+            self.compression,
+            FileSystems.join(self.staging_dir, split),
+            self.generation,
         )
 
 

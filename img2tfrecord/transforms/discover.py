@@ -11,11 +11,13 @@ are left out without a count: the launch warned about them once.
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 
 from img2tfrecord.model import ERRORS, SkippedEntry, WorkItem
 from img2tfrecord.sources.layout import classes_of_file, folder_entry
@@ -63,6 +65,33 @@ class DiscoverImages(beam.PTransform):
             | "ToSourceFile"
             >> beam.ParDo(_ToSourceFile(self._base, self._outputs)).with_outputs(SKIPPED, ERRORS, main="files")
         )
+
+
+def _listed_file(line: str, base: str) -> FileMetadata:
+    entry = json.loads(line)
+    return FileMetadata(base + entry["relpath"], int(entry["size"]))
+
+
+class DiscoverLedger(beam.PTransform):
+    """The inputs a ledger file lists (``schemas/ledger.py``), as :class:`DiscoverImages` gives them: the
+    files of an append, listed once at launch, without listing the input again."""
+
+    def __init__(self, ledger: str, base: str, outputs: Sequence[str] = ()):
+        super().__init__()
+        self._ledger = ledger
+        self._base = base
+        self._outputs = tuple(outputs)
+
+    def expand(self, pbegin):
+        # validate=False: the launcher writes the ledger after the graph is built (and a dry run never does).
+        found = (
+            pbegin
+            | "ReadLedger" >> beam.io.ReadFromText(self._ledger, compression_type=CompressionTypes.GZIP, validate=False)
+            | "ToFile" >> beam.Map(_listed_file, self._base)
+            | "ToSourceFile"
+            >> beam.ParDo(_ToSourceFile(self._base, self._outputs)).with_outputs(SKIPPED, ERRORS, main="files")
+        )
+        return {"files": found.files, SKIPPED: found[SKIPPED], ERRORS: found[ERRORS]}
 
 
 class DiscoverClasses(beam.PTransform):

@@ -19,11 +19,13 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord import faults
+from img2tfrecord.conversion import appends
 from img2tfrecord.errors import ErrorBudgetExceeded
 from img2tfrecord.model import CommittedShard
 from img2tfrecord.schemas import dataset_manifest, manifest, tfds_layout
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, ShardInfo, SplitInfo
+from img2tfrecord.schemas.generations import Generation
 
 
 def error_json(row: Mapping[str, str]) -> str:
@@ -32,11 +34,12 @@ def error_json(row: Mapping[str, str]) -> str:
 
 
 class WriteErrorReport(beam.PTransform):
-    """Error rows -> ``errors.jsonl`` (always written, empty when nothing was rejected)."""
+    """Error rows -> ``errors.jsonl`` (an append's: ``errors-g<N>.jsonl``), always written, empty when
+    nothing was rejected."""
 
-    def __init__(self, output_dir: str):
+    def __init__(self, output_dir: str, generation: int = 0):
         super().__init__()
-        self._path = FileSystems.join(output_dir, manifest.ERRORS_FILE)
+        self._path = FileSystems.join(output_dir, manifest.errors_file(generation))
 
     def expand(self, errors):
         return (
@@ -132,14 +135,21 @@ class FinalizeOutput(beam.DoFn):
         split_names: List[str],
         run_dir: str,
         max_error_rate: Optional[float] = None,
+        ledger: Optional[str] = None,
+        previous: Optional[DatasetManifest] = None,
+        generation: int = 0,
     ):
         """``template``: the manifest's fields known before the run (tool, input, options, task, record type);
-        the rest is filled in here."""
+        the rest is filled in here. ``ledger``: the run's input ledger (None: the run keeps none);
+        ``previous``: the manifest an append adds generation ``generation`` to."""
         self._output_dir = output_dir
         self._template = template
         self._split_names = split_names
         self._run_dir = run_dir
         self._max_error_rate = max_error_rate
+        self._ledger = ledger
+        self._previous = previous
+        self._generation = generation
 
     def process(
         self,
@@ -159,13 +169,30 @@ class FinalizeOutput(beam.DoFn):
         rejected = sum(by_reason.values())
         if num_inputs != written + rejected:
             raise AccountingError(f"{num_inputs} inputs but {written} records written and {rejected} rejected")
+        created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         doc = self._template.replace(
-            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            created=created,
             labels=tuple(label_names),
             splits=splits,
             accounting=Accounting(num_inputs, written, rejected, num_skipped, by_reason),
             statistics=statistics,
         )
+        if self._ledger is not None:
+            generation = Generation(
+                number=self._generation,
+                created=created,
+                ledger=self._ledger,
+                errors=manifest.errors_file(self._generation),
+                inputs=num_inputs,
+                written=written,
+                rejected=rejected,
+                shards={name: len(info.shards) for name, info in splits.items() if info.shards},
+                analyzed=statistics is not None,
+            )
+            if self._previous is not None:
+                doc = appends.merge(self._previous, doc, generation)
+            else:
+                doc = doc.replace(generations=(generation,))
         # The folder is also a TFDS dataset (tfds.builder_from_directory), or says why not.
         doc = doc.replace(tfds=tfds_layout.status(doc))
         join = FileSystems.join
@@ -177,7 +204,7 @@ class FinalizeOutput(beam.DoFn):
         write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), dataset_manifest.dumps(doc))
         faults.pause_at("finalizing")
         remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
-        if not written:  # nothing to train on is a failed run, whatever the budget
+        if not written and self._previous is None:  # nothing to train on is a failed run, whatever the budget
             raise ErrorBudgetExceeded(no_records_written(num_inputs, rejected))
         with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:
             f.write(b"")

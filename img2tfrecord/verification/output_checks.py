@@ -31,8 +31,12 @@ def _check_files(directory: str, doc: DatasetManifest, report: Report) -> set:
     for name in sorted(listed):
         if name not in on_disk:
             report.add(name, "shard listed in dataset.json is missing on disk")
+    last = doc.last_generation.number if doc.last_generation is not None else 0
     for name in sorted(on_disk):
-        if manifest.parse_shard_file_name(name) is not None and name not in listed:
+        parsed = manifest.parse_shard_file_name(name)
+        if parsed is not None and name not in listed and parsed["generation"] > last:
+            report.notes.append(f"{name} belongs to an append that has not finished (convert --append --resume)")
+        elif parsed is not None and name not in listed:
             report.add(name, "shard file on disk is not listed in dataset.json")
         elif any(name.startswith(p) for p in manifest.TEMP_PREFIXES):
             report.notes.append(f"leftover temporary file or folder: {name}")
@@ -116,27 +120,27 @@ def _check_accounting(directory: str, doc: DatasetManifest, report: Report) -> N
             report.add(
                 DATASET_SCOPE, f"accounting: {acc.inputs} inputs but {written} written + {acc.rejected} rejected"
             )
-    errors_file = doc.files["errors"]
-    path = records.join(directory, errors_file)
-    if not records.exists(path):
-        report.add(errors_file, "missing")
-        return
     found: collections.Counter = collections.Counter()
-    try:
-        with records.open_binary(path) as f:
-            for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8"), 1):
-                if not line.strip():
-                    continue
-                try:
-                    found[str(json.loads(line).get("reason"))] += 1
-                except (json.JSONDecodeError, AttributeError):
-                    report.add(errors_file, f"line {number} is not a JSON object")
-    except (OSError, UnicodeDecodeError) as e:
-        report.add(errors_file, f"unreadable: {type(e).__name__}: {e}")
-        return
+    for errors_file in doc.error_files:
+        path = records.join(directory, errors_file)
+        if not records.exists(path):
+            report.add(errors_file, "missing")
+            return
+        try:
+            with records.open_binary(path) as f:
+                for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8"), 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        found[str(json.loads(line).get("reason"))] += 1
+                    except (json.JSONDecodeError, AttributeError):
+                        report.add(errors_file, f"line {number} is not a JSON object")
+        except (OSError, UnicodeDecodeError) as e:
+            report.add(errors_file, f"unreadable: {type(e).__name__}: {e}")
+            return
     if dict(found) != {k: v for k, v in by_reason.items() if v}:
         report.add(
-            errors_file,
+            " + ".join(doc.error_files),
             f"rows by reason {dict(sorted(found.items()))} differ from dataset.json's rejected_by_reason {by_reason}",
         )
 

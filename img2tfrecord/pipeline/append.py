@@ -1,0 +1,286 @@
+"""``convert --append`` at launch: the output's generations and ledgers against a new listing of the input.
+
+Every run over a folder input writes the ledger of its inputs (``ledger_entries``, ``write_ledger``)
+before its pipeline starts; an append reads every generation's ledger and error report, lists the
+input once, and either refuses (changed or removed inputs, new classes, other options: a
+``PlanError``, exit 2, before anything is written), finds nothing new, or describes the next
+generation (:class:`AppendRun`): exactly the inputs to convert, their labels and their shard counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+from typing import Dict, List, Sequence, Tuple
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from img2tfrecord.conversion.appends import InputChanges, compare, outcomes
+from img2tfrecord.conversion.converter import Converter
+from img2tfrecord.model import ErrorRow, SkippedEntry, WorkItem
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.listing import digest, list_stamped, resolve_input
+from img2tfrecord.pipeline.plan_model import Plan, PlanError
+from img2tfrecord.pipeline.sizing import estimated_record_bytes, num_shards
+from img2tfrecord.schemas import dataset_manifest, manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
+from img2tfrecord.sources import kinds
+from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.layout import PlacementError
+
+# Options an append may give otherwise than the run that made the output: they do not change a record.
+FREE_OPTIONS = ("shard_size_mb", "num_shards", "max_error_rate", "analyze", "exact_statistics", "decode_timeout_s")
+_SHOWN = 3  # paths named in a refusal line
+
+
+class NothingNew(Exception):
+    """The input holds nothing the output does not: the append changes no byte."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendRun:
+    """The next generation of an output: what it converts and how.
+
+    ``plan`` is the run's plan narrowed to ``items`` (its shard counts sized from them, its
+    ``generation`` set); ``labels`` are the output's classes, then any new ones (``--allow-new-classes``).
+    """
+
+    previous: DatasetManifest
+    plan: Plan
+    changes: InputChanges
+    items: Tuple[WorkItem, ...]
+    rejected: Tuple[ErrorRow, ...]  # inputs refused before conversion (a name that is not UTF-8)
+    ledger: Tuple[LedgerEntry, ...]
+    labels: Tuple[str, ...]
+    new_classes: Tuple[str, ...]
+
+    @property
+    def generation(self) -> int:
+        return self.plan.generation
+
+
+# ---------------------------------------------------------------------------
+# The ledger every folder run writes.
+
+
+def ledger_entries(plan: Plan) -> List[LedgerEntry]:
+    """The inputs of a folder plan as its launch listing saw them (the listing is the plan's, when inside
+    ``listing.listing_once``)."""
+    found = []
+    for path, size, mtime in list_stamped(plan.pattern):
+        if not path.startswith(plan.base):
+            continue
+        relpath = layouts.relative_path(plan.base, path)
+        if not layouts.is_junk(relpath) and not layouts.in_folders(relpath, plan.skipped_outputs):
+            found.append(LedgerEntry(relpath, size, mtime))
+    return sorted(found)
+
+
+def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
+    """Whether a run writes an input ledger: folder inputs of images (not clips, not detection)."""
+    return plan.input_kind == kinds.INPUT_FOLDER and not plan.annotations and not config.sequence
+
+
+def write_ledger(output: str, generation: int, entries: Sequence[LedgerEntry]) -> str:
+    """Write a generation's ledger into ``output``; -> its name relative to the output."""
+    name = manifest.ledger_file(generation)
+    path = FileSystems.join(output, name)
+    folder = path.rsplit("/", 1)[0]
+    if "://" not in folder and not os.path.isdir(folder):
+        os.makedirs(folder, exist_ok=True)
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:  # already gzip
+        f.write(ledger_bytes(entries))
+    return name
+
+
+# ---------------------------------------------------------------------------
+# Reading what the output holds.
+
+
+def _read(output: str, name: str) -> bytes:
+    with FileSystems.open(FileSystems.join(output, name), compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def read_finished(output: str) -> DatasetManifest:
+    """The manifest of a finished output an append can add to; PlanError naming what is missing."""
+    if not FileSystems.exists(FileSystems.join(output, manifest.SUCCESS_FILE)):
+        raise PlanError(
+            f"--append adds to a finished conversion, and {output} has no {manifest.SUCCESS_FILE}: "
+            "convert into it without --append first (or --resume the run that stopped)"
+        )
+    try:
+        doc = dataset_manifest.loads(_read(output, manifest.MANIFEST_FILE).decode("utf-8"))
+    except Exception as e:  # pylint: disable=broad-except
+        raise PlanError(f"--append: cannot read {output}/{manifest.MANIFEST_FILE}: {e}") from None
+    if not doc.generations:
+        raise PlanError(
+            f"--append: {output} has no input ledger (it was made from archives, manifests or annotations, or "
+            "by an img2tfrecord before 0.9); convert it again with --overwrite once, then append"
+        )
+    return doc
+
+
+def recorded_inputs(output: str, doc: DatasetManifest) -> Dict[str, Tuple[LedgerEntry, str]]:
+    """relpath -> (latest ledger entry, latest outcome) over every generation's ledger and error report."""
+    generations = []
+    for generation in doc.generations:
+        ledger = parse_ledger(_read(output, generation.ledger), generation.ledger)
+        rejected: Dict[str, str] = {}
+        for line in _read(output, generation.errors).decode("utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rejected[str(row.get("relpath", ""))] = str(row.get("reason", ""))
+        generations.append((ledger, rejected))
+    return outcomes(generations)
+
+
+def check_options(config: ConvertConfig, doc: DatasetManifest) -> None:
+    """PlanError when an option that changes records differs from the run that made the output."""
+    if resolve_input(config.input)[0] != resolve_input(doc.input)[0]:
+        raise PlanError(f"--append: the output was converted from {doc.input}, not {config.input}")
+    mine = config.options_json()
+    for name, value in doc.options.items():
+        if name in FREE_OPTIONS or mine.get(name) == value:
+            continue
+        flag = "--" + name.replace("_", "-")
+        raise PlanError(
+            f"--append: {flag} is {_shown(mine.get(name))} here but {_shown(value)} in the output; an append "
+            "converts with the options of the run that made it (or rebuild with --overwrite)"
+        )
+
+
+def _shown(value) -> str:
+    return "unset" if value is None else json.dumps(value)
+
+
+# ---------------------------------------------------------------------------
+# The append.
+
+
+def plan_append(
+    config: ConvertConfig, plan: Plan, converter: Converter, allow_new_classes: bool, retry_rejected: bool
+) -> AppendRun:
+    """The next generation of ``config.output``; PlanError to refuse, NothingNew when nothing is new.
+
+    ``plan`` is the launch plan of the whole input (its listing is reused when inside
+    ``listing.listing_once``); ``converter`` places each new input in its split.
+    """
+    if not keeps_ledger(config, plan):
+        raise PlanError(
+            "--append adds new files of a folder input (class folders, split folders or a glob of images); "
+            "archives, manifests, annotations and --sequence clips are converted whole: rebuild with --overwrite"
+        )
+    if config.dedupe:
+        raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")
+    previous = read_finished(config.output)
+    check_options(config, previous)
+    changes = compare(ledger_entries(plan), recorded_inputs(config.output, previous), retry_rejected)
+    number = previous.generations[-1].number
+    if changes.changed or changes.removed:
+        raise PlanError(_changes_refused(config, changes))
+    if not changes.to_convert:
+        raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
+    items, rejected = _work_items(plan, changes.to_convert)
+    new_classes = sorted(
+        {c for c in (layouts.class_of(i.relpath, plan.layout) for i in items) if c is not None} - set(previous.labels)
+    )
+    if new_classes and not allow_new_classes:
+        shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
+        raise PlanError(
+            f"--append: {len(new_classes)} new class folder(s) ({shown}) not among the output's "
+            f"{previous.num_classes} classes; pass --allow-new-classes to add them with the next ids, "
+            "or rebuild with --overwrite"
+        )
+    narrowed = dataclasses.replace(
+        plan,
+        num_shards=_shard_counts(config, plan, converter, items),
+        num_files=len(items) + len(rejected),
+        input_bytes=sum(i.size for i in items),
+        listing_digest=digest((e.relpath, e.size, e.mtime) for e in changes.to_convert),
+        generation=number + 1,
+    )
+    return AppendRun(
+        previous=previous,
+        plan=narrowed,
+        changes=changes,
+        items=tuple(items),
+        rejected=tuple(rejected),
+        ledger=changes.to_convert,
+        labels=tuple(previous.labels) + tuple(new_classes),
+        new_classes=tuple(new_classes),
+    )
+
+
+def _work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
+    """The work items of ``entries``, made as the pipeline's discovery makes them (``layout.folder_entry``)."""
+    items: List[WorkItem] = []
+    rejected: List[ErrorRow] = []
+    for entry in entries:
+        found = layouts.folder_entry(plan.base, plan.base + entry.relpath, entry.size, plan.skipped_outputs)
+        if isinstance(found, WorkItem):
+            items.append(found)
+        elif found is not None and not isinstance(found, SkippedEntry):
+            rejected.append(found)
+    return items, rejected
+
+
+def _shard_counts(config: ConvertConfig, plan: Plan, converter: Converter, items: Sequence[WorkItem]) -> Dict[str, int]:
+    """Each split's shards in the new generation: sized by ``--shard-size-mb`` from its new inputs, at most
+    one per input; a split with no new input gets none."""
+    split_bytes: Dict[str, float] = {}
+    split_items: Dict[str, int] = {}
+    for item in items:
+        try:
+            split = converter.split_of(item)
+        except PlacementError:
+            continue  # the pipeline rejects it, as a full run would
+        split_bytes[split] = split_bytes.get(split, 0.0) + estimated_record_bytes(item.size, plan.size_ratio)
+        split_items[split] = split_items.get(split, 0) + 1
+    sized = num_shards(dataclasses.replace(config, num_shards=None), list(split_bytes), split_bytes)
+    return {name: min(n, split_items[name]) for name, n in sized.items()}
+
+
+def _changes_refused(config: ConvertConfig, changes: InputChanges) -> str:
+    """The refusal of changed or removed inputs: counts per kind on one line, the list in a local file."""
+    listing = tempfile.NamedTemporaryFile(
+        "w", prefix="img2tfrecord-append-changes-", suffix=".jsonl", delete=False, encoding="utf-8"
+    )
+    with listing:
+        for before, now in changes.changed:
+            listing.write(json.dumps({"change": "changed", "relpath": now.relpath, "was": before, "now": now}) + "\n")
+        for entry in changes.removed:
+            listing.write(json.dumps({"change": "removed", "relpath": entry.relpath, "was": entry}) + "\n")
+    parts = []
+    if changes.changed:
+        parts.append(
+            f"{len(changes.changed)} input(s) changed since they were converted (e.g. {changes.changed[0][1].relpath})"
+        )
+    if changes.removed:
+        parts.append(f"{len(changes.removed)} converted input(s) removed (e.g. {changes.removed[0].relpath})")
+    return (
+        f"--append: {'; '.join(parts)}; their records would be stale: rebuild with --overwrite "
+        f"(the list is in {listing.name})"
+    )
+
+
+def log_append(run: AppendRun) -> None:
+    changes = run.changes
+    logging.info(
+        "append: generation %d converts %d new and %d retried input(s); %d unchanged%s",
+        run.generation,
+        len(changes.new),
+        len(changes.retried),
+        changes.unchanged,
+        f"; new classes {', '.join(run.new_classes)}" if run.new_classes else "",
+    )
+    if run.previous.statistics is not None:
+        logging.info(
+            "append: the tf.Transform statistics stay those of the generations analysed so far; "
+            "rebuild with --overwrite to analyse every record"
+        )

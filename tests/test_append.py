@@ -1,0 +1,350 @@
+"""``convert --append``: generations of new inputs added to a finished output, and everything reading them.
+
+Real conversions of real image files, in this process (``api.convert``) except where only a
+process shows the behaviour (a SIGKILL at a phase, the command's exit code and one line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+
+import images as I
+import pytest
+from conftest import cli_env, convert, manifest_doc
+from helpers.datasets import make_images
+from test_faults import _kill_when
+
+from img2tfrecord import api, faults
+from img2tfrecord.conversion import appends
+from img2tfrecord.errors import UsageError
+from img2tfrecord.readers import datasource
+from img2tfrecord.schemas import dataset_manifest, manifest
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas.generations import Generation
+from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
+from img2tfrecord.verification import verify
+
+OPTIONS = dict(
+    splits={"train": 0.7, "validation": 0.3}, seed=5, image_size=32, analyze=False, processes=1, num_shards=2
+)
+BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+CLI_OPTIONS = ("--splits", "train=0.7,validation=0.3", "--seed", "5", "--image-size", "32", "--num-shards", "2")
+
+
+def _convert(src: str, out: str, **extra):
+    return api.convert(src, out, pipeline_options=BEAM, **{**OPTIONS, **extra})
+
+
+def _records(out: str) -> dict:
+    """split -> {relpath: (label id, class name)} of every record, read without TensorFlow."""
+    doc = dataset_manifest.loads(open(os.path.join(out, manifest.MANIFEST_FILE)).read())
+    found = {}
+    for split in doc.splits:
+        rows = {}
+        for example in datasource.iter_split(out, split, decode=False):
+            relpath = example[keys.FILENAME].decode()
+            assert relpath not in rows, f"{relpath} written twice in {split}"
+            rows[relpath] = (int(example[keys.CLASS_LABEL]), example[keys.CLASS_TEXT].decode())
+        found[split] = rows
+    return found
+
+
+def _bytes_and_times(out: str) -> dict:
+    found = {}
+    for folder, _, names in os.walk(out):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, out)] = (hashlib.sha256(f.read()).hexdigest(), os.stat(path).st_mtime_ns)
+    return found
+
+
+def _move(src_root: str, dst_root: str, relpaths) -> None:
+    for relpath in relpaths:
+        dst = os.path.join(dst_root, relpath)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.move(os.path.join(src_root, relpath), dst)
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory):
+    """Three batches of a growing class-folder input: a 3-class start (with a truncated file), then two more."""
+    root = str(tmp_path_factory.mktemp("append-batches"))
+    pool = os.path.join(root, "pool")
+    files = make_images(pool, classes=3, per_class=14, size=(48, 40), bad=1)
+    relpaths = sorted(files)
+    later = [r for i, r in enumerate(relpaths) if i % 3 and "broken" not in r]
+    return pool, relpaths, later[: len(later) // 2], later[len(later) // 2 :]
+
+
+@pytest.fixture(scope="module")
+def three_generations(batches, tmp_path_factory):
+    """An output made by one run and two appends, and a full run over the final input."""
+    pool, relpaths, second, third = batches
+    src = str(tmp_path_factory.mktemp("append-src") / "in")
+    shutil.copytree(pool, src)
+    held = str(tmp_path_factory.mktemp("append-held"))
+    _move(src, held, second + third)
+    out = str(tmp_path_factory.mktemp("append-out") / "out")
+    docs = [_convert(src, out)]
+    _move(held, src, second)
+    docs.append(_convert(src, out, append=True))
+    _move(held, src, third)
+    docs.append(_convert(src, out, append=True))
+    full = str(tmp_path_factory.mktemp("append-full") / "out")
+    _convert(src, full)
+    return src, out, full, docs, len(relpaths)
+
+
+def test_three_generations_hold_the_records_of_one_run_over_the_final_input(three_generations):
+    src, out, full, docs, num_inputs = three_generations
+    first, second, third = docs
+    assert [g.number for g in third.generations] == [0, 1, 2]
+    assert [len(d.generations) for d in docs] == [1, 2, 3]
+    # Input for input and split for split, the appended output holds what one run over the final input writes.
+    assert _records(out) == _records(full)
+    full_doc = dataset_manifest.loads(open(os.path.join(full, manifest.MANIFEST_FILE)).read())
+    assert third.labels == full_doc.labels
+    for name, info in third.splits.items():
+        assert info.num_examples == full_doc.splits[name].num_examples
+        assert info.examples_per_class == full_doc.splits[name].examples_per_class
+    # Counts add up, per generation and in total: every input is written or rejected exactly once.
+    acc = third.accounting
+    assert acc.inputs == num_inputs == acc.written + acc.rejected
+    assert acc.rejected_by_reason == {"truncated": 3}
+    assert sum(g.inputs for g in third.generations) == num_inputs
+    for g in third.generations:
+        assert g.inputs == g.written + g.rejected
+        assert not g.analyzed
+    # Earlier shards are kept as they were; each generation adds its own, named after it.
+    for before, after in zip(docs, docs[1:]):
+        for name, info in before.splits.items():
+            assert after.splits[name].shards[: len(info.shards)] == info.shards
+    names = [shard.file for _, shard in third.shards()]
+    assert "train-g00002-00000-of-00001.tfrecord" in names or "train-g00002-00000-of-00002.tfrecord" in names
+    for _, shard in third.shards():
+        assert os.path.exists(os.path.join(out, shard.index))  # DALI's index of every shard
+    assert third.tfds is not None and not third.tfds.readable and "--append" in third.tfds.reason
+    report = verify(out)
+    assert report.ok, report.text()
+    assert report.records_checked == acc.written
+
+
+def test_every_reader_sees_every_generation(three_generations):
+    _, out, _, docs, _ = three_generations
+    third = docs[-1]
+    for name, info in third.splits.items():
+        assert len(datasource.SplitDataSource(out, name, decode=False)) == info.num_examples
+    import img2tfrecord
+
+    train = img2tfrecord.load(out, "train", batch_size=None, shuffle=False)
+    assert sum(1 for _ in train) == third.splits["train"].num_examples
+    shown = api_inspect(out)
+    assert f"{third.num_examples}" in shown
+
+
+def api_inspect(out: str) -> str:
+    proc = convert_cli("inspect", out)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def convert_cli(*args):
+    from helpers.cli import run_in_process
+
+    return run_in_process(*args)
+
+
+def test_nothing_new_exits_0_and_changes_no_byte(three_generations):
+    src, out, _, docs, _ = three_generations
+    before = _bytes_and_times(out)
+    proc = convert(src, out, *CLI_OPTIONS, "--append")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "nothing new since generation 2" in proc.stderr
+    assert _bytes_and_times(out) == before
+
+
+def test_changed_removed_new_classes_and_other_options_are_refused_with_one_line(batches, tmp_path):
+    pool, _, _, _ = batches
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    shutil.copytree(pool, src)
+    _convert(src, out)
+    before = _bytes_and_times(out)
+
+    def refused(*extra: str) -> str:
+        proc = convert(src, out, *CLI_OPTIONS, "--append", *extra)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("img2tfrecord: error:")]
+        assert len(lines) == 1, proc.stderr[-2000:]
+        assert _bytes_and_times(out) == before
+        return lines[0]
+
+    assert "--seed is 6 here but 5 in the output" in refused("--seed", "6")
+    assert "--image-size" in refused("--image-size", "40")
+
+    with open(os.path.join(src, "class0", "img_0000.jpg"), "wb") as f:
+        f.write(I.jpeg(30, 30))
+    os.remove(os.path.join(src, "class1", "img_0001.jpg"))
+    line = refused()
+    assert "1 input(s) changed since they were converted (e.g. class0/img_0000.jpg)" in line
+    assert "1 converted input(s) removed (e.g. class1/img_0001.jpg)" in line
+    listed = line.rsplit("the list is in ", 1)[1].rstrip(")")
+    with open(listed) as f:
+        rows = [json.loads(x) for x in f]
+    assert sorted((r["change"], r["relpath"]) for r in rows) == [
+        ("changed", "class0/img_0000.jpg"),
+        ("removed", "class1/img_0001.jpg"),
+    ]
+    os.remove(listed)
+
+
+def test_new_classes_are_refused_then_added_with_the_next_ids(batches, tmp_path):
+    pool, _, _, _ = batches
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    shutil.copytree(pool, src)
+    first = _convert(src, out)
+    for name in ("aardvark", "zebra"):  # sorts before and after the existing classes
+        os.makedirs(os.path.join(src, name))
+        for i in range(3):
+            with open(os.path.join(src, name, f"{i}.jpg"), "wb") as f:
+                f.write(I.jpeg(40, 30))
+    with pytest.raises(UsageError, match=r"2 new class folder\(s\) \('aardvark', 'zebra'\).*--allow-new-classes"):
+        _convert(src, out, append=True)
+    doc = _convert(src, out, append=True, allow_new_classes=True)
+    assert doc.labels == first.labels + ("aardvark", "zebra")
+    with open(os.path.join(out, manifest.LABELS_FILE)) as f:
+        assert f.read().split() == list(doc.labels)
+    for rows in _records(out).values():
+        for relpath, (label, name) in rows.items():
+            assert doc.labels[label] == name == relpath.split("/")[0]
+    assert verify(out).ok
+
+
+def test_rejections_are_tried_again_when_transient_changed_or_asked_for(batches, tmp_path):
+    pool, _, _, _ = batches
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    shutil.copytree(pool, src)
+    first = _convert(src, out)
+    assert first.accounting.rejected == 3
+    # A permanent rejection is not tried again by itself.
+    proc = convert(src, out, *CLI_OPTIONS, "--append")
+    assert proc.returncode == 0 and "nothing new since generation 0" in proc.stderr, proc.stderr[-2000:]
+    # A rejected file replaced by a good one is converted again.
+    with open(os.path.join(src, "class0", "broken_0.jpg"), "wb") as f:
+        f.write(I.jpeg(44, 36))
+    second = _convert(src, out, append=True)
+    assert second.generations[-1].inputs == 1 and second.generations[-1].written == 1
+    assert "class0/broken_0.jpg" in {r for rows in _records(out).values() for r in rows}
+    # --retry-rejected tries every earlier rejection again: still truncated, rejected again.
+    third = _convert(src, out, append=True, retry_rejected=True)
+    assert third.generations[-1].inputs == 2 and third.generations[-1].rejected == 2
+    with open(os.path.join(out, manifest.errors_file(2))) as f:
+        assert sorted(json.loads(x)["relpath"] for x in f) == ["class1/broken_0.jpg", "class2/broken_0.jpg"]
+    assert third.accounting.inputs == third.accounting.written + third.accounting.rejected
+    report = verify(out)
+    assert report.ok, report.text()
+
+
+def test_append_needs_a_finished_output_with_a_ledger_and_its_flags_need_append(batches, tmp_path):
+    pool, _, _, _ = batches
+    with pytest.raises(UsageError, match="has no _SUCCESS"):
+        _convert(pool, str(tmp_path / "none"), append=True)
+    with pytest.raises(UsageError, match="--allow-new-classes applies to --append"):
+        _convert(pool, str(tmp_path / "x"), allow_new_classes=True)
+    with pytest.raises(UsageError, match="--append adds to a finished output, --overwrite replaces it"):
+        _convert(pool, str(tmp_path / "x"), append=True, overwrite=True)
+
+
+@pytest.mark.parametrize("phase", ["converting", "finalizing"])
+def test_a_killed_append_leaves_the_output_readable_and_resume_finishes_it(batches, tmp_path, phase):
+    pool, _, second, _ = batches
+    src, held = str(tmp_path / "in"), str(tmp_path / "held")
+    shutil.copytree(pool, src)
+    _move(src, held, second)
+    out, reference = str(tmp_path / "out"), str(tmp_path / "reference")
+    _convert(src, out, image_size=48, num_shards=4)
+    shutil.copytree(out, reference)
+    _move(held, src, second)
+    args = ("--splits", "train=0.7,validation=0.3", "--seed", "5", "--image-size", "48", "--num-shards", "4")
+    args += ("--no-analyze", "--processes", "1")
+    marker = str(tmp_path / "paused")
+    env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
+    command = ("convert", "--input", src, "--output", out, *args, "--append")
+    assert _kill_when(command, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
+    report = verify(out)  # the last published generation reads and verifies, whatever the kill left
+    assert report.ok, report.text()
+    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    resumed = convert(src, out, *args, "--append", "--resume", runner=())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _convert(src, reference, image_size=48, num_shards=4, append=True)
+    assert _records(out) == _records(reference)
+    assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)]
+    assert verify(out).ok
+
+
+# -- the parts, without a pipeline ---------------------------------------------------------
+
+
+def _entry(relpath: str, size: int = 10, mtime: float = 1.0) -> LedgerEntry:
+    return LedgerEntry(relpath, size, mtime)
+
+
+def test_compare_sorts_a_listing_against_every_generation():
+    recorded = appends.outcomes(
+        [
+            (
+                [_entry("a"), _entry("b"), _entry("c"), _entry("gone"), _entry("bad"), _entry("flaky")],
+                {
+                    "bad": "corrupt",
+                    "flaky": "not_found",
+                },
+            ),
+            ([_entry("flaky")], {}),  # tried again and written by the next generation
+            ([_entry("slow")], {"slow": "decode_timeout"}),
+        ]
+    )
+    listed = [_entry("a"), _entry("b", size=11), _entry("c", mtime=2.0), _entry("bad"), _entry("flaky")]
+    listed += [_entry("slow"), _entry("new")]
+    changes = appends.compare(listed, recorded)
+    assert [e.relpath for e in changes.new] == ["new"]
+    assert [e.relpath for e in changes.retried] == ["slow"]
+    assert [(a.relpath, b.size, b.mtime) for a, b in changes.changed] == [("b", 11, 1.0), ("c", 10, 2.0)]
+    assert [e.relpath for e in changes.removed] == ["gone"]
+    assert changes.unchanged == 3  # a, bad (a permanent rejection), flaky (written in generation 1)
+    assert [e.relpath for e in changes.to_convert] == ["new", "slow"]
+    again = appends.compare(listed, recorded, retry_rejected=True)
+    assert [e.relpath for e in again.retried] == ["bad", "slow"]
+
+
+def test_a_ledger_is_the_same_bytes_for_the_same_inputs_and_reads_back():
+    entries = [_entry("b/\udcff.jpg", 3, 1.5), _entry("a/1.jpg", 2, 1795762503.1327336)]
+    data = ledger_bytes(entries)
+    assert data == ledger_bytes(list(reversed(entries)))
+    assert parse_ledger(data, "x") == sorted(entries)
+    with pytest.raises(ValueError, match="x: line 1 is not a ledger entry"):
+        import gzip
+
+        parse_ledger(gzip.compress(b'{"relpath": 1}\n'), "x")
+
+
+def test_generation_shard_names_parse_and_a_manifest_with_generations_reads_back(three_generations):
+    assert manifest.parse_shard_file_name("train-g00002-00001-of-00003.tfrecord") == {
+        "split": "train",
+        "generation": 2,
+        "index": 1,
+        "count": 3,
+    }
+    assert manifest.parse_shard_file_name("train-00001-of-00003.tfrecord")["generation"] == 0
+    assert manifest.is_output_file("errors-g00002.jsonl") and manifest.is_output_file("ledger")
+    _, out, _, _, _ = three_generations
+    with open(os.path.join(out, manifest.MANIFEST_FILE)) as f:
+        text = f.read()
+    doc = dataset_manifest.loads(text)
+    assert dataset_manifest.dumps(doc) == text
+    assert doc.error_files == ["errors.jsonl", "errors-g00001.jsonl", "errors-g00002.jsonl"]
+    assert isinstance(doc.generations[1], Generation) and doc.generations[1].ledger == manifest.ledger_file(1)
+    assert manifest_doc(out)["generations"][2]["generation"] == 2
