@@ -206,7 +206,10 @@ def _shard_digests(out: str) -> dict:
 
 
 def _comparable(doc: dict) -> dict:
-    return {k: v for k, v in doc.items() if k != "created"}
+    """The manifest without the times it was written at."""
+    kept = {k: v for k, v in doc.items() if k != "created"}
+    kept["generations"] = [{k: v for k, v in g.items() if k != "created"} for g in doc.get("generations", [])]
+    return kept
 
 
 KILL_ARGS = ("--image-size", "96", "--format", "png", "--num-shards", "8", "--splits", "train=0.5,test=0.5")
