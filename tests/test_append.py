@@ -166,6 +166,9 @@ def test_nothing_new_exits_0_and_changes_no_byte(three_generations):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "nothing new since generation 2" in proc.stderr
     assert _bytes_and_times(out) == before
+    plan = api.plan(src, out, append=True, pipeline_options=BEAM, **OPTIONS)
+    assert (plan.append.generation, plan.append.new, plan.append.retried, plan.inputs) == (3, 0, 0, 0)
+    assert plan.append.unchanged == docs[-1].accounting.inputs and plan.append.refused is None
 
 
 def test_changed_removed_new_classes_and_other_options_are_refused_with_one_line(batches, tmp_path):
@@ -199,7 +202,18 @@ def test_changed_removed_new_classes_and_other_options_are_refused_with_one_line
         ("changed", "class0/img_0000.jpg"),
         ("removed", "class1/img_0001.jpg"),
     ]
+    assert rows[0]["now"]["size"] == os.path.getsize(os.path.join(src, "class0", "img_0000.jpg"))
     os.remove(listed)
+    # --plan lists the same, and says what the run would do, writing nothing.
+    plan = api.plan(src, out, append=True, pipeline_options=BEAM, **OPTIONS)
+    assert plan.append is not None and plan.append.generation == 1
+    assert (plan.append.changed.examples, plan.append.removed.examples) == (
+        ["class0/img_0000.jpg"],
+        ["class1/img_0001.jpg"],
+    )
+    assert plan.append.refused is not None and plan.append.refused.endswith("rebuild with --overwrite")
+    assert plan.inputs == 0 and "--append" in plan.output.note
+    assert _bytes_and_times(out) == before
 
 
 def test_new_classes_are_refused_then_added_with_the_next_ids(batches, tmp_path):

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import tempfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -163,14 +163,9 @@ def _shown(value) -> str:
 # The append.
 
 
-def plan_append(
-    config: ConvertConfig, plan: Plan, converter: Converter, allow_new_classes: bool, retry_rejected: bool
-) -> AppendRun:
-    """The next generation of ``config.output``; PlanError to refuse, NothingNew when nothing is new.
-
-    ``plan`` is the launch plan of the whole input (its listing is reused when inside
-    ``listing.listing_once``); ``converter`` places each new input in its split.
-    """
+def compare_with_output(config: ConvertConfig, plan: Plan) -> Tuple[DatasetManifest, InputChanges]:
+    """The finished output an append adds to and the input compared with its ledgers; PlanError when the
+    input kind, the options or the output allow no append."""
     if not keeps_ledger(config, plan):
         raise PlanError(
             "--append adds new files of a folder input (class folders, split folders or a glob of images); "
@@ -180,26 +175,52 @@ def plan_append(
         raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")
     previous = read_finished(config.output)
     check_options(config, previous)
-    changes = compare(ledger_entries(plan), recorded_inputs(config.output, previous), retry_rejected)
-    number = previous.generations[-1].number
+    recorded = recorded_inputs(config.output, previous)
+    return previous, compare(ledger_entries(plan), recorded, config.retry_rejected)
+
+
+def new_classes_of(plan: Plan, items: Sequence[WorkItem], previous: DatasetManifest) -> List[str]:
+    """The class folders of ``items`` the output does not have, sorted."""
+    found = {layouts.class_of(item.relpath, plan.layout) for item in items}
+    return sorted({c for c in found if c is not None} - set(previous.labels))
+
+
+def refusal(
+    changes: InputChanges, new_classes: Sequence[str], allow_new_classes: bool, list_file: bool = True
+) -> Optional[str]:
+    """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
+    changed and removed inputs are also listed in a local file the line names."""
     if changes.changed or changes.removed:
-        raise PlanError(_changes_refused(config, changes))
-    if not changes.to_convert:
-        raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
-    items, rejected = _work_items(plan, changes.to_convert)
-    new_classes = sorted(
-        {c for c in (layouts.class_of(i.relpath, plan.layout) for i in items) if c is not None} - set(previous.labels)
-    )
+        return _changes_refused(changes, list_file)
     if new_classes and not allow_new_classes:
         shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
-        raise PlanError(
-            f"--append: {len(new_classes)} new class folder(s) ({shown}) not among the output's "
-            f"{previous.num_classes} classes; pass --allow-new-classes to add them with the next ids, "
-            "or rebuild with --overwrite"
+        return (
+            f"--append: {len(new_classes)} new class folder(s) ({shown}) not among the output's classes; "
+            "pass --allow-new-classes to add them with the next ids, or rebuild with --overwrite"
         )
+    return None
+
+
+def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> AppendRun:
+    """The next generation of ``config.output``; PlanError to refuse, NothingNew when nothing is new.
+
+    ``plan`` is the launch plan of the whole input (its listing is reused when inside
+    ``listing.listing_once``); ``converter`` places each new input in its split.
+    """
+    previous, changes = compare_with_output(config, plan)
+    number = previous.generations[-1].number
+    if changes.changed or changes.removed:
+        raise PlanError(str(refusal(changes, (), True)))
+    if not changes.to_convert:
+        raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
+    items, rejected = work_items(plan, changes.to_convert)
+    new_classes = new_classes_of(plan, items, previous)
+    refused = refusal(changes, new_classes, config.allow_new_classes)
+    if refused:
+        raise PlanError(refused)
     narrowed = dataclasses.replace(
         plan,
-        num_shards=_shard_counts(config, plan, converter, items),
+        num_shards=shard_counts_of(config, plan, converter, items),
         num_files=len(items) + len(rejected),
         input_bytes=sum(i.size for i in items),
         listing_digest=digest((e.relpath, e.size, e.mtime) for e in changes.to_convert),
@@ -217,7 +238,7 @@ def plan_append(
     )
 
 
-def _work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
+def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
     """The work items of ``entries``, made as the pipeline's discovery makes them (``layout.folder_entry``)."""
     items: List[WorkItem] = []
     rejected: List[ErrorRow] = []
@@ -230,7 +251,9 @@ def _work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkIt
     return items, rejected
 
 
-def _shard_counts(config: ConvertConfig, plan: Plan, converter: Converter, items: Sequence[WorkItem]) -> Dict[str, int]:
+def shard_counts_of(
+    config: ConvertConfig, plan: Plan, converter: Converter, items: Sequence[WorkItem]
+) -> Dict[str, int]:
     """Each split's shards in the new generation: sized by ``--shard-size-mb`` from its new inputs, at most
     one per input; a split with no new input gets none."""
     split_bytes: Dict[str, float] = {}
@@ -246,16 +269,8 @@ def _shard_counts(config: ConvertConfig, plan: Plan, converter: Converter, items
     return {name: min(n, split_items[name]) for name, n in sized.items()}
 
 
-def _changes_refused(config: ConvertConfig, changes: InputChanges) -> str:
+def _changes_refused(changes: InputChanges, list_file: bool) -> str:
     """The refusal of changed or removed inputs: counts per kind on one line, the list in a local file."""
-    listing = tempfile.NamedTemporaryFile(
-        "w", prefix="img2tfrecord-append-changes-", suffix=".jsonl", delete=False, encoding="utf-8"
-    )
-    with listing:
-        for before, now in changes.changed:
-            listing.write(json.dumps({"change": "changed", "relpath": now.relpath, "was": before, "now": now}) + "\n")
-        for entry in changes.removed:
-            listing.write(json.dumps({"change": "removed", "relpath": entry.relpath, "was": entry}) + "\n")
     parts = []
     if changes.changed:
         parts.append(
@@ -263,10 +278,20 @@ def _changes_refused(config: ConvertConfig, changes: InputChanges) -> str:
         )
     if changes.removed:
         parts.append(f"{len(changes.removed)} converted input(s) removed (e.g. {changes.removed[0].relpath})")
-    return (
-        f"--append: {'; '.join(parts)}; their records would be stale: rebuild with --overwrite "
-        f"(the list is in {listing.name})"
-    )
+    line = f"--append: {'; '.join(parts)}; their records would be stale: rebuild with --overwrite"
+    if not list_file:
+        return line
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="img2tfrecord-append-changes-", suffix=".jsonl", delete=False, encoding="utf-8"
+    ) as listing:
+        for before, now in changes.changed:
+            listing.write(
+                json.dumps({"change": "changed", "relpath": now.relpath, "was": before._asdict(), "now": now._asdict()})
+                + "\n"
+            )
+        for entry in changes.removed:
+            listing.write(json.dumps({"change": "removed", "relpath": entry.relpath, "was": entry._asdict()}) + "\n")
+    return f"{line} (the list is in {listing.name})"
 
 
 def log_append(run: AppendRun) -> None:

@@ -35,6 +35,7 @@ from img2tfrecord.model import (
     WorkItem,
     error_row,
 )
+from img2tfrecord.pipeline.append import compare_with_output, new_classes_of, refusal, shard_counts_of
 from img2tfrecord.pipeline.build import image_converter
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
@@ -45,6 +46,7 @@ from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.preview_report import (
     ANALYSIS_SECONDS,
     STARTUP_SECONDS,
+    AppendPlan,
     Listed,
     OutputState,
     Rejected,
@@ -258,6 +260,8 @@ def _output_state(config: ConvertConfig) -> OutputState:
         exists, note = True, "not a folder: a run cannot write there"
     elif not exists:
         note = "absent or empty: a run writes there"
+    elif config.append:
+        note = "a finished conversion: a run would add a generation of new shards to it (--append)"
     elif config.overwrite:
         note = "output exists: a run would replace what an earlier run wrote (--overwrite)"
     elif config.resume:
@@ -322,12 +326,15 @@ def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
 
     Raises ``PlanError`` (a usage error) as a run would; writes nothing.
     """
+    append = None
     with listing_once():
         plan = make_plan(config)
         local_checks = _local_checks(plan)
         listing = list_sources(config, plan)
-    converter = image_converter(config, plan)
-    labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.layout)})
+        converter = image_converter(config, plan)
+        labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.layout)})
+        if config.append:
+            plan, labels, append = _narrow_to_append(config, plan, converter, listing)
     items: List[Item] = list(_clips(listing.files, plan.layout) if config.sequence else listing.files)
 
     rejected: List[ErrorRow] = list(listing.errors)  # the rejections found without converting
@@ -389,7 +396,7 @@ def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
                 examples=info.examples,
                 examples_per_class=dict(sorted(info.classes.items())),
                 boxes_per_class=dict(sorted(info.boxes.items())),
-                num_shards=plan.num_shards[name],
+                num_shards=plan.num_shards.get(name, 0),
                 estimated_bytes=int(info.bytes),
             )
             for name, info in splits.items()
@@ -405,4 +412,29 @@ def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
         output=_output_state(config),
         local_checks=local_checks,
         skipped_outputs=list(plan.skipped_outputs),
+        append=append,
     )
+
+
+def _narrow_to_append(
+    config: ConvertConfig, plan: Plan, converter, listing: _Listing
+) -> Tuple[Plan, List[str], AppendPlan]:
+    """``--plan --append``: the listing narrowed to what the next generation converts, its plan and labels."""
+    previous, changes = compare_with_output(config, plan)
+    keep = {e.relpath for e in changes.to_convert}
+    listing.files = [f for f in listing.files if f.relpath in keep]
+    listing.errors = [row for row in listing.errors if row.get("relpath") in keep]
+    listing.skipped = []
+    new_classes = new_classes_of(plan, listing.files, previous)
+    plan = dataclasses.replace(plan, num_shards=shard_counts_of(config, plan, converter, listing.files))
+    summary = AppendPlan(
+        generation=previous.generations[-1].number + 1,
+        new=len(changes.new),
+        retried=len(changes.retried),
+        unchanged=changes.unchanged,
+        changed=_listed([now.relpath for _, now in changes.changed]),
+        removed=_listed([e.relpath for e in changes.removed]),
+        new_classes=new_classes,
+        refused=refusal(changes, new_classes, config.allow_new_classes, list_file=False),
+    )
+    return plan, list(previous.labels) + new_classes, summary

@@ -67,6 +67,20 @@ class OutputState:
 
 
 @dataclasses.dataclass(frozen=True)
+class AppendPlan:
+    """``--plan --append``: the output's next generation, and what the input holds against its ledgers."""
+
+    generation: int
+    new: int  # inputs never converted
+    retried: int  # inputs rejected before, tried again
+    unchanged: int
+    changed: Listed  # converted inputs whose size or change marker differs: the run refuses
+    removed: Listed  # converted inputs no longer listed: the run refuses
+    new_classes: List[str]
+    refused: Optional[str]  # the line the run would exit 2 with; None: it would go on
+
+
+@dataclasses.dataclass(frozen=True)
 class RunPlan:
     """Everything ``convert --plan`` reports; ``--plan --json`` prints it with these field names as keys."""
 
@@ -89,6 +103,7 @@ class RunPlan:
     output: OutputState
     local_checks: Dict[str, List[str]]  # a local folder: what the run warns about at launch (logged too)
     skipped_outputs: List[str]  # a folder's folders holding earlier img2tfrecord outputs: not inputs
+    append: Optional[AppendPlan] = None  # --append: the inputs above are those the next generation converts
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n"
@@ -134,6 +149,18 @@ def format_plan(p: RunPlan) -> str:
         f"inputs: {p.inputs} ({p.inputs - p.rejected.count} placed in a split, {p.rejected.count} rejected); "
         f"junk skipped: {p.skipped.count}" + (f" ({_names(p.skipped)})" if p.skipped.count else "")
     )
+    if p.append is not None:
+        a = p.append
+        lines.append(
+            f"append: generation {a.generation} converts {a.new} new and {a.retried} retried input(s); "
+            f"{a.unchanged} unchanged" + (f"; new classes: {', '.join(a.new_classes)}" if a.new_classes else "")
+        )
+        if a.changed.count:
+            lines.append(f"  changed since converted: {a.changed.count} ({_names(a.changed)})")
+        if a.removed.count:
+            lines.append(f"  removed since converted: {a.removed.count} ({_names(a.removed)})")
+        if a.refused:
+            lines.append(f"  the run would refuse: {a.refused}")
     for name, split in p.splits.items():
         lines.append(
             f"  {name}: {split.examples} inputs -> {split.num_shards} shard(s), about {_mb(split.estimated_bytes)}"

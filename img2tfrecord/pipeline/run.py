@@ -190,9 +190,7 @@ def run(
         ledger = ledger_entries(plan) if keeps_ledger(config, plan) else None
         if config.append:
             try:
-                append = plan_append(
-                    config, plan, image_converter(config, plan), config.allow_new_classes, config.retry_rejected
-                )
+                append = plan_append(config, plan, image_converter(config, plan))
             except NothingNew as e:
                 logging.info("%s", e)
                 if staging_left(config.output) and not is_dry_run(options):
