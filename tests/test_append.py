@@ -15,6 +15,7 @@ import signal
 import images as I
 import pytest
 from conftest import cli_env, convert, manifest_doc
+from gcs_emulator import gcs_fixture, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.datasets import make_images
 from test_faults import _kill_when
 
@@ -362,3 +363,47 @@ def test_generation_shard_names_parse_and_a_manifest_with_generations_reads_back
     assert doc.error_files == ["errors.jsonl", "errors-g00001.jsonl", "errors-g00002.jsonl"]
     assert isinstance(doc.generations[1], Generation) and doc.generations[1].ledger == manifest.ledger_file(1)
     assert manifest_doc(out)["generations"][2]["generation"] == 2
+
+
+def _digests(output: str) -> dict:
+    """relative path -> sha256 of every shard and index object of a local or gs:// output."""
+    from img2tfrecord.readers import storage
+
+    found = {}
+    for relative, _ in storage.walk_files(output):
+        if manifest.parse_shard_file_name(relative) or relative.startswith(manifest.INDEX_DIR + "/"):
+            with storage.open_binary(storage.join(output, relative)) as f:
+                found[relative] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def test_an_append_on_cloud_storage_writes_the_bytes_of_a_local_append(gcs, batches, tmp_path):
+    from apache_beam.io.filesystems import FileSystems
+
+    from img2tfrecord.readers import records
+
+    def stamps(output: str) -> dict:
+        found = FileSystems.match([output + "/**"])[0].metadata_list
+        return {m.path: (m.size_in_bytes, m.last_updated_in_seconds) for m in found}
+
+    pool, _, second, _ = batches
+    first_batch, second_batch = str(tmp_path / "first"), str(tmp_path / "second")
+    shutil.copytree(pool, first_batch)
+    _move(first_batch, second_batch, second)
+    local_in, local_out = str(tmp_path / "in"), str(tmp_path / "out")
+    shutil.copytree(first_batch, local_in)
+    remote_in, remote_out = gcs.url("append", "in"), gcs.url("append", "out")
+    upload_tree(first_batch, remote_in)
+    _convert(local_in, local_out)
+    _convert(remote_in, remote_out)
+    shutil.copytree(second_batch, local_in, dirs_exist_ok=True)
+    upload_tree(second_batch, remote_in)
+    local_doc = _convert(local_in, local_out, append=True)
+    remote_doc = _convert(remote_in, remote_out, append=True)
+    assert [g.inputs for g in remote_doc.generations] == [g.inputs for g in local_doc.generations]
+    assert _digests(remote_out) == _digests(local_out) and len(_digests(local_out)) > 4
+    assert records.read_manifest(remote_out).splits == local_doc.splits
+    before = stamps(remote_out)
+    again = _convert(remote_in, remote_out, append=True)  # nothing new: no object written
+    assert again.generations == remote_doc.generations
+    assert stamps(remote_out) == before
