@@ -264,10 +264,11 @@ def test_rejections_are_tried_again_when_transient_changed_or_asked_for(batches,
     assert report.ok, report.text()
 
 
-def test_append_needs_a_finished_output_with_a_ledger_and_its_flags_need_append(batches, tmp_path):
+def test_an_append_into_an_empty_output_converts_everything_and_its_flags_need_append(batches, tmp_path):
     pool, _, _, _ = batches
-    with pytest.raises(UsageError, match="has no _SUCCESS"):
-        _convert(pool, str(tmp_path / "none"), append=True)
+    first = _convert(pool, str(tmp_path / "first"), append=True)  # a nightly job's first night
+    plain = _convert(pool, str(tmp_path / "plain"))
+    assert first.splits == plain.splits and [g.number for g in first.generations] == [0]
     with pytest.raises(UsageError, match="--allow-new-classes applies to --append"):
         _convert(pool, str(tmp_path / "x"), allow_new_classes=True)
     with pytest.raises(UsageError, match="--append adds to a finished output, --overwrite replaces it"):

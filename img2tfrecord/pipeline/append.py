@@ -107,13 +107,16 @@ def _read(output: str, name: str) -> bytes:
         return f.read()
 
 
+def is_finished(output: str) -> bool:
+    """Whether ``output`` holds a finished conversion (``_SUCCESS``); an append into one that does not
+    converts everything as generation 0, so a scheduled job runs one command from its first night."""
+    return FileSystems.exists(FileSystems.join(output, manifest.SUCCESS_FILE))
+
+
 def read_finished(output: str) -> DatasetManifest:
     """The manifest of a finished output an append can add to; PlanError naming what is missing."""
-    if not FileSystems.exists(FileSystems.join(output, manifest.SUCCESS_FILE)):
-        raise PlanError(
-            f"--append adds to a finished conversion, and {output} has no {manifest.SUCCESS_FILE}: "
-            "convert into it without --append first (or --resume the run that stopped)"
-        )
+    if not is_finished(output):
+        raise PlanError(f"--append adds to a finished conversion, and {output} has no {manifest.SUCCESS_FILE}")
     try:
         doc = dataset_manifest.loads(_read(output, manifest.MANIFEST_FILE).decode("utf-8"))
     except Exception as e:  # pylint: disable=broad-except

@@ -35,7 +35,13 @@ from img2tfrecord.model import (
     WorkItem,
     error_row,
 )
-from img2tfrecord.pipeline.append import compare_with_output, new_classes_of, refusal, shard_counts_of
+from img2tfrecord.pipeline.append import (
+    compare_with_output,
+    is_finished,
+    new_classes_of,
+    refusal,
+    shard_counts_of,
+)
 from img2tfrecord.pipeline.build import image_converter
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
@@ -260,7 +266,7 @@ def _output_state(config: ConvertConfig) -> OutputState:
         exists, note = True, "not a folder: a run cannot write there"
     elif not exists:
         note = "absent or empty: a run writes there"
-    elif config.append:
+    elif config.append and finished:
         note = "a finished conversion: a run would add a generation of new shards to it (--append)"
     elif config.overwrite:
         note = "output exists: a run would replace what an earlier run wrote (--overwrite)"
@@ -333,7 +339,7 @@ def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
         listing = list_sources(config, plan)
         converter = image_converter(config, plan)
         labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.layout)})
-        if config.append:
+        if config.append and is_finished(config.output):
             plan, labels, append = _narrow_to_append(config, plan, converter, listing)
     items: List[Item] = list(_clips(listing.files, plan.layout) if config.sequence else listing.files)
 

@@ -26,6 +26,7 @@ from img2tfrecord.conversion.pool import close_open_pools, usable_cores
 from img2tfrecord.pipeline.append import (
     AppendRun,
     NothingNew,
+    is_finished,
     keeps_ledger,
     ledger_entries,
     log_append,
@@ -188,7 +189,9 @@ def run(
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
             check_local_input(plan.base, plan.pattern, plan.layout)
         ledger = ledger_entries(plan) if keeps_ledger(config, plan) else None
-        if config.append:
+        if config.append and not is_finished(config.output):
+            logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
+        elif config.append:
             try:
                 append = plan_append(config, plan, image_converter(config, plan))
             except NothingNew as e:
