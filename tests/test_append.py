@@ -408,3 +408,24 @@ def test_an_append_on_cloud_storage_writes_the_bytes_of_a_local_append(gcs, batc
     again = _convert(remote_in, remote_out, append=True)  # nothing new: no object written
     assert again.generations == remote_doc.generations
     assert stamps(remote_out) == before
+
+
+def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothing(batches, tmp_path):
+    from img2tfrecord.pipeline.lock import lock_output
+    from img2tfrecord.pipeline.run import pipeline_options
+
+    pool, _, _, _ = batches
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    shutil.copytree(pool, src)
+    _convert(src, out)
+    shutil.copy(os.path.join(src, "class0", "img_0000.jpg"), os.path.join(src, "class0", "new.jpg"))
+    before = _bytes_and_times(out)
+    lock = lock_output(out, pipeline_options(BEAM))
+    lock.acquire(take_over_stale=False)  # another run writing the output
+    try:
+        with pytest.raises(UsageError, match="another run"):
+            _convert(src, out, append=True)
+        after = _bytes_and_times(out)
+    finally:
+        lock.release()
+    assert {k: v for k, v in after.items() if k != manifest.LOCK_FILE} == before
