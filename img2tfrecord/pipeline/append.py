@@ -25,7 +25,7 @@ from img2tfrecord.model import ErrorRow, SkippedEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest, list_stamped, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
-from img2tfrecord.pipeline.sizing import estimated_record_bytes, num_shards
+from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
 from img2tfrecord.schemas import dataset_manifest, manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
@@ -221,6 +221,7 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     refused = refusal(changes, new_classes, config.allow_new_classes)
     if refused:
         raise PlanError(refused)
+    plan = dataclasses.replace(plan, size_ratio=estimate_size_ratio(config, items))  # sized from the new inputs
     narrowed = dataclasses.replace(
         plan,
         num_shards=shard_counts_of(config, plan, converter, items),

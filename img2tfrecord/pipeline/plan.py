@@ -62,7 +62,9 @@ _PEEK_ZIP_MEMBERS = 10_000_000
 _PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launch, at most
 
 
-def make_plan(config: ConvertConfig) -> Plan:
+def make_plan(config: ConvertConfig, whole: bool = True) -> Plan:
+    """The launch plan of ``config``; ``whole`` False: a folder input's plan without what only a run over
+    all of it needs (the size sample, the listing digest), for an append, which sizes its new inputs."""
     kind = kinds.input_kind(config.input)
     detect = config.task != TASK_CLASSIFICATION
     forced = config.task == TASK_DETECTION
@@ -115,7 +117,7 @@ def make_plan(config: ConvertConfig) -> Plan:
         )
     layout, split_names = _layout(config, files)
     _check_images(config, files, layout)
-    ratio = estimate_size_ratio(config, files)
+    ratio = estimate_size_ratio(config, files) if whole else 1.0
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
     return Plan(
         base=base,
@@ -126,7 +128,7 @@ def make_plan(config: ConvertConfig) -> Plan:
         num_files=len(files),
         input_bytes=sum(f.size for f in files),
         size_ratio=ratio,
-        listing_digest=digest((f.relpath, f.size) for f in files),
+        listing_digest=digest((f.relpath, f.size) for f in files) if whole else "",
         skipped_outputs=outputs,
     )
 

@@ -60,7 +60,7 @@ from img2tfrecord.pipeline.preview_report import (
     SplitPlan,
     TimeEstimate,
 )
-from img2tfrecord.pipeline.sizing import estimated_record_bytes
+from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
@@ -432,6 +432,7 @@ def _narrow_to_append(
     listing.errors = [row for row in listing.errors if row.get("relpath") in keep]
     listing.skipped = []
     new_classes = new_classes_of(plan, listing.files, previous)
+    plan = dataclasses.replace(plan, size_ratio=estimate_size_ratio(config, listing.files) if listing.files else 1.0)
     plan = dataclasses.replace(plan, num_shards=shard_counts_of(config, plan, converter, listing.files))
     summary = AppendPlan(
         generation=previous.generations[-1].number + 1,

@@ -184,12 +184,13 @@ def run(
         )
     append: Optional[AppendRun] = None
     with listing_once():  # the plan, the ledger and an append's comparison share one listing
-        plan = plan or make_plan(config)
+        appending = config.append and is_finished(config.output)
+        plan = plan or make_plan(config, whole=not appending)
         if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
             check_local_input(plan.base, plan.pattern, plan.layout)
         ledger = ledger_entries(plan) if keeps_ledger(config, plan) else None
-        if config.append and not is_finished(config.output):
+        if config.append and not appending:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
         elif config.append:
             try:
