@@ -71,14 +71,24 @@ class AppendRun:
 def ledger_entries(plan: Plan) -> List[LedgerEntry]:
     """The inputs of a folder plan as its launch listing saw them (the listing is the plan's, when inside
     ``listing.listing_once``)."""
-    found = []
+    return listed_inputs(plan)[0]
+
+
+def listed_inputs(plan: Plan) -> Tuple[List[LedgerEntry], List[str]]:
+    """``(inputs, junk)`` of a folder plan's launch listing: the inputs sorted, the junk as the run
+    reports it (printable relative paths), files inside earlier outputs in neither."""
+    found, junk = [], []
     for path, size, mtime in list_stamped(plan.pattern):
         if not path.startswith(plan.base):
             continue
         relpath = layouts.relative_path(plan.base, path)
-        if not layouts.is_junk(relpath) and not layouts.in_folders(relpath, plan.skipped_outputs):
+        if layouts.in_folders(relpath, plan.skipped_outputs):
+            continue
+        if layouts.is_junk(relpath):
+            junk.append(layouts.printable(relpath))
+        else:
             found.append(LedgerEntry(relpath, size, mtime))
-    return sorted(found)
+    return sorted(found), sorted(junk)
 
 
 def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
@@ -86,16 +96,15 @@ def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
     return plan.input_kind == kinds.INPUT_FOLDER and not plan.annotations and not config.sequence
 
 
-def write_ledger(output: str, generation: int, entries: Sequence[LedgerEntry]) -> str:
-    """Write a generation's ledger into ``output``; -> its name relative to the output."""
-    name = manifest.ledger_file(generation)
-    path = FileSystems.join(output, name)
-    folder = path.rsplit("/", 1)[0]
-    if "://" not in folder and not os.path.isdir(folder):
-        os.makedirs(folder, exist_ok=True)
+def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
+    """Write a run's ledger into its staging folder ``run_dir`` (the pipeline reads its work items from
+    it; ``FinalizeOutput`` moves it to ``ledger/``); -> its path."""
+    path = FileSystems.join(run_dir, manifest.RUN_LEDGER_FILE)
+    if "://" not in run_dir:
+        os.makedirs(run_dir, exist_ok=True)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:  # already gzip
         f.write(ledger_bytes(entries))
-    return name
+    return path
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS 
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -91,19 +91,25 @@ def manifest_template(config: ConvertConfig, task: str, labeled: bool, fingerpri
 
 
 def build_pipeline(
-    p: beam.Pipeline, config: ConvertConfig, plan: Plan, resume: bool = False, append: Optional[AppendRun] = None
+    p: beam.Pipeline,
+    config: ConvertConfig,
+    plan: Plan,
+    resume: bool = False,
+    append: Optional[AppendRun] = None,
+    junk: Sequence[str] = (),
 ) -> None:
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished.
 
-    ``append``: the next generation of a finished output: only the inputs its ledger lists are converted,
-    with the output's labels, into shards named after the generation (``pipeline/append.py``).
+    A folder input's work items are those of the input ledger the launcher writes before the run
+    (``pipeline/append.py``): the input is listed once, and the ledger holds exactly what was converted;
+    ``junk`` are the names that listing skipped. ``append``: the next generation of a finished output,
+    converted with the output's labels into shards named after the generation.
     """
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
     # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
-    if append is not None:
-        assert ledger is not None  # plan_append refuses inputs that keep no ledger
+    if ledger is not None:
         discovered = p | "DiscoverImages" >> DiscoverLedger(
-            FileSystems.join(config.output, ledger), plan.base, plan.skipped_outputs
+            FileSystems.join(run_dir(config, plan), manifest.RUN_LEDGER_FILE), plan.base, plan.skipped_outputs, junk
         )
     elif plan.annotations and plan.input_kind == INPUT_ARCHIVES:
         discovered = p | "DiscoverAnnotations" >> DiscoverArchivedAnnotations(

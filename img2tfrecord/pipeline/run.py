@@ -28,12 +28,12 @@ from img2tfrecord.pipeline.append import (
     NothingNew,
     is_finished,
     keeps_ledger,
-    ledger_entries,
+    listed_inputs,
     log_append,
     plan_append,
     write_ledger,
 )
-from img2tfrecord.pipeline.build import build_pipeline, image_converter
+from img2tfrecord.pipeline.build import build_pipeline, image_converter, run_dir
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
 from img2tfrecord.pipeline.listing import listing_once
@@ -189,7 +189,7 @@ def run(
         if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
             check_local_input(plan.base, plan.pattern, plan.layout)
-        ledger = ledger_entries(plan) if keeps_ledger(config, plan) else None
+        ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) else (None, [])
         if config.append and not appending:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
         elif config.append:
@@ -200,10 +200,10 @@ def run(
                 if staging_left(config.output) and not is_dry_run(options):
                     _remove_staging(config, options)
                 return read_manifest(config.output)
-            plan, ledger = append.plan, list(append.ledger)
+            plan, ledger, junk = append.plan, list(append.ledger), []  # junk was counted by the first run
             log_append(append)
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
-        _execute(config, plan, options, resuming=False, wait=wait, show_progress=False, append=append)
+        _execute(config, plan, options, resuming=False, wait=wait, show_progress=False, append=append, junk=junk)
         return None
     staging = manifest.run_folder(plan.fingerprint(config))
     lock = lock_output(config.output, options)
@@ -212,8 +212,8 @@ def run(
             lock.acquire(take_over_stale=config.resume or config.overwrite)
             resuming = _prepare(config, staging, lock, plan.generation)
             if ledger is not None:
-                write_ledger(config.output, plan.generation, ledger)
-            _execute(config, plan, options, resuming, wait, show_progress, append)
+                write_ledger(run_dir(config, plan), ledger)
+            _execute(config, plan, options, resuming, wait, show_progress, append, junk)
         except BaseException:
             if stop.signum is None:
                 raise
@@ -270,6 +270,7 @@ def _execute(
     wait: bool,
     show_progress: bool,
     append: Optional[AppendRun] = None,
+    junk: Sequence[str] = (),
 ) -> None:
     """Build the pipeline and run it (only submit it when ``wait`` is False)."""
     dry_run = is_dry_run(options)
@@ -281,7 +282,7 @@ def _execute(
         plan.num_shards,
     )
     p = beam.Pipeline(options=options)
-    build_pipeline(p, config, plan, resume=resuming, append=append)
+    build_pipeline(p, config, plan, resume=resuming, append=append, junk=junk)
     source = live_counts(options)
     reporter = None
     if show_progress and wait and not dry_run:

@@ -73,14 +73,16 @@ def _listed_file(line: str, base: str) -> FileMetadata:
 
 
 class DiscoverLedger(beam.PTransform):
-    """The inputs a ledger file lists (``schemas/ledger.py``), as :class:`DiscoverImages` gives them: the
-    files of an append, listed once at launch, without listing the input again."""
+    """The inputs a ledger file lists (``schemas/ledger.py``), as :class:`DiscoverImages` gives them, from
+    the launch's listing instead of a second one: ``{"files", "skipped", "errors"}``. ``junk``: the names
+    that listing skipped (counted as skipped)."""
 
-    def __init__(self, ledger: str, base: str, outputs: Sequence[str] = ()):
+    def __init__(self, ledger: str, base: str, outputs: Sequence[str] = (), junk: Sequence[str] = ()):
         super().__init__()
         self._ledger = ledger
         self._base = base
         self._outputs = tuple(outputs)
+        self._junk = list(junk)
 
     def expand(self, pbegin):
         # validate=False: the launcher writes the ledger after the graph is built (and a dry run never does).
@@ -91,7 +93,16 @@ class DiscoverLedger(beam.PTransform):
             | "ToSourceFile"
             >> beam.ParDo(_ToSourceFile(self._base, self._outputs)).with_outputs(SKIPPED, ERRORS, main="files")
         )
-        return {"files": found.files, SKIPPED: found[SKIPPED], ERRORS: found[ERRORS]}
+        junk = pbegin | "Junk" >> beam.Create(self._junk) | "CountJunk" >> beam.Map(_counted_junk)
+        return {"files": found.files, SKIPPED: junk, ERRORS: found[ERRORS]}
+
+
+_JUNK_COUNTER = beam.metrics.Metrics.counter("img2tfrecord", "inputs_skipped")
+
+
+def _counted_junk(name: str) -> str:
+    _JUNK_COUNTER.inc()
+    return name
 
 
 class DiscoverClasses(beam.PTransform):

@@ -114,6 +114,20 @@ def summarise_splits(
     }
 
 
+def _move_ledger(staged: str, final: str) -> None:
+    """Move the run's ledger from its staging folder to ``ledger/`` (already there: a retried finalise)."""
+    if not FileSystems.exists(staged):
+        if not FileSystems.exists(final):
+            raise FileNotFoundError(f"the run's input ledger is missing: {staged}")
+        return
+    if FileSystems.exists(final):
+        FileSystems.delete([final])
+    folder = final.rsplit("/", 1)[0]
+    if "://" not in folder and not FileSystems.exists(folder):
+        FileSystems.mkdirs(folder)
+    FileSystems.rename([staged], [final])
+
+
 def remove_tree(path: str) -> None:
     """Delete a folder and everything under it, on any filesystem; a missing folder is fine."""
     if FileSystems.exists(path):
@@ -196,6 +210,8 @@ class FinalizeOutput(beam.DoFn):
         # The folder is also a TFDS dataset (tfds.builder_from_directory), or says why not.
         doc = doc.replace(tfds=tfds_layout.status(doc))
         join = FileSystems.join
+        if self._ledger is not None:
+            _move_ledger(join(self._run_dir, manifest.RUN_LEDGER_FILE), join(self._output_dir, self._ledger))
         write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
         if detection:
             write_atomically(join(self._output_dir, manifest.LABEL_MAP_FILE), label_map.label_map_pbtxt(label_names))
