@@ -192,6 +192,7 @@ def summarise(directory: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, A
         "splits": splits,
         "rejected": error_report(directory, doc),
         "statistics": doc.statistics,  # the tf.Transform analysis; None without one
+        "generations": [g.to_json() for g in doc.generations],  # folder inputs: each run that wrote here
     }
 
 
@@ -309,6 +310,13 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         f"inputs: {acc.get('inputs')} ({acc.get('written')} written, {acc.get('rejected')} rejected, "
         f"{acc.get('skipped', 0)} junk files skipped)"
     )
+    generations = summary.get("generations") or []
+    if len(generations) > 1:
+        last = generations[-1]
+        out.append(
+            f"generations: {len(generations)} (convert --append); the last, {last['generation']}, on "
+            f"{last['created']}: {last['inputs']} inputs ({last['written']} written, {last['rejected']} rejected)"
+        )
     out.append(f"classes: {len(summary['labels'])}")
     out.append("")
     out.append("examples per class and split:")

@@ -145,7 +145,8 @@ def test_every_reader_sees_every_generation(three_generations):
     train = img2tfrecord.load(out, "train", batch_size=None, shuffle=False)
     assert sum(1 for _ in train) == third.splits["train"].num_examples
     shown = api_inspect(out)
-    assert f"{third.num_examples}" in shown
+    last = third.generations[-1]
+    assert f"generations: 3 (convert --append); the last, 2, on {last.created}: {last.inputs} inputs" in shown
 
 
 def api_inspect(out: str) -> str:
