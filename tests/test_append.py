@@ -430,3 +430,24 @@ def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothi
     finally:
         lock.release()
     assert {k: v for k, v in after.items() if k != manifest.LOCK_FILE} == before
+
+
+def test_an_append_builds_and_translates_as_a_dataflow_job_without_touching_the_output(batches, tmp_path):
+    from conftest import ROOT
+
+    pool, _, _, _ = batches
+    src_copy, out_copy = str(tmp_path / "in"), str(tmp_path / "out")
+    shutil.copytree(pool, src_copy)
+    _convert(src_copy, out_copy)
+    shutil.copy(os.path.join(src_copy, "class0", "img_0000.jpg"), os.path.join(src_copy, "class0", "new.jpg"))
+    before = _bytes_and_times(out_copy)
+    dataflow = [
+        "--runner=DataflowRunner",
+        "--project=test-project",
+        "--region=us-central1",
+        "--temp_location=gs://test-bucket/tmp",
+        "--dry_run=True",
+        f"--setup_file={ROOT}/setup.py",
+    ]
+    assert api.convert(src_copy, out_copy, append=True, pipeline_options=dataflow, **OPTIONS) is None
+    assert _bytes_and_times(out_copy) == before
