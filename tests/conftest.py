@@ -14,6 +14,15 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Fast local runner for tests that are not about the runner itself.
 IN_MEMORY = ("--runner=FnApiRunner", "--direct_running_mode=in_memory")
+# A Dataflow job built and translated, nothing run, nothing reached beyond this machine.
+DATAFLOW_DRY_RUN = (
+    "--runner=DataflowRunner",
+    "--project=test-project",
+    "--region=us-central1",
+    "--temp_location=gs://test-bucket/tmp",
+    "--dry_run=True",
+    f"--setup_file={ROOT}/setup.py",
+)
 
 
 def cli_command(*args: str) -> list:

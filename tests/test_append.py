@@ -14,7 +14,7 @@ import signal
 
 import images as I
 import pytest
-from conftest import cli_env, convert, manifest_doc
+from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc
 from gcs_emulator import gcs_fixture, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.datasets import make_images
 from test_faults import _kill_when
@@ -411,16 +411,20 @@ def test_an_append_on_cloud_storage_writes_the_bytes_of_a_local_append(gcs, batc
     assert stamps(remote_out) == before
 
 
-def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothing(batches, tmp_path):
-    from img2tfrecord.pipeline.lock import lock_output
-    from img2tfrecord.pipeline.run import pipeline_options
-
-    pool, _, _, _ = batches
+def _finished_and_one_new_file(pool: str, tmp_path) -> tuple:
+    """``(input, output, the output's files)``: a finished output of a copy of ``pool``, then one new input."""
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
     shutil.copytree(pool, src)
     _convert(src, out)
     shutil.copy(os.path.join(src, "class0", "img_0000.jpg"), os.path.join(src, "class0", "new.jpg"))
-    before = _bytes_and_times(out)
+    return src, out, _bytes_and_times(out)
+
+
+def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothing(batches, tmp_path):
+    from img2tfrecord.pipeline.lock import lock_output
+    from img2tfrecord.pipeline.run import pipeline_options
+
+    src, out, before = _finished_and_one_new_file(batches[0], tmp_path)
     lock = lock_output(out, pipeline_options(BEAM))
     lock.acquire(take_over_stale=False)  # another run writing the output
     try:
@@ -433,21 +437,6 @@ def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothi
 
 
 def test_an_append_builds_and_translates_as_a_dataflow_job_without_touching_the_output(batches, tmp_path):
-    from conftest import ROOT
-
-    pool, _, _, _ = batches
-    src_copy, out_copy = str(tmp_path / "in"), str(tmp_path / "out")
-    shutil.copytree(pool, src_copy)
-    _convert(src_copy, out_copy)
-    shutil.copy(os.path.join(src_copy, "class0", "img_0000.jpg"), os.path.join(src_copy, "class0", "new.jpg"))
-    before = _bytes_and_times(out_copy)
-    dataflow = [
-        "--runner=DataflowRunner",
-        "--project=test-project",
-        "--region=us-central1",
-        "--temp_location=gs://test-bucket/tmp",
-        "--dry_run=True",
-        f"--setup_file={ROOT}/setup.py",
-    ]
-    assert api.convert(src_copy, out_copy, append=True, pipeline_options=dataflow, **OPTIONS) is None
-    assert _bytes_and_times(out_copy) == before
+    src, out, before = _finished_and_one_new_file(batches[0], tmp_path)
+    assert api.convert(src, out, append=True, pipeline_options=list(DATAFLOW_DRY_RUN), **OPTIONS) is None
+    assert _bytes_and_times(out) == before

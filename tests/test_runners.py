@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import IN_MEMORY, ROOT, convert, shard_digests
+from conftest import DATAFLOW_DRY_RUN, IN_MEMORY, ROOT, convert, shard_digests
 from helpers.outputs import read_records
 
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -125,16 +125,7 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
         image=ImageOptions(size=(64, 64), format="jpeg"),
         splits=(("train", 0.8), ("validation", 0.2)),
     )
-    options = pipeline_options(
-        [
-            "--runner=DataflowRunner",
-            "--project=test-project",
-            "--region=us-central1",
-            "--temp_location=gs://test-bucket/tmp",
-            "--dry_run=True",
-            f"--setup_file={ROOT}/setup.py",
-        ]
-    )
+    options = pipeline_options(list(DATAFLOW_DRY_RUN))
     p = beam.Pipeline(options=options)
     build_pipeline(p, config, make_plan(config))
     result = p.run()
