@@ -11,8 +11,9 @@ import os
 import shutil
 
 import pytest
-from conftest import convert, run_cli, shard_digests
+from conftest import built_once, convert, run_cli, shard_digests
 from helpers.outputs import read_records
+from helpers.shared_outputs import converted_once
 from PIL import Image
 
 from img2tfrecord import schemas
@@ -20,6 +21,10 @@ from img2tfrecord.conversion.sharding import shuffle_key
 from img2tfrecord.schemas import manifest
 
 tf = pytest.importorskip("tensorflow")
+
+ONE = ("--processes", "1")  # where the number of conversion processes is not the point
+MESSY_OPTIONS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--num-shards", "2")
+MESSY = (*MESSY_OPTIONS, "--seed", "3")
 
 
 def write_image(path: str, size=(40, 30), color=(200, 30, 30), fmt="JPEG") -> bytes:
@@ -68,31 +73,41 @@ def split_membership(records_by_split):
 
 @pytest.fixture(scope="module")
 def messy_input(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("messy"))
-    good = make_dataset(root)
-    bad = plant_bad_files(root)
-    return root, good, bad
+    """(root, good: relpath -> bytes, bad: relpath -> reason), written once per session for the xdist workers."""
+
+    def build(folder: str) -> None:
+        root = os.path.join(folder, "in")
+        good = make_dataset(root)
+        bad = plant_bad_files(root)
+        with open(os.path.join(folder, "planted.json"), "w", encoding="utf-8") as f:
+            json.dump({"good": sorted(good), "bad": bad}, f)
+
+    folder = built_once(tmp_path_factory, "convert-cli-messy-input", build)
+    with open(os.path.join(folder, "planted.json"), encoding="utf-8") as f:
+        planted = json.load(f)
+    root = os.path.join(folder, "in")
+    good = {rel: open(os.path.join(root, rel), "rb").read() for rel in planted["good"]}
+    return root, good, planted["bad"]
 
 
 @pytest.fixture(scope="module")
 def messy_output(messy_input, tmp_path_factory):
-    """The default runner (multi-process), as a user runs it."""
+    """The default runner (multi-process) with the analysis, as a user runs it: statistics are compared below."""
     root, _, _ = messy_input
-    out = str(tmp_path_factory.mktemp("messy_out") / "records")
-    proc = convert(
-        root,
-        out,
-        "--splits",
-        "train=0.6,validation=0.2,test=0.2",
-        "--seed",
-        "3",
-        "--num-shards",
-        "2",
-        runner=(),
-        analyze=True,  # as a user runs it: statistics are compared below
-    )
+    out, proc = converted_once(tmp_path_factory, "convert-cli-messy", root, *MESSY, runner=(), analyze=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, proc
+
+
+@pytest.fixture(scope="module")
+def messy_again(messy_input, tmp_path_factory):
+    """``messy_output``'s conversion run again, in one process instead of one per core."""
+    root, _, _ = messy_input
+    out, proc = converted_once(
+        tmp_path_factory, "convert-cli-messy-one-process", root, *MESSY, *ONE, runner=(), analyze=True
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
 
 
 def test_every_input_is_a_record_or_an_error(messy_input, messy_output):
@@ -160,19 +175,12 @@ def test_manifest_counts_match_the_shards(messy_output):
     )
 
 
-def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output, tmp_path):
+def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output, messy_again, tmp_path):
     root, _, _ = messy_input
     out, _ = messy_output
     _, first = read_records(out)
-    again = str(tmp_path / "again")
-    assert (
-        convert(
-            root, again, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2"
-        ).returncode
-        == 0
-    )
     doc_a = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
-    doc_b, second = read_records(again)
+    doc_b, second = read_records(messy_again)
     assert split_membership(first) == split_membership(second)
     for split in doc_a["splits"]:
         assert doc_a["splits"][split]["examples_per_class"] == doc_b["splits"][split]["examples_per_class"]
@@ -180,26 +188,14 @@ def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output
             r[schemas.KEY_SHA256] for r in second[split]
         )
     other = str(tmp_path / "other_seed")
-    assert (
-        convert(
-            root, other, "--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "4", "--num-shards", "2"
-        ).returncode
-        == 0
-    )
+    assert convert(root, other, *MESSY_OPTIONS, "--seed", "4", *ONE).returncode == 0
     assert split_membership(read_records(other)[1]) != split_membership(first)
 
 
-def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_input, messy_output, tmp_path):
-    """The same input, options and seed: the same shard files (names, bytes) and the same error report,
-    converted in two processes (the default), in one, or again."""
-    root, _, _ = messy_input
+def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_output, messy_again):
+    """The same input, options and seed: the same shard files (names, bytes), error report and statistics,
+    converted in two processes (the default) by one run and in one process by another."""
     out, _ = messy_output
-    args = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--num-shards", "2")
-    one = str(tmp_path / "one")
-    single = convert(root, one, *args, "--processes", "1", runner=(), analyze=True)
-    assert single.returncode == 0, single.stderr[-4000:]
-    again = str(tmp_path / "again")
-    assert convert(root, again, *args, runner=(), analyze=True).returncode == 0
 
     def content(output):
         doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
@@ -208,7 +204,7 @@ def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_inpu
         shards = {split: info["shards"] for split, info in doc["splits"].items()}
         return shard_digests(output), shards, errors, doc["labels"], doc["accounting"], doc["statistics"]
 
-    assert content(out) == content(one) == content(again)
+    assert content(out) == content(messy_again)
     doc = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
     for info in doc["splits"].values():  # dataset.json's sha256 is the file's
         for shard in info["shards"]:
@@ -220,7 +216,7 @@ def test_records_are_shuffled_within_shards(tmp_path):
     root = str(tmp_path / "in")
     make_dataset(root, classes=("a", "b", "c", "d"), per_class=15)
     out = str(tmp_path / "out")
-    assert convert(root, out, "--num-shards", "1").returncode == 0
+    assert convert(root, out, "--num-shards", "1", *ONE).returncode == 0
     _, records = read_records(out)
     order = [r[schemas.CLASS_TEXT].decode() for r in records["train"]]
     assert sorted(order) == sorted(["a", "b", "c", "d"] * 15)
@@ -231,7 +227,7 @@ def test_records_are_shuffled_within_shards(tmp_path):
     names = [r[schemas.FILENAME].decode() for r in records["train"]]
     assert names == sorted(names, key=lambda n: (shuffle_key(n, 0), n))
     other = str(tmp_path / "other")
-    assert convert(root, other, "--num-shards", "1", "--seed", "1").returncode == 0
+    assert convert(root, other, "--num-shards", "1", "--seed", "1", *ONE).returncode == 0
     other_names = [r[schemas.FILENAME].decode() for r in read_records(other)[1]["train"]]
     assert sorted(other_names) == sorted(names) and other_names != names
     assert other_names == sorted(names, key=lambda n: (shuffle_key(n, 1), n))
@@ -240,7 +236,7 @@ def test_records_are_shuffled_within_shards(tmp_path):
 def test_adding_a_file_moves_no_other_file(tmp_path):
     root = str(tmp_path / "in")
     make_dataset(root, per_class=10)
-    splits = ("--splits", "train=0.5,validation=0.25,test=0.25", "--seed", "11")
+    splits = ("--splits", "train=0.5,validation=0.25,test=0.25", "--seed", "11", *ONE)
     first = str(tmp_path / "first")
     assert convert(root, first, *splits).returncode == 0
     write_image(os.path.join(root, "dog", "new_one.jpg"))
@@ -265,7 +261,7 @@ def test_split_folders_are_used_as_given(tmp_path):
     ):
         write_image(os.path.join(root, rel))
     out = str(tmp_path / "out")
-    proc = convert(root, out)
+    proc = convert(root, out, *ONE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc, records = read_records(out)
     assert doc["labels"] == ["ant", "cat", "dog"]
@@ -298,6 +294,7 @@ def test_resize_gzip_and_shard_size(tmp_path):
         "0.002",
         "--channels",
         "1",
+        *ONE,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc, records = read_records(out)
@@ -364,33 +361,29 @@ def test_no_matches_and_missing_input_exit_2(tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
-def test_refuses_non_empty_output_and_overwrites_only_its_own(tmp_path):
-    root = str(tmp_path / "in")
-    make_dataset(root, per_class=2)
-    out = str(tmp_path / "out")
-    assert convert(root, out, "--num-shards", "3", analyze=True).returncode == 0
+def test_refuses_non_empty_output_and_overwrites_only_its_own(messy_input, messy_again, tmp_path):
+    root, _, _ = messy_input
+    out = shutil.copytree(messy_again, str(tmp_path / "out"))  # a finished, analysed conversion of root
+    own = [
+        "_SUCCESS",
+        "dataset.json",
+        "errors.jsonl",
+        "labels.txt",
+        "index",
+        "ledger",
+        "dataset_info.json",
+        "features.json",
+        "image-class-label.labels.txt",
+    ]
+    # the tf.Transform analysis (transforms/analyze.py); its temp folders are gone
+    analysis = ["transform_fn", "transformed_metadata", "metadata", "schema.pbtxt"]
+    shards = [manifest.shard_file_name(split, i, 2) for split in ("train", "validation", "test") for i in range(2)]
+    assert sorted(os.listdir(out)) == sorted(own + analysis + shards)
     proc = convert(root, out)
     assert proc.returncode == 2 and "--overwrite" in proc.stderr
-    proc = convert(root, out, "--overwrite", "--num-shards", "1", analyze=True)
+    proc = convert(root, out, "--overwrite", "--num-shards", "1", *ONE)  # one split, without the analysis
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(os.listdir(out)) == sorted(
-        [
-            "_SUCCESS",
-            "dataset.json",
-            "errors.jsonl",
-            "labels.txt",
-            "train-00000-of-00001.tfrecord",
-            # the tf.Transform analysis (transforms/analyze.py); its temp folders are gone
-            "transform_fn",
-            "transformed_metadata",
-            "metadata",
-            "schema.pbtxt",
-            "index",
-            "dataset_info.json",
-            "features.json",
-            "image-class-label.labels.txt",
-        ]
-    )
+    assert sorted(os.listdir(out)) == sorted(own + ["train-00000-of-00001.tfrecord"])
     with open(os.path.join(out, "notes.txt"), "w") as f:
         f.write("mine")
     proc = convert(root, out, "--overwrite")
@@ -400,7 +393,7 @@ def test_refuses_non_empty_output_and_overwrites_only_its_own(tmp_path):
 
 def test_error_budget_exit_3(messy_input, tmp_path):
     root, _, _ = messy_input
-    proc = convert(root, str(tmp_path / "out"), "--max-error-rate", "0.05")
+    proc = convert(root, str(tmp_path / "out"), "--max-error-rate", "0.05", *ONE)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "error budget exceeded" in proc.stderr
     assert os.path.exists(tmp_path / "out" / manifest.SUCCESS_FILE)

@@ -42,7 +42,8 @@ from img2tfrecord.transforms.dedupe import Dedupe
 
 SEED = 3
 SPLITS = "train=0.5,validation=0.25,test=0.25"
-ARGS = ("--format", "keep", "--num-shards", "2", "--splits", SPLITS, "--seed", str(SEED), "--no-analyze")
+ONE = ("--processes", "1")  # dedupe happens before the conversion processes: their number is not the point
+ARGS = ("--format", "keep", "--num-shards", "2", "--splits", SPLITS, "--seed", str(SEED), "--no-analyze", *ONE)
 
 
 def photo(seed: int) -> bytes:
@@ -316,7 +317,7 @@ def test_detection_copies_keep_the_first_images_boxes(tmp_path):
     ]
     (root / "boxes.csv").write_text("\n".join(rows) + "\n")
     out = str(tmp_path / "out")
-    proc = convert(str(root / "boxes.csv"), out, "--dedupe", "--no-analyze", "--format", "keep")
+    proc = convert(str(root / "boxes.csv"), out, "--dedupe", "--no-analyze", "--format", "keep", *ONE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = manifest_doc(out)
     assert doc["accounting"]["inputs"] == 3 == doc["accounting"]["written"] + doc["accounting"]["rejected"]

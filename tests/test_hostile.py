@@ -19,10 +19,11 @@ from typing import Dict, Tuple
 import images as I
 import numpy as np
 import pytest
-from conftest import ROOT, cli_command, cli_env, convert
+from conftest import ROOT, built_once, convert
 from helpers.cli import FAST
 from helpers.datasets import ODD_CLASS, Record, Rejected, hostile_corpus
 from helpers.outputs import read_records
+from helpers.shared_outputs import converted_once, run_unprivileged
 from PIL import Image
 
 from img2tfrecord import schemas
@@ -30,6 +31,8 @@ from img2tfrecord.images import ImageError, ImageOptions, convert_image
 from img2tfrecord.schemas import manifest
 
 tf = pytest.importorskip("tensorflow")
+
+ONE = ("--processes", "1")  # where the number of conversion processes is not the point
 
 
 JUNK = (  # skipped and counted, never errors
@@ -55,36 +58,42 @@ def _write(root: str, relpath: str, data: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def hostile_input(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("hostile") / "in")
+    """(root, relpath -> (bytes, expected outcome)); the corpus is written once per session for the xdist workers."""
     expected = hostile_corpus()
-    for relpath, (data, _) in expected.items():
-        _write(root, relpath, data)
-    for relpath in JUNK:
-        _write(root, relpath, b"junk")
-    os.makedirs(os.path.join(root, "empty_class"))
-    links = os.path.join(root, "links")
-    os.makedirs(links)
-    os.symlink("..", os.path.join(links, "loop"))  # a link loop: links/loop/links/loop/...
-    os.symlink(".", os.path.join(links, "self"))
-    os.symlink("does-not-exist.jpg", os.path.join(links, "dangling.jpg"))
-    os.symlink(os.path.join("..", "good", "plain.jpg"), os.path.join(links, "file_link.jpg"))
+
+    def build(root: str) -> None:
+        for relpath, (data, _) in expected.items():
+            _write(root, relpath, data)
+        for relpath in JUNK:
+            _write(root, relpath, b"junk")
+        os.makedirs(os.path.join(root, "empty_class"))
+        links = os.path.join(root, "links")
+        os.makedirs(links)
+        os.symlink("..", os.path.join(links, "loop"))  # a link loop: links/loop/links/loop/...
+        os.symlink(".", os.path.join(links, "self"))
+        os.symlink("does-not-exist.jpg", os.path.join(links, "dangling.jpg"))
+        os.symlink(os.path.join("..", "good", "plain.jpg"), os.path.join(links, "file_link.jpg"))
+        special = os.path.join(root, "special")
+        os.makedirs(special)
+        os.mkfifo(os.path.join(special, "pipe.jpg"))  # a plain open() would block forever
+        if os.path.exists("/proc/self/mem"):  # a regular file whose read fails with EIO, even for root
+            os.symlink("/proc/self/mem", os.path.join(special, "proc_mem.jpg"))
+
+    root = built_once(tmp_path_factory, "hostile-input", build)
     expected["links/file_link.jpg"] = expected["good/plain.jpg"]  # links to files are followed
-    special = os.path.join(root, "special")
-    os.makedirs(special)
-    os.mkfifo(os.path.join(special, "pipe.jpg"))  # a plain open() would block forever
     expected["special/pipe.jpg"] = (b"", Rejected("unreadable"))
-    if os.path.exists("/proc/self/mem"):  # a regular file whose read fails with EIO, even for root
-        os.symlink("/proc/self/mem", os.path.join(special, "proc_mem.jpg"))
+    if os.path.lexists(os.path.join(root, "special", "proc_mem.jpg")):
         expected["special/proc_mem.jpg"] = (b"", Rejected("unreadable"))
     return root, expected
 
 
 @pytest.fixture(scope="module")
 def hostile_output(hostile_input, tmp_path_factory):
+    """The corpus converted with the default runner and processes, as a user runs it; once per session."""
     root, _ = hostile_input
-    out = str(tmp_path_factory.mktemp("hostile_out") / "records")
     start = time.monotonic()
-    proc = convert(root, out, "--num-shards", "2", "--max-file-mb", "1", "--decode-timeout-s", "20", *FAST, runner=())
+    args = ("--num-shards", "2", "--max-file-mb", "1", "--decode-timeout-s", "20", *FAST)
+    out, proc = converted_once(tmp_path_factory, "hostile-default", root, *args, runner=())
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert time.monotonic() - start < 240
     return out, proc
@@ -211,7 +220,7 @@ def test_resize_of_extreme_shapes_orientations_and_animations(tmp_path):
     out = str(tmp_path / "out")
     for resize in ("fit", "fill"):
         target = f"{out}-{resize}"
-        proc = convert(root, target, "--image-size", "32x24", "--resize", resize, *FAST)
+        proc = convert(root, target, "--image-size", "32x24", "--resize", resize, *FAST, *ONE)
         assert proc.returncode == 0, proc.stderr[-3000:]
         doc, records = read_records(target)
         assert doc["accounting"]["written"] == len(files) and doc["accounting"]["rejected"] == 0
@@ -236,7 +245,7 @@ def test_names_that_are_not_utf8_become_bad_name_rows(tmp_path):
         with open(os.path.join(os.fsencode(root), folder, name), "wb") as f:
             f.write(I.jpeg(8, 8))
     out = str(tmp_path / "out")
-    proc = convert(root, out, *FAST)
+    proc = convert(root, out, *FAST, *ONE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 file name(s) are not valid UTF-8" in proc.stderr
     errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8")]
@@ -272,35 +281,38 @@ def test_output_through_a_file_exits_2_with_one_line(tmp_path):
     assert len(lines) == 1 and "is not writable" in lines[0] and "Not a directory" in lines[0], proc.stderr
 
 
-def convert_unprivileged(root: str, out: str, *extra: str) -> subprocess.CompletedProcess:
-    """``convert`` with permission bits in force: as root, without the capabilities that bypass them."""
-    argv = cli_command("convert", "--input", root, "--output", out, *extra)
-    if os.geteuid() == 0:
-        argv = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=cli_env(), cwd=ROOT)
-
-
-def test_read_only_output_folder_exits_2(tmp_path):
-    root = str(tmp_path / "in")
-    _write(root, "cat/a.jpg", I.jpeg(8, 8))
-    parent = tmp_path / "locked"
+@pytest.fixture(scope="module")
+def unprivileged(tmp_path_factory):
+    """Two conversions, in one fresh process with permission bits in force (``run_unprivileged``): into a folder
+    it may not write (``locked/out``) and of an input holding a file it may not read (to ``out``)."""
+    base = tmp_path_factory.mktemp("unprivileged")
+    _write(str(base / "in"), "cat/a.jpg", I.jpeg(8, 8))
+    _write(str(base / "secret"), "cat/a.jpg", I.jpeg(8, 8))
+    _write(str(base / "secret"), "cat/secret.jpg", I.jpeg(8, 8))
+    os.chmod(base / "secret" / "cat" / "secret.jpg", 0)
+    parent = base / "locked"
     parent.mkdir()
     parent.chmod(0o555)
     try:
-        proc = convert_unprivileged(root, str(parent / "out"), *FAST)
+        locked, unreadable = run_unprivileged(
+            str(base),
+            ("convert", "--input", str(base / "in"), "--output", str(parent / "out"), *FAST, *ONE),
+            ("convert", "--input", str(base / "secret"), "--output", str(base / "out"), *FAST, *ONE),
+        )
     finally:
         parent.chmod(0o755)
+    return base, locked, unreadable
+
+
+def test_read_only_output_folder_exits_2(unprivileged):
+    base, proc, _ = unprivileged
     assert proc.returncode == 2 and "is not writable: Permission denied" in proc.stderr, proc.stderr[-3000:]
-    assert os.listdir(parent) == []
+    assert os.listdir(base / "locked") == []
 
 
-def test_permission_denied_file_is_an_unreadable_error(tmp_path):
-    root = str(tmp_path / "in")
-    _write(root, "cat/a.jpg", I.jpeg(8, 8))
-    _write(root, "cat/secret.jpg", I.jpeg(8, 8))
-    os.chmod(os.path.join(root, "cat", "secret.jpg"), 0)
-    out = str(tmp_path / "out")
-    proc = convert_unprivileged(root, out, *FAST)
+def test_permission_denied_file_is_an_unreadable_error(unprivileged):
+    base, _, proc = unprivileged
+    out = str(base / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
     assert [(e["relpath"], e["reason"]) for e in errors] == [("cat/secret.jpg", "unreadable")]
