@@ -73,17 +73,17 @@ def write_manifest_doc(output_dir: str, doc: dict) -> None:
 
 
 def shard_digests(output: str) -> dict:
-    """sha256 of every shard and index file of a local output, by path relative to it."""
+    """sha256 of every shard and index file of a local or gs:// output, by path relative to it."""
     import hashlib
 
+    from img2tfrecord.readers import storage
     from img2tfrecord.schemas import manifest
 
     found = {}
-    for folder, _, names in os.walk(output):
-        for name in names:
-            if manifest.parse_shard_file_name(name) or name.endswith(manifest.INDEX_SUFFIX):
-                with open(os.path.join(folder, name), "rb") as f:
-                    found[os.path.relpath(os.path.join(folder, name), output)] = hashlib.sha256(f.read()).hexdigest()
+    for relative, _ in storage.walk_files(output):
+        if manifest.parse_shard_file_name(relative) or relative.startswith(manifest.INDEX_DIR + "/"):
+            with storage.open_binary(storage.join(output, relative)) as f:
+                found[relative] = hashlib.sha256(f.read()).hexdigest()
     return found
 
 

@@ -14,7 +14,7 @@ import signal
 
 import images as I
 import pytest
-from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc
+from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc, shard_digests
 from gcs_emulator import gcs_fixture, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.datasets import make_images
 from test_faults import _kill_when
@@ -367,18 +367,6 @@ def test_generation_shard_names_parse_and_a_manifest_with_generations_reads_back
     assert manifest_doc(out)["generations"][2]["generation"] == 2
 
 
-def _digests(output: str) -> dict:
-    """relative path -> sha256 of every shard and index object of a local or gs:// output."""
-    from img2tfrecord.readers import storage
-
-    found = {}
-    for relative, _ in storage.walk_files(output):
-        if manifest.parse_shard_file_name(relative) or relative.startswith(manifest.INDEX_DIR + "/"):
-            with storage.open_binary(storage.join(output, relative)) as f:
-                found[relative] = hashlib.sha256(f.read()).hexdigest()
-    return found
-
-
 def test_an_append_on_cloud_storage_writes_the_bytes_of_a_local_append(gcs, batches, tmp_path):
     from apache_beam.io.filesystems import FileSystems
 
@@ -403,7 +391,7 @@ def test_an_append_on_cloud_storage_writes_the_bytes_of_a_local_append(gcs, batc
     local_doc = _convert(local_in, local_out, append=True)
     remote_doc = _convert(remote_in, remote_out, append=True)
     assert [g.inputs for g in remote_doc.generations] == [g.inputs for g in local_doc.generations]
-    assert _digests(remote_out) == _digests(local_out) and len(_digests(local_out)) > 4
+    assert shard_digests(remote_out) == shard_digests(local_out) and len(shard_digests(local_out)) > 4
     assert records.read_manifest(remote_out).splits == local_doc.splits
     before = stamps(remote_out)
     again = _convert(remote_in, remote_out, append=True)  # nothing new: no object written

@@ -10,7 +10,6 @@ processes. Each input is uploaded, and converted to ``gs://`` with the same opti
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import signal
@@ -20,7 +19,7 @@ from typing import Dict, List, Tuple
 
 import images as I
 import pytest
-from conftest import IN_MEMORY, ROOT, cli_command, cli_env, without_analysis
+from conftest import IN_MEMORY, ROOT, cli_command, cli_env, shard_digests, without_analysis
 from gcs_emulator import Emulator, gcs_fixture, upload_file, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.cli import run_in_process
 from helpers.datasets import dataset_files, make_images, write_tar, write_tree, write_zip
@@ -54,16 +53,6 @@ def listing(directory: str) -> Dict[str, Tuple[int, float]]:
     return {m.path[len(prefix) :]: (m.size_in_bytes, m.last_updated_in_seconds) for m in found}
 
 
-def digests(output: str) -> Dict[str, str]:
-    """sha256 of every shard and index file of an output, read through the storage facade."""
-    found = {}
-    for relative, _ in storage.walk_files(output):
-        if manifest.parse_shard_file_name(relative) or relative.startswith(manifest.INDEX_DIR + "/"):
-            with storage.open_binary(storage.join(output, relative)) as f:
-                found[relative] = hashlib.sha256(f.read()).hexdigest()
-    return found
-
-
 def error_rows(output: str) -> List[Tuple[str, str]]:
     text = storage.read_text(storage.join(output, manifest.ERRORS_FILE))
     return sorted((row["relpath"], row["reason"]) for row in map(json.loads, text.splitlines()))
@@ -78,7 +67,7 @@ def comparable(doc: DatasetManifest) -> dict:
 def assert_same_output(remote: str, local: str, analysed: bool = True) -> None:
     """The gs:// output holds the local one's records, errors, manifest facts and labels (and the
     tf.Transform output when ``analysed``), and _SUCCESS last."""
-    assert digests(remote) == digests(local) and digests(local)
+    assert shard_digests(remote) == shard_digests(local) and shard_digests(local)
     assert error_rows(remote) == error_rows(local)
     assert comparable(records.read_manifest(remote)) == comparable(records.read_manifest(local))
     name = manifest.LABELS_FILE
@@ -192,7 +181,7 @@ def test_a_non_empty_output_is_refused_and_overwrite_removes_only_its_own_object
     again = convert(gcs, source, out, "--overwrite", *ONE, analyze=False)
     assert again.returncode == 0, again.stderr[-3000:]
     assert set(listing(out)) == set(first)
-    assert digests(out) == digests(finished)
+    assert shard_digests(out) == shard_digests(finished)
     assert storage.read_text(sibling) == "not ours"
 
 
@@ -245,7 +234,7 @@ def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_byt
     resumed = cli(gcs, *args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"{len(finished)} finished shard(s) kept" in resumed.stderr, resumed.stderr[-2000:]
-    assert digests(out) == digests(reference)
+    assert shard_digests(out) == shard_digests(reference)
     assert comparable(records.read_manifest(out)) == comparable(records.read_manifest(reference))
     assert manifest.SUCCESS_FILE in listing(out)
 
