@@ -189,7 +189,7 @@ def run(
         if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
             check_local_input(plan.base, plan.pattern, plan.layout)
-        ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) else (None, [])
+        ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) and not appending else (None, [])
         if config.append and not appending:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
         elif config.append:

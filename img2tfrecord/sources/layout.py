@@ -106,7 +106,9 @@ def relative_path(base: str, path: str) -> str:
 
 
 def is_junk(relpath: str) -> bool:
-    return any(part.startswith(".") or part.lower() in _JUNK_NAMES for part in relpath.split("/"))
+    if relpath.startswith(".") or "/." in relpath:  # a hidden file or folder at any depth
+        return True
+    return not _JUNK_NAMES.isdisjoint(relpath.lower().split("/"))
 
 
 # An earlier output inside an input folder: the files and folder that mark it (schemas/manifest.py).
