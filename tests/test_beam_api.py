@@ -23,6 +23,8 @@ from img2tfrecord.schemas.example_proto import Example
 
 OPTIONS = {"image_size": 32, "splits": "train=0.7,test=0.3", "seed": 4}
 FLAGS = ("--image-size", "32", "--splits", "train=0.7,test=0.3", "--seed", "4")
+# convert's worker pool is not what these comparisons are about.
+ONE_PROCESS = ("--processes", "1")
 
 
 def references(sample_dir: str, tmp_path) -> list:
@@ -74,7 +76,7 @@ def test_the_records_and_shards_are_those_convert_writes_from_a_manifest_of_the_
     refs = references(sample_dir, tmp_path)
     listing = csv_manifest(tmp_path, refs)
     out = str(tmp_path / "out")
-    proc = convert(listing, out, *FLAGS, "--num-shards", "3")
+    proc = convert(listing, out, *FLAGS, "--num-shards", "3", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected, labels, errors = written(out)
     assert len(expected) == len(refs) - 2 and {e["reason"] for e in errors} == {"not_found", "not_an_image"}
@@ -170,7 +172,7 @@ def test_images_to_tfrecords_writes_the_folder_convert_writes_from_the_same_rows
     listing = csv_manifest(tmp_path, refs)
     out = str(tmp_path / "cli")
     small_shards = ("--shard-size-mb", "0.01")  # several shards per split, counted from a sample
-    proc = convert(listing, out, *FLAGS, *small_shards, analyze=True)
+    proc = convert(listing, out, *FLAGS, *small_shards, *ONE_PROCESS, analyze=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = _comparable(out)
     assert all(len(split["shards"]) > 1 for split in expected["splits"].values())
@@ -235,7 +237,9 @@ def test_references_with_boxes_give_the_detection_folder_of_a_manifest_of_boxes(
     root = str(tmp_path / "in")
     listing = write_csv(root, {"a": 1, "b": 6, "c": 3}, extra_rows="images/a.jpg,cat,5,5,1,1\n")  # an empty box
     out = str(tmp_path / "cli")
-    proc = convert(listing, out, "--task", "detection", "--image-size", "64", "--resize", "fill", "--seed", "2")
+    proc = convert(
+        listing, out, "--task", "detection", "--image-size", "64", "--resize", "fill", "--seed", "2", *ONE_PROCESS
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     boxes = [
         {"label": label, "xmin": x0, "ymin": y0, "xmax": x1, "ymax": y1}

@@ -11,20 +11,20 @@ import pytest
 from conftest import convert, manifest_doc
 from helpers.cli import run_in_process
 from helpers.datasets import JUNK, write_tar, write_tree, write_zip
-from helpers.detection_inputs import (
-    RESIZE,
-    VOC_TOP,
-    H,
-    W,
-    pack,
-    write_bad_voc,
-    write_coco,
-    write_voc,
-    write_voc_tar_with_link_and_twin,
-)
+from helpers.detection_inputs import RESIZE, VOC_TOP
 from helpers.outputs import assert_plan_is_the_run
+from helpers.shared_builds import (
+    COCO_SPLITS,
+    DETECTION_SPLITS,
+    ONE_PROCESS,
+    bad_voc,
+    bad_voc_tree,
+    split_coco,
+    voc_orientations,
+    voc_with_link_and_twin,
+)
 
-SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "11")
+SPLITS = DETECTION_SPLITS  # the shared detection conversions (helpers/shared_builds.py) use these too
 
 
 def plan(input_path: str, output: str, *extra: str) -> dict:
@@ -65,7 +65,7 @@ def test_the_plan_of_class_folders_counts_what_the_run_writes_per_split_and_clas
     assert t["seconds"] >= t["startup_seconds"] > 0
     assert found["output"]["exists"] is False
 
-    proc = convert(class_folder, out, *SPLITS, "--image-size", "16", "--no-analyze")
+    proc = convert(class_folder, out, *SPLITS, "--image-size", "16", "--no-analyze", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_plan_is_the_run(found, manifest_doc(out))
 
@@ -93,35 +93,31 @@ def write_manifest(root: str) -> str:
     return path
 
 
-def write_detection(root: str) -> str:
-    write_voc(root, {f"img{i}": 1 for i in range(6)})
-    return root
-
-
-@pytest.mark.parametrize("kind", ["split_folders", "manifest", "voc"])
-def test_the_plan_of_split_folders_a_manifest_and_voc_counts_what_the_run_writes(kind, tmp_path):
+@pytest.mark.parametrize("kind", ["split_folders", "manifest"])
+def test_the_plan_of_split_folders_and_a_manifest_counts_what_the_run_writes(kind, tmp_path):
     source = str(tmp_path / "source")
     if kind == "split_folders":
         write_split_folders(source)
-    elif kind == "manifest":
+    else:
         source = write_manifest(source)
-    else:
-        write_detection(source)
     out = str(tmp_path / "records")
-    extra = ("--no-analyze",) if kind != "voc" else ()
     found = plan(source, out, *SPLITS)
-    expected = {"split_folders": "split", "manifest": "manifest", "voc": "detection"}[kind]
-    assert found["layout"] == expected
-    if kind == "voc":
-        assert found["annotations"] == "voc" and found["classes"] == ["bird", "cat", "dog"]
-        assert sum(sum(s["boxes_per_class"].values()) for s in found["splits"].values()) == 6 * 3
-    else:
-        assert set(found["splits"]) == {"train", "validation", "test"}  # val is validation
+    assert found["layout"] == {"split_folders": "split", "manifest": "manifest"}[kind]
+    assert set(found["splits"]) == {"train", "validation", "test"}  # val is validation
     if kind == "manifest":
         assert found["rejected"]["by_reason"] == {"missing_label": 1, "not_found": 1}
-    proc = convert(source, out, *SPLITS, *extra)
+    proc = convert(source, out, *SPLITS, "--no-analyze", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_plan_is_the_run(found, manifest_doc(out))
+
+
+def test_the_plan_of_voc_with_random_splits_counts_what_the_run_writes(tmp_path_factory, tmp_path):
+    run = voc_orientations(tmp_path_factory, "keep")  # PNG records, helpers/shared_builds.DETECTION_SPLITS
+    found = plan(run.input, str(tmp_path / "records"), "--format", "png", *SPLITS)
+    assert found["layout"] == "detection"
+    assert found["annotations"] == "voc" and found["classes"] == ["bird", "cat", "dog"]
+    assert sum(sum(s["boxes_per_class"].values()) for s in found["splits"].values()) == 8 * 3
+    assert_plan_is_the_run(found, manifest_doc(run.output))
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar.gz"])
@@ -178,32 +174,21 @@ def test_the_plan_and_its_counts_share_one_listing_of_the_input(kind, class_fold
     assert len(listed) == 1, listed
 
 
-@pytest.fixture(scope="module")
-def voc_with_bad_input(tmp_path_factory) -> str:
-    """``VOCdevkit/VOC2012/``: image sets, a missing image, malformed XML, an image in no image set, bad boxes."""
-    tree = str(tmp_path_factory.mktemp("plan-voc"))
-    write_bad_voc(os.path.join(tree, *VOC_TOP.split("/")))
-    return tree
-
-
-@pytest.mark.parametrize("name,top", [("voc.zip", ""), ("voc.tar.gz", "./data")])
-def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(
-    name, top, voc_with_bad_input, tmp_path
-):
-    root = os.path.join(voc_with_bad_input, *VOC_TOP.split("/"))
-    # The zip holds VOCdevkit/VOC2012/..., the tar.gz the VOC root's content under ./data/.
-    archive = pack(voc_with_bad_input if name.endswith(".zip") else root, str(tmp_path / name), top)
+@pytest.mark.parametrize("name", ["voc.zip", "voc.tar.gz"])
+def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(name, tmp_path_factory, tmp_path):
+    """``VOCdevkit/VOC2012/``: image sets, a missing image, malformed XML, an image in no image set, bad boxes;
+    the zip holds VOCdevkit/VOC2012/..., the tar.gz the VOC root's content under ./data/."""
+    root = os.path.join(bad_voc_tree(tmp_path_factory), *VOC_TOP.split("/"))
+    run = bad_voc(tmp_path_factory, name)  # converted with RESIZE
     out = str(tmp_path / "records")
-    found = plan(archive, out, *RESIZE)
+    found = plan(run.input, out, *RESIZE)
     assert (found["input_kind"], found["layout"], found["annotations"]) == ("archives", "detection", "voc")
     assert found["rejected"]["by_reason"] == {"bad_annotation": 2, "not_found": 1, "not_in_image_sets": 1}
     assert found["inputs"] == 9 and found["time"]["sample_size"] == 5
     assert all("!/" in row["path"] for row in found["rejected"]["examples"])  # ARCHIVE!/MEMBER, as errors.jsonl
     assert comparable(found) == comparable(plan(root, out, *RESIZE))
 
-    proc = convert(archive, out, *RESIZE)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = manifest_doc(out)
+    doc = manifest_doc(run.output)
     assert_plan_is_the_run(found, doc, boxes=False)
     for name, info in doc["splits"].items():
         # The plan counts the boxes the annotations give; the run drops the cat box planted outside each image.
@@ -213,41 +198,27 @@ def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_count
         assert found["splits"][name]["boxes_per_class"] == written, name
 
 
-def test_archive_members_an_annotation_cannot_use_are_planned_as_the_run_rejects_them(tmp_path):
+def test_archive_members_an_annotation_cannot_use_are_planned_as_the_run_rejects_them(tmp_path_factory, tmp_path):
     """A link and a name held twice: the run rejects the annotated images naming them, and so does the plan."""
-    archive = write_voc_tar_with_link_and_twin(str(tmp_path))
-    out = str(tmp_path / "records")
-    found = plan(archive, out, *SPLITS)
+    run = voc_with_link_and_twin(tmp_path_factory)  # --task detection, helpers/shared_builds.DETECTION_SPLITS
+    found = plan(run.input, str(tmp_path / "records"), "--task", "detection", *SPLITS)
     assert found["rejected"]["by_reason"] == {"duplicate_member": 1, "unsupported_member": 1}
     assert found["inputs"] == 3
-    proc = convert(archive, out, *SPLITS)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_plan_is_the_run(found, manifest_doc(out))
+    assert_plan_is_the_run(found, manifest_doc(run.output))
 
 
-def write_coco_with_bad_input(root: str) -> None:
-    """COCO images and JSON; the JSON also names an image that is not there and annotates an unknown image id."""
-
-    def add_bad_entries(doc):
-        doc["images"].append({"id": 99, "file_name": "nowhere.jpg", "width": W, "height": H})
-        doc["annotations"].append({"id": 999, "image_id": 42, "category_id": 10, "bbox": [1, 1, 5, 5]})
-
-    write_coco(root, {f"c{i}": 1 + i % 8 for i in range(8)}, change=add_bad_entries)
-
-
-def test_a_coco_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(tmp_path):
-    root = str(tmp_path / "coco")
-    write_coco_with_bad_input(root)
-    archive = pack(root, str(tmp_path / "coco.zip"), "coco")
+def test_a_coco_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(tmp_path_factory, tmp_path):
+    """helpers/shared_builds.write_split_coco: split files, an image that is not there, boxes of an unknown
+    image and category, a malformed JSON file."""
+    run = split_coco(tmp_path_factory, "coco.tar")  # converted with RESIZE
     out = str(tmp_path / "records")
-    found = plan(archive, out, *SPLITS, *RESIZE)
+    found = plan(run.input, out, *RESIZE)
     assert (found["input_kind"], found["annotations"]) == ("archives", "coco")
-    assert found["rejected"]["by_reason"] == {"not_found": 1, "unknown_image": 1} and found["inputs"] == 10
-    assert comparable(found) == comparable(plan(root, out, *SPLITS, *RESIZE))
-
-    proc = convert(archive, out, *SPLITS, *RESIZE)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_plan_is_the_run(found, manifest_doc(out))
+    assert found["rejected"]["by_reason"] == {"bad_annotation": 1, "not_found": 1, "unknown_image": 1}
+    assert found["inputs"] == 11
+    assert {name: s["examples"] for name, s in found["splits"].items()} == COCO_SPLITS
+    assert comparable(found) == comparable(plan(split_coco(tmp_path_factory).input, out, *RESIZE))
+    assert_plan_is_the_run(found, manifest_doc(run.output))
 
 
 def test_junk_strays_and_non_images_are_listed_and_an_existing_output_is_reported_untouched(class_folder, tmp_path):

@@ -20,6 +20,7 @@ from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 FAST = {"analyze": False, "pipeline_options": list(IN_MEMORY)}
+ONE = {"processes": 1, **FAST}  # where the worker pool is not the point
 
 
 def cli_error(capsys, *args: str) -> str:
@@ -52,7 +53,7 @@ def test_convert_returns_the_manifest_and_writes_the_command_lines_bytes(sample_
         splits={"train": 0.7, "validation": 0.15, "test": 0.15},
         seed=7,
         num_shards=2,
-        **FAST,
+        **ONE,
     )
     assert isinstance(result, DatasetManifest)
     assert result == img2tfrecord.read_manifest(out)
@@ -60,7 +61,7 @@ def test_convert_returns_the_manifest_and_writes_the_command_lines_bytes(sample_
     assert sorted(result.splits) == ["test", "train", "validation"]
     assert all(len(info.shards) == 2 for info in result.splits.values())
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    # converted_sample is `img2tfrecord convert` with the same options as a process (and the analysis).
+    # converted_sample is `img2tfrecord convert` with the same options, analysed, with a process per core.
     assert shard_digests(out) == shard_digests(converted_sample)
 
 
@@ -80,7 +81,7 @@ def test_bad_images_are_rejected_rows_and_the_run_goes_on(photos_with_bad_files,
 def test_past_the_error_budget_the_finished_output_comes_with_the_exception(photos_with_bad_files, tmp_path):
     out = str(tmp_path / "out")
     with pytest.raises(ErrorBudgetExceeded) as info:
-        api.convert(photos_with_bad_files, out, image_size=32, max_error_rate=0.001, **FAST)
+        api.convert(photos_with_bad_files, out, image_size=32, max_error_rate=0.001, **ONE)
     assert str(info.value).startswith("error budget exceeded: 2 of 82 inputs rejected")
     assert info.value.result is not None and info.value.result.accounting.rejected == 2
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))  # complete and consistent, still reported
@@ -93,7 +94,7 @@ def test_no_record_written_raises_and_leaves_no_success(tmp_path):
         (src / f"{i}.jpg").write_bytes(I.text_as_jpg())
     out = str(tmp_path / "out")
     with pytest.raises(ErrorBudgetExceeded, match="no records written, 3 of 3 inputs rejected") as info:
-        api.convert(str(tmp_path / "photos"), out, **FAST)
+        api.convert(str(tmp_path / "photos"), out, **ONE)
     assert info.value.result is not None and info.value.result.num_examples == 0
     assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
 
@@ -158,7 +159,9 @@ def test_beam_options_may_be_a_pipeline_options_object(sample_dir, tmp_path):
 
     options = PipelineOptions([], runner="FnApiRunner", direct_running_mode="in_memory")
     assert api.beam_arguments(options) == ["--runner=FnApiRunner"]  # in_memory is Beam's default
-    result = api.convert(sample_dir, str(tmp_path / "out"), image_size=16, analyze=False, pipeline_options=options)
+    result = api.convert(
+        sample_dir, str(tmp_path / "out"), image_size=16, analyze=False, processes=1, pipeline_options=options
+    )
     assert result is not None and result.num_examples == 80
 
 

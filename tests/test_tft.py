@@ -32,7 +32,10 @@ def convert(*args, **kwargs):
     return conftest.convert(*args, analyze=True, **kwargs)
 
 
-HEIGHT, WIDTH = 32, 40  # --image-size 40x32 is width x height
+SIZE = 64  # converted_sample: --image-size 64
+HEIGHT, WIDTH = 32, 40  # the --exact-statistics run: --image-size 40x32 is width x height, not a square
+# The other runs in one process: converted_sample is analysed with a worker process per core.
+ONE_PROCESS = ("--processes", "1")
 
 
 def read_doc(out):
@@ -78,25 +81,9 @@ def flat_pixels(image_tensor):
 
 
 @pytest.fixture(scope="module")
-def analysed(sample_dir, tmp_path_factory):
-    """The sample dataset at 40x32 JPEG, three splits, two shards each, analysed (convert's default)."""
-    out = str(tmp_path_factory.mktemp("tft") / "out")
-    proc = convert(
-        sample_dir,
-        out,
-        "--image-size",
-        f"{WIDTH}x{HEIGHT}",
-        "--format",
-        "jpeg",
-        "--splits",
-        "train=0.6,validation=0.2,test=0.2",
-        "--seed",
-        "3",
-        "--num-shards",
-        "2",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+def analysed(converted_sample):
+    """The sample dataset at 64x64 JPEG, three splits, two shards each, analysed (convert's default)."""
+    return converted_sample
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +108,7 @@ def test_tft_output_loads(analysed):
     output = tft.TFTransformOutput(analysed)
     assert output.raw_feature_spec() == keys.feature_spec()
     assert output.transformed_feature_spec() == {
-        names.IMAGE: tf.io.FixedLenFeature([HEIGHT, WIDTH, 3], tf.float32),
+        names.IMAGE: tf.io.FixedLenFeature([SIZE, SIZE, 3], tf.float32),
         names.LABEL: tf.io.FixedLenFeature([], tf.int64),
     }
 
@@ -175,19 +162,18 @@ def test_statistics_agree_with_numpy(analysed, sample_dir):
     stats = doc["statistics"]
     assert stats["exact"] is False and doc["options"]["exact_statistics"] is False
     parsed = parsed_split(analysed, "train")
-    mean, std = moments(encoder_inputs(sample_dir, parsed, ImageOptions(size=(WIDTH, HEIGHT), format="jpeg")))
+    mean, std = moments(encoder_inputs(sample_dir, parsed, ImageOptions(size=(SIZE, SIZE), format="jpeg")))
     np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)
     np.testing.assert_allclose(stats["pixel_std"], std, rtol=0, atol=1e-9)
     images = decoded(parsed)
     stored_mean, stored_std = moments(images)
-    # The sample's 40x32 images of flat shapes with hard colour edges are about the worst case
-    # for 4:2:0 chroma subsampling: std here is 5% above the decoded images' in one channel
+    # The sample's 64x64 images of flat shapes with hard colour edges are about the worst case
+    # for 4:2:0 chroma subsampling: std here is 3% above the decoded images' in one channel
     # (0.45% on photo-like 224x224 images, benchmarks/bench_analyze.py).
     np.testing.assert_allclose(stats["pixel_mean"], stored_mean, rtol=0, atol=2e-3)
     np.testing.assert_allclose(stats["pixel_std"], stored_std, rtol=8e-2, atol=0)
     assert stats["num_examples"] == len(images) == doc["splits"]["train"]["num_examples"]
-    assert stats["image_height"] == {"min": HEIGHT, "max": HEIGHT}
-    assert stats["image_width"] == {"min": WIDTH, "max": WIDTH}
+    assert stats["image_height"] == stats["image_width"] == {"min": SIZE, "max": SIZE}
     expected = {name: 0 for name in doc["labels"]}
     expected.update(doc["splits"]["train"]["examples_per_class"])
     assert stats["examples_per_class"] == expected
@@ -196,7 +182,7 @@ def test_statistics_agree_with_numpy(analysed, sample_dir):
 
 def test_transformed_train_images_are_standardised(analysed, layer):
     image = layer(parsed_split(analysed, "train"))[names.IMAGE]
-    assert image.dtype == tf.float32 and image.shape[1:] == (HEIGHT, WIDTH, 3)
+    assert image.dtype == tf.float32 and image.shape[1:] == (SIZE, SIZE, 3)
     pixels = flat_pixels(image)
     # Within the JPEG loss (see test_statistics_agree_with_numpy); exactly with --exact-statistics.
     np.testing.assert_allclose(pixels.mean(0), 0.0, atol=1e-2)
@@ -205,7 +191,7 @@ def test_transformed_train_images_are_standardised(analysed, layer):
 
 def test_exact_statistics_are_those_of_the_decoded_records(sample_dir, tmp_path):
     """--exact-statistics: the moments of the stored JPEGs as load() decodes them, and a transform
-    that standardises the train split exactly."""
+    that standardises the train split exactly, height before width."""
     out = str(tmp_path / "out")
     proc = convert(
         sample_dir,
@@ -220,17 +206,24 @@ def test_exact_statistics_are_those_of_the_decoded_records(sample_dir, tmp_path)
         "--seed",
         "3",
         "-q",
+        *ONE_PROCESS,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = read_doc(out)
     stats = doc["statistics"]
     assert stats["exact"] is True and doc["options"]["exact_statistics"] is True
+    assert stats["image_height"] == {"min": HEIGHT, "max": HEIGHT}
+    assert stats["image_width"] == {"min": WIDTH, "max": WIDTH}
     assert "  of the stored pixels, as load() decodes them" in run_in_process("inspect", out).stdout.splitlines()
     parsed = parsed_split(out, "train")
     mean, std = moments(decoded(parsed))
     np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)
     np.testing.assert_allclose(stats["pixel_std"], std, rtol=0, atol=1e-9)
-    pixels = flat_pixels(tft.TFTransformOutput(out).transform_features_layer()(parsed)[names.IMAGE])
+    output = tft.TFTransformOutput(out)
+    assert output.transformed_feature_spec()[names.IMAGE] == tf.io.FixedLenFeature([HEIGHT, WIDTH, 3], tf.float32)
+    image = output.transform_features_layer()(parsed)[names.IMAGE]
+    assert image.shape[1:] == (HEIGHT, WIDTH, 3)
+    pixels = flat_pixels(image)
     np.testing.assert_allclose(pixels.mean(0), 0.0, atol=1e-4)
     np.testing.assert_allclose(pixels.std(0), 1.0, atol=1e-4)
 
@@ -272,7 +265,7 @@ def test_load_with_transform(analysed, layer):
     ds = img2tfrecord.load(analysed, split="validation", batch_size=4, transform=True, shuffle=False, as_dict=True)
     seen = 0
     for batch in ds:
-        assert batch[names.IMAGE].shape[1:] == (HEIGHT, WIDTH, 3)
+        assert batch[names.IMAGE].shape[1:] == (SIZE, SIZE, 3)
         np.testing.assert_array_equal(batch[names.LABEL].numpy(), batch[keys.CLASS_LABEL].numpy())
         for key, image in zip(batch[keys.KEY_SHA256].numpy(), batch[names.IMAGE].numpy()):
             np.testing.assert_allclose(image, expected[by_key[key.decode()]], atol=1e-6)
@@ -280,7 +273,7 @@ def test_load_with_transform(analysed, layer):
     assert seen == len(expected)
 
     images, labels = next(iter(img2tfrecord.load(analysed, split="train", batch_size=None, transform=True)))
-    assert images.shape == (HEIGHT, WIDTH, 3) and labels.dtype == tf.int64
+    assert images.shape == (SIZE, SIZE, 3) and labels.dtype == tf.int64
     images, _ = next(iter(img2tfrecord.load(analysed, split="train", batch_size=2, image_size=16, transform=True)))
     assert images.shape == (2, 16, 16, 3)
 
@@ -298,7 +291,7 @@ def test_mixed_sizes_raw_pixels_then_overwrite_without_analysis(sample_dir, tmp_
     import img2tfrecord
 
     out = str(tmp_path / "out")
-    proc = convert(sample_dir, out, "--format", "raw")
+    proc = convert(sample_dir, out, "--format", "raw", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = read_doc(out)["statistics"]
     parsed = parsed_split(out, "train")
@@ -326,7 +319,7 @@ def test_mixed_sizes_raw_pixels_then_overwrite_without_analysis(sample_dir, tmp_
     resized, _ = next(iter(img2tfrecord.load(out, batch_size=4, image_size=(24, 20), transform=True)))
     assert resized.shape == (4, 24, 20, 3)
 
-    proc = convert(sample_dir, out, "--format", "raw", "--overwrite", "--no-analyze")
+    proc = convert(sample_dir, out, "--format", "raw", "--overwrite", "--no-analyze", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = read_doc(out)
     assert doc["options"]["analyze"] is False and "statistics" not in doc
@@ -344,7 +337,7 @@ def test_kept_originals_statistics(sample_dir, tmp_path, exact):
     to the encoder unless --exact-statistics."""
     out = str(tmp_path / "out")
     flags = ["--exact-statistics"] if exact else []
-    proc = convert(sample_dir, out, "--format", "keep", "--splits", "train=0.7,test=0.3", *flags)
+    proc = convert(sample_dir, out, "--format", "keep", "--splits", "train=0.7,test=0.3", *flags, *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     parsed = parsed_split(out, "train")
     assert set(parsed[keys.IMAGE_FORMAT].numpy()) == {b"jpeg", b"png"}  # both kinds of original kept
@@ -370,7 +363,7 @@ def test_no_train_split_skips_the_analysis(tmp_path):
             for i in range(2):
                 Image.new("RGB", (20, 16), tuple(rng.randrange(256) for _ in range(3))).save(folder / f"{i}.png")
     out = str(tmp_path / "out")
-    proc = convert(str(root), out)
+    proc = convert(str(root), out, *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "skipping the tf.Transform analysis" in proc.stderr
     doc = read_doc(out)
