@@ -276,7 +276,7 @@ def test_an_append_into_an_empty_output_converts_everything_and_its_flags_need_a
         _convert(pool, str(tmp_path / "x"), append=True, overwrite=True)
 
 
-@pytest.mark.parametrize("phase", ["converting", "finalizing"])
+@pytest.mark.parametrize("phase", faults.PHASES)
 def test_a_killed_append_leaves_the_output_readable_and_resume_finishes_it(batches, tmp_path, phase):
     pool, _, second, _ = batches
     src, held = str(tmp_path / "in"), str(tmp_path / "held")
