@@ -428,3 +428,40 @@ def test_an_append_builds_and_translates_as_a_dataflow_job_without_touching_the_
     src, out, before = _finished_and_one_new_file(batches[0], tmp_path)
     assert api.convert(src, out, append=True, pipeline_options=list(DATAFLOW_DRY_RUN), **OPTIONS) is None
     assert _bytes_and_times(out) == before
+
+
+def test_an_input_gone_while_the_run_converted_is_tried_again_by_the_next_append(batches, tmp_path):
+    import subprocess
+    import time
+
+    from conftest import ROOT, cli_command
+
+    pool, _, _, _ = batches
+    src, out, kept = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "kept.jpg")
+    shutil.copytree(pool, src)
+    gone = os.path.join(src, "class2", "img_0003.jpg")
+    marker = str(tmp_path / "paused")
+    env = cli_env({faults.ENV: "pause:listing", faults.MARKER_ENV: marker})
+    args = ("convert", "--input", src, "--output", out, *CLI_OPTIONS, "--no-analyze", "--processes", "1")
+    proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(marker):  # listed, not converted yet
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
+            time.sleep(0.02)
+        shutil.move(gone, kept)
+        os.remove(marker)  # the run goes on
+        assert proc.wait(timeout=120) == 0, proc.stdout.read().decode()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+    with open(os.path.join(out, manifest.ERRORS_FILE)) as f:
+        rows = [json.loads(line) for line in f]
+    assert ("class2/img_0003.jpg", "not_found") in {(r["relpath"], r["reason"]) for r in rows}
+    shutil.move(kept, gone)  # back, as a listing race leaves it
+    doc = _convert(src, out, append=True)
+    last = doc.generations[-1]
+    assert (last.number, last.inputs, last.written) == (1, 1, 1)
+    assert "class2/img_0003.jpg" in {r for rows in _records(out).values() for r in rows}
+    assert verify(out).ok
