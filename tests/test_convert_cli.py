@@ -94,7 +94,7 @@ def messy_input(tmp_path_factory):
 def messy_output(messy_input, tmp_path_factory):
     """The default runner (multi-process) with the analysis, as a user runs it: statistics are compared below."""
     root, _, _ = messy_input
-    out, proc = converted_once(tmp_path_factory, "convert-cli-messy", root, *MESSY, runner=(), analyze=True)
+    _, out, proc = converted_once(tmp_path_factory, "convert-cli-messy", root, *MESSY, runner=(), analyze=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, proc
 
@@ -103,7 +103,7 @@ def messy_output(messy_input, tmp_path_factory):
 def messy_again(messy_input, tmp_path_factory):
     """``messy_output``'s conversion run again, in one process instead of one per core."""
     root, _, _ = messy_input
-    out, proc = converted_once(
+    _, out, proc = converted_once(
         tmp_path_factory, "convert-cli-messy-one-process", root, *MESSY, *ONE, runner=(), analyze=True
     )
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -93,7 +93,7 @@ def hostile_output(hostile_input, tmp_path_factory):
     root, _ = hostile_input
     start = time.monotonic()
     args = ("--num-shards", "2", "--max-file-mb", "1", "--decode-timeout-s", "20", *FAST)
-    out, proc = converted_once(tmp_path_factory, "hostile-default", root, *args, runner=())
+    _, out, proc = converted_once(tmp_path_factory, "hostile-default", root, *args, runner=())
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert time.monotonic() - start < 240
     return out, proc

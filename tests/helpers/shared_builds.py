@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from dataclasses import dataclass
 from typing import Callable, Dict, Tuple
 
-from conftest import built_once, convert
+from conftest import built_once
 
 from helpers.detection_inputs import (
     RESIZE,
@@ -25,6 +23,7 @@ from helpers.detection_inputs import (
     write_voc,
     write_voc_tar_with_link_and_twin,
 )
+from helpers.shared_outputs import Converted, converted_once
 
 # Conversions here run in one process: the worker pool is tested where it is the point.
 ONE_PROCESS = ("--processes", "1")
@@ -32,28 +31,11 @@ ONE_PROCESS = ("--processes", "1")
 DETECTION_SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "11")
 
 
-@dataclass(frozen=True)
-class Conversion:
-    input: str  # what --input named
-    output: str
-
-
-def conversion(tmp_path_factory, name: str, write_input: Callable[[str], str], *args: str) -> Conversion:
+def conversion(tmp_path_factory, name: str, write_input: Callable[[str], str], *args: str) -> Converted:
     """``write_input(folder)`` -> the input path, converted once with ``args`` (``--no-analyze``, one process)."""
-
-    def build(folder: str) -> None:
-        shutil.rmtree(folder, ignore_errors=True)  # what a failed build in another test left
-        os.makedirs(folder)
-        source = write_input(folder)
-        out = os.path.join(folder, "out")
-        proc = convert(source, out, *args, *ONE_PROCESS)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        with open(os.path.join(folder, "conversion.json"), "w", encoding="utf-8") as f:
-            json.dump({"input": source, "output": out}, f)
-
-    folder = built_once(tmp_path_factory, name, build)
-    with open(os.path.join(folder, "conversion.json"), encoding="utf-8") as f:
-        return Conversion(**json.load(f))
+    run = converted_once(tmp_path_factory, name, write_input, *args, *ONE_PROCESS)
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    return run
 
 
 # ---------------------------------------------------------------------------
@@ -75,7 +57,7 @@ BAD_VOC_ARCHIVES: Dict[str, Tuple[str, str, str]] = {
 }
 
 
-def bad_voc(tmp_path_factory, kind: str = "folder") -> Conversion:
+def bad_voc(tmp_path_factory, kind: str = "folder") -> Converted:
     """The bad VOC tree's root (``folder``) or one of :data:`BAD_VOC_ARCHIVES`, converted with ``RESIZE``."""
     tree = bad_voc_tree(tmp_path_factory)
 
@@ -88,7 +70,7 @@ def bad_voc(tmp_path_factory, kind: str = "folder") -> Conversion:
     return conversion(tmp_path_factory, f"bad-voc-{kind}", write_input, *RESIZE)
 
 
-def voc_with_link_and_twin(tmp_path_factory) -> Conversion:
+def voc_with_link_and_twin(tmp_path_factory) -> Converted:
     """``voc.tar`` of helpers/detection_inputs.write_voc_tar_with_link_and_twin, ``--task detection``, random splits."""
     return conversion(
         tmp_path_factory, "voc-link-twin", write_voc_tar_with_link_and_twin, "--task", "detection", *DETECTION_SPLITS
@@ -112,7 +94,7 @@ def orientation_images() -> Dict[str, int]:
     return {f"o{o}": o for o in ORIENTATIONS}
 
 
-def voc_orientations(tmp_path_factory, geometry: str) -> Conversion:
+def voc_orientations(tmp_path_factory, geometry: str) -> Converted:
     """The VOC folder of :func:`orientation_images`, PNG in ``geometry``, :data:`DETECTION_SPLITS`."""
 
     def write_input(folder: str) -> str:
@@ -146,7 +128,7 @@ def write_box_manifest(root: str) -> str:
     return manifest
 
 
-def box_manifest(tmp_path_factory, kind: str = "folder") -> Conversion:
+def box_manifest(tmp_path_factory, kind: str = "folder") -> Converted:
     """The manifest of boxes next to its images (``folder``) or ``boxes.zip`` of them under ``export/``,
     converted with ``RESIZE`` and :data:`BOX_SPLITS`."""
 
@@ -188,7 +170,7 @@ def write_split_coco(root: str) -> str:
     return root
 
 
-def split_coco(tmp_path_factory, kind: str = "folder") -> Conversion:
+def split_coco(tmp_path_factory, kind: str = "folder") -> Converted:
     """:func:`write_split_coco` as a folder or ``coco.tar`` (under ``coco/``), converted with ``RESIZE``."""
 
     def write_input(folder: str) -> str:

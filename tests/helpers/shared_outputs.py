@@ -5,32 +5,52 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-from typing import List, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Sequence, Union
 
 from conftest import ROOT, built_once, cli_env, convert
 
 
+class Converted(NamedTuple):
+    """A shared conversion: what ``--input`` named, the output, and the command's exit code and output."""
+
+    input: str
+    output: str
+    proc: subprocess.CompletedProcess
+
+
 def converted_once(
-    tmp_path_factory, name: str, source: str, *args: str, **options
-) -> Tuple[str, subprocess.CompletedProcess]:
-    """``conftest.convert(source, OUT, *args, **options)`` run once per session under ``name`` (``conftest.built_once``,
-    shared by the xdist workers): OUT, and the command's exit code, stdout and stderr as that run printed them.
-    Tests that change OUT work on a copy."""
+    tmp_path_factory, name: str, source: Union[str, Callable[[str], str]], *args: str, **options
+) -> Converted:
+    """``conftest.convert(SOURCE, OUT, *args, **options)`` run once per session under ``name``
+    (``conftest.built_once``, shared by the xdist workers), with the command's exit code, stdout and
+    stderr as that run printed them. ``source`` is the input, or ``write(folder) -> input`` that first
+    writes it inside the shared folder. Tests that change OUT work on a copy."""
 
     def build(folder: str) -> None:
+        shutil.rmtree(folder, ignore_errors=True)  # what a build stopped in another test left
         os.makedirs(folder)
-        proc = convert(source, os.path.join(folder, "out"), *args, **options)
+        given = source(folder) if callable(source) else source
+        proc = convert(given, os.path.join(folder, "out"), *args, **options)
         with open(os.path.join(folder, "command.json"), "w", encoding="utf-8") as f:
             json.dump(
-                {"args": list(proc.args), "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr},
+                {
+                    "input": given,
+                    "args": list(proc.args),
+                    "returncode": proc.returncode,
+                    "stdout": proc.stdout,
+                    "stderr": proc.stderr,
+                },
                 f,
             )
 
     folder = built_once(tmp_path_factory, name, build)
     with open(os.path.join(folder, "command.json"), encoding="utf-8") as f:
-        return os.path.join(folder, "out"), subprocess.CompletedProcess(**json.load(f))
+        doc = json.load(f)
+    given = doc.pop("input")
+    return Converted(given, os.path.join(folder, "out"), subprocess.CompletedProcess(**doc))
 
 
 _RUN_COMMANDS = """
