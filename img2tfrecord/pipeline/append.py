@@ -1,6 +1,6 @@
 """``convert --append`` at launch: the output's generations and ledgers against a new listing of the input.
 
-Every run over a folder input writes the ledger of its inputs (``ledger_entries``, ``write_ledger``)
+Every run over a folder input writes the ledger of its inputs (``listed_inputs``, ``write_ledger``)
 before its pipeline starts; an append reads every generation's ledger and error report, lists the
 input once, and either refuses (changed or removed inputs, new classes, other options: a
 ``PlanError``, exit 2, before anything is written), finds nothing new, or describes the next
@@ -26,7 +26,8 @@ from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest, list_stamped, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
-from img2tfrecord.schemas import dataset_manifest, manifest
+from img2tfrecord.readers.records import read_manifest
+from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
 from img2tfrecord.sources import kinds
@@ -52,10 +53,7 @@ class AppendRun:
 
     previous: DatasetManifest
     plan: Plan
-    changes: InputChanges
-    items: Tuple[WorkItem, ...]
-    rejected: Tuple[ErrorRow, ...]  # inputs refused before conversion (a name that is not UTF-8)
-    ledger: Tuple[LedgerEntry, ...]
+    changes: InputChanges  # its ``to_convert`` is the generation's ledger
     labels: Tuple[str, ...]
     new_classes: Tuple[str, ...]
 
@@ -66,12 +64,6 @@ class AppendRun:
 
 # ---------------------------------------------------------------------------
 # The ledger every folder run writes.
-
-
-def ledger_entries(plan: Plan) -> List[LedgerEntry]:
-    """The inputs of a folder plan as its launch listing saw them (the listing is the plan's, when inside
-    ``listing.listing_once``)."""
-    return listed_inputs(plan)[0]
 
 
 def listed_inputs(plan: Plan) -> Tuple[List[LedgerEntry], List[str]]:
@@ -127,8 +119,8 @@ def read_finished(output: str) -> DatasetManifest:
     if not is_finished(output):
         raise PlanError(f"--append adds to a finished conversion, and {output} has no {manifest.SUCCESS_FILE}")
     try:
-        doc = dataset_manifest.loads(_read(output, manifest.MANIFEST_FILE).decode("utf-8"))
-    except Exception as e:  # pylint: disable=broad-except
+        doc = read_manifest(output)
+    except (OSError, ValueError) as e:
         raise PlanError(f"--append: cannot read {output}/{manifest.MANIFEST_FILE}: {e}") from None
     if not doc.generations:
         raise PlanError(
@@ -188,7 +180,7 @@ def compare_with_output(config: ConvertConfig, plan: Plan) -> Tuple[DatasetManif
     previous = read_finished(config.output)
     check_options(config, previous)
     recorded = recorded_inputs(config.output, previous)
-    return previous, compare(ledger_entries(plan), recorded, config.retry_rejected)
+    return previous, compare(listed_inputs(plan)[0], recorded, config.retry_rejected)
 
 
 def new_classes_of(plan: Plan, items: Sequence[WorkItem], previous: DatasetManifest) -> List[str]:
@@ -221,34 +213,21 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     """
     previous, changes = compare_with_output(config, plan)
     number = previous.generations[-1].number
-    if changes.changed or changes.removed:
-        raise PlanError(str(refusal(changes, (), True)))
-    if not changes.to_convert:
-        raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
     items, rejected = work_items(plan, changes.to_convert)
     new_classes = new_classes_of(plan, items, previous)
     refused = refusal(changes, new_classes, config.allow_new_classes)
     if refused:
         raise PlanError(refused)
-    plan = dataclasses.replace(plan, size_ratio=estimate_size_ratio(config, items))  # sized from the new inputs
+    if not changes.to_convert:
+        raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
     narrowed = dataclasses.replace(
-        plan,
-        num_shards=shard_counts_of(config, plan, converter, items),
+        sized_for(config, plan, converter, items),
         num_files=len(items) + len(rejected),
         input_bytes=sum(i.size for i in items),
         listing_digest=digest((e.relpath, e.size, e.mtime) for e in changes.to_convert),
         generation=number + 1,
     )
-    return AppendRun(
-        previous=previous,
-        plan=narrowed,
-        changes=changes,
-        items=tuple(items),
-        rejected=tuple(rejected),
-        ledger=changes.to_convert,
-        labels=tuple(previous.labels) + tuple(new_classes),
-        new_classes=tuple(new_classes),
-    )
+    return AppendRun(previous, narrowed, changes, tuple(previous.labels) + tuple(new_classes), tuple(new_classes))
 
 
 def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
@@ -264,11 +243,10 @@ def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkIte
     return items, rejected
 
 
-def shard_counts_of(
-    config: ConvertConfig, plan: Plan, converter: Converter, items: Sequence[WorkItem]
-) -> Dict[str, int]:
-    """Each split's shards in the new generation: sized by ``--shard-size-mb`` from its new inputs, at most
-    one per input; a split with no new input gets none."""
+def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Sequence[WorkItem]) -> Plan:
+    """``plan`` sized for a generation of ``items``: the size ratio sampled from them, and each split's
+    shards by ``--shard-size-mb`` from its new inputs, at most one per input (none for a split with none)."""
+    ratio = estimate_size_ratio(config, list(items))
     split_bytes: Dict[str, float] = {}
     split_items: Dict[str, int] = {}
     for item in items:
@@ -276,10 +254,11 @@ def shard_counts_of(
             split = converter.split_of(item)
         except PlacementError:
             continue  # the pipeline rejects it, as a full run would
-        split_bytes[split] = split_bytes.get(split, 0.0) + estimated_record_bytes(item.size, plan.size_ratio)
+        split_bytes[split] = split_bytes.get(split, 0.0) + estimated_record_bytes(item.size, ratio)
         split_items[split] = split_items.get(split, 0) + 1
     sized = num_shards(dataclasses.replace(config, num_shards=None), list(split_bytes), split_bytes)
-    return {name: min(n, split_items[name]) for name, n in sized.items()}
+    counts = {name: min(n, split_items[name]) for name, n in sized.items()}
+    return dataclasses.replace(plan, size_ratio=ratio, num_shards=counts)
 
 
 def _changes_refused(changes: InputChanges, list_file: bool) -> str:

@@ -186,11 +186,9 @@ def build_pipeline(
     num_skipped = discovered[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
 
     analysis = {}  # tf.Transform statistics of the train split; FinalizeOutput waits for its transform_fn
-    if append is not None:
-        pass  # the statistics stay those of the generations analysed so far (log_append says so)
-    elif config.analyze and plan.annotations:
+    if config.analyze and plan.annotations:
         logging.info("detection: no tf.Transform analysis (its features are those of classification records)")
-    elif config.analyze:
+    elif config.analyze and append is None:  # an append keeps the statistics of the generations analysed
         from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
 
         statistics = analyze_train_split(written[ANALYSIS], label_names, config, plan)

@@ -213,7 +213,7 @@ def prepare_append(output_dir: str, generation: int, resume_folder: Optional[str
     for path in existing:
         rel = _relative(base, path)
         top = rel.split("/", 1)[0]
-        if top in keep or (resumable and _of_generation(rel, generation) and not rel.startswith(manifest.LEDGER_DIR)):
+        if top in keep or (resumable and _of_generation(rel, generation)):
             continue
         if top.startswith(manifest.TEMP_PREFIXES) or _of_generation(rel, generation):
             leftovers.append(path)

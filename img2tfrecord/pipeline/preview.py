@@ -40,7 +40,7 @@ from img2tfrecord.pipeline.append import (
     is_finished,
     new_classes_of,
     refusal,
-    shard_counts_of,
+    sized_for,
 )
 from img2tfrecord.pipeline.build import image_converter
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -60,7 +60,7 @@ from img2tfrecord.pipeline.preview_report import (
     SplitPlan,
     TimeEstimate,
 )
-from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes
+from img2tfrecord.pipeline.sizing import estimated_record_bytes
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
@@ -432,8 +432,7 @@ def _narrow_to_append(
     listing.errors = [row for row in listing.errors if row.get("relpath") in keep]
     listing.skipped = []
     new_classes = new_classes_of(plan, listing.files, previous)
-    plan = dataclasses.replace(plan, size_ratio=estimate_size_ratio(config, listing.files) if listing.files else 1.0)
-    plan = dataclasses.replace(plan, num_shards=shard_counts_of(config, plan, converter, listing.files))
+    plan = sized_for(config, plan, converter, listing.files)
     summary = AppendPlan(
         generation=previous.generations[-1].number + 1,
         new=len(changes.new),

@@ -200,7 +200,7 @@ def run(
                 if staging_left(config.output) and not is_dry_run(options):
                     _remove_staging(config, options)
                 return read_manifest(config.output)
-            plan, ledger, junk = append.plan, list(append.ledger), []  # junk was counted by the first run
+            plan, ledger, junk = append.plan, list(append.changes.to_convert), []  # junk was counted by the first run
             log_append(append)
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
         _execute(config, plan, options, resuming=False, wait=wait, show_progress=False, append=append, junk=junk)
