@@ -215,8 +215,6 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
             f"output as a class; give an --output outside the input, e.g. {_sibling_output(ns.input)}"
         )
     image = image_options(ns)
-    from img2tfrecord.pipeline.run import default_processes, pipeline_options
-
     return ConvertConfig(
         input=ns.input,
         output=ns.output.rstrip("/") if "://" in ns.output else os.path.abspath(ns.output),
@@ -237,7 +235,7 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         append=ns.append,
         allow_new_classes=ns.allow_new_classes,
         retry_rejected=ns.retry_rejected,
-        processes=ns.processes or default_processes(pipeline_options(list(pipeline_args))),
+        processes=ns.processes or 0,  # 0: the run picks (pipeline/run.default_processes)
         max_error_rate=ns.max_error_rate,
     )
 
@@ -391,7 +389,7 @@ def plan(input: str, output: str, *, pipeline_options: BeamOptions = None, **opt
 
     config = _config(input, output, options, beam_arguments(pipeline_options))
     try:
-        return plan_run(config, config.processes)
+        return plan_run(config)
     except PlanError as e:
         raise UsageError(str(e)) from None
 

@@ -323,7 +323,7 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         doc="local processes converting images ([choosing a runner](runners.md#choosing-a-runner))",
         type=positive(int),
         metavar="N",
-        doc_default="cores (local runner), 1 (others)",
+        doc_default="one per core, fewer for a small input (local runner); 1 (others)",
         help="local processes converting images; on distributed runners the workers are the parallelism",
     ),
     Option(

@@ -101,6 +101,7 @@ def three_generations(batches, tmp_path_factory):
     return src, out, full, docs, len(relpaths)
 
 
+@pytest.mark.e2e
 def test_three_generations_hold_the_records_of_one_run_over_the_final_input(three_generations):
     src, out, full, docs, num_inputs = three_generations
     first, second, third = docs
@@ -135,6 +136,7 @@ def test_three_generations_hold_the_records_of_one_run_over_the_final_input(thre
     assert report.records_checked == acc.written
 
 
+@pytest.mark.e2e
 def test_every_reader_sees_every_generation(three_generations):
     _, out, _, docs, _ = three_generations
     third = docs[-1]
@@ -161,6 +163,7 @@ def convert_cli(*args):
     return run_in_process(*args)
 
 
+@pytest.mark.e2e
 def test_nothing_new_exits_0_and_changes_no_byte(three_generations):
     src, out, _, docs, _ = three_generations
     before = _bytes_and_times(out)
@@ -173,6 +176,7 @@ def test_nothing_new_exits_0_and_changes_no_byte(three_generations):
     assert plan.append.unchanged == docs[-1].accounting.inputs and plan.append.refused is None
 
 
+@pytest.mark.e2e
 def test_changed_removed_new_classes_and_other_options_are_refused_with_one_line(batches, tmp_path):
     pool, _, _, _ = batches
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
@@ -218,6 +222,7 @@ def test_changed_removed_new_classes_and_other_options_are_refused_with_one_line
     assert _bytes_and_times(out) == before
 
 
+@pytest.mark.e2e
 def test_new_classes_are_refused_then_added_with_the_next_ids(batches, tmp_path):
     pool, _, _, _ = batches
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
@@ -240,6 +245,7 @@ def test_new_classes_are_refused_then_added_with_the_next_ids(batches, tmp_path)
     assert verify(out).ok
 
 
+@pytest.mark.e2e
 def test_rejections_are_tried_again_when_transient_changed_or_asked_for(batches, tmp_path):
     pool, _, _, _ = batches
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
@@ -265,6 +271,7 @@ def test_rejections_are_tried_again_when_transient_changed_or_asked_for(batches,
     assert report.ok, report.text()
 
 
+@pytest.mark.e2e
 def test_an_append_into_an_empty_output_converts_everything_and_its_flags_need_append(batches, tmp_path):
     pool, _, _, _ = batches
     first = _convert(pool, str(tmp_path / "first"), append=True)  # a nightly job's first night
@@ -276,6 +283,7 @@ def test_an_append_into_an_empty_output_converts_everything_and_its_flags_need_a
         _convert(pool, str(tmp_path / "x"), append=True, overwrite=True)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("phase", faults.PHASES)
 def test_a_killed_append_leaves_the_output_readable_and_resume_finishes_it(batches, tmp_path, phase):
     pool, _, second, _ = batches
@@ -348,6 +356,7 @@ def test_a_ledger_is_the_same_bytes_for_the_same_inputs_and_reads_back():
         parse_ledger(gzip.compress(b'{"relpath": 1}\n'), "x")
 
 
+@pytest.mark.e2e
 def test_generation_shard_names_parse_and_a_manifest_with_generations_reads_back(three_generations):
     assert manifest.parse_shard_file_name("train-g00002-00001-of-00003.tfrecord") == {
         "split": "train",
@@ -367,6 +376,7 @@ def test_generation_shard_names_parse_and_a_manifest_with_generations_reads_back
     assert manifest_doc(out)["generations"][2]["generation"] == 2
 
 
+@pytest.mark.e2e
 def test_an_append_on_cloud_storage_writes_the_bytes_of_a_local_append(gcs, batches, tmp_path):
     from apache_beam.io.filesystems import FileSystems
 
@@ -408,6 +418,7 @@ def _finished_and_one_new_file(pool: str, tmp_path) -> tuple:
     return src, out, _bytes_and_times(out)
 
 
+@pytest.mark.e2e
 def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothing(batches, tmp_path):
     from img2tfrecord.pipeline.lock import lock_output
     from img2tfrecord.pipeline.run import pipeline_options
@@ -424,12 +435,14 @@ def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothi
     assert {k: v for k, v in after.items() if k != manifest.LOCK_FILE} == before
 
 
+@pytest.mark.e2e
 def test_an_append_builds_and_translates_as_a_dataflow_job_without_touching_the_output(batches, tmp_path):
     src, out, before = _finished_and_one_new_file(batches[0], tmp_path)
     assert api.convert(src, out, append=True, pipeline_options=list(DATAFLOW_DRY_RUN), **OPTIONS) is None
     assert _bytes_and_times(out) == before
 
 
+@pytest.mark.e2e
 def test_an_input_gone_while_the_run_converted_is_tried_again_by_the_next_append(batches, tmp_path):
     import subprocess
     import time

@@ -92,16 +92,18 @@ def messy_input(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def messy_output(messy_input, tmp_path_factory):
-    """The default runner (multi-process) with the analysis, as a user runs it: statistics are compared below."""
+    """The default runner with two conversion processes and the analysis: statistics are compared below."""
     root, _, _ = messy_input
-    _, out, proc = converted_once(tmp_path_factory, "convert-cli-messy", root, *MESSY, runner=(), analyze=True)
+    _, out, proc = converted_once(
+        tmp_path_factory, "convert-cli-messy", root, *MESSY, "--processes", "2", runner=(), analyze=True
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, proc
 
 
 @pytest.fixture(scope="module")
 def messy_again(messy_input, tmp_path_factory):
-    """``messy_output``'s conversion run again, in one process instead of one per core."""
+    """``messy_output``'s conversion run again, in one process instead of two."""
     root, _, _ = messy_input
     _, out, proc = converted_once(
         tmp_path_factory, "convert-cli-messy-one-process", root, *MESSY, *ONE, runner=(), analyze=True
@@ -194,7 +196,7 @@ def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output
 
 def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_output, messy_again):
     """The same input, options and seed: the same shard files (names, bytes), error report and statistics,
-    converted in two processes (the default) by one run and in one process by another."""
+    converted in two processes by one run and in one process by another."""
     out, _ = messy_output
 
     def content(output):

@@ -61,7 +61,8 @@ def test_the_plan_of_class_folders_counts_what_the_run_writes_per_split_and_clas
     assert found["skipped"] == {"count": 3, "examples": sorted(JUNK)}
     assert found["not_image_names"]["count"] == 0 and found["rejected"]["count"] == 0
     t = found["time"]
-    assert t["sample_size"] == 16 and t["processes"] >= 1 and t["seconds_per_input"] > 0
+    assert t["sample_size"] == 16 and t["seconds_per_input"] > 0
+    assert t["processes"] == 1, "a run of a few small files converts in one process"
     assert t["seconds"] >= t["startup_seconds"] > 0
     assert found["output"]["exists"] is False
 

@@ -349,6 +349,17 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     _check_files(out, sources)
 
 
+def test_a_small_input_converts_in_one_process_a_large_one_in_one_per_core(monkeypatch):
+    from img2tfrecord.pipeline import sizing
+
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
+    assert sizing.processes_for(0, 0) == 1
+    assert sizing.processes_for(999, 10 * 2**20) == 1  # starting a second process would cost more than it saves
+    assert sizing.processes_for(1000, 0) == 2
+    assert sizing.processes_for(10, 3 * sizing.INPUT_BYTES_PER_PROCESS) == 3  # few inputs, but large ones
+    assert sizing.processes_for(24_000, 2.4e9) == 4  # never more than the usable cores
+
+
 def test_processes_must_be_positive():
     with pytest.raises(ValueError, match="processes must be at least 1"):
         ConversionPool(ImageConverter(OPTIONS, "class", SPLITS, SEED), 0)

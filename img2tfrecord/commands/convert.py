@@ -69,14 +69,14 @@ def format_summary(doc: DatasetManifest) -> str:
     return "\n".join(lines)
 
 
-def print_plan(config, as_json: bool, processes: int) -> int:
+def print_plan(config, as_json: bool) -> int:
     """``convert --plan``: print what a run would do (``pipeline/preview.py``); nothing is written."""
     from img2tfrecord.pipeline import PlanError
     from img2tfrecord.pipeline.preview import plan_run
     from img2tfrecord.pipeline.preview_report import format_plan
 
     try:
-        found = plan_run(config, processes)
+        found = plan_run(config)
     except PlanError as e:
         raise UsageError(str(e)) from None
     print(found.to_json() if as_json else format_plan(found), end="" if as_json else "\n")
@@ -100,7 +100,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     from img2tfrecord.api import config_from_args, run_config
     from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.errors import ErrorBudgetExceeded
-    from img2tfrecord.pipeline.run import default_processes, is_dry_run, pipeline_options
+    from img2tfrecord.pipeline.run import is_dry_run, pipeline_options
     from img2tfrecord.schemas import manifest
 
     # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.
@@ -121,7 +121,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         # TensorFlow's own C++ log lines (no GPU found, CPU features) say nothing about the run.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if ns.plan:
-        return print_plan(config, ns.json, ns.processes or default_processes())
+        return print_plan(config, ns.json)
     # The job itself enforces --max-error-rate: it writes everything, then fails.
     try:
         doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet)

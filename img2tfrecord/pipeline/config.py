@@ -25,7 +25,7 @@ class ConvertConfig:
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
     exact_statistics: bool = False  # re-encoded JPEGs' statistics from their stored bytes (image.pixel_sums)
     max_error_rate: Optional[float] = None  # the job fails (after writing everything) past this rejected fraction
-    processes: int = 1  # local conversion worker processes; 1: convert in the runner's worker (transforms/pool.py)
+    processes: int = 1  # local conversion processes; 1: in the runner's worker; 0: as many as the input is worth
     sequence: bool = False  # SRC/<class>/<clip>/<frames> -> one tf.train.SequenceExample per clip
     task: Optional[str] = None  # classification or detection; None: detected from the input's layout
     require_boxes: bool = False  # detection: reject an image left without boxes instead of writing it

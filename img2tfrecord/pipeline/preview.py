@@ -60,7 +60,7 @@ from img2tfrecord.pipeline.preview_report import (
     SplitPlan,
     TimeEstimate,
 )
-from img2tfrecord.pipeline.sizing import estimated_record_bytes
+from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
@@ -327,8 +327,9 @@ def _time_sample(converter, items: Sequence[Item], classes: List[str], processes
     )
 
 
-def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
-    """The plan of converting ``config`` with the local runner and ``processes`` processes.
+def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
+    """The plan of converting ``config`` with the local runner and ``processes`` processes (0: ``config``'s,
+    else as many as a run picks, ``sizing.processes_for``).
 
     Raises ``PlanError`` (a usage error) as a run would; writes nothing.
     """
@@ -341,6 +342,7 @@ def plan_run(config: ConvertConfig, processes: int) -> RunPlan:
         labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.layout)})
         if config.append and is_finished(config.output):
             plan, labels, append = _narrow_to_append(config, plan, converter, listing)
+    processes = processes or config.processes or processes_for(plan.num_files, plan.input_bytes)
     items: List[Item] = list(_clips(listing.files, plan.layout) if config.sequence else listing.files)
 
     rejected: List[ErrorRow] = list(listing.errors)  # the rejections found without converting

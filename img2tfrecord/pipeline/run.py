@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import signal
@@ -50,6 +51,7 @@ from img2tfrecord.pipeline.outputs import (
 )
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
+from img2tfrecord.pipeline.sizing import processes_for
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
@@ -81,11 +83,12 @@ def is_dry_run(options: PipelineOptions) -> bool:
     return str(options.view_as(TestOptions).dry_run).lower() in ("true", "1", "yes")
 
 
-def default_processes(options: Optional[PipelineOptions] = None) -> int:
-    """Conversion processes: one per usable core locally; 1 (the worker itself) on distributed runners."""
+def default_processes(options: Optional[PipelineOptions] = None, plan: Optional[Plan] = None) -> int:
+    """Conversion processes: locally one per usable core, fewer for a small ``plan``
+    (``sizing.processes_for``); 1 (the worker itself) on distributed runners."""
     if options is not None and not is_local_runner(options):
         return 1
-    return usable_cores()
+    return usable_cores() if plan is None else processes_for(plan.num_files, plan.input_bytes)
 
 
 def is_dataflow(options: PipelineOptions) -> bool:
@@ -202,6 +205,8 @@ def run(
                 return read_manifest(config.output)
             plan, ledger, junk = append.plan, list(append.changes.to_convert), []  # junk was counted by the first run
             log_append(append)
+    if not config.processes:  # --processes not given: as many as the input is worth
+        config = dataclasses.replace(config, processes=default_processes(options, plan))
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
         _execute(config, plan, options, resuming=False, wait=wait, show_progress=False, append=append, junk=junk)
         return None
@@ -275,11 +280,12 @@ def _execute(
     """Build the pipeline and run it (only submit it when ``wait`` is False)."""
     dry_run = is_dry_run(options)
     logging.info(
-        "input: %d files, %.1f MB, layout %s; shards per split: %s",
+        "input: %d files, %.1f MB, layout %s; shards per split: %s; %d conversion process(es)",
         plan.num_files,
         plan.input_bytes / 1e6,
         plan.layout,
         plan.num_shards,
+        config.processes,
     )
     p = beam.Pipeline(options=options)
     build_pipeline(p, config, plan, resume=resuming, append=append, junk=junk)

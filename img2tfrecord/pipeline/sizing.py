@@ -1,4 +1,5 @@
-"""Launch-time size estimates: the output/input size ratio from a sample of the listing, and shard counts.
+"""Launch-time size estimates: the output/input size ratio from a sample of the listing, shard counts, and
+how many local conversion processes an input is worth.
 
 ``WriteToTFRecord``-style sharding needs each split's shard count before the first shard is written,
 but output sizes are known only after conversion: a few evenly spaced inputs of the listing are
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Tuple
 
+from img2tfrecord.conversion.pool import usable_cores
 from img2tfrecord.conversion.record_sizes import (
     MIB,
     RECORD_OVERHEAD_BYTES,
@@ -29,8 +31,21 @@ __all__ = [
     "estimate_size_ratio",
     "estimated_record_bytes",
     "num_shards",
+    "processes_for",
     "sampled_sizes",
 ]
+
+
+# A conversion process costs about a second of CPU to start; below these an extra one costs more than it saves.
+INPUTS_PER_PROCESS = 500
+INPUT_BYTES_PER_PROCESS = 64 * MIB
+
+
+def processes_for(num_inputs: int, input_bytes: float) -> int:
+    """Local conversion processes for an input: one per usable core, fewer for a small input (one per
+    ``INPUTS_PER_PROCESS`` inputs or ``INPUT_BYTES_PER_PROCESS`` bytes, whichever gives more)."""
+    enough = max(num_inputs // INPUTS_PER_PROCESS, int(input_bytes // INPUT_BYTES_PER_PROCESS))
+    return max(1, min(usable_cores(), enough))
 
 
 def estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
