@@ -1,13 +1,14 @@
-"""How an option is declared (:class:`Option`), and the Flex Template metadata and Markdown table options give.
+"""How an option is declared (:class:`Option`), and the parser, Flex Template metadata and Markdown table options give.
 
 Standard library only: the CLI parser is built from these before any dependency is imported.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,22 @@ class Option:
             if self.metavar is not None:
                 kwargs["metavar"] = self.metavar
         parser.add_argument(*flags, **kwargs)
+
+
+def add_arguments(parser: argparse.ArgumentParser, options: Sequence[Option]) -> List[str]:
+    """Add ``options`` to ``parser``; -> the option strings, for "did you mean" hints."""
+    groups: Dict[str, Any] = {}
+    strings: List[str] = []
+    for option in options:
+        target: Any = parser
+        if option.exclusive_group:
+            # One group per name: argparse's help refuses a group left empty.
+            if option.exclusive_group not in groups:
+                groups[option.exclusive_group] = parser.add_mutually_exclusive_group()
+            target = groups[option.exclusive_group]
+        option.add_to(target)
+        strings.extend(s for s in (option.short, option.flag) if s)
+    return strings
 
 
 def flex_template_metadata(name: str, description: str, parameters: Mapping[str, Option]) -> str:

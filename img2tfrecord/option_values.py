@@ -1,6 +1,6 @@
 """The values of the ``convert`` options: defaults, upper bounds and the argparse types that check them.
 
-Standard library only: the CLI parser is built from these before any dependency is imported.
+Standard library and ``schemas/`` only: the CLI parser is built from these before any dependency is imported.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import argparse
 import re
 from typing import Any, Callable, Optional, Tuple
 
+from img2tfrecord.schemas.manifest import TASK_CLASSIFICATION, TASK_DETECTION
+
 DEFAULT_SHARD_SIZE_MB = 128.0
-TASK_CLASSIFICATION = "classification"
-TASK_DETECTION = "detection"
 TASKS = (TASK_CLASSIFICATION, TASK_DETECTION)
 DEFAULT_QUALITY = 90
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from img2tfrecord.images.options import (
     DEFAULT_DECODE_TIMEOUT_S,
@@ -30,18 +30,15 @@ from img2tfrecord.images.options import (
     RESAMPLE_MODES,
     RESIZE_MODES,
 )
-from img2tfrecord.option_spec import Option, Template, flex_template_metadata, markdown_table
+from img2tfrecord.option_spec import Option, Template, add_arguments, flex_template_metadata, markdown_table
 from img2tfrecord.option_values import (
     DEFAULT_QUALITY,
     DEFAULT_SHARD_SIZE_MB,
-    LIMITS_DOC,
     MAX_FILE_MB_BOUND,
     MAX_IMAGE_SIDE,
     MAX_NUM_SHARDS,
     MAX_PIXELS_BOUND,
     MAX_SHARD_SIZE_MB,
-    TASK_CLASSIFICATION,
-    TASK_DETECTION,
     TASKS,
     fraction,
     parse_image_size,
@@ -401,18 +398,7 @@ TEMPLATE_DESCRIPTION = (
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> List[str]:
     """Add every option to ``parser``; -> the option strings, for "did you mean" hints."""
-    groups: Dict[str, Any] = {}
-    strings: List[str] = []
-    for option in CONVERT_OPTIONS:
-        target = parser
-        if option.exclusive_group:
-            # One group per name: argparse's help refuses a group left empty.
-            if option.exclusive_group not in groups:
-                groups[option.exclusive_group] = parser.add_mutually_exclusive_group()
-            target = groups[option.exclusive_group]
-        option.add_to(target)
-        strings.extend(s for s in (option.short, option.flag) if s)
-    return strings
+    return add_arguments(parser, CONVERT_OPTIONS)
 
 
 def template_options() -> Dict[str, Option]:
@@ -444,28 +430,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 __all__ = [
     "CONVERT_OPTIONS",
-    "DEFAULT_QUALITY",
-    "DEFAULT_SHARD_SIZE_MB",
-    "LIMITS_DOC",
-    "MAX_FILE_MB_BOUND",
-    "MAX_IMAGE_SIDE",
-    "MAX_NUM_SHARDS",
-    "MAX_PIXELS_BOUND",
-    "MAX_SHARD_SIZE_MB",
-    "TASKS",
-    "TASK_CLASSIFICATION",
-    "TASK_DETECTION",
     "TEMPLATE_DESCRIPTION",
     "TEMPLATE_NAME",
-    "Option",
-    "Template",
     "add_convert_arguments",
-    "fraction",
     "main",
     "options_table",
-    "parse_image_size",
-    "positive",
-    "quality",
     "template_metadata",
     "template_options",
 ]

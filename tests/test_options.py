@@ -9,8 +9,9 @@ import os
 import pytest
 from conftest import ROOT
 
-from img2tfrecord import options
+from img2tfrecord import option_values, options
 from img2tfrecord.cli import build_parser
+from img2tfrecord.images import options as image_options
 from img2tfrecord.pipeline.config import ConvertConfig
 
 MARKER = "<!-- generated from img2tfrecord/options.py: python -m img2tfrecord.options --options-table -->\n"
@@ -51,11 +52,11 @@ def test_defaults_are_the_declared_ones():
 
 
 BOUNDS = {  # flag -> (largest value accepted, smallest refused)
-    "--image-size": (str(options.MAX_IMAGE_SIDE), str(options.MAX_IMAGE_SIDE + 1)),
-    "--max-pixels": (str(options.MAX_PIXELS_BOUND), str(options.MAX_PIXELS_BOUND + 1)),
-    "--max-file-mb": (str(options.MAX_FILE_MB_BOUND), f"{options.MAX_FILE_MB_BOUND}.5"),
-    "--shard-size-mb": (str(options.MAX_SHARD_SIZE_MB), f"{options.MAX_SHARD_SIZE_MB + 1}"),
-    "--num-shards": (str(options.MAX_NUM_SHARDS), str(options.MAX_NUM_SHARDS + 1)),
+    "--image-size": (str(option_values.MAX_IMAGE_SIDE), str(option_values.MAX_IMAGE_SIDE + 1)),
+    "--max-pixels": (str(option_values.MAX_PIXELS_BOUND), str(option_values.MAX_PIXELS_BOUND + 1)),
+    "--max-file-mb": (str(option_values.MAX_FILE_MB_BOUND), f"{option_values.MAX_FILE_MB_BOUND}.5"),
+    "--shard-size-mb": (str(option_values.MAX_SHARD_SIZE_MB), f"{option_values.MAX_SHARD_SIZE_MB + 1}"),
+    "--num-shards": (str(option_values.MAX_NUM_SHARDS), str(option_values.MAX_NUM_SHARDS + 1)),
 }
 
 
@@ -77,11 +78,11 @@ def test_size_options_have_upper_bounds_checked_when_parsed():
         assert "at most" in _message(parse, refused), flag
     assert _option("--image-size").type("320x16384") == (320, 16384)
     for text in ("16385x10", "10x16385", "100000"):
-        assert f"at most {options.MAX_IMAGE_SIDE} pixels" in _message(options.parse_image_size, text)
+        assert f"at most {option_values.MAX_IMAGE_SIDE} pixels" in _message(option_values.parse_image_size, text)
     # The defaults are within the bounds.
-    assert options.DEFAULT_MAX_PIXELS <= options.MAX_PIXELS_BOUND
-    assert options.DEFAULT_MAX_FILE_MB <= options.MAX_FILE_MB_BOUND
-    assert options.DEFAULT_SHARD_SIZE_MB <= options.MAX_SHARD_SIZE_MB
+    assert image_options.DEFAULT_MAX_PIXELS <= option_values.MAX_PIXELS_BOUND
+    assert image_options.DEFAULT_MAX_FILE_MB <= option_values.MAX_FILE_MB_BOUND
+    assert option_values.DEFAULT_SHARD_SIZE_MB <= option_values.MAX_SHARD_SIZE_MB
 
 
 def _message(parse, text: str) -> str:

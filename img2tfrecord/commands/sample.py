@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from img2tfrecord.commands.errors import EXIT_OK
-from img2tfrecord.options import positive
+from img2tfrecord.option_values import positive
 
 
 def add_parser(subparsers) -> None:

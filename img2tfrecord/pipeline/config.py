@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 
 from img2tfrecord.conversion.sharding import Splits
 from img2tfrecord.images import ImageOptions
-from img2tfrecord.options import DEFAULT_SHARD_SIZE_MB
+from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ from img2tfrecord.images import ImageError
 from img2tfrecord.images.decode import open_image
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
-from img2tfrecord.options import TASK_CLASSIFICATION, TASK_DETECTION
+from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest, file_pattern, is_file, list_input, resolve_input
 from img2tfrecord.pipeline.plan_detection import (

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError
 from img2tfrecord.model import MemberEntry, WorkItem
-from img2tfrecord.options import TASK_DETECTION
+from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest
 from img2tfrecord.pipeline.plan_model import Plan, PlanError

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any, Dict, Tuple
 
-from img2tfrecord.options import TASK_CLASSIFICATION, TASK_DETECTION
+from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.sources import kinds
 

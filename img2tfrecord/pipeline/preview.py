@@ -12,7 +12,7 @@ does not decode is found only by converting it, and then is rejected.
 Nothing is written: the output location is only listed. A few inputs
 spread over the listing are converted in memory with the run's converter,
 timed, and the time extrapolated to every input over the local processes,
-plus a fixed start-up cost. The result and its text form are in ``preview_report.py``.
+plus the start-up measured by ``startup.py``. The result and its text form are in ``preview_report.py``.
 """
 
 from __future__ import annotations
@@ -50,8 +50,6 @@ from img2tfrecord.pipeline.outputs import list_output
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.preview_report import (
-    ANALYSIS_SECONDS,
-    STARTUP_SECONDS,
     AppendPlan,
     Listed,
     OutputState,
@@ -61,6 +59,7 @@ from img2tfrecord.pipeline.preview_report import (
     TimeEstimate,
 )
 from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
+from img2tfrecord.pipeline.startup import Startup, measure
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
@@ -296,7 +295,7 @@ def _local_checks(plan: Plan) -> Dict[str, List[str]]:
     return {name: names for name, names in found.items() if names}
 
 
-def _time_sample(converter, items: Sequence[Item], classes: List[str], processes: int, startup: float):
+def _time_sample(converter, items: Sequence[Item], classes: List[str], processes: int, startup: Startup):
     """Convert up to SAMPLE_SIZE evenly spaced inputs in memory, timed; -> the run's estimated time.
 
     The sample is converted twice and the faster pass counts: the first also loads Pillow's
@@ -317,8 +316,9 @@ def _time_sample(converter, items: Sequence[Item], classes: List[str], processes
     elapsed = min(passes, default=0.0)
     per_input = elapsed / len(sample) if sample else 0.0
     return TimeEstimate(
-        seconds=round(startup + per_input * len(items) / processes, 1),
-        startup_seconds=startup,
+        seconds=round(startup.seconds + per_input * len(items) / processes, 1),
+        startup_seconds=startup.seconds,
+        startup_parts=startup.parts(),
         seconds_per_input=round(per_input, 6),
         processes=processes,
         sample_size=len(sample),
@@ -333,7 +333,7 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
 
     Raises ``PlanError`` (a usage error) as a run would; writes nothing.
     """
-    append = None
+    append, started = None, time.perf_counter()
     with listing_once():
         plan = make_plan(config)
         local_checks = _local_checks(plan)
@@ -342,6 +342,7 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
         labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.layout)})
         if config.append and is_finished(config.output):
             plan, labels, append = _narrow_to_append(config, plan, converter, listing)
+    listing_seconds = time.perf_counter() - started
     processes = processes or config.processes or processes_for(plan.num_files, plan.input_bytes)
     items: List[Item] = list(_clips(listing.files, plan.layout) if config.sequence else listing.files)
 
@@ -388,7 +389,7 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
     for row in rejected:
         by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
     analysed = config.analyze and not plan.annotations and not config.sequence
-    startup = STARTUP_SECONDS + (ANALYSIS_SECONDS if analysed else 0.0)
+    startup = measure(dataclasses.replace(config, processes=processes), plan, listing_seconds, analysed)
     return RunPlan(
         input=config.input,
         input_kind=plan.input_kind,

@@ -12,11 +12,6 @@ from typing import Dict, List, Optional
 from img2tfrecord.model import ErrorRow
 from img2tfrecord.sources import layout as layouts
 
-# A local run's fixed cost on a 2-core machine: Python, TensorFlow and Beam start-up, the
-# graph, dataset.json (about 8 s); tf.Transform's analysis of the train split adds about 5 s.
-STARTUP_SECONDS = 8.0
-ANALYSIS_SECONDS = 5.0
-
 
 @dataclasses.dataclass(frozen=True)
 class Listed:
@@ -49,12 +44,13 @@ class TimeEstimate:
     """The local runner's run time: start-up + inputs x seconds per input / processes."""
 
     seconds: float
-    startup_seconds: float  # fixed: STARTUP_SECONDS, plus ANALYSIS_SECONDS with the tf.Transform analysis
+    startup_seconds: float  # measured: the sum of startup_parts (pipeline/startup.py)
     seconds_per_input: float  # measured on the sample, in one process
     processes: int
     sample_size: int
     sample_seconds: float
     sample_rejected: Dict[str, int]  # reasons of the sampled inputs the converter rejected
+    startup_parts: Dict[str, float] = dataclasses.field(default_factory=dict)  # imports, listing, graph (seconds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,9 +179,8 @@ def format_plan(p: RunPlan) -> str:
         )
     t = p.time
     lines.append(f"estimated output: about {_mb(p.estimated_bytes)} (output/input size ratio {p.size_ratio:g})")
-    fixed = f"{t.startup_seconds:.0f} s start-up" + (
-        f" (incl. {ANALYSIS_SECONDS:.0f} s tf.Transform analysis)" if t.startup_seconds > STARTUP_SECONDS else ""
-    )
+    parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in t.startup_parts.items())
+    fixed = f"{t.startup_seconds:.0f} s start-up" + (f" ({parts})" if parts else "")
     lines.append(
         f"estimated run time on the local runner: about {t.seconds:.0f} s = {fixed} + "
         f"{p.inputs - p.rejected.count} inputs x {t.seconds_per_input * 1000:.1f} ms / {t.processes} process(es)"
