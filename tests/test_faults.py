@@ -45,8 +45,9 @@ from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.schemas import manifest
+from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, ShardSinks
-from img2tfrecord.transforms.discover import DiscoverClasses, DiscoverImages
+from img2tfrecord.transforms.discover import Discover, DiscoverClasses
 from img2tfrecord.transforms.finalize import WriteErrorReport
 from img2tfrecord.transforms.shards import WriteShards
 
@@ -126,9 +127,9 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
     sinks = ShardSinks(out, "none", os.path.join(run, manifest.RUN_SHARDS_DIR))
     converter = FlakyConverter(ImageOptions(), "class", (("train", 1.0),), 0, marks=str(marks), fail=fail)
     with beam.Pipeline(options=PipelineOptions(["--runner=BundleBasedDirectRunner"])) as p:
-        discovered = p | "Discover" >> DiscoverImages(root + "/**", root + "/")
-        labels = discovered.files | "Classes" >> DiscoverClasses("class")
-        written = discovered.files | "WriteShards" >> WriteShards(
+        discovered = p | "Discover" >> Discover(FolderSource(root + "/**", root + "/"))
+        labels = discovered["files"] | "Classes" >> DiscoverClasses("class")
+        written = discovered["files"] | "WriteShards" >> WriteShards(
             converter,
             sinks,
             run,

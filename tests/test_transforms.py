@@ -20,8 +20,9 @@ from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.sharding import assign_split
 from img2tfrecord.images import ImageOptions, convert_image
 from img2tfrecord.model import WorkItem
+from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import LAYOUT_CLASS, LAYOUT_SPLIT
-from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverImages
+from img2tfrecord.transforms.discover import SKIPPED, Discover, DiscoverClasses
 
 SPLITS = (("train", 0.6), ("validation", 0.2), ("test", 0.2))
 SEED = 11
@@ -49,7 +50,7 @@ def source_files(root, files):
     return [WorkItem(path, rel, os.path.getsize(path)) for rel, path in sorted(write_files(root, files).items())]
 
 
-# -- DiscoverImages / DiscoverClasses ------------------------------------------------------------
+# -- Discover (a folder source) / DiscoverClasses ------------------------------------------------------------
 
 IMAGES = {
     "cat/a.jpg": I.jpeg(40, 30),
@@ -75,16 +76,16 @@ def test_discover_images(tmp_path):
     base = str(tmp_path) + "/"
     expected = [WorkItem(paths[rel], rel, len(data)) for rel, data in IMAGES.items()]
     with pipeline() as p:
-        found = p | DiscoverImages(base + "**", base)
-        assert_that(found.files, equal_to(expected), label="files")
+        found = p | Discover(FolderSource(base + "**", base))
+        assert_that(found["files"], equal_to(expected), label="files")
         assert_that(found[SKIPPED], equal_to(sorted(JUNK)), label="skipped")
 
 
 def test_discover_images_of_an_empty_folder(tmp_path):
     base = str(tmp_path) + "/"
     with pipeline() as p:
-        found = p | DiscoverImages(base + "**", base)
-        assert_that(found.files, equal_to([]), label="files")
+        found = p | Discover(FolderSource(base + "**", base))
+        assert_that(found["files"], equal_to([]), label="files")
         assert_that(found[SKIPPED], equal_to([]), label="skipped")
 
 
@@ -92,7 +93,7 @@ def test_discover_classes_class_layout(tmp_path):
     write_files(tmp_path, {**IMAGES, **JUNK})
     base = str(tmp_path) + "/"
     with pipeline() as p:
-        classes = (p | DiscoverImages(base + "**", base)).files | DiscoverClasses(LAYOUT_CLASS)
+        classes = (p | Discover(FolderSource(base + "**", base)))["files"] | DiscoverClasses(LAYOUT_CLASS)
         # root.jpg has no class; junk never reaches the class list
         assert_that(classes, equal_to([["bird", "cat", "dog"]]))
 

@@ -21,7 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.conversion.appends import InputChanges, compare, outcomes
 from img2tfrecord.conversion.converter import Converter
-from img2tfrecord.model import ErrorRow, SkippedEntry, WorkItem
+from img2tfrecord.model import ErrorRow, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest, list_stamped, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
@@ -32,6 +32,8 @@ from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.inputs import ERRORS, FILES
+from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import PlacementError
 
 # Options an append may give otherwise than the run that made the output: they do not change a record.
@@ -231,15 +233,16 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
 
 
 def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
-    """The work items of ``entries``, made as the pipeline's discovery makes them (``layout.folder_entry``)."""
+    """The work items of ``entries``, made by the pipeline's own discovery of a folder (``FolderSource``)."""
+    source = FolderSource(plan.pattern, plan.base, plan.skipped_outputs)
     items: List[WorkItem] = []
     rejected: List[ErrorRow] = []
     for entry in entries:
-        found = layouts.folder_entry(plan.base, plan.base + entry.relpath, entry.size, plan.skipped_outputs)
-        if isinstance(found, WorkItem):
-            items.append(found)
-        elif found is not None and not isinstance(found, SkippedEntry):
-            rejected.append(found)
+        for tag, found in source.read(plan.base + entry.relpath, entry.size):
+            if tag == FILES:
+                items.append(found)
+            elif tag == ERRORS:
+                rejected.append(found)
     return items, rejected
 
 

@@ -1,6 +1,6 @@
 """The Beam graph of a conversion, built from a config and a launch plan.
 
-DiscoverSources -> work items (files, archive members, manifest rows; clips with --sequence)
+Discover -> work items (files, archive members, manifest rows, annotated images; clips with --sequence)
   [-> Dedupe (--dedupe): one work item per content, the other copies -> duplicate error rows]
   -> WriteShards: AssignShards ((split, shard) from seeded hashes) -> GroupByShard (small tuples only)
                   -> WriteShard (convert in the seeded order, stream into the shard file) -> CommitSplit
@@ -28,16 +28,13 @@ from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
-from img2tfrecord.sources.detection_archives import ArchivedAnnotations
-from img2tfrecord.sources.kinds import INPUT_ARCHIVES
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
-from img2tfrecord.transforms.discover import SKIPPED, DiscoverClasses, DiscoverLedger
+from img2tfrecord.transforms.discover import SKIPPED, Discover, DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
 from img2tfrecord.transforms.shard_writer import ANALYSIS
 from img2tfrecord.transforms.shards import WriteShards
-from img2tfrecord.transforms.sources import DiscoverAnnotations, DiscoverArchivedAnnotations, DiscoverSources
 
 
 def _reason(row):
@@ -106,35 +103,10 @@ def build_pipeline(
     converted with the output's labels into shards named after the generation.
     """
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
-    # A folder, archives or manifests: the same work items, whatever holds the bytes (transforms/sources.py).
-    if ledger is not None:
-        discovered = p | "DiscoverImages" >> DiscoverLedger(
-            FileSystems.join(run_dir(config, plan), manifest.RUN_LEDGER_FILE), plan.base, plan.skipped_outputs, junk
-        )
-    elif plan.annotations and plan.input_kind == INPUT_ARCHIVES:
-        discovered = p | "DiscoverAnnotations" >> DiscoverArchivedAnnotations(
-            ArchivedAnnotations(plan.annotations, plan.patterns),
-            plan.pattern,
-            plan.split_names,
-            plan.has_split_column,
-            config.image.max_file_bytes,
-        )
-    elif plan.annotations:
-        discovered = p | "DiscoverAnnotations" >> DiscoverAnnotations(
-            plan.annotations, plan.patterns, plan.base, plan.split_names, plan.has_split_column
-        )
-    else:
-        discovered = p | "DiscoverImages" >> DiscoverSources(
-            plan.input_kind,
-            plan.pattern,
-            plan.base,
-            config.image.max_file_bytes,
-            config.sequence,
-            plan.labeled,
-            plan.has_split_column,
-            plan.split_names,
-            plan.skipped_outputs,
-        )
+    # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
+    ledger_path = FileSystems.join(run_dir(config, plan), manifest.RUN_LEDGER_FILE) if ledger else None
+    step = "DiscoverAnnotations" if plan.annotations else "DiscoverImages"
+    discovered = p | step >> Discover(plan.source(config), ledger_path, junk)
     files = discovered["files"]
     if append is not None:  # the output's class ids never change; new classes come after them
         label_names = p | "OutputClasses" >> beam.Create([list(append.labels)])

@@ -14,6 +14,13 @@ from typing import Any, Dict, Tuple
 from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.sources import kinds
+from img2tfrecord.sources.detection_archives import ArchivedAnnotations
+from img2tfrecord.sources.inputs import InputSource
+from img2tfrecord.sources.inputs.annotation import AnnotationSource
+from img2tfrecord.sources.inputs.archive import ArchiveSource
+from img2tfrecord.sources.inputs.archived_annotation import ArchivedAnnotationSource
+from img2tfrecord.sources.inputs.folder import FolderSource
+from img2tfrecord.sources.inputs.manifest import ManifestSource
 
 
 class PlanError(ValueError):
@@ -44,6 +51,20 @@ class Plan:
     def task(self) -> str:
         """classification or detection."""
         return TASK_DETECTION if self.annotations else TASK_CLASSIFICATION
+
+    def source(self, config: ConvertConfig) -> InputSource:
+        """The input source this plan describes: what the run's discovery and ``--plan`` read."""
+        limit = config.image.max_file_bytes
+        if self.annotations and self.input_kind == kinds.INPUT_ARCHIVES:
+            found = ArchivedAnnotations(self.annotations, self.patterns)
+            return ArchivedAnnotationSource(found, self.pattern, self.split_names, self.has_split_column, limit)
+        if self.annotations:
+            return AnnotationSource(self.annotations, self.patterns, self.base, self.split_names, self.has_split_column)
+        if self.input_kind == kinds.INPUT_ARCHIVES:
+            return ArchiveSource(self.pattern, limit, config.sequence)
+        if self.input_kind == kinds.INPUT_MANIFEST:
+            return ManifestSource(self.pattern, self.labeled, self.has_split_column, self.split_names)
+        return FolderSource(self.pattern, self.base, self.skipped_outputs)
 
     def fingerprint(self, config: ConvertConfig) -> str:
         """16 hex digits that change with the options, the seed, the input listing or the shard counts."""

@@ -27,11 +27,9 @@ from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import (
     Clip,
     DetectionPlacement,
-    ErrorEntry,
     ErrorRow,
     InlineMember,
     MemberEntry,
-    SkippedEntry,
     WorkItem,
     error_row,
 )
@@ -61,9 +59,10 @@ from img2tfrecord.pipeline.preview_report import (
 from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
 from img2tfrecord.pipeline.startup import Startup, measure
 from img2tfrecord.schemas import manifest
-from img2tfrecord.sources import archives, detection, kinds, manifests
-from img2tfrecord.sources import detection_archives as archived
+from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.inputs import Discovered, Finding, discover
+from img2tfrecord.sources.inputs.archive import MEMBERS
 from img2tfrecord.transforms.sequence import clip_key
 
 SAMPLE_SIZE = 16  # inputs converted and timed
@@ -82,141 +81,25 @@ class _SplitTally:
     bytes: float = 0.0
 
 
-@dataclasses.dataclass
-class _Listing:
-    files: List[WorkItem] = dataclasses.field(default_factory=list)  # frames, with --sequence
-    skipped: List[str] = dataclasses.field(default_factory=list)
-    errors: List[ErrorRow] = dataclasses.field(default_factory=list)
+def _slim():
+    """A ``discover`` slim keeping the bytes of the first few tar.gz members only (the sample needs no more)."""
+    kept = [0]
+
+    def slim(finding: Finding) -> Finding:
+        tag, value = finding
+        if tag == MEMBERS and isinstance(value[1], MemberEntry) and isinstance(value[1].member, InlineMember):
+            kept[0] += 1
+            if kept[0] > _INLINE_KEPT:
+                return tag, (value[0], value[1]._replace(member=InlineMember(b"")))
+        return finding
+
+    return slim
 
 
-def _list_folder(plan: Plan, listing: _Listing) -> None:
-    for path, size in list_input(plan.pattern):
-        if not path.startswith(plan.base):
-            continue
-        entry = layouts.folder_entry(plan.base, path, size, plan.skipped_outputs)
-        if entry is None:  # inside an earlier output: not an input, as in the run
-            continue
-        if isinstance(entry, SkippedEntry):
-            listing.skipped.append(entry.name)
-        elif isinstance(entry, WorkItem):
-            listing.files.append(entry)
-        else:
-            listing.errors.append(entry)
-
-
-def _list_archives(config: ConvertConfig, plan: Plan, listing: _Listing) -> None:
-    min_depth = archives.MIN_DEPTH_SEQUENCES if config.sequence else archives.MIN_DEPTH_IMAGES
-    inline_kept = 0
-    for archive, size in list_input(plan.pattern):
-        members: List[MemberEntry] = []
-        for entry in archives.list_archive(archive, size, config.image.max_file_bytes):
-            if isinstance(entry, MemberEntry):
-                if isinstance(entry.member, InlineMember):  # a tar.gz member: keep a few members' bytes only
-                    inline_kept += 1
-                    if inline_kept > _INLINE_KEPT:
-                        entry = entry._replace(member=InlineMember(b""))
-                members.append(entry)
-            elif isinstance(entry, SkippedEntry):
-                listing.skipped.append(archives.member_path(archive, entry.name))
-            elif isinstance(entry, ErrorEntry):
-                where = archives.member_path(archive, entry.name) if entry.name else archive
-                listing.errors.append(error_row(where, entry.name, entry.reason, entry.message))
-        prefix = archives.top_folder_to_strip([m.name for m in members], min_depth)
-        listing.files.extend(archives.member_item(archive, m, prefix) for m in members)
-
-
-def _list_manifests(plan: Plan, listing: _Listing) -> None:
-    for path, _ in list_input(plan.pattern):
-        for number, row in manifests.manifest_rows(path):
-            ok, out = manifests.row_to_source(path, number, row, plan.labeled, plan.has_split_column, plan.split_names)
-            if ok:
-                listing.files.append(out)
-            else:
-                listing.errors.append(out)
-
-
-def _list_annotations(plan: Plan, listing: _Listing) -> None:
-    image_sets: Dict[str, Dict[str, str]] = {}
-
-    def sets_of(root: str) -> Dict[str, str]:
-        if root not in image_sets:
-            image_sets[root] = detection.voc_image_sets(root)
-        return image_sets[root]
-
-    seen = set()
-    for pattern in plan.patterns:
-        for path, _ in list_input(pattern):
-            if path in seen:
-                continue
-            seen.add(path)
-            for out in detection.read_items(
-                plan.annotations, path, plan.base, plan.split_names, plan.has_split_column, sets_of
-            ):
-                if isinstance(out, WorkItem):
-                    listing.files.append(out)
-                else:
-                    listing.errors.append(out)
-
-
-def _list_archived_annotations(config: ConvertConfig, plan: Plan, listing: _Listing) -> None:
-    """What ``DiscoverArchivedAnnotations`` gives, step by step: list the archives, parse the image
-    sets and annotation members, join each image an annotation names with its member."""
-    found = archived.ArchivedAnnotations(plan.annotations, plan.patterns)
-    annotation_members: List[Tuple[str, MemberEntry]] = []
-    set_texts: Dict[str, List[Tuple[str, bytes]]] = {}
-    members: Dict[str, List[Union[MemberEntry, ErrorEntry]]] = {}
-    inline_kept = 0
-    for archive, size in list_input(plan.pattern):
-        for entry in archived.list_members(found, archive, size, config.image.max_file_bytes):
-            if isinstance(entry, ErrorEntry):
-                row = archived.reported_problem(found, archive, entry)
-                if row is not None:
-                    listing.errors.append(row)
-                else:
-                    members.setdefault(archives.member_path(archive, entry.name), []).append(entry)
-                continue
-            role = found.role(entry.name)
-            if role == archived.ANNOTATION:
-                annotation_members.append((archive, entry))
-            elif role == archived.IMAGE_SET:
-                root, text = archived.image_set_text(archive, entry)
-                set_texts.setdefault(root, []).append(text)
-            else:
-                if isinstance(entry.member, InlineMember):  # a tar.gz member: keep a few members' bytes only
-                    inline_kept += 1
-                    if inline_kept > _INLINE_KEPT:
-                        entry = entry._replace(member=InlineMember(b""))
-                members.setdefault(archives.member_path(archive, entry.name), []).append(entry)
-    image_sets = {root: archived.root_image_sets(texts) for root, texts in set_texts.items()}
-    for archive, entry in annotation_members:
-        for out in archived.annotated_images(
-            found, archive, entry, plan.split_names, plan.has_split_column, image_sets, members
-        ):
-            if isinstance(out, archived.AnnotatedImage):
-                joined = archived.attach_member(out.item, members.get(out.key, ()))
-            else:
-                joined = out
-            if isinstance(joined, WorkItem):
-                listing.files.append(joined)
-            else:
-                listing.errors.append(joined)
-
-
-def list_sources(config: ConvertConfig, plan: Plan) -> _Listing:
-    """Every work item, junk name and early error row the run's discovery step would give."""
-    listing = _Listing()
-    if plan.annotations and plan.input_kind == kinds.INPUT_ARCHIVES:
-        _list_archived_annotations(config, plan, listing)
-    elif plan.annotations:
-        _list_annotations(plan, listing)
-    elif plan.input_kind == kinds.INPUT_ARCHIVES:
-        _list_archives(config, plan, listing)
-    elif plan.input_kind == kinds.INPUT_MANIFEST:
-        _list_manifests(plan, listing)
-    else:
-        _list_folder(plan, listing)
-    listing.files.sort(key=lambda f: f.relpath)
-    return listing
+def list_sources(config: ConvertConfig, plan: Plan) -> Discovered:
+    """Every work item, junk name and early error row the run's discovery step would give: the run's
+    own source (``Plan.source``), read in this process."""
+    return discover(plan.source(config), list_input, _slim())
 
 
 def _clips(files: Sequence[WorkItem], layout: str) -> List[Clip]:
@@ -426,7 +309,7 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
 
 
 def _narrow_to_append(
-    config: ConvertConfig, plan: Plan, converter, listing: _Listing
+    config: ConvertConfig, plan: Plan, converter, listing: Discovered
 ) -> Tuple[Plan, List[str], AppendPlan]:
     """``--plan --append``: the listing narrowed to what the next generation converts, its plan and labels."""
     previous, changes = compare_with_output(config, plan)

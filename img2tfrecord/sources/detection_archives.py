@@ -186,8 +186,8 @@ def is_archive_problem(entry: ErrorEntry) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Discovery, one step at a time: the pipeline (transforms/sources.py) and --plan (pipeline/preview.py)
-# call these; the pipeline joins the keyed images with the keyed members by a CoGroupByKey.
+# Discovery, one step at a time: sources/inputs/archived_annotation.py calls these, and joins the keyed
+# images with the keyed members in-process (--plan); the pipeline joins them by a CoGroupByKey.
 
 
 def list_members(

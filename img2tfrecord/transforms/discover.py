@@ -1,100 +1,59 @@
-"""Find the images of an input root inside the pipeline.
+"""Discovery as a Beam transform: an input source's units matched, each read by the source's own
+per-unit function (``sources/inputs/``), and its findings joined where one depends on others.
 
-The listing runs as a Beam transform (``fileio.MatchFiles``) on any Beam
-filesystem, so millions of files are listed by the runner, not collected in
-the launching process. Each match becomes ``(path, relpath, size)``; junk
-that operating systems leave in folders (``.DS_Store``, ``Thumbs.db``,
-``__MACOSX/``, any hidden file or folder) is skipped and counted. Files inside
-the folders of earlier outputs the launch plan found (``Plan.skipped_outputs``)
-are left out without a count: the launch warned about them once.
+Units are matched by Beam's ``fileio.MatchAll`` on any Beam filesystem, so a bucket is listed by the
+runner; a folder input's units come instead from the input ledger the launcher wrote (its one
+listing, ``pipeline/append.py``). Archives and annotation files are spread over the workers first:
+each is much work. ``--plan`` runs the same ``read`` and ``join`` in-process (``sources.inputs.discover``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 
-from img2tfrecord.model import ERRORS, SkippedEntry, WorkItem
-from img2tfrecord.sources.layout import classes_of_file, folder_entry
+from img2tfrecord.model import ERRORS
+from img2tfrecord.sources.inputs import FILES, SKIPPED, InputSource
+from img2tfrecord.sources.inputs.archive import ArchiveSource
+from img2tfrecord.sources.inputs.archived_annotation import ArchivedAnnotationSource
+from img2tfrecord.sources.layout import classes_of_file
+from img2tfrecord.transforms.discover_joins import JoinAnnotatedMembers, JoinArchiveMembers
 
-SKIPPED = "skipped"
+__all__ = ["SKIPPED", "Discover", "DiscoverClasses"]
+
+# The joins of the sources whose findings depend on each other; the others need none.
+_JOINS = {ArchiveSource: JoinArchiveMembers, ArchivedAnnotationSource: JoinAnnotatedMembers}
 
 
-class _ToSourceFile(beam.DoFn):
-    def __init__(self, base: str, outputs: Sequence[str] = ()):
-        self._base = base
-        self._outputs = tuple(outputs)
-        self._skipped = beam.metrics.Metrics.counter("img2tfrecord", "inputs_skipped")
+class _ReadUnitFn(beam.DoFn):
+    """One unit (``FileMetadata``) -> its source's findings: work items on the main output, the rest tagged."""
+
+    def __init__(self, source: InputSource):
+        self._source = source
         self._inputs = beam.metrics.Metrics.counter("img2tfrecord", "inputs")
+        self._skipped = beam.metrics.Metrics.counter("img2tfrecord", "inputs_skipped")
 
-    def process(self, metadata):
-        entry = folder_entry(self._base, metadata.path, metadata.size_in_bytes, self._outputs)
-        if entry is None:
+    def process(self, unit: FileMetadata):
+        if not self._source.is_unit(unit.path):
             return
-        if isinstance(entry, SkippedEntry):
-            self._skipped.inc()
-            yield beam.pvalue.TaggedOutput(SKIPPED, entry.name)
-            return
-        self._inputs.inc()
-        yield entry if isinstance(entry, WorkItem) else beam.pvalue.TaggedOutput(ERRORS, entry)
-
-
-class DiscoverImages(beam.PTransform):
-    """``pattern`` -> main output of SourceFile tuples, tagged outputs ``skipped`` (relpaths of junk)
-    and ``errors`` (``bad_name`` rows for local names that are not UTF-8).
-
-    ``base`` is the input root every match is made relative to; files under the folders ``outputs``
-    (relative to it) are not inputs.
-    """
-
-    def __init__(self, pattern: str, base: str, outputs: Sequence[str] = ()):
-        super().__init__()
-        self._pattern = pattern
-        self._base = base
-        self._outputs = tuple(outputs)
-
-    def expand(self, pbegin):
-        return (
-            pbegin
-            | "MatchFiles" >> fileio.MatchFiles(self._pattern, empty_match_treatment=EmptyMatchTreatment.ALLOW)
-            | "ToSourceFile"
-            >> beam.ParDo(_ToSourceFile(self._base, self._outputs)).with_outputs(SKIPPED, ERRORS, main="files")
-        )
+        for tag, value in self._source.read(unit.path, unit.size_in_bytes):
+            if tag == FILES:
+                self._inputs.inc()
+                yield value
+            else:
+                if tag == SKIPPED:
+                    self._skipped.inc()
+                yield beam.pvalue.TaggedOutput(tag, value)
 
 
 def _listed_file(line: str, base: str) -> FileMetadata:
     entry = json.loads(line)
     return FileMetadata(base + entry["relpath"], int(entry["size"]))
-
-
-class DiscoverLedger(beam.PTransform):
-    """The inputs a ledger file lists (``schemas/ledger.py``), as :class:`DiscoverImages` gives them, from
-    the launch's listing instead of a second one: ``{"files", "skipped", "errors"}``. ``junk``: the names
-    that listing skipped (counted as skipped)."""
-
-    def __init__(self, ledger: str, base: str, outputs: Sequence[str] = (), junk: Sequence[str] = ()):
-        super().__init__()
-        self._ledger = ledger
-        self._base = base
-        self._outputs = tuple(outputs)
-        self._junk = list(junk)
-
-    def expand(self, pbegin):
-        # validate=False: the launcher writes the ledger after the graph is built (and a dry run never does).
-        found = (
-            pbegin
-            | "ReadLedger" >> beam.io.ReadFromText(self._ledger, compression_type=CompressionTypes.GZIP, validate=False)
-            | "ToFile" >> beam.Map(_listed_file, self._base)
-            | "ToSourceFile"
-            >> beam.ParDo(_ToSourceFile(self._base, self._outputs)).with_outputs(SKIPPED, ERRORS, main="files")
-        )
-        junk = pbegin | "Junk" >> beam.Create(self._junk) | "CountJunk" >> beam.Map(_counted_junk)
-        return {"files": found.files, SKIPPED: junk, ERRORS: found[ERRORS]}
 
 
 _JUNK_COUNTER = beam.metrics.Metrics.counter("img2tfrecord", "inputs_skipped")
@@ -105,8 +64,64 @@ def _counted_junk(name: str) -> str:
     return name
 
 
+class Discover(beam.PTransform):
+    """The work items of ``source``: ``{"files": items, "skipped": junk names, "errors": error rows}``.
+
+    ``errors`` are inputs rejected before conversion (an unreadable archive, a manifest row without a
+    path): each counts as one input. ``ledger``: a folder's input ledger (``schemas/ledger.py``), read
+    instead of matching the folder again, and ``junk`` the names the launch's listing skipped.
+    """
+
+    def __init__(self, source: InputSource, ledger: Optional[str] = None, junk: Sequence[str] = ()):
+        super().__init__()
+        self._source = source
+        self._ledger = ledger
+        self._junk = list(junk)
+
+    def expand(self, pbegin):
+        if self._ledger is not None:
+            base = getattr(self._source, "base", "")
+            # validate=False: the launcher writes the ledger after the graph is built (and a dry run never does).
+            units = (
+                pbegin
+                | "ReadLedger"
+                >> beam.io.ReadFromText(self._ledger, compression_type=CompressionTypes.GZIP, validate=False)
+                | "ToFile" >> beam.Map(_listed_file, base)
+            )
+        else:
+            units = (
+                pbegin
+                | "Patterns" >> beam.Create(list(self._source.patterns))
+                | "MatchUnits" >> fileio.MatchAll(empty_match_treatment=EmptyMatchTreatment.ALLOW)
+            )
+        if self._source.spread_units:
+            units = units | "SpreadUnits" >> beam.Reshuffle()
+        found = units | "ReadUnits" >> beam.ParDo(_ReadUnitFn(self._source)).with_outputs(
+            SKIPPED, ERRORS, *self._source.join_tags, main=FILES
+        )
+        files, errors = [found[FILES]], [found[ERRORS]]
+        join = _JOINS.get(type(self._source))
+        if join is not None:
+            pending = {tag: found[tag] for tag in self._source.join_tags}
+            joined: Dict[str, Any] = pending | "Join" >> join(self._source)
+            files.append(joined[FILES])
+            errors.append(joined[ERRORS])
+        skipped = [found[SKIPPED]]
+        if self._junk:
+            skipped.append(pbegin | "Junk" >> beam.Create(self._junk) | "CountJunk" >> beam.Map(_counted_junk))
+        return {
+            FILES: _one(files, "Files"),
+            SKIPPED: _one(skipped, "Skipped"),
+            ERRORS: _one(errors, "Errors"),
+        }
+
+
+def _one(pcolls, name: str):
+    return pcolls[0] if len(pcolls) == 1 else tuple(pcolls) | f"All{name}" >> beam.Flatten()
+
+
 class DiscoverClasses(beam.PTransform):
-    """SourceFile PCollection -> one element: the sorted list of class names (the label map)."""
+    """WorkItem PCollection -> one element: the sorted list of class names (the label map)."""
 
     def __init__(self, layout: str):
         super().__init__()
