@@ -94,7 +94,7 @@ def _time_plan(source: str, runs: int) -> Dict[str, Any]:
             times.append(time.perf_counter() - start)
     finally:
         FileSystems.open = original  # type: ignore[method-assign]
-    return {"seconds": statistics.median(times), "all": times, "files": plan.num_files, "opened": len(opened)}
+    return {"seconds": statistics.median(times), "all": times, "files": plan.sizing.num_files, "opened": len(opened)}
 
 
 def main() -> None:

@@ -98,7 +98,7 @@ def _found(kind: str, tmp_path):
     config = ConvertConfig(input=given, output=str(tmp_path / "out"), analyze=False, task=TASKS.get(kind))
     with listing_once():
         plan = make_plan(config)
-        source = plan.source(config)
+        source = plan.input.source(config)
         here = discover(source, list_input)
     return source, here
 

@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from img2tfrecord import progress
 from img2tfrecord.model import error_row
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.plan_model import Plan
+from img2tfrecord.pipeline.plan_model import InputPlan, Plan, Sizing
 from img2tfrecord.pipeline.run import (
     COUNTS_FROM_JOB,
     COUNTS_HERE,
@@ -228,17 +228,8 @@ def test_where_live_counts_come_from(args, expected):
 
 
 def _plan(**fields) -> Plan:
-    base = dict(
-        base="/in/",
-        pattern="/in/**",
-        layout="class",
-        split_names=("train",),
-        num_shards={"train": 1},
-        num_files=120,
-        input_bytes=1000,
-        size_ratio=1.0,
-    )
-    return Plan(**{**base, **fields})
+    described = InputPlan(**{**dict(base="/in/", pattern="/in/**", layout="class", split_names=("train",)), **fields})
+    return Plan(described, Sizing(num_shards={"train": 1}, num_files=120, input_bytes=1000, size_ratio=1.0))
 
 
 def test_the_total_is_the_launch_count_of_images_when_it_is_whole():

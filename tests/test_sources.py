@@ -220,13 +220,17 @@ def test_unlabeled_manifest(inputs, tmp_path):
 def test_plan_of_inputs(inputs, tmp_path):
     archives = inputs["archives"]
     plan = make_plan(ConvertConfig(input=os.path.join(archives, "flowers.zip"), output=str(tmp_path / "o")))
-    assert plan.input_kind == kinds.INPUT_ARCHIVES and plan.layout == "class" and plan.num_files == len(inputs["files"])
+    assert (
+        plan.input.input_kind == kinds.INPUT_ARCHIVES
+        and plan.input.layout == "class"
+        and plan.sizing.num_files == len(inputs["files"])
+    )
     split_zip = tmp_path / "split.zip"
     write_zip(str(split_zip), {"train/cat/a.jpg": I.jpeg(8, 8), "val/cat/b.jpg": I.jpeg(8, 8)}, top="data")
     plan = make_plan(ConvertConfig(input=str(split_zip), output=str(tmp_path / "o")))
-    assert plan.layout == "split" and plan.split_names == ("train", "validation")
+    assert plan.input.layout == "split" and plan.input.split_names == ("train", "validation")
     plan = make_plan(ConvertConfig(input=os.path.join(inputs["root"], "labels.csv"), output=str(tmp_path / "o")))
-    assert plan.input_kind == kinds.INPUT_MANIFEST and plan.labeled and not plan.has_split_column
+    assert plan.input.input_kind == kinds.INPUT_MANIFEST and plan.input.labeled and not plan.input.has_split_column
     bad = tmp_path / "bad.csv"
     bad.write_text("path,label,split\ncat/a.jpg,cat,tr-ain\n")
     from img2tfrecord.pipeline.plan_model import PlanError
@@ -302,14 +306,14 @@ def test_launch_plan_preview_and_local_checks_leave_out_an_old_output(inputs, tm
     config = ConvertConfig(input=root, output=str(tmp_path / "o"))
     with caplog.at_level("WARNING"):
         plan = make_plan(config)
-    assert plan.skipped_outputs == ("records/done", "records/killed")
+    assert plan.input.skipped_outputs == ("records/done", "records/killed")
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "'records/done', 'records/killed'" in warnings[0], warnings
-    assert plan.num_files == len(inputs["files"]) and plan.layout == "class"
+    assert plan.sizing.num_files == len(inputs["files"]) and plan.input.layout == "class"
     listing = list_sources(config, plan)
     assert sorted(f.relpath for f in listing.files) == sorted(inputs["files"])
     assert listing.skipped == [] and listing.errors == []
-    report = scan_local_input(plan.base, plan.pattern, plan.layout)
+    report = scan_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
     assert report.files == len(inputs["files"]) and report.empty_class_folders == []
     # An input that is itself an output.
     from img2tfrecord.pipeline.plan_model import PlanError
@@ -357,7 +361,7 @@ def test_inputs_that_can_give_no_record_are_refused_at_launch(inputs, tmp_path):
     assert refused(texts).startswith(f"no images in --input {texts}: its 2 file(s)")
     # A name without an image suffix: the content decides.
     write_tree(str(tmp_path / "noext"), {"cat/IMG_0001": I.jpeg(8, 8)})
-    assert make_plan(ConvertConfig(input=str(tmp_path / "noext"), output=str(tmp_path / "o"))).num_files == 1
+    assert make_plan(ConvertConfig(input=str(tmp_path / "noext"), output=str(tmp_path / "o"))).sizing.num_files == 1
     flat_zip = str(tmp_path / "flat.zip")
     write_zip(flat_zip, cats)
     assert "no class folders (<class>/<file> inside)" in refused(flat_zip)
@@ -368,4 +372,6 @@ def test_inputs_that_can_give_no_record_are_refused_at_launch(inputs, tmp_path):
     listed = tmp_path / "photos" / "cat" / "list.csv"
     listed.write_text("path\n" + "".join(f"{name}\n" for name in sorted(cats)))
     plan = make_plan(ConvertConfig(input=str(listed), output=str(tmp_path / "o")))
-    assert plan.input_kind == kinds.INPUT_MANIFEST and not plan.labeled and plan.num_files == len(cats)
+    assert (
+        plan.input.input_kind == kinds.INPUT_MANIFEST and not plan.input.labeled and plan.sizing.num_files == len(cats)
+    )

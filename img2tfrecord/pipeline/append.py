@@ -72,11 +72,11 @@ def listed_inputs(plan: Plan) -> Tuple[List[LedgerEntry], List[str]]:
     """``(inputs, junk)`` of a folder plan's launch listing: the inputs sorted, the junk as the run
     reports it (printable relative paths), files inside earlier outputs in neither."""
     found, junk = [], []
-    for path, size, mtime in list_stamped(plan.pattern):
-        if not path.startswith(plan.base):
+    for path, size, mtime in list_stamped(plan.input.pattern):
+        if not path.startswith(plan.input.base):
             continue
-        relpath = layouts.relative_path(plan.base, path)
-        if layouts.in_folders(relpath, plan.skipped_outputs):
+        relpath = layouts.relative_path(plan.input.base, path)
+        if layouts.in_folders(relpath, plan.input.skipped_outputs):
             continue
         if layouts.is_junk(relpath):
             junk.append(layouts.printable(relpath))
@@ -87,7 +87,7 @@ def listed_inputs(plan: Plan) -> Tuple[List[LedgerEntry], List[str]]:
 
 def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
     """Whether a run writes an input ledger: folder inputs of images (not clips, not detection)."""
-    return plan.input_kind == kinds.INPUT_FOLDER and not plan.annotations and not config.sequence
+    return plan.input.input_kind == kinds.INPUT_FOLDER and not plan.input.annotations and not config.sequence
 
 
 def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
@@ -187,7 +187,7 @@ def compare_with_output(config: ConvertConfig, plan: Plan) -> Tuple[DatasetManif
 
 def new_classes_of(plan: Plan, items: Sequence[WorkItem], previous: DatasetManifest) -> List[str]:
     """The class folders of ``items`` the output does not have, sorted."""
-    found = {layouts.class_of(item.relpath, plan.layout) for item in items}
+    found = {layouts.class_of(item.relpath, plan.input.layout) for item in items}
     return sorted({c for c in found if c is not None} - set(previous.labels))
 
 
@@ -222,11 +222,12 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
         raise PlanError(refused)
     if not changes.to_convert:
         raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
-    narrowed = dataclasses.replace(
-        sized_for(config, plan, converter, items),
-        num_files=len(items) + len(rejected),
-        input_bytes=sum(i.size for i in items),
-        listing_digest=digest((e.relpath, e.size, e.mtime) for e in changes.to_convert),
+    sized = sized_for(config, plan, converter, items).sizing
+    narrowed = Plan(
+        dataclasses.replace(
+            plan.input, listing_digest=digest((e.relpath, e.size, e.mtime) for e in changes.to_convert)
+        ),
+        dataclasses.replace(sized, num_files=len(items) + len(rejected), input_bytes=sum(i.size for i in items)),
         generation=number + 1,
     )
     return AppendRun(previous, narrowed, changes, tuple(previous.labels) + tuple(new_classes), tuple(new_classes))
@@ -234,11 +235,11 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
 
 def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
     """The work items of ``entries``, made by the pipeline's own discovery of a folder (``FolderSource``)."""
-    source = FolderSource(plan.pattern, plan.base, plan.skipped_outputs)
+    source = FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)
     items: List[WorkItem] = []
     rejected: List[ErrorRow] = []
     for entry in entries:
-        for tag, found in source.read(plan.base + entry.relpath, entry.size):
+        for tag, found in source.read(plan.input.base + entry.relpath, entry.size):
             if tag == FILES:
                 items.append(found)
             elif tag == ERRORS:
@@ -261,7 +262,7 @@ def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Se
         split_items[split] = split_items.get(split, 0) + 1
     sized = num_shards(dataclasses.replace(config, num_shards=None), list(split_bytes), split_bytes)
     counts = {name: min(n, split_items[name]) for name, n in sized.items()}
-    return dataclasses.replace(plan, size_ratio=ratio, num_shards=counts)
+    return dataclasses.replace(plan, sizing=dataclasses.replace(plan.sizing, size_ratio=ratio, num_shards=counts))
 
 
 def _changes_refused(changes: InputChanges, list_file: bool) -> str:

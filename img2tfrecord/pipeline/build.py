@@ -48,12 +48,12 @@ def _one(unused_element):
 def image_converter(config: ConvertConfig, plan: Plan) -> Converter[Any]:
     """The converter of a run's work items; the analysed split's records carry their analysis rows."""
     splits = config.splits or ((DEFAULT_SPLIT, 1.0),)
-    if plan.annotations:
-        return DetectionConverter(config.image, plan.layout, splits, config.seed, config.require_boxes)
+    if plan.input.annotations:
+        return DetectionConverter(config.image, plan.input.layout, splits, config.seed, config.require_boxes)
     if config.sequence:
-        return ClipConverter(config.image, plan.layout, splits, config.seed)
+        return ClipConverter(config.image, plan.input.layout, splits, config.seed)
     sums_split = names.ANALYZED_SPLIT if config.analyze else None
-    return ImageConverter(config.image, plan.layout, splits, config.seed, sums_split, config.exact_statistics)
+    return ImageConverter(config.image, plan.input.layout, splits, config.seed, sums_split, config.exact_statistics)
 
 
 def run_dir(config: ConvertConfig, plan: Plan) -> str:
@@ -105,25 +105,25 @@ def build_pipeline(
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
     # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
     ledger_path = FileSystems.join(run_dir(config, plan), manifest.RUN_LEDGER_FILE) if ledger else None
-    step = "DiscoverAnnotations" if plan.annotations else "DiscoverImages"
-    discovered = p | step >> Discover(plan.source(config), ledger_path, junk)
+    step = "DiscoverAnnotations" if plan.input.annotations else "DiscoverImages"
+    discovered = p | step >> Discover(plan.input.source(config), ledger_path, junk)
     files = discovered["files"]
     if append is not None:  # the output's class ids never change; new classes come after them
         label_names = p | "OutputClasses" >> beam.Create([list(append.labels)])
     else:
-        label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.layout)
+        label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.input.layout)
 
     items = files  # what the accounting counts: images, or clips with --sequence
     if config.sequence:
         from img2tfrecord.transforms.sequence import GroupClips
 
-        items = files | "GroupClips" >> GroupClips(plan.layout)
+        items = files | "GroupClips" >> GroupClips(plan.input.layout)
     converter = image_converter(config, plan)
     to_write, rejected_early = items, [discovered[ERRORS]]
     if config.dedupe:
         if config.sequence:
             raise ValueError("--dedupe compares single files, not --sequence clips")
-        deduped = items | "Dedupe" >> Dedupe(converter, plan.split_names)
+        deduped = items | "Dedupe" >> Dedupe(converter, plan.input.split_names)
         to_write = deduped["items"]
         rejected_early.append(deduped[ERRORS])
     written = to_write | "WriteShards" >> WriteShards(
@@ -133,7 +133,7 @@ def build_pipeline(
         config.seed,
         config.processes,
         beam.pvalue.AsSingleton(label_names),
-        dict(plan.num_shards),
+        dict(plan.sizing.num_shards),
         batch_size=1 if config.sequence else 32,  # a clip is many frames: one clip per task
         resume=resume,
         faults=faults.from_environment(),  # test-only: none unless IMG2TFRECORD_FAULT is set
@@ -158,7 +158,7 @@ def build_pipeline(
     num_skipped = discovered[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
 
     analysis = {}  # tf.Transform statistics of the train split; FinalizeOutput waits for its transform_fn
-    if config.analyze and plan.annotations:
+    if config.analyze and plan.input.annotations:
         logging.info("detection: no tf.Transform analysis (its features are those of classification records)")
     elif config.analyze and append is None:  # an append keeps the statistics of the generations analysed
         from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
@@ -167,7 +167,7 @@ def build_pipeline(
         if statistics is not None:
             analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
 
-    template = manifest_template(config, plan.task, plan.labeled, plan.fingerprint(config))
+    template = manifest_template(config, plan.input.task, plan.input.labeled, plan.fingerprint(config))
     _ = (
         p
         | "Start" >> beam.Create([None])
@@ -176,7 +176,7 @@ def build_pipeline(
             FinalizeOutput(
                 config.output,
                 template,
-                list(plan.split_names),
+                list(plan.input.split_names),
                 run_dir(config, plan),
                 config.max_error_rate,
                 ledger=ledger,

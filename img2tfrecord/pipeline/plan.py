@@ -41,7 +41,7 @@ from img2tfrecord.pipeline.plan_detection import (
     plan_detection,
     plan_folder_detection,
 )
-from img2tfrecord.pipeline.plan_model import Plan, PlanError
+from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError, Sizing
 from img2tfrecord.pipeline.sizing import (
     MIB,
     SAMPLE_SIZE,
@@ -120,16 +120,20 @@ def make_plan(config: ConvertConfig, whole: bool = True) -> Plan:
     ratio = estimate_size_ratio(config, files) if whole else 1.0
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
     return Plan(
-        base=base,
-        pattern=pattern,
-        layout=layout,
-        split_names=split_names,
-        num_shards=num_shards(config, split_names, split_bytes),
-        num_files=len(files),
-        input_bytes=sum(f.size for f in files),
-        size_ratio=ratio,
-        listing_digest=digest((f.relpath, f.size) for f in files) if whole else "",
-        skipped_outputs=outputs,
+        InputPlan(
+            base=base,
+            pattern=pattern,
+            layout=layout,
+            split_names=split_names,
+            listing_digest=digest((f.relpath, f.size) for f in files) if whole else "",
+            skipped_outputs=outputs,
+        ),
+        Sizing(
+            num_shards=num_shards(config, split_names, split_bytes),
+            num_files=len(files),
+            input_bytes=sum(f.size for f in files),
+            size_ratio=ratio,
+        ),
     )
 
 
@@ -287,17 +291,21 @@ def _plan_archives(config: ConvertConfig) -> Plan:
     scale = input_bytes / seen if seen else 0.0  # the peek's split proportions, over every archive
     split_bytes = {name: b * scale for name, b in split_bytes.items()}
     return Plan(
-        base=base,
-        pattern=pattern,
-        layout=layout,
-        split_names=split_names,
-        num_shards=num_shards(config, split_names, split_bytes),
-        num_files=len(files),
-        input_bytes=input_bytes,
-        size_ratio=ratio,
-        input_kind=kinds.INPUT_ARCHIVES,
-        listing_digest=digest(found),
-        listing_complete=complete,
+        InputPlan(
+            base=base,
+            pattern=pattern,
+            layout=layout,
+            split_names=split_names,
+            input_kind=kinds.INPUT_ARCHIVES,
+            listing_digest=digest(found),
+            listing_complete=complete,
+        ),
+        Sizing(
+            num_shards=num_shards(config, split_names, split_bytes),
+            num_files=len(files),
+            input_bytes=input_bytes,
+            size_ratio=ratio,
+        ),
     )
 
 
@@ -348,16 +356,20 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
         if split in split_bytes:
             split_bytes[split] += record_bytes
     return Plan(
-        base=base,
-        pattern=pattern,
-        layout=layouts.LAYOUT_MANIFEST,
-        split_names=split_names,
-        num_shards=num_shards(config, split_names, split_bytes),
-        num_files=len(rows),
-        input_bytes=int(mean_size * len(rows)),
-        size_ratio=ratio,
-        input_kind=kinds.INPUT_MANIFEST,
-        labeled=labeled,
-        has_split_column=has_split,
-        listing_digest=digest(rows),
+        InputPlan(
+            base=base,
+            pattern=pattern,
+            layout=layouts.LAYOUT_MANIFEST,
+            split_names=split_names,
+            input_kind=kinds.INPUT_MANIFEST,
+            labeled=labeled,
+            has_split_column=has_split,
+            listing_digest=digest(rows),
+        ),
+        Sizing(
+            num_shards=num_shards(config, split_names, split_bytes),
+            num_files=len(rows),
+            input_bytes=int(mean_size * len(rows)),
+            size_ratio=ratio,
+        ),
     )

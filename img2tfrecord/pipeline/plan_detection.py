@@ -17,7 +17,7 @@ from img2tfrecord.model import MemberEntry, WorkItem
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest
-from img2tfrecord.pipeline.plan_model import Plan, PlanError
+from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError, Sizing
 from img2tfrecord.pipeline.sizing import (
     RECORD_OVERHEAD_BYTES,
     estimate_size_ratio,
@@ -107,19 +107,23 @@ def plan_detection(
     input_bytes = sum(f.size for f in images)
     per_split = (input_bytes * ratio + RECORD_OVERHEAD_BYTES * len(images)) / len(split_names)
     return Plan(
-        base=base,
-        pattern=patterns[0] if patterns else base,
-        layout=layouts.LAYOUT_DETECTION,
-        split_names=split_names,
-        num_shards=num_shards(config, split_names, {name: per_split for name in split_names}),
-        num_files=len(images) or len(annotations),
-        input_bytes=input_bytes,
-        size_ratio=ratio,
-        input_kind=kinds.INPUT_DETECTION,
-        has_split_column=bool(named),
-        listing_digest=digest([(a,) for a in annotations] + [(f.relpath, f.size) for f in images]),
-        annotations=kind,
-        patterns=patterns,
+        InputPlan(
+            base=base,
+            pattern=patterns[0] if patterns else base,
+            layout=layouts.LAYOUT_DETECTION,
+            split_names=split_names,
+            input_kind=kinds.INPUT_DETECTION,
+            has_split_column=bool(named),
+            listing_digest=digest([(a,) for a in annotations] + [(f.relpath, f.size) for f in images]),
+            annotations=kind,
+            patterns=patterns,
+        ),
+        Sizing(
+            num_shards=num_shards(config, split_names, {name: per_split for name in split_names}),
+            num_files=len(images) or len(annotations),
+            input_bytes=input_bytes,
+            size_ratio=ratio,
+        ),
     )
 
 
@@ -159,19 +163,23 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
         if split in split_bytes:
             split_bytes[split] += record_bytes
     return Plan(
-        base=base,
-        pattern=pattern,
-        layout=layouts.LAYOUT_DETECTION,
-        split_names=split_names,
-        num_shards=num_shards(config, split_names, split_bytes),
-        num_files=len(listed),
-        input_bytes=int(mean_size * len(listed)),
-        size_ratio=ratio,
-        input_kind=kinds.INPUT_DETECTION,
-        has_split_column=bool(named),
-        listing_digest=digest(digest_rows),
-        annotations=detection.BOXES,
-        patterns=tuple(found),
+        InputPlan(
+            base=base,
+            pattern=pattern,
+            layout=layouts.LAYOUT_DETECTION,
+            split_names=split_names,
+            input_kind=kinds.INPUT_DETECTION,
+            has_split_column=bool(named),
+            listing_digest=digest(digest_rows),
+            annotations=detection.BOXES,
+            patterns=tuple(found),
+        ),
+        Sizing(
+            num_shards=num_shards(config, split_names, split_bytes),
+            num_files=len(listed),
+            input_bytes=int(mean_size * len(listed)),
+            size_ratio=ratio,
+        ),
     )
 
 
@@ -272,4 +280,7 @@ def plan_archived_detection(
 
     images = image_items([(scan.archive, m) for scan in scans for m in scan.members])
     plan = plan_detection(config, kind, base, [], images, patterns, named=named, sample=image_items(peeked))
-    return dataclasses.replace(plan, pattern=pattern, input_kind=kinds.INPUT_ARCHIVES, listing_digest=digest(found))
+    described = dataclasses.replace(
+        plan.input, pattern=pattern, input_kind=kinds.INPUT_ARCHIVES, listing_digest=digest(found)
+    )
+    return dataclasses.replace(plan, input=described)

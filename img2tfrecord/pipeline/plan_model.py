@@ -28,24 +28,21 @@ class PlanError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class InputPlan:
+    """What the input is: its kind and root, its layout and splits, what the launch listing saw."""
+
     base: str  # the input root, ending with "/"
     pattern: str  # what the pipeline matches
     layout: str
     split_names: Tuple[str, ...]
-    num_shards: Dict[str, int]
-    num_files: int  # archives and manifests: the members/rows seen at launch
-    input_bytes: int
-    size_ratio: float
     input_kind: str = kinds.INPUT_FOLDER  # folder (or glob of images), archives, manifest
     labeled: bool = True  # False: a manifest without a label column
     has_split_column: bool = False  # a manifest whose rows name their split
     listing_digest: str = ""  # sha256 of what the launch listing saw (names, sizes, manifest rows)
     annotations: str = ""  # detection: the annotation format (sources.detection: voc, coco, boxes)
     patterns: Tuple[str, ...] = ()  # detection: globs of the annotation files the pipeline reads
-    listing_complete: bool = True  # False: num_files counts what a partial peek into the archives saw
+    listing_complete: bool = True  # False: Sizing.num_files counts what a partial peek into the archives saw
     skipped_outputs: Tuple[str, ...] = ()  # a folder's folders holding earlier outputs: not inputs (relative)
-    generation: int = 0  # > 0: an append (convert --append), whose shards are named after it
 
     @property
     def task(self) -> str:
@@ -53,7 +50,7 @@ class Plan:
         return TASK_DETECTION if self.annotations else TASK_CLASSIFICATION
 
     def source(self, config: ConvertConfig) -> InputSource:
-        """The input source this plan describes: what the run's discovery and ``--plan`` read."""
+        """The input source described: what the run's discovery and ``--plan`` read."""
         limit = config.image.max_file_bytes
         if self.annotations and self.input_kind == kinds.INPUT_ARCHIVES:
             found = ArchivedAnnotations(self.annotations, self.patterns)
@@ -66,6 +63,25 @@ class Plan:
             return ManifestSource(self.pattern, self.labeled, self.has_split_column, self.split_names)
         return FolderSource(self.pattern, self.base, self.skipped_outputs)
 
+
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """How big the run is: the inputs the launch counted, their bytes, the output/input ratio, shards per split."""
+
+    num_shards: Dict[str, int]
+    num_files: int  # archives and manifests: the members/rows seen at launch
+    input_bytes: int
+    size_ratio: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A launch plan: the input described, the run sized, and the generation it writes."""
+
+    input: InputPlan
+    sizing: Sizing
+    generation: int = 0  # > 0: an append (convert --append), whose shards are named after it
+
     def fingerprint(self, config: ConvertConfig) -> str:
         """16 hex digits that change with the options, the seed, the input listing or the shard counts."""
         import img2tfrecord
@@ -74,9 +90,9 @@ class Plan:
             "tool_version": img2tfrecord.__version__,
             "input": config.input,
             "options": config.options_json(),
-            "listing": self.listing_digest,
-            "layout": self.layout,
-            "num_shards": dict(sorted(self.num_shards.items())),
+            "listing": self.input.listing_digest,
+            "layout": self.input.layout,
+            "num_shards": dict(sorted(self.sizing.num_shards.items())),
         }
         if self.generation:
             doc["generation"] = self.generation

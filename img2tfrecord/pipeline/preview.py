@@ -98,8 +98,8 @@ def _slim():
 
 def list_sources(config: ConvertConfig, plan: Plan) -> Discovered:
     """Every work item, junk name and early error row the run's discovery step would give: the run's
-    own source (``Plan.source``), read in this process."""
-    return discover(plan.source(config), list_input, _slim())
+    own source (``InputPlan.source``), read in this process."""
+    return discover(plan.input.source(config), list_input, _slim())
 
 
 def _clips(files: Sequence[WorkItem], layout: str) -> List[Clip]:
@@ -166,9 +166,9 @@ def _listed(names: Sequence[str]) -> Listed:
 
 def _local_checks(plan: Plan) -> Dict[str, List[str]]:
     """The launch-time checks of a local folder the run makes (warnings are logged as the run logs them)."""
-    if plan.input_kind != kinds.INPUT_FOLDER or "://" in plan.base:
+    if plan.input.input_kind != kinds.INPUT_FOLDER or "://" in plan.input.base:
         return {}
-    report = check_local_input(plan.base, plan.pattern, plan.layout)
+    report = check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
     found = {  # names that are not UTF-8 are among the rejected (bad_name)
         "empty_class_folders": report.empty_class_folders,
         "folder_links": report.folder_links,
@@ -222,17 +222,19 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
         local_checks = _local_checks(plan)
         listing = list_sources(config, plan)
         converter = image_converter(config, plan)
-        labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.layout)})
+        labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.input.layout)})
         if config.append and is_finished(config.output):
             plan, labels, append = _narrow_to_append(config, plan, converter, listing)
     listing_seconds = time.perf_counter() - started
-    processes = processes or config.processes or processes_for(plan.num_files, plan.input_bytes)
-    items: List[Item] = list(_clips(listing.files, plan.layout) if config.sequence else listing.files)
+    processes = processes or config.processes or processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
+    items: List[Item] = list(_clips(listing.files, plan.input.layout) if config.sequence else listing.files)
 
     rejected: List[ErrorRow] = list(listing.errors)  # the rejections found without converting
     placed: List[Item] = []
-    splits = {name: _SplitTally() for name in plan.split_names}
-    mean_size = plan.input_bytes / plan.num_files if plan.num_files else 0.0  # manifest rows carry no size
+    splits = {name: _SplitTally() for name in plan.input.split_names}
+    mean_size = (
+        plan.sizing.input_bytes / plan.sizing.num_files if plan.sizing.num_files else 0.0
+    )  # manifest rows carry no size
     for item in items:
         try:
             split = converter.split_of(item)
@@ -259,28 +261,28 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
         info = splits[split]
         info.examples += 1
         first = _frames(item)[0]
-        class_name = layouts.placement(first, plan.layout)[1]
+        class_name = layouts.placement(first, plan.input.layout)[1]
         if class_name is not None:
             info.classes[class_name] = info.classes.get(class_name, 0) + 1
         if isinstance(first.row, DetectionPlacement):
             for box in first.row.annotation.boxes:
                 info.boxes[box.label] = info.boxes.get(box.label, 0) + 1
         size = sum(f.size or mean_size for f in _frames(item))
-        info.bytes += estimated_record_bytes(size, plan.size_ratio)
+        info.bytes += estimated_record_bytes(size, plan.sizing.size_ratio)
 
     by_reason: Dict[str, int] = {}
     for row in rejected:
         by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
-    analysed = config.analyze and not plan.annotations and not config.sequence
+    analysed = config.analyze and not plan.input.annotations and not config.sequence
     startup = measure(dataclasses.replace(config, processes=processes), plan, listing_seconds, analysed)
     return RunPlan(
         input=config.input,
-        input_kind=plan.input_kind,
-        layout=plan.layout,
-        task=plan.task,
-        annotations=plan.annotations or None,
+        input_kind=plan.input.input_kind,
+        layout=plan.input.layout,
+        task=plan.input.task,
+        annotations=plan.input.annotations or None,
         sequence=config.sequence,
-        labeled=plan.labeled,
+        labeled=plan.input.labeled,
         classes=labels,
         inputs=len(items) + len(listing.errors),
         splits={
@@ -288,7 +290,7 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
                 examples=info.examples,
                 examples_per_class=dict(sorted(info.classes.items())),
                 boxes_per_class=dict(sorted(info.boxes.items())),
-                num_shards=plan.num_shards.get(name, 0),
+                num_shards=plan.sizing.num_shards.get(name, 0),
                 estimated_bytes=int(info.bytes),
             )
             for name, info in splits.items()
@@ -298,12 +300,12 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
         not_image_names=_listed(
             [layouts.printable(f.relpath) for item in placed for f in _frames(item) if not looks_like_image(f.relpath)]
         ),
-        size_ratio=round(plan.size_ratio, 4),
+        size_ratio=round(plan.sizing.size_ratio, 4),
         estimated_bytes=int(sum(info.bytes for info in splits.values())),
         time=_time_sample(converter, placed, labels, processes, startup),
         output=_output_state(config),
         local_checks=local_checks,
-        skipped_outputs=list(plan.skipped_outputs),
+        skipped_outputs=list(plan.input.skipped_outputs),
         append=append,
     )
 

@@ -88,7 +88,7 @@ def default_processes(options: Optional[PipelineOptions] = None, plan: Optional[
     (``sizing.processes_for``); 1 (the worker itself) on distributed runners."""
     if options is not None and not is_local_runner(options):
         return 1
-    return usable_cores() if plan is None else processes_for(plan.num_files, plan.input_bytes)
+    return usable_cores() if plan is None else processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
 
 
 def is_dataflow(options: PipelineOptions) -> bool:
@@ -149,9 +149,9 @@ def progress_total(config: ConvertConfig, plan: Plan) -> Tuple[Optional[int], st
     """
     if config.sequence:
         return None, "clips"
-    if plan.annotations or not plan.listing_complete:
+    if plan.input.annotations or not plan.input.listing_complete:
         return None, "images"
-    return plan.num_files, "images"
+    return plan.sizing.num_files, "images"
 
 
 def run(
@@ -189,9 +189,9 @@ def run(
     with listing_once():  # the plan, the ledger and an append's comparison share one listing
         appending = config.append and is_finished(config.output)
         plan = plan or make_plan(config, whole=not appending)
-        if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.base:
+        if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.input.base:
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
-            check_local_input(plan.base, plan.pattern, plan.layout)
+            check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
         ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) and not appending else (None, [])
         if config.append and not appending:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
@@ -281,10 +281,10 @@ def _execute(
     dry_run = is_dry_run(options)
     logging.info(
         "input: %d files, %.1f MB, layout %s; shards per split: %s; %d conversion process(es)",
-        plan.num_files,
-        plan.input_bytes / 1e6,
-        plan.layout,
-        plan.num_shards,
+        plan.sizing.num_files,
+        plan.sizing.input_bytes / 1e6,
+        plan.input.layout,
+        plan.sizing.num_shards,
         config.processes,
     )
     p = beam.Pipeline(options=options)

@@ -382,7 +382,7 @@ def analyze_train_split(rows, label_names, config, plan) -> Optional[beam.PColle
     record without its image bytes, plus its pixel sums); ``label_names`` the
     one-element PCollection of the sorted class list.
     """
-    split_names = list(plan.split_names)
+    split_names = list(plan.input.split_names)
     if getattr(config, "sequence", False):
         logging.warning("--sequence records are SequenceExamples: skipping the tf.Transform analysis")
         return None
