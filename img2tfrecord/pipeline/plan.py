@@ -41,14 +41,14 @@ from img2tfrecord.pipeline.plan_detection import (
     plan_detection,
     plan_folder_detection,
 )
-from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError, Sizing
+from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import (
     MIB,
     SAMPLE_SIZE,
     estimate_size_ratio,
     estimated_record_bytes,
-    num_shards,
     sampled_sizes,
+    sized,
 )
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, detection, kinds, manifests
@@ -128,12 +128,7 @@ def make_plan(config: ConvertConfig, whole: bool = True) -> Plan:
             listing_digest=digest((f.relpath, f.size) for f in files) if whole else "",
             skipped_outputs=outputs,
         ),
-        Sizing(
-            num_shards=num_shards(config, split_names, split_bytes),
-            num_files=len(files),
-            input_bytes=sum(f.size for f in files),
-            size_ratio=ratio,
-        ),
+        sized(config, split_names, split_bytes, len(files), sum(f.size for f in files), ratio),
     )
 
 
@@ -300,12 +295,7 @@ def _plan_archives(config: ConvertConfig) -> Plan:
             listing_digest=digest(found),
             listing_complete=complete,
         ),
-        Sizing(
-            num_shards=num_shards(config, split_names, split_bytes),
-            num_files=len(files),
-            input_bytes=input_bytes,
-            size_ratio=ratio,
-        ),
+        sized(config, split_names, split_bytes, len(files), input_bytes, ratio),
     )
 
 
@@ -366,10 +356,5 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
             has_split_column=has_split,
             listing_digest=digest(rows),
         ),
-        Sizing(
-            num_shards=num_shards(config, split_names, split_bytes),
-            num_files=len(rows),
-            input_bytes=int(mean_size * len(rows)),
-            size_ratio=ratio,
-        ),
+        sized(config, split_names, split_bytes, len(rows), int(mean_size * len(rows)), ratio),
     )

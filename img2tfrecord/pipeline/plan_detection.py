@@ -17,13 +17,13 @@ from img2tfrecord.model import MemberEntry, WorkItem
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest
-from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError, Sizing
+from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import (
     RECORD_OVERHEAD_BYTES,
     estimate_size_ratio,
     estimated_record_bytes,
-    num_shards,
     sampled_sizes,
+    sized,
 )
 from img2tfrecord.sources import archives, detection, kinds, manifests
 from img2tfrecord.sources import detection_archives as archived
@@ -118,11 +118,13 @@ def plan_detection(
             annotations=kind,
             patterns=patterns,
         ),
-        Sizing(
-            num_shards=num_shards(config, split_names, {name: per_split for name in split_names}),
-            num_files=len(images) or len(annotations),
-            input_bytes=input_bytes,
-            size_ratio=ratio,
+        sized(
+            config,
+            split_names,
+            {name: per_split for name in split_names},
+            len(images) or len(annotations),
+            input_bytes,
+            ratio,
         ),
     )
 
@@ -174,12 +176,7 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
             annotations=detection.BOXES,
             patterns=tuple(found),
         ),
-        Sizing(
-            num_shards=num_shards(config, split_names, split_bytes),
-            num_files=len(listed),
-            input_bytes=int(mean_size * len(listed)),
-            size_ratio=ratio,
-        ),
+        sized(config, split_names, split_bytes, len(listed), int(mean_size * len(listed)), ratio),
     )
 
 

@@ -23,6 +23,7 @@ from img2tfrecord.conversion.record_sizes import (
 from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import file_size
+from img2tfrecord.pipeline.plan_model import Sizing
 
 __all__ = [
     "MIB",
@@ -32,6 +33,7 @@ __all__ = [
     "estimated_record_bytes",
     "num_shards",
     "processes_for",
+    "sized",
     "sampled_sizes",
 ]
 
@@ -46,6 +48,13 @@ def processes_for(num_inputs: int, input_bytes: float) -> int:
     ``INPUTS_PER_PROCESS`` inputs or ``INPUT_BYTES_PER_PROCESS`` bytes, whichever gives more)."""
     enough = max(num_inputs // INPUTS_PER_PROCESS, int(input_bytes // INPUT_BYTES_PER_PROCESS))
     return max(1, min(usable_cores(), enough))
+
+
+def sized(
+    config: ConvertConfig, split_names, split_bytes: Dict[str, float], num_inputs: int, input_bytes: float, ratio: float
+) -> Sizing:
+    """A plan's sizing: ``num_inputs`` inputs of ``input_bytes``, shards per split from ``split_bytes``."""
+    return Sizing(num_shards(config, split_names, split_bytes), num_inputs, int(input_bytes), ratio)
 
 
 def estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
