@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import os
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -47,13 +47,6 @@ def _count_one(unused_ref) -> int:
 
 def _reason(row) -> str:
     return row["reason"]
-
-
-class _SplitsOnly(NamedTuple):
-    """What the analysis needs to know of the input: its splits and whether records carry labels."""
-
-    split_names: Tuple[str, ...]
-    labeled: bool
 
 
 class ImagesToTFRecords(beam.PTransform):
@@ -140,7 +133,7 @@ class ImagesToTFRecords(beam.PTransform):
         if config.analyze:
             from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
 
-            statistics = analyze_train_split(written[ANALYSIS], labels, config, _SplitsOnly(split_names, self._labeled))
+            statistics = analyze_train_split(written[ANALYSIS], labels, config, split_names, self._labeled)
             if statistics is not None:
                 analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
         task = Task.DETECTION if self._detection else Task.CLASSIFICATION

@@ -163,7 +163,9 @@ def build_pipeline(
     elif config.analyze and append is None:  # an append keeps the statistics of the generations analysed
         from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
 
-        statistics = analyze_train_split(written[ANALYSIS], label_names, config, plan)
+        statistics = analyze_train_split(
+            written[ANALYSIS], label_names, config, plan.input.split_names, plan.input.labeled
+        )
         if statistics is not None:
             analysis["statistics"] = beam.pvalue.AsSingleton(statistics)
 

@@ -55,6 +55,7 @@ from img2tfrecord.pipeline.sizing import processes_for
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.sources import kinds
 from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE, SHARDS_RESUMED
 
 # The local default: Beam's FnApiRunner (what the DirectRunner falls back to
@@ -189,7 +190,7 @@ def run(
     with listing_once():  # the plan, the ledger and an append's comparison share one listing
         appending = config.append and is_finished(config.output)
         plan = plan or make_plan(config, whole=not appending)
-        if getattr(plan, "input_kind", "folder") == "folder" and "://" not in plan.input.base:
+        if plan.input.input_kind == kinds.INPUT_FOLDER and "://" not in plan.input.base:
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
             check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
         ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) and not appending else (None, [])

@@ -375,14 +375,17 @@ class AnalyzeTrainSplit(beam.PTransform):
         )
 
 
-def analyze_train_split(rows, label_names, config, plan) -> Optional[beam.PCollection]:
+def analyze_train_split(
+    rows, label_names, config, split_names: Sequence[str], labeled: bool = True
+) -> Optional[beam.PCollection]:
     """The statistics PCollection of a run, or None (logged) when there is nothing to analyse.
 
     ``rows`` are the train records' analysis rows (``converter.Record.analysis``: the
     record without its image bytes, plus its pixel sums); ``label_names`` the
-    one-element PCollection of the sorted class list.
+    one-element PCollection of the sorted class list; ``split_names`` the run's splits;
+    ``labeled``: the records carry labels.
     """
-    split_names = list(plan.input.split_names)
+    split_names = list(split_names)
     if getattr(config, "sequence", False):
         logging.warning("--sequence records are SequenceExamples: skipping the tf.Transform analysis")
         return None
@@ -398,7 +401,6 @@ def analyze_train_split(rows, label_names, config, plan) -> Optional[beam.PColle
         names.ANALYZED_SPLIT,
         manifest.TRANSFORM_FN_DIR,
     )
-    labeled = getattr(plan, "labeled", True)
     spec_json = keys.feature_spec_json() if labeled else keys.feature_spec_json(labeled=False)
     options = rows.pipeline.options.get_all_options()
     runner = str(options.get("runner") or "DirectRunner").split(".")[-1]
