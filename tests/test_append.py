@@ -14,10 +14,10 @@ import signal
 
 import images as I
 import pytest
-from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc, shard_digests
+from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc, run_cli, shard_digests
 from gcs_emulator import gcs_fixture, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.datasets import make_images
-from test_faults import _kill_when
+from helpers.processes import kill_when, start_paused
 
 from img2tfrecord import api, faults
 from img2tfrecord.conversion import appends
@@ -299,7 +299,7 @@ def test_a_killed_append_leaves_the_output_readable_and_resume_finishes_it(batch
     marker = str(tmp_path / "paused")
     env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
     command = ("convert", "--input", src, "--output", out, *args, "--append")
-    assert _kill_when(command, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
+    assert kill_when(command, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
     report = verify(out)  # the last published generation reads and verifies, whatever the kill left
     assert report.ok, report.text()
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
@@ -444,31 +444,22 @@ def test_an_append_builds_and_translates_as_a_dataflow_job_without_touching_the_
 
 @pytest.mark.e2e
 def test_an_input_gone_while_the_run_converted_is_tried_again_by_the_next_append(batches, tmp_path):
-    import subprocess
-    import time
-
-    from conftest import ROOT, cli_command
-
     pool, _, _, _ = batches
     src, out, kept = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "kept.jpg")
     shutil.copytree(pool, src)
     gone = os.path.join(src, "class2", "img_0003.jpg")
     marker = str(tmp_path / "paused")
-    env = cli_env({faults.ENV: "pause:listing", faults.MARKER_ENV: marker})
     args = ("convert", "--input", src, "--output", out, *CLI_OPTIONS, "--no-analyze", "--processes", "1")
-    proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_paused(args, marker, "listing")  # listed, not converted yet
     try:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(marker):  # listed, not converted yet
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
-            time.sleep(0.02)
         shutil.move(gone, kept)
         os.remove(marker)  # the run goes on
-        assert proc.wait(timeout=120) == 0, proc.stdout.read().decode()[-3000:]
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.stdout.close()
+            proc.communicate()
     with open(os.path.join(out, manifest.ERRORS_FILE)) as f:
         rows = [json.loads(line) for line in f]
     assert ("class2/img_0003.jpg", "not_found") in {(r["relpath"], r["reason"]) for r in rows}
@@ -478,3 +469,29 @@ def test_an_input_gone_while_the_run_converted_is_tried_again_by_the_next_append
     assert (last.number, last.inputs, last.written) == (1, 1, 1)
     assert "class2/img_0003.jpg" in {r for rows in _records(out).values() for r in rows}
     assert verify(out).ok
+
+
+@pytest.mark.e2e
+def test_two_appends_at_once_write_one_generation_and_the_second_is_refused_in_one_line(batches, tmp_path):
+    src, out, _ = _finished_and_one_new_file(batches[0], tmp_path)
+    args = ("convert", "--input", src, "--output", out, *CLI_OPTIONS, "--no-analyze", "--processes", "1", "--append")
+    marker = str(tmp_path / "paused")
+    first = start_paused(args, marker, "committing")  # holds the output, its first split committed
+    try:
+        second = run_cli(*args)
+        assert second.returncode == 2, second.stderr[-3000:]
+        said = [line for line in second.stderr.splitlines() if line.startswith("img2tfrecord:")]
+        assert len(said) == 1 and "being written by another run" in said[0] and "Traceback" not in second.stderr
+        os.remove(marker)
+        _, err = first.communicate(timeout=120)
+        assert first.returncode == 0, err[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    doc = dataset_manifest.loads(open(os.path.join(out, manifest.MANIFEST_FILE)).read())
+    assert [(g.number, g.inputs, g.written) for g in doc.generations][1:] == [(1, 1, 1)]
+    assert sum("class0/new.jpg" in rows for rows in _records(out).values()) == 1
+    assert verify(out).ok
+    again = run_cli(*args)  # the second run, once the first is done: nothing is left to convert
+    assert again.returncode == 0 and "nothing new since generation 1" in again.stderr, again.stderr[-2000:]

@@ -30,7 +30,6 @@ import re
 import resource
 import signal
 import subprocess
-import time
 
 import apache_beam as beam
 import pytest
@@ -39,6 +38,7 @@ from conftest import ROOT, cli_command, cli_env, convert, manifest_doc
 from helpers.cli import FAST
 from helpers.datasets import make_images
 from helpers.outputs import read_records
+from helpers.processes import kill_when
 
 from img2tfrecord import faults, schemas
 from img2tfrecord.conversion.converter import ImageConverter
@@ -170,29 +170,6 @@ def _done_files(out: str):
     return sorted(glob.glob(os.path.join(folder, manifest.RUN_DONE_DIR, "*.json"))) if folder else []
 
 
-def _kill_when(args, ready, what: str, env=None):
-    """Start ``convert args``, SIGKILL it as soon as ``ready()`` holds; -> its return code."""
-    proc = subprocess.Popen(
-        cli_command(*args), cwd=ROOT, env=env or cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not ready():
-            assert proc.poll() is None, (
-                "the run ended before it could be killed: " + proc.stdout.read().decode()[-2000:]
-            )
-            assert time.monotonic() < deadline, f"never {what}"
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-    return proc.returncode
-
-
 def _shard_digests(out: str) -> dict:
     found = {}
     for name in final_shards(out) + sorted(os.listdir(os.path.join(out, manifest.INDEX_DIR))):
@@ -225,7 +202,7 @@ def test_sigkill_mid_run_then_resume_converts_only_the_rest_and_gives_the_same_b
 
     out = str(tmp_path / "out")
     args = ("convert", "--input", root, "--output", out, *KILL_ARGS, *FAST)
-    assert _kill_when(args, lambda: len(_done_files(out)) >= 3, "three shards finished") == -signal.SIGKILL
+    assert kill_when(args, lambda: len(_done_files(out)) >= 3, "three shards finished") == -signal.SIGKILL
     finished = _done_files(out)
     assert 3 <= len(finished) < 16, "the kill came after every shard was written"
     stamps = {path: os.stat(path).st_mtime_ns for path in finished}
@@ -331,7 +308,7 @@ def test_a_kill_at_each_phase_leaves_nothing_that_looks_complete_and_resume_fini
     marker = str(tmp_path / "paused")
     env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
     args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
-    assert _kill_when(args, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
+    assert kill_when(args, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
     with open(marker) as f:
         assert f.read().split()[0] == phase
     assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
@@ -360,7 +337,7 @@ def test_a_kill_while_converting_then_overwrite_gives_the_same_output(tmp_path, 
     marker = str(tmp_path / "paused")
     env = cli_env({faults.ENV: "pause:converting", faults.MARKER_ENV: marker})
     args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
-    assert _kill_when(args, lambda: os.path.exists(marker), "paused while converting", env=env) == -signal.SIGKILL
+    assert kill_when(args, lambda: os.path.exists(marker), "paused while converting", env=env) == -signal.SIGKILL
     again = convert(root, out, *PHASE_ARGS, "--overwrite", runner=())
     assert again.returncode == 0, again.stderr[-3000:]
     assert _shard_digests(out) == _shard_digests(reference)

@@ -1,4 +1,5 @@
-"""The launch plan's description (``Plan``) and the usage error planning raises (``PlanError``).
+"""The launch plan (``Plan``: the input described, ``InputPlan``, and the run sized, ``Sizing``) and the
+usage error planning raises (``PlanError``).
 
 A digest of the launch listing goes into the run's fingerprint (``Plan.fingerprint``), which names
 the staging folder a ``--resume`` picks up.
