@@ -107,6 +107,7 @@ def _rows(found: Discovered):
     return sorted((row["path"], row["reason"]) for row in found.errors)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", sorted(INPUTS))
 def test_a_source_gives_the_same_findings_in_this_process_and_in_the_pipeline(kind, tmp_path):
     source, here = _found(kind, tmp_path)

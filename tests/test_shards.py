@@ -146,6 +146,7 @@ def _digests(out):
     return found
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_each_shard_holds_its_items_in_the_seeded_order_on_one_or_two_processes(tmp_path, compression):
     sources = _sources(tmp_path / "in")
@@ -157,6 +158,7 @@ def test_each_shard_holds_its_items_in_the_seeded_order_on_one_or_two_processes(
     assert _digests(tmp_path / "one") == _digests(tmp_path / "two")
 
 
+@pytest.mark.e2e
 def test_a_shard_no_item_hashes_to_is_written_empty(tmp_path):
     sources = _sources(tmp_path / "in", good_per_class=1)  # 2 good images for 5 shards
     _write(tmp_path / "out", sources, ImageConverter(OPTIONS, "class", SPLITS, SEED), 2)
@@ -166,6 +168,7 @@ def test_a_shard_no_item_hashes_to_is_written_empty(tmp_path):
     _check_files(tmp_path / "out", sources)
 
 
+@pytest.mark.e2e
 def test_every_item_is_converted_once_and_a_finished_shard_leaves_a_done_file(tmp_path):
     sources = _sources(tmp_path / "in")
     log = str(tmp_path / "conversions.log")
@@ -207,6 +210,7 @@ class LoggedFaults:
         self._log("committed")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("processes", [1, 2])
 def test_faults_reach_the_step_only_as_the_plan_it_is_given(tmp_path, processes):
     sources = _sources(tmp_path / "in")
@@ -284,12 +288,14 @@ def test_a_shard_step_whose_setup_fails_stops_the_processes_it_started(tmp_path)
     assert not set(multiprocessing.active_children()) - before
 
 
+@pytest.mark.e2e
 def test_a_transient_read_failure_in_a_worker_fails_the_bundle_instead_of_rejecting(tmp_path):
     sources = _sources(tmp_path / "in", good_per_class=2, extra={"cat/flaky.jpg": I.jpeg(20, 20)})
     with pytest.raises(Exception, match="connection reset by peer"):
         _write(tmp_path / "out", sources, FlakyStorageConverter(OPTIONS, "class", SPLITS, SEED), 2)
 
 
+@pytest.mark.e2e
 def test_train_records_carry_small_analysis_rows(tmp_path):
     sources = _sources(tmp_path / "in")
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED, sums_split="train")

@@ -71,6 +71,7 @@ JUNK = {
 }
 
 
+@pytest.mark.e2e
 def test_discover_images(tmp_path):
     paths = write_files(tmp_path, {**IMAGES, **JUNK})
     base = str(tmp_path) + "/"
@@ -81,6 +82,7 @@ def test_discover_images(tmp_path):
         assert_that(found[SKIPPED], equal_to(sorted(JUNK)), label="skipped")
 
 
+@pytest.mark.e2e
 def test_discover_images_of_an_empty_folder(tmp_path):
     base = str(tmp_path) + "/"
     with pipeline() as p:
@@ -89,6 +91,7 @@ def test_discover_images_of_an_empty_folder(tmp_path):
         assert_that(found[SKIPPED], equal_to([]), label="skipped")
 
 
+@pytest.mark.e2e
 def test_discover_classes_class_layout(tmp_path):
     write_files(tmp_path, {**IMAGES, **JUNK})
     base = str(tmp_path) + "/"
@@ -98,6 +101,7 @@ def test_discover_classes_class_layout(tmp_path):
         assert_that(classes, equal_to([["bird", "cat", "dog"]]))
 
 
+@pytest.mark.e2e
 def test_discover_classes_split_layout_and_string_order():
     files = [
         WorkItem("/in/train/cat/1.jpg", "train/cat/1.jpg", 1),
@@ -116,6 +120,7 @@ def test_discover_classes_split_layout_and_string_order():
         assert_that(classes, equal_to([["10", "9", "B", "cat", "dog", "zebra"]]))
 
 
+@pytest.mark.e2e
 def test_discover_classes_of_nothing():
     with pipeline() as p:
         classes = p | beam.Create([]) | DiscoverClasses(LAYOUT_CLASS)
@@ -193,6 +198,7 @@ def expected_record(rel, data, class_name, label, height, width, fmt, split=None
     )
 
 
+@pytest.mark.e2e
 def test_convert_image_fn_class_layout(tmp_path):
     bad = {
         "dog/broken.jpg": I.truncated_jpeg(),
@@ -270,6 +276,7 @@ def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path, exac
     assert "train" in splits and len(splits) > 1
 
 
+@pytest.mark.e2e
 def test_convert_image_fn_split_layout_resized_gray(tmp_path):
     files = {
         "train/cat/1.jpg": I.jpeg(64, 48),
@@ -302,6 +309,7 @@ def test_convert_image_fn_split_layout_resized_gray(tmp_path):
         assert_that(errors, equal_to(expected_errors), label="errors")
 
 
+@pytest.mark.e2e
 def test_convert_image_fn_unknown_class_gone_and_too_large(tmp_path):
     files = {"cat/a.jpg": I.jpeg(40, 30), "zebra/z.jpg": I.jpeg(10, 10), "cat/big.png": I.png(64, 64, I.noise(64, 64))}
     sources = source_files(tmp_path, files)
