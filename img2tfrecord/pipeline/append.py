@@ -233,6 +233,12 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     return AppendRun(previous, narrowed, changes, tuple(previous.labels) + tuple(new_classes), tuple(new_classes))
 
 
+def listed_classes(plan: Plan, entries: Sequence[LedgerEntry]) -> List[str]:
+    """The sorted class names of a ledger's work items, as the pipeline's class pass would find them."""
+    items, _ = work_items(plan, entries)
+    return sorted({name for item in items for name in layouts.classes_of_file(item, plan.input.layout)})
+
+
 def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
     """The work items of ``entries``, made by the pipeline's own discovery of a folder (``FolderSource``)."""
     source = FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)

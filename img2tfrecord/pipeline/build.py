@@ -94,12 +94,14 @@ def build_pipeline(
     resume: bool = False,
     append: Optional[AppendRun] = None,
     junk: Sequence[str] = (),
+    labels: Optional[Sequence[str]] = None,
 ) -> None:
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished.
 
     A folder input's work items are those of the input ledger the launcher writes before the run
     (``pipeline/append.py``): the input is listed once, and the ledger holds exactly what was converted;
-    ``junk`` are the names that listing skipped. ``append``: the next generation of a finished output,
+    ``junk`` are the names that listing skipped, ``labels`` the classes it found (None: discovered in the
+    graph, in a pass over the work items). ``append``: the next generation of a finished output,
     converted with the output's labels into shards named after the generation.
     """
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
@@ -110,6 +112,8 @@ def build_pipeline(
     files = discovered["files"]
     if append is not None:  # the output's class ids never change; new classes come after them
         label_names = p | "OutputClasses" >> beam.Create([list(append.labels)])
+    elif labels is not None:
+        label_names = p | "ListedClasses" >> beam.Create([sorted(labels)])
     else:
         label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.input.layout)
 

@@ -29,6 +29,7 @@ from img2tfrecord.pipeline.append import (
     NothingNew,
     is_finished,
     keeps_ledger,
+    listed_classes,
     listed_inputs,
     log_append,
     plan_append,
@@ -194,6 +195,7 @@ def run(
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
             check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
         ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) and not appending else (None, [])
+        labels = listed_classes(plan, ledger) if ledger is not None else None
         if config.append and not appending:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
         elif config.append:
@@ -205,11 +207,12 @@ def run(
                     _remove_staging(config, options)
                 return read_manifest(config.output)
             plan, ledger, junk = append.plan, list(append.changes.to_convert), []  # junk was counted by the first run
+            labels = None  # the output's, with any new classes after them (AppendRun.labels)
             log_append(append)
     if not config.processes:  # --processes not given: as many as the input is worth
         config = dataclasses.replace(config, processes=default_processes(options, plan))
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
-        _execute(config, plan, options, resuming=False, wait=wait, show_progress=False, append=append, junk=junk)
+        _execute(config, plan, options, False, wait, False, append, junk, labels)
         return None
     staging = manifest.run_folder(plan.fingerprint(config))
     lock = lock_output(config.output, options)
@@ -219,7 +222,7 @@ def run(
             resuming = _prepare(config, staging, lock, plan.generation)
             if ledger is not None:
                 write_ledger(run_dir(config, plan), ledger)
-            _execute(config, plan, options, resuming, wait, show_progress, append, junk)
+            _execute(config, plan, options, resuming, wait, show_progress, append, junk, labels)
         except BaseException:
             if stop.signum is None:
                 raise
@@ -277,6 +280,7 @@ def _execute(
     show_progress: bool,
     append: Optional[AppendRun] = None,
     junk: Sequence[str] = (),
+    labels: Optional[Sequence[str]] = None,
 ) -> None:
     """Build the pipeline and run it (only submit it when ``wait`` is False)."""
     dry_run = is_dry_run(options)
@@ -289,7 +293,7 @@ def _execute(
         config.processes,
     )
     p = beam.Pipeline(options=options)
-    build_pipeline(p, config, plan, resume=resuming, append=append, junk=junk)
+    build_pipeline(p, config, plan, resume=resuming, append=append, junk=junk, labels=labels)
     source = live_counts(options)
     reporter = None
     if show_progress and wait and not dry_run:
