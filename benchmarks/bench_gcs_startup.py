@@ -8,7 +8,8 @@ does) on a store seeded with ``--objects`` small JPEGs in 100 class folders
 ``make_plan`` (what ``convert`` does before it builds the Beam graph: one
 metadata listing of the input, the layout, and the size ratio from
 converting a small sample) at a tenth of the objects and at all of them, so
-the growth with the object count shows. Counted too: the objects the
+the growth with the object count shows, and the listing alone with change markers (what an append's
+ledger holds). Counted too: the objects the
 launcher opened (``FileSystems.open``), which must be the sample only. The
 emulator is a single-threaded Python server, far slower per request than
 Cloud Storage: the figures bound the real ones from above. Prints a table;
@@ -97,6 +98,18 @@ def _time_plan(source: str, runs: int) -> Dict[str, Any]:
     return {"seconds": statistics.median(times), "all": times, "files": plan.sizing.num_files, "opened": len(opened)}
 
 
+def _time_listing(source: str, runs: int) -> float:
+    """Median seconds of the launch listing with change markers (``list_stamped``: what an append's ledger holds)."""
+    from img2tfrecord.pipeline.listing import list_stamped, resolve_input
+
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        list_stamped(resolve_input(source)[1])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=20000)
@@ -114,14 +127,22 @@ def main() -> None:
                 (small, _time_plan(emulator.url("small"), args.runs)),
                 (args.objects, _time_plan(emulator.url("big"), args.runs)),
             ]
+            for _, result in rows:
+                prefix = "small" if result["files"] == small else "big"
+                result["listing_seconds"] = _time_listing(emulator.url(prefix), args.runs)
         finally:
             gcs_emulator.stop(proc)
     print(f"seeded {small} + {args.objects} objects in {seeded:.1f} s")
-    print(f"{'objects':>8}  {'plan s (median)':>16}  {'ms / 1000 objects':>18}  {'objects opened':>14}")
+    print(
+        f"{'objects':>8}  {'plan s (median)':>16}  {'ms / 1000 objects':>18}  {'objects opened':>14}  listing ms / 1000"
+    )
     for count, result in rows:
         assert result["files"] == count, result
         per_thousand = 1e6 * result["seconds"] / count
-        print(f"{count:>8}  {result['seconds']:>16.2f}  {per_thousand:>18.1f}  {result['opened']:>14}")
+        listing = 1e6 * result["listing_seconds"] / count
+        print(
+            f"{count:>8}  {result['seconds']:>16.2f}  {per_thousand:>18.1f}  {result['opened']:>14}  {listing:>17.1f}"
+        )
     doc = {"objects": args.objects, "runs": args.runs, "rows": [{"objects": c, **r} for c, r in rows]}
     save_result("bench_gcs_startup", doc, indent=1)
 
