@@ -57,7 +57,7 @@ from img2tfrecord.pipeline.preview_report import (
     TimeEstimate,
 )
 from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
-from img2tfrecord.pipeline.startup import Startup, measure
+from img2tfrecord.pipeline.startup import ImportTimer, Startup, measure
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
@@ -216,6 +216,14 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
 
     Raises ``PlanError`` (a usage error) as a run would; writes nothing.
     """
+    imports = ImportTimer(config.analyze and not config.sequence)  # runs beside the listing and the sample
+    try:
+        return _plan_run(config, processes, imports)
+    finally:
+        imports.close()
+
+
+def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> RunPlan:
     append, started = None, time.perf_counter()
     with listing_once():
         plan = make_plan(config)
@@ -274,7 +282,9 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
     for row in rejected:
         by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
     analysed = config.analyze and not plan.input.annotations and not config.sequence
-    startup = measure(dataclasses.replace(config, processes=processes), plan, listing_seconds, analysed)
+    if imports.analysis != analysed:  # detection: no analysis, which the plan knows only now
+        imports = ImportTimer(analysed)
+    startup = measure(dataclasses.replace(config, processes=processes), plan, listing_seconds, imports)
     return RunPlan(
         input=config.input,
         input_kind=plan.input.input_kind,

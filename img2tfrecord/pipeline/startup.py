@@ -1,17 +1,17 @@
 """A run's fixed start-up, measured for ``convert --plan``: its imports, its listing and its Beam graph.
 
 The imports are timed in a fresh interpreter (a run starts one; the planning process has imported
-Beam already), once per process; the listing is the plan's own; the graph is built, not run.
+Beam already), started beside the plan's own work and once per process; the listing is the plan's
+own; the graph is built, not run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import subprocess
 import sys
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import Plan
@@ -38,23 +38,51 @@ class Startup:
         return {name: round(value, 2) for name, value in dataclasses.asdict(self).items()}
 
 
-@functools.cache
-def import_seconds(analysis: bool) -> float:
-    """Wall seconds of ``python -c "import <the run's modules>"``, interpreter start included; 0.0 if it fails."""
-    modules = _RUN_MODULES + (_ANALYSIS_MODULES if analysis else ())
-    started = time.perf_counter()
-    try:
-        subprocess.run(
-            [sys.executable, "-c", "; ".join(f"import {m}" for m in modules)],
-            check=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=_IMPORT_TIMEOUT_S,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return 0.0
-    return time.perf_counter() - started
+_MEASURED: Dict[bool, float] = {}  # analysis -> import seconds, once per process
+
+
+class ImportTimer:
+    """A fresh interpreter importing a run's modules, started at once beside the caller's own work;
+    :meth:`seconds` is its wall time from start to the end of its imports (0.0 if it failed)."""
+
+    def __init__(self, analysis: bool):
+        self.analysis = analysis
+        self._proc: Optional[subprocess.Popen] = None
+        if analysis in _MEASURED:
+            return
+        modules = _RUN_MODULES + (_ANALYSIS_MODULES if analysis else ())
+        code = "; ".join(f"import {m}" for m in modules) + "; import time; print(time.time())"
+        self._started = time.time()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        except OSError:
+            _MEASURED[analysis] = 0.0
+
+    def close(self) -> None:
+        """Stop the interpreter if it is still importing (the plan failed before it needed the figure)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.communicate()
+            self._proc = None
+
+    def seconds(self) -> float:
+        if self._proc is not None:
+            try:
+                out, _ = self._proc.communicate(timeout=_IMPORT_TIMEOUT_S)
+                ended = float(out.split()[-1]) if self._proc.returncode == 0 else None
+            except (subprocess.SubprocessError, ValueError, IndexError):
+                self._proc.kill()
+                self._proc.communicate()
+                ended = None
+            _MEASURED[self.analysis] = 0.0 if ended is None else max(0.0, ended - self._started)
+            self._proc = None
+        return _MEASURED[self.analysis]
 
 
 def graph_seconds(config: ConvertConfig, plan: Plan) -> float:
@@ -69,6 +97,7 @@ def graph_seconds(config: ConvertConfig, plan: Plan) -> float:
     return time.perf_counter() - started
 
 
-def measure(config: ConvertConfig, plan: Plan, listing_seconds: float, analysis: bool) -> Startup:
-    """The start-up of running ``config`` as ``plan`` locally; ``listing_seconds``: what the plan's listing took."""
-    return Startup(import_seconds(analysis), listing_seconds, graph_seconds(config, plan))
+def measure(config: ConvertConfig, plan: Plan, listing_seconds: float, imports: ImportTimer) -> Startup:
+    """The start-up of running ``config`` as ``plan`` locally; ``listing_seconds``: what the plan's listing
+    took; ``imports``: started with the plan, for the analysis the run does or not."""
+    return Startup(imports.seconds(), listing_seconds, graph_seconds(config, plan))
