@@ -21,6 +21,7 @@ from img2tfrecord.model import ERRORS
 from img2tfrecord.sources.inputs import FILES, SKIPPED, InputSource
 from img2tfrecord.sources.inputs.archive import ArchiveSource
 from img2tfrecord.sources.inputs.archived_annotation import ArchivedAnnotationSource
+from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import classes_of_file
 from img2tfrecord.transforms.discover_joins import JoinAnnotatedMembers, JoinArchiveMembers
 
@@ -80,7 +81,11 @@ class Discover(beam.PTransform):
 
     def expand(self, pbegin):
         if self._ledger is not None:
-            base = getattr(self._source, "base", "")
+            if not isinstance(self._source, FolderSource):
+                raise ValueError(
+                    f"an input ledger lists a folder's files, not the units of a {self._source.kind} input"
+                )
+            base = self._source.base
             # validate=False: the launcher writes the ledger after the graph is built (and a dry run never does).
             units = (
                 pbegin
