@@ -33,6 +33,7 @@ from img2tfrecord.model import (
     WorkItem,
     error_row,
 )
+from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.append import (
     compare_with_output,
     is_finished,
@@ -216,7 +217,8 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
 
     Raises ``PlanError`` (a usage error) as a run would; writes nothing.
     """
-    imports = ImportTimer(config.analyze and not config.sequence)  # runs beside the listing and the sample
+    # Runs beside the listing and the sample; a detection input the plan finds is timed again without the analysis.
+    imports = ImportTimer(config.analyze and not config.sequence and config.task != TASK_DETECTION)
     try:
         return _plan_run(config, processes, imports)
     finally:

@@ -195,7 +195,7 @@ def run(
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
             check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
         ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) and not appending else (None, [])
-        labels = listed_classes(plan, ledger) if ledger is not None else None
+        labels = listed_classes(plan, ledger) if ledger is not None else None  # an append's: AppendRun.labels
         if config.append and not appending:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
         elif config.append:
@@ -207,12 +207,21 @@ def run(
                     _remove_staging(config, options)
                 return read_manifest(config.output)
             plan, ledger, junk = append.plan, list(append.changes.to_convert), []  # junk was counted by the first run
-            labels = None  # the output's, with any new classes after them (AppendRun.labels)
             log_append(append)
     if not config.processes:  # --processes not given: as many as the input is worth
         config = dataclasses.replace(config, processes=default_processes(options, plan))
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
-        _execute(config, plan, options, False, wait, False, append, junk, labels)
+        _execute(
+            config,
+            plan,
+            options,
+            resuming=False,
+            wait=wait,
+            show_progress=False,
+            append=append,
+            junk=junk,
+            labels=labels,
+        )
         return None
     staging = manifest.run_folder(plan.fingerprint(config))
     lock = lock_output(config.output, options)
