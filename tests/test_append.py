@@ -17,7 +17,7 @@ import pytest
 from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc, run_cli, shard_digests
 from gcs_emulator import gcs_fixture, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.datasets import make_images
-from helpers.processes import kill_when, start_paused
+from helpers.processes import kill_when, paused_run
 
 from img2tfrecord import api, faults
 from img2tfrecord.conversion import appends
@@ -450,16 +450,11 @@ def test_an_input_gone_while_the_run_converted_is_tried_again_by_the_next_append
     gone = os.path.join(src, "class2", "img_0003.jpg")
     marker = str(tmp_path / "paused")
     args = ("convert", "--input", src, "--output", out, *CLI_OPTIONS, "--no-analyze", "--processes", "1")
-    proc = start_paused(args, marker, "listing")  # listed, not converted yet
-    try:
+    with paused_run(args, marker, "listing") as proc:  # listed, not converted yet
         shutil.move(gone, kept)
         os.remove(marker)  # the run goes on
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     with open(os.path.join(out, manifest.ERRORS_FILE)) as f:
         rows = [json.loads(line) for line in f]
     assert ("class2/img_0003.jpg", "not_found") in {(r["relpath"], r["reason"]) for r in rows}
@@ -476,8 +471,7 @@ def test_two_appends_at_once_write_one_generation_and_the_second_is_refused_in_o
     src, out, _ = _finished_and_one_new_file(batches[0], tmp_path)
     args = ("convert", "--input", src, "--output", out, *CLI_OPTIONS, "--no-analyze", "--processes", "1", "--append")
     marker = str(tmp_path / "paused")
-    first = start_paused(args, marker, "committing")  # holds the output, its first split committed
-    try:
+    with paused_run(args, marker, "committing") as first:  # holds the output, its first split committed
         second = run_cli(*args)
         assert second.returncode == 2, second.stderr[-3000:]
         said = [line for line in second.stderr.splitlines() if line.startswith("img2tfrecord:")]
@@ -485,10 +479,6 @@ def test_two_appends_at_once_write_one_generation_and_the_second_is_refused_in_o
         os.remove(marker)
         _, err = first.communicate(timeout=120)
         assert first.returncode == 0, err[-3000:]
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.communicate()
     doc = dataset_manifest.loads(open(os.path.join(out, manifest.MANIFEST_FILE)).read())
     assert [(g.number, g.inputs, g.written) for g in doc.generations][1:] == [(1, 1, 1)]
     assert sum("class0/new.jpg" in rows for rows in _records(out).values()) == 1

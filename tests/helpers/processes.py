@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from typing import Iterator
 
 from conftest import ROOT, cli_command, cli_env
 
@@ -33,18 +35,23 @@ def kill_when(args, ready, what: str, env=None) -> int:
     return proc.returncode
 
 
-def start_paused(args, marker: str, phase: str) -> subprocess.Popen:
-    """Start ``img2tfrecord ARGS`` and return once it is paused at ``phase`` (``faults.pause_at``): it goes
-    on when ``marker`` is removed."""
+@contextlib.contextmanager
+def paused_run(args, marker: str, phase: str) -> Iterator[subprocess.Popen]:
+    """``img2tfrecord ARGS`` started and paused at ``phase`` (``faults.pause_at``), as the context's value: it
+    goes on when ``marker`` is removed, and is killed on leaving the context if it has not finished."""
     env = cli_env({"IMG2TFRECORD_FAULT": f"pause:{phase}", "IMG2TFRECORD_FAULT_MARKER": marker})
-    proc = subprocess.Popen(
-        cli_command(*args), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 180
-    while not os.path.exists(marker):
-        if proc.poll() is not None or time.monotonic() > deadline:
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not os.path.exists(marker):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                _, err = proc.communicate()
+                raise AssertionError(f"never paused at {phase}: {err[-2000:]}")
+            time.sleep(0.02)
+        yield proc
+    finally:
+        if proc.poll() is None:
             proc.kill()
-            _, err = proc.communicate()
-            raise AssertionError(f"never paused at {phase}: {err[-2000:]}")
-        time.sleep(0.02)
-    return proc
+            proc.communicate()
