@@ -235,8 +235,7 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
 
 def listed_classes(plan: Plan, entries: Sequence[LedgerEntry]) -> List[str]:
     """The sorted class names of a ledger's work items, as the pipeline's class pass would find them."""
-    items, _ = work_items(plan, entries)
-    return sorted({name for item in items for name in layouts.classes_of_file(item, plan.input.layout)})
+    return layouts.class_names(work_items(plan, entries)[0], plan.input.layout)
 
 
 def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:

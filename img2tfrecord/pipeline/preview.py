@@ -232,7 +232,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         local_checks = _local_checks(plan)
         listing = list_sources(config, plan)
         converter = image_converter(config, plan)
-        labels = sorted({name for f in listing.files for name in layouts.classes_of_file(f, plan.input.layout)})
+        labels = layouts.class_names(listing.files, plan.input.layout)
         if config.append and is_finished(config.output):
             plan, labels, append = _narrow_to_append(config, plan, converter, listing)
     listing_seconds = time.perf_counter() - started

@@ -6,7 +6,7 @@ this module, and start faster without Beam.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.model import DetectionPlacement, ErrorRow, SkippedEntry, WorkItem, error_row
 from img2tfrecord.schemas.manifest import MANIFEST_FILE, RUN_FOLDER_PREFIX, SUCCESS_FILE
@@ -173,3 +173,8 @@ def classes_of_file(source: WorkItem, layout: str):
     except PlacementError:
         name = None
     return [name] if name is not None else []
+
+
+def class_names(items: Iterable[WorkItem], layout: str) -> List[str]:
+    """The sorted class names of ``items``: the label map the pipeline's class pass builds from them."""
+    return sorted({name for item in items for name in classes_of_file(item, layout)})
