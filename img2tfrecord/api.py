@@ -192,7 +192,11 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         raise UsageError("--resume keeps what an interrupted run finished, --overwrite replaces it: give one")
     if ns.append and ns.overwrite:
         raise UsageError("--append adds to a finished output, --overwrite replaces it: give one")
-    for flag, given in (("--allow-new-classes", ns.allow_new_classes), ("--retry-rejected", ns.retry_rejected)):
+    for flag, given in (
+        ("--allow-new-classes", ns.allow_new_classes),
+        ("--retry-rejected", ns.retry_rejected),
+        ("--accept-changes", ns.accept_changes),
+    ):
         if given and not ns.append:
             raise UsageError(f"{flag} applies to --append")
     if getattr(ns, "json", False) and not getattr(ns, "plan", False):
@@ -235,6 +239,7 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         append=ns.append,
         allow_new_classes=ns.allow_new_classes,
         retry_rejected=ns.retry_rejected,
+        accept_changes=ns.accept_changes,
         processes=ns.processes or 0,  # 0: the run picks (pipeline/run.default_processes)
         max_error_rate=ns.max_error_rate,
     )

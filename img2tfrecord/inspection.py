@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import io
 import json
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
@@ -48,11 +48,17 @@ def spec_subset(doc: DatasetManifest, wanted: Sequence[str]) -> Dict[str, Any]:
 
 
 def sample_records(directory: str, doc: DatasetManifest, split: str, limit: int) -> Iterator[Tuple[str, int, bytes]]:
-    """Up to ``limit`` ``(shard file, index, data)`` of a split, spread evenly over its non-empty shards.
+    """Up to ``limit`` ``(shard file, index, data)`` of a split, spread evenly over its non-empty shards;
+    withdrawn records (``--accept-changes``) are not among them.
 
     Raises :class:`ShardUnreadable` when a shard cannot be read.
     """
-    shards = [(p, n) for p, n in records.shard_paths(directory, doc, split) if n > 0]
+    withdrawn = doc.withdrawn_by_file()
+    shards = [
+        (p, n - len(withdrawn.get(s.file, ())))
+        for (p, n), s in zip(records.shard_paths(directory, doc, split), doc.splits[split].shards)
+        if n > len(withdrawn.get(s.file, ()))
+    ]
     if not shards or limit <= 0:
         return
     # Round robin over the shards, so a small shard's share goes to the others.
@@ -65,10 +71,15 @@ def sample_records(directory: str, doc: DatasetManifest, split: str, limit: int)
         if not quota:
             continue
         name = path.replace("\\", "/").rsplit("/", 1)[-1]
+        skipped = withdrawn.get(name, frozenset())
+        taken = 0
         try:
             for index, _, data in records.iter_records(path, compression):
-                if index >= quota:
+                if taken >= quota:
                     break
+                if index in skipped:
+                    continue
+                taken += 1
                 yield name, index, data
         except records.RecordError as e:
             raise ShardUnreadable(f"{name}: {e}") from None
@@ -150,7 +161,7 @@ def error_report(directory: str, doc: DatasetManifest) -> Dict[str, Any]:
     return {"rejected_by_reason": by_reason, "errors_file_rows": rows, "examples": dict(examples)}
 
 
-def _shard_entries(directory: str, info: SplitInfo) -> List[Dict[str, Any]]:
+def _shard_entries(directory: str, info: SplitInfo, withdrawn: Mapping[str, AbstractSet[int]]) -> List[Dict[str, Any]]:
     out = []
     for shard in info.shards:
         path = records.join(directory, shard.file)
@@ -161,6 +172,7 @@ def _shard_entries(directory: str, info: SplitInfo) -> List[Dict[str, Any]]:
                 "num_records": shard.num_records,
                 "num_bytes": shard.num_bytes,
                 "present": present,
+                **({"withdrawn": len(withdrawn[shard.file])} if shard.file in withdrawn else {}),
             }
         )
     return out
@@ -175,7 +187,7 @@ def summarise(directory: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, A
             "num_examples": info.num_examples,
             "num_bytes": info.num_bytes,
             "examples_per_class": dict(info.examples_per_class),
-            "shards": _shard_entries(directory, info),
+            "shards": _shard_entries(directory, info, doc.withdrawn_by_file()),
             "images": image_stats(directory, doc, name, limit),
         }
     return {
@@ -309,6 +321,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     out.append(
         f"inputs: {acc.get('inputs')} ({acc.get('written')} written, {acc.get('rejected')} rejected, "
         f"{acc.get('skipped', 0)} junk files skipped)"
+        + (f"; {acc['withdrawn']} records withdrawn (changed or removed inputs)" if acc.get("withdrawn") else "")
     )
     generations = summary.get("generations") or []
     if len(generations) > 1:
@@ -333,6 +346,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             out.append(
                 f"    {shard['file']}  {shard['num_records']:>8} records  "
                 f"{human_bytes(shard['num_bytes']):>10}{missing}"
+                + (f"  ({shard['withdrawn']} withdrawn)" if shard.get("withdrawn") else "")
             )
     out.append("")
     out.append("images (read from the records):")

@@ -277,6 +277,18 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         template=Template("Retry rejected", "true to let --append try every earlier rejected input again.", _BOOLEAN),
     ),
     Option(
+        "--accept-changes",
+        switch=True,
+        doc_default="off",
+        help="with --append: withdraw the records of inputs changed or removed since they were converted (every "
+        "reader skips them) and convert the changed ones again, instead of refusing",
+        template=Template(
+            "Accept changes",
+            "true to let --append withdraw the records of changed and removed inputs, converting the changed again.",
+            _BOOLEAN,
+        ),
+    ),
+    Option(
         "--max-pixels",
         doc=f"reject images with more pixels (decompression bombs; [limits](bad-input.md#limits)); "
         f"at most {MAX_PIXELS_BOUND}",

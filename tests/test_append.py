@@ -321,15 +321,13 @@ def _entry(relpath: str, size: int = 10, mtime: float = 1.0) -> LedgerEntry:
 def test_compare_sorts_a_listing_against_every_generation():
     recorded = appends.outcomes(
         [
-            (
-                [_entry("a"), _entry("b"), _entry("c"), _entry("gone"), _entry("bad"), _entry("flaky")],
-                {
-                    "bad": "corrupt",
-                    "flaky": "not_found",
-                },
+            appends.GenerationInputs(
+                0,
+                (_entry("a"), _entry("b"), _entry("c"), _entry("gone"), _entry("bad"), _entry("flaky")),
+                {"bad": "corrupt", "flaky": "not_found"},
             ),
-            ([_entry("flaky")], {}),  # tried again and written by the next generation
-            ([_entry("slow")], {"slow": "decode_timeout"}),
+            appends.GenerationInputs(1, (_entry("flaky"),), {}),  # tried again and written by the next generation
+            appends.GenerationInputs(2, (_entry("slow"),), {"slow": "decode_timeout"}),
         ]
     )
     listed = [_entry("a"), _entry("b", size=11), _entry("c", mtime=2.0), _entry("bad"), _entry("flaky")]

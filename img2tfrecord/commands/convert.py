@@ -43,6 +43,7 @@ def format_summary(doc: DatasetManifest) -> str:
     lines.append(
         f"{acc.inputs} inputs: {acc.written} records written, {acc.rejected} rejected"
         + (f", {acc.skipped} junk files skipped" if acc.skipped else "")
+        + (f"; {acc.withdrawn} records withdrawn (changed or removed inputs)" if acc.withdrawn else "")
     )
     for split, info in doc.splits.items():
         lines.append(

@@ -128,6 +128,7 @@ def _tasks(directory: str, doc: DatasetManifest, ns: argparse.Namespace) -> List
 
     compression = doc.compression.value
     spec = shard_scan.scalar_spec(doc.spec)
+    withdrawn = doc.withdrawn_by_file()
     tasks = []
     for split in dup.split_order(doc.splits):
         for shard in doc.splits[split].shards:
@@ -141,6 +142,7 @@ def _tasks(directory: str, doc: DatasetManifest, ns: argparse.Namespace) -> List
                     ns.seed,
                     ns.thumbnails_per_class,
                     draw_samples=compression != "none",
+                    withdrawn=withdrawn.get(shard.file, frozenset()),
                 )
             )
     return tasks

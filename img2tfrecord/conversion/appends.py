@@ -2,17 +2,20 @@
 
 ``compare`` sorts a new listing of the input against the ledgers of every generation: inputs never
 converted, inputs to try again (rejected last time for a transient reason), and inputs changed or
-removed since a record was written from them. ``merge`` adds a finished generation's splits and
-accounting to the manifest it appends to. Nothing here does I/O.
+removed since a record was written from them. ``locate`` finds the records of changed and removed
+inputs (``--accept-changes``) from the ledgers alone, as the shard writer placed them. ``merge`` adds
+a finished generation's splits and accounting to the manifest it appends to. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import AbstractSet, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
+from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, SplitInfo
-from img2tfrecord.schemas.generations import Generation
+from img2tfrecord.schemas.generations import CHANGED, REMOVED, Generation, Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
 
 # Rejections that may not happen again: the next append tries these inputs again.
@@ -35,25 +38,47 @@ class InputChanges:
     changed: Tuple[Tuple[LedgerEntry, LedgerEntry], ...]
     removed: Tuple[LedgerEntry, ...]
     unchanged: int
+    accepted: bool = False  # --accept-changes: the changed inputs are converted again, stale records withdrawn
 
     @property
     def to_convert(self) -> Tuple[LedgerEntry, ...]:
-        """The inputs the next generation converts: the new ones and those tried again."""
-        return tuple(sorted(self.new + self.retried))
+        """The inputs the next generation converts: the new ones, those tried again and, once the changes
+        are accepted, the changed ones."""
+        changed = tuple(now for _, now in self.changed) if self.accepted else ()
+        return tuple(sorted(self.new + self.retried + changed))
 
 
 Recorded = Dict[str, Tuple[LedgerEntry, str]]  # relpath -> (latest ledger entry, latest outcome)
 
 
-def outcomes(generations: Sequence[Tuple[Iterable[LedgerEntry], Mapping[str, str]]]) -> Recorded:
+@dataclasses.dataclass(frozen=True)
+class GenerationInputs:
+    """One generation as its files record it: its ledger, its rejections (relpath -> reason), the relpaths
+    whose earlier records it withdrew, and its shard count per split."""
+
+    number: int
+    ledger: Tuple[LedgerEntry, ...]
+    rejected: Mapping[str, str]
+    withdrawn: AbstractSet[str] = frozenset()
+    shards: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def written(self) -> List[str]:
+        """The relpaths a record of this generation was written from, sorted."""
+        return [e.relpath for e in self.ledger if e.relpath not in self.rejected]
+
+
+def outcomes(generations: Sequence[GenerationInputs]) -> Recorded:
     """relpath -> (its latest ledger entry, its latest outcome: ``WRITTEN`` or the rejection reason).
 
-    ``generations``: per generation, oldest first, its ledger and its rejections (relpath -> reason).
+    ``generations`` oldest first. An input whose record a generation withdrew and did not convert again
+    is not recorded: listed again, it is new.
     """
     latest: Recorded = {}
-    for ledger, rejected in generations:
-        for entry in ledger:
-            latest[entry.relpath] = (entry, rejected.get(entry.relpath, WRITTEN))
+    for generation in generations:
+        for relpath in generation.withdrawn:
+            latest.pop(relpath, None)
+        for entry in generation.ledger:
+            latest[entry.relpath] = (entry, generation.rejected.get(entry.relpath, WRITTEN))
     return latest
 
 
@@ -86,6 +111,53 @@ def compare(
     return InputChanges(tuple(new), tuple(retried), tuple(changed), tuple(removed), unchanged)
 
 
+def stale_inputs(changes: InputChanges) -> Dict[str, str]:
+    """relpath -> ``CHANGED`` or ``REMOVED``: the inputs whose records ``--accept-changes`` withdraws."""
+    stale = {now.relpath: CHANGED for _, now in changes.changed}
+    stale.update((entry.relpath, REMOVED) for entry in changes.removed)
+    return dict(sorted(stale.items()))
+
+
+def locate(
+    stale: Mapping[str, str],
+    generations: Sequence[GenerationInputs],
+    split_of: Callable[[str], Optional[str]],
+    seed: int,
+    compression: str = "none",
+) -> List[Withdrawal]:
+    """Where the live record of each ``stale`` input is, as the shard writer placed it.
+
+    A record lives in the latest generation that wrote it; its shard is the seeded hash of its relpath
+    over that generation's shard count of its split, and its index its rank among the shard's records
+    by (shuffle key, relpath). ``split_of``: a relpath's split (None: it has none). Raises ValueError
+    for an input no generation wrote.
+    """
+    holder: Dict[str, GenerationInputs] = {}
+    for generation in generations:
+        for relpath in generation.withdrawn:
+            holder.pop(relpath, None)
+        for relpath in generation.written():
+            holder[relpath] = generation
+        for relpath in generation.rejected:
+            holder.pop(relpath, None)
+    found = []
+    members: Dict[Tuple[int, str, int], List[str]] = {}
+    for relpath, change in stale.items():
+        holding = holder.get(relpath)
+        split = split_of(relpath)
+        if holding is None or split is None or split not in holding.shards:
+            raise ValueError(f"no generation holds a record of {relpath}")
+        n = holding.shards[split]
+        shard = assign_shard(relpath, seed, n)
+        key = (holding.number, split, shard)
+        if key not in members:
+            mine = [r for r in holding.written() if assign_shard(r, seed, n) == shard and split_of(r) == split]
+            members[key] = sorted(mine, key=lambda r: (shuffle_key(r, seed), r))
+        file = manifest.shard_file_name(split, shard, n, compression, generation=holding.number)
+        found.append(Withdrawal(relpath, split, file, members[key].index(relpath), change))
+    return found
+
+
 def _sum_counts(a: Mapping[str, int], b: Mapping[str, int]) -> Dict[str, int]:
     total = dict(a)
     for name, n in b.items():
@@ -102,14 +174,31 @@ def _merge_split(old: SplitInfo, new: SplitInfo) -> SplitInfo:
     )
 
 
+def _withdraw(info: SplitInfo, withdrawn: Sequence[Withdrawal]) -> SplitInfo:
+    if not withdrawn:
+        return info
+    per_class = dict(info.examples_per_class)
+    for w in withdrawn:
+        if w.label is not None and per_class.get(w.label, 0) > 0:
+            per_class[w.label] -= 1
+    return dataclasses.replace(info, num_examples=info.num_examples - len(withdrawn), examples_per_class=per_class)
+
+
 def merge(previous: DatasetManifest, added: DatasetManifest, generation: Generation) -> DatasetManifest:
     """The manifest of ``previous`` with the generation ``added`` describes: splits and accounting summed,
-    shards listed after the earlier ones, ``added``'s labels (the earlier ones first, unchanged ids),
-    ``previous``'s input and options (the append's may differ only in those that change no record) and
-    its statistics (the analysis of the generations it covers)."""
+    shards listed after the earlier ones, the records ``generation`` withdraws taken out of the counts,
+    ``added``'s labels (the earlier ones first, unchanged ids), ``previous``'s input and options (the
+    append's may differ only in those that change no record) and its statistics (the analysis of the
+    generations it covers)."""
     empty = SplitInfo(0, 0, {}, ())
     names = list(previous.splits) + sorted(set(added.splits) - set(previous.splits))
-    splits = {name: _merge_split(previous.splits.get(name, empty), added.splits.get(name, empty)) for name in names}
+    splits = {
+        name: _withdraw(
+            _merge_split(previous.splits.get(name, empty), added.splits.get(name, empty)),
+            [w for w in generation.withdrawn if w.split == name],
+        )
+        for name in names
+    }
     old, new = previous.accounting or Accounting(0, 0, 0), added.accounting or Accounting(0, 0, 0)
     accounting = Accounting(
         inputs=old.inputs + new.inputs,
@@ -117,6 +206,7 @@ def merge(previous: DatasetManifest, added: DatasetManifest, generation: Generat
         rejected=old.rejected + new.rejected,
         skipped=old.skipped + new.skipped,
         rejected_by_reason=_sum_counts(old.rejected_by_reason, new.rejected_by_reason),
+        withdrawn=old.withdrawn + new.withdrawn + len(generation.withdrawn),
     )
     return added.replace(
         input=previous.input,

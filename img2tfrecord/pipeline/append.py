@@ -19,16 +19,18 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord.conversion.appends import InputChanges, compare, outcomes
+from img2tfrecord.conversion.appends import GenerationInputs, InputChanges, compare, outcomes, stale_inputs
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.model import ErrorRow, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest, list_stamped, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
+from img2tfrecord.pipeline.withdrawals import SplitOf, withdrawals
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
@@ -50,7 +52,8 @@ class AppendRun:
     """The next generation of an output: what it converts and how.
 
     ``plan`` is the run's plan narrowed to ``items`` (its shard counts sized from them, its
-    ``generation`` set); ``labels`` are the output's classes, then any new ones (``--allow-new-classes``).
+    ``generation`` set); ``labels`` are the output's classes, then any new ones (``--allow-new-classes``);
+    ``withdrawn``: the records of changed and removed inputs it withdraws (``--accept-changes``).
     """
 
     previous: DatasetManifest
@@ -58,6 +61,7 @@ class AppendRun:
     changes: InputChanges  # its ``to_convert`` is the generation's ledger
     labels: Tuple[str, ...]
     new_classes: Tuple[str, ...]
+    withdrawn: Tuple[Withdrawal, ...] = ()
 
     @property
     def generation(self) -> int:
@@ -132,8 +136,8 @@ def read_finished(output: str) -> DatasetManifest:
     return doc
 
 
-def recorded_inputs(output: str, doc: DatasetManifest) -> Dict[str, Tuple[LedgerEntry, str]]:
-    """relpath -> (latest ledger entry, latest outcome) over every generation's ledger and error report."""
+def generation_inputs(output: str, doc: DatasetManifest) -> List[GenerationInputs]:
+    """Every generation's ledger, rejections and withdrawals, oldest first."""
     generations = []
     for generation in doc.generations:
         ledger = parse_ledger(_read(output, generation.ledger), generation.ledger)
@@ -142,8 +146,14 @@ def recorded_inputs(output: str, doc: DatasetManifest) -> Dict[str, Tuple[Ledger
             if line.strip():
                 row = json.loads(line)
                 rejected[str(row.get("relpath", ""))] = str(row.get("reason", ""))
-        generations.append((ledger, rejected))
-    return outcomes(generations)
+        withdrawn = frozenset(w.relpath for w in generation.withdrawn)
+        generations.append(GenerationInputs(generation.number, tuple(ledger), rejected, withdrawn, generation.shards))
+    return generations
+
+
+def recorded_inputs(output: str, doc: DatasetManifest) -> Dict[str, Tuple[LedgerEntry, str]]:
+    """relpath -> (latest ledger entry, latest outcome) over every generation's ledger and error report."""
+    return outcomes(generation_inputs(output, doc))
 
 
 def check_options(config: ConvertConfig, doc: DatasetManifest) -> None:
@@ -169,9 +179,12 @@ def _shown(value) -> str:
 # The append.
 
 
-def compare_with_output(config: ConvertConfig, plan: Plan) -> Tuple[DatasetManifest, InputChanges]:
-    """The finished output an append adds to and the input compared with its ledgers; PlanError when the
-    input kind, the options or the output allow no append."""
+def compare_with_output(
+    config: ConvertConfig, plan: Plan
+) -> Tuple[DatasetManifest, List[GenerationInputs], InputChanges]:
+    """The finished output an append adds to, its generations and the input compared with their ledgers
+    (changes accepted with ``--accept-changes``); PlanError when the input kind, the options or the output
+    allow no append."""
     if not keeps_ledger(config, plan):
         raise PlanError(
             "--append adds new files of a folder input (class folders, split folders or a glob of images); "
@@ -181,8 +194,9 @@ def compare_with_output(config: ConvertConfig, plan: Plan) -> Tuple[DatasetManif
         raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")
     previous = read_finished(config.output)
     check_options(config, previous)
-    recorded = recorded_inputs(config.output, previous)
-    return previous, compare(listed_inputs(plan)[0], recorded, config.retry_rejected)
+    generations = generation_inputs(config.output, previous)
+    changes = compare(listed_inputs(plan)[0], outcomes(generations), config.retry_rejected)
+    return previous, generations, dataclasses.replace(changes, accepted=config.accept_changes)
 
 
 def new_classes_of(plan: Plan, items: Sequence[WorkItem], previous: DatasetManifest) -> List[str]:
@@ -196,7 +210,7 @@ def refusal(
 ) -> Optional[str]:
     """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
     changed and removed inputs are also listed in a local file the line names."""
-    if changes.changed or changes.removed:
+    if (changes.changed or changes.removed) and not changes.accepted:
         return _changes_refused(changes, list_file)
     if new_classes and not allow_new_classes:
         shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
@@ -213,15 +227,19 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     ``plan`` is the launch plan of the whole input (its listing is reused when inside
     ``listing.listing_once``); ``converter`` places each new input in its split.
     """
-    previous, changes = compare_with_output(config, plan)
+    previous, generations, changes = compare_with_output(config, plan)
     number = previous.generations[-1].number
     items, rejected = work_items(plan, changes.to_convert)
     new_classes = new_classes_of(plan, items, previous)
     refused = refusal(changes, new_classes, config.allow_new_classes)
     if refused:
         raise PlanError(refused)
-    if not changes.to_convert:
+    stale = stale_inputs(changes) if changes.accepted else {}
+    if not changes.to_convert and not stale:
         raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
+    withdrawn = withdrawals(
+        config.output, previous, generations, stale, SplitOf(plan, converter, work_items), config.seed
+    )
     sized = sized_for(config, plan, converter, items).sizing
     narrowed = Plan(
         dataclasses.replace(
@@ -230,7 +248,8 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
         dataclasses.replace(sized, num_files=len(items) + len(rejected), input_bytes=sum(i.size for i in items)),
         generation=number + 1,
     )
-    return AppendRun(previous, narrowed, changes, tuple(previous.labels) + tuple(new_classes), tuple(new_classes))
+    labels = tuple(previous.labels) + tuple(new_classes)
+    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn)
 
 
 def listed_classes(plan: Plan, entries: Sequence[LedgerEntry]) -> List[str]:
@@ -279,7 +298,10 @@ def _changes_refused(changes: InputChanges, list_file: bool) -> str:
         )
     if changes.removed:
         parts.append(f"{len(changes.removed)} converted input(s) removed (e.g. {changes.removed[0].relpath})")
-    line = f"--append: {'; '.join(parts)}; their records would be stale: rebuild with --overwrite"
+    line = (
+        f"--append: {'; '.join(parts)}; their records would be stale: pass --accept-changes to withdraw them "
+        "(and convert the changed ones again), or rebuild with --overwrite"
+    )
     if not list_file:
         return line
     with tempfile.NamedTemporaryFile(
@@ -298,11 +320,15 @@ def _changes_refused(changes: InputChanges, list_file: bool) -> str:
 def log_append(run: AppendRun) -> None:
     changes = run.changes
     logging.info(
-        "append: generation %d converts %d new and %d retried input(s); %d unchanged%s",
+        "append: generation %d converts %d new and %d retried input(s); %d unchanged%s%s",
         run.generation,
         len(changes.new),
         len(changes.retried),
         changes.unchanged,
+        f"; withdraws the records of {len(changes.changed)} changed (converted again) and {len(changes.removed)} "
+        "removed input(s)"
+        if run.withdrawn
+        else "",
         f"; new classes {', '.join(run.new_classes)}" if run.new_classes else "",
     )
     if run.previous.statistics is not None:

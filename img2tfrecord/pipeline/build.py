@@ -188,6 +188,7 @@ def build_pipeline(
                 ledger=ledger,
                 previous=append.previous if append is not None else None,
                 generation=plan.generation,
+                withdrawn=append.withdrawn if append is not None else (),
             ),
             label_names=beam.pvalue.AsSingleton(label_names),
             shards=beam.pvalue.AsList(shards),

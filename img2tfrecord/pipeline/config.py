@@ -33,6 +33,7 @@ class ConvertConfig:
     append: bool = False  # convert only what is new since the output was written (pipeline/append.py)
     allow_new_classes: bool = False  # an append may add class folders, with the next ids
     retry_rejected: bool = False  # an append converts every earlier rejected input again, not only transient ones
+    accept_changes: bool = False  # an append withdraws the records of changed and removed inputs
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""

@@ -326,7 +326,7 @@ def _narrow_to_append(
     config: ConvertConfig, plan: Plan, converter, listing: Discovered
 ) -> Tuple[Plan, List[str], AppendPlan]:
     """``--plan --append``: the listing narrowed to what the next generation converts, its plan and labels."""
-    previous, changes = compare_with_output(config, plan)
+    previous, _, changes = compare_with_output(config, plan)
     keep = {e.relpath for e in changes.to_convert}
     listing.files = [f for f in listing.files if f.relpath in keep]
     listing.errors = [row for row in listing.errors if row.get("relpath") in keep]
@@ -342,5 +342,6 @@ def _narrow_to_append(
         removed=_listed([e.relpath for e in changes.removed]),
         new_classes=new_classes,
         refused=refusal(changes, new_classes, config.allow_new_classes, list_file=False),
+        accepted=changes.accepted,
     )
     return plan, list(previous.labels) + new_classes, summary

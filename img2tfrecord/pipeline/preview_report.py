@@ -70,10 +70,11 @@ class AppendPlan:
     new: int  # inputs never converted
     retried: int  # inputs rejected before, tried again
     unchanged: int
-    changed: Listed  # converted inputs whose size or change marker differs: the run refuses
-    removed: Listed  # converted inputs no longer listed: the run refuses
+    changed: Listed  # converted inputs whose size or change marker differs: refused, or converted again
+    removed: Listed  # converted inputs no longer listed: refused, or their records withdrawn
     new_classes: List[str]
     refused: Optional[str]  # the line the run would exit 2 with; None: it would go on
+    accepted: bool = False  # --accept-changes: the changed and removed inputs' records are withdrawn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,10 +152,12 @@ def format_plan(p: RunPlan) -> str:
             f"append: generation {a.generation} converts {a.new} new and {a.retried} retried input(s); "
             f"{a.unchanged} unchanged" + (f"; new classes: {', '.join(a.new_classes)}" if a.new_classes else "")
         )
+        accepted = ", records withdrawn" if a.accepted else ""
         if a.changed.count:
-            lines.append(f"  changed since converted: {a.changed.count} ({_names(a.changed)})")
+            again = ", converted again" if a.accepted else ""
+            lines.append(f"  changed since converted: {a.changed.count} ({_names(a.changed)}){accepted}{again}")
         if a.removed.count:
-            lines.append(f"  removed since converted: {a.removed.count} ({_names(a.removed)})")
+            lines.append(f"  removed since converted: {a.removed.count} ({_names(a.removed)}){accepted}")
         if a.refused:
             lines.append(f"  the run would refuse: {a.refused}")
     for name, split in p.splits.items():

@@ -121,7 +121,7 @@ class SplitDataSource:
         self.decode = decode
         self._starts = [0]
         for shard in info.shards:
-            self._starts.append(self._starts[-1] + shard.num_records)
+            self._starts.append(self._starts[-1] + shard.live_records)
         self._reset()
 
     def _reset(self) -> None:
@@ -146,8 +146,8 @@ class SplitDataSource:
         if not 0 <= index < n:
             raise IndexError(f"record {index} out of range: split {self.info.split!r} has {n} records")
         shard_no = bisect.bisect_right(self._starts, index) - 1
-        record = index - self._starts[shard_no]
         shard = self.info.shards[shard_no]
+        record = shard.physical(index - self._starts[shard_no])
         file, entries = self._open(shard_no)
         offset, length = entries[record]
         try:
@@ -226,6 +226,8 @@ def iter_split(
         try:
             for record, _, data in records.iter_records(shard.path, info.compression):
                 count += 1
+                if record in shard.withdrawn:
+                    continue
                 mine = by_file or position % num_shards == shard_index
                 position += 1
                 if mine:

@@ -9,7 +9,7 @@ shard. TensorFlow-free, like ``datasource``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import (
@@ -27,13 +27,30 @@ from img2tfrecord.schemas import manifest
 
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
-    """One shard as ``dataset.json`` lists it; ``index`` is the declared index file, if any."""
+    """One shard as ``dataset.json`` lists it; ``index`` is the declared index file, if any.
+
+    ``num_records`` counts the records in the file; ``withdrawn`` are those no reader returns
+    (``convert --append --accept-changes``).
+    """
 
     path: str
     num_records: int
     num_bytes: Optional[int]
     index: Optional[str]
     default_index: str  # where the index of this shard lives when written (manifest.index_file)
+    withdrawn: FrozenSet[int] = frozenset()
+
+    @property
+    def live_records(self) -> int:
+        return self.num_records - len(self.withdrawn)
+
+    def physical(self, live: int) -> int:
+        """The index in the file of the shard's ``live``-th returned record."""
+        for index in sorted(self.withdrawn):
+            if index > live:
+                break
+            live += 1
+        return live
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +68,8 @@ class SplitInfo:
 
     @property
     def num_records(self) -> int:
-        return sum(s.num_records for s in self.shards)
+        """The records a reader returns."""
+        return sum(s.live_records for s in self.shards)
 
 
 def read_split(path: str, split: str) -> SplitInfo:
@@ -70,6 +88,7 @@ def read_split(path: str, split: str) -> SplitInfo:
     splits = doc.splits
     if split not in splits:
         raise ValueError(f"unknown split {split!r} in {path}; available splits: {', '.join(sorted(splits)) or 'none'}")
+    withdrawn = doc.withdrawn_by_file()
     shards = tuple(
         ShardInfo(
             path=records.join(path, entry.file),
@@ -77,6 +96,7 @@ def read_split(path: str, split: str) -> SplitInfo:
             num_bytes=entry.num_bytes,
             index=records.join(path, entry.index) if entry.index else None,
             default_index=records.join(path, manifest.index_file(entry.file)),
+            withdrawn=withdrawn.get(entry.file, frozenset()),
         )
         for entry in splits[split].shards
     )

@@ -142,6 +142,7 @@ def _plan(
     if target == stored:
         target = None
     shards = [s for s in splits[split].shards if s.num_records > 0]
+    withdrawn = doc.withdrawn_by_file()
     return LoadPlan(
         files=[records.join(path, s.file) for s in shards],
         compression_type=_TF_COMPRESSION[doc.compression],
@@ -150,9 +151,10 @@ def _plan(
         stored_size=stored,
         target_size=target,
         decoder=_decoder(doc),
-        num_records=sum(s.num_records for s in shards),
+        num_records=sum(s.num_records - len(withdrawn.get(s.file, ())) for s in shards),
         detection=detection,
         pad_boxes=pad_boxes,
+        withdrawn=tuple(f"{records.join(path, s.file)}#{i}" for s in shards for i in sorted(withdrawn.get(s.file, ()))),
     )
 
 
@@ -160,13 +162,34 @@ def _plan(
 # The pipeline.
 
 
+def _withdrawn_table(withdrawn: Sequence[str]) -> Optional[tf.lookup.StaticHashTable]:
+    """ "<file>#<index>" -> 1 for the records --accept-changes withdrew (None when there are none)."""
+    if not withdrawn:
+        return None
+    keys_ = tf.constant(list(withdrawn), dtype=tf.string)
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(keys_, tf.ones_like(keys_, dtype=tf.int64)), default_value=0
+    )
+
+
 def _records(plan: LoadPlan, shuffle: bool, seed: Optional[int], deterministic: bool) -> tf.data.Dataset:
     files = tf.data.Dataset.from_tensor_slices(tf.constant(plan.files, dtype=tf.string))
     if shuffle and len(plan.files) > 1:
         files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
     compression_type = plan.compression_type
+    withdrawn = _withdrawn_table(plan.withdrawn)
+
+    def shard(f: tf.Tensor) -> tf.data.Dataset:
+        records_ = tf.data.TFRecordDataset(f, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
+        if withdrawn is None:
+            return records_
+        live = records_.enumerate().filter(
+            lambda i, _: tf.equal(withdrawn.lookup(tf.strings.join([f, "#", tf.strings.as_string(i)])), 0)
+        )
+        return live.map(lambda _, record: record)
+
     return files.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES),
+        shard,
         cycle_length=max(1, min(len(plan.files), MAX_PARALLEL_SHARDS)),
         block_length=1,
         num_parallel_calls=AUTOTUNE,

@@ -27,9 +27,10 @@ class LoadPlan:
     stored_size: Optional[Tuple[int, int]]  # (height, width) every record has, when the writer resized
     target_size: Optional[Tuple[int, int]]  # (height, width) to resize to, None to keep the stored size
     decoder: str  # "encoded", "raw" or "by_record"
-    num_records: int  # in the listed shards
+    num_records: int  # in the listed shards, less the withdrawn ones
     detection: bool = False  # TF Object Detection API records: yield boxes and classes
     pad_boxes: bool = False  # detection, batched: zero-padded dense object lists instead of RaggedTensors
+    withdrawn: Tuple[str, ...] = ()  # "<file>#<index>" of each record no reader returns (--accept-changes)
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import heapq
 import io
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import records
@@ -81,6 +81,7 @@ class ShardTask:
     # Draw the shard's sample candidates here; otherwise they are drawn later, once the
     # sample over all shards is known, from their offsets (cheap only without compression).
     draw_samples: bool = True
+    withdrawn: FrozenSet[int] = frozenset()  # records --accept-changes withdrew: framed, not scanned
 
 
 @dataclasses.dataclass
@@ -162,6 +163,8 @@ def scan_shard(task: ShardTask) -> ShardScan:
             scan.framed += 1
             if not record.data_crc_ok:
                 scan.problems.append(f"record {record.index}: data checksum mismatch (corrupt record data)")
+                continue
+            if record.index in task.withdrawn:
                 continue
             try:
                 values = records.parse_example(record.data, task.spec)

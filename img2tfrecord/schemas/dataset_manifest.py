@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from img2tfrecord.schemas import features, manifest
-from img2tfrecord.schemas.generations import Generation
+from img2tfrecord.schemas.generations import Generation, Withdrawal
 from img2tfrecord.schemas.manifest_fields import (
     ManifestError,
     count,
@@ -139,13 +139,15 @@ class SplitInfo:
 
 @dataclasses.dataclass(frozen=True)
 class Accounting:
-    """Where every input went: ``inputs == written + rejected``; ``skipped`` inputs were not inputs."""
+    """Where every input went: ``inputs == written + rejected``; ``skipped`` inputs were not inputs;
+    ``withdrawn`` of the ``written`` records no reader returns (``--accept-changes``)."""
 
     inputs: int
     written: int
     rejected: int
     skipped: int = 0
     rejected_by_reason: Dict[str, int] = dataclasses.field(default_factory=dict)
+    withdrawn: int = 0
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "accounting") -> Accounting:
@@ -156,6 +158,7 @@ class Accounting:
             rejected=count(doc.get("rejected"), f"{where}.rejected"),
             skipped=count(doc.get("skipped", 0), f"{where}.skipped"),
             rejected_by_reason=counts(doc.get("rejected_by_reason", {}), f"{where}.rejected_by_reason"),
+            withdrawn=count(doc.get("withdrawn", 0), f"{where}.withdrawn"),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -165,6 +168,7 @@ class Accounting:
             "rejected": self.rejected,
             "skipped": self.skipped,
             "rejected_by_reason": dict(self.rejected_by_reason),
+            **({"withdrawn": self.withdrawn} if self.withdrawn else {}),
         }
 
 
@@ -219,7 +223,7 @@ class DatasetManifest:
     tfds: Optional[TfdsStatus] = None
     image_libraries: Optional[Dict[str, str]] = None  # distribution -> version: what decoded and resized
     generations: Tuple[Generation, ...] = ()  # (): an output with no input ledger (it cannot be appended to)
-    format_version: int = FORMAT_VERSION
+    format_version: int = manifest.BASE_FORMAT_VERSION
 
     def __post_init__(self) -> None:
         if self.feature_spec is None:
@@ -294,6 +298,22 @@ class DatasetManifest:
         return self.generations[-1] if self.generations else None
 
     @property
+    def withdrawals(self) -> List[Withdrawal]:
+        """Every withdrawn record, oldest generation first."""
+        return [w for g in self.generations for w in g.withdrawn]
+
+    def withdrawn_by_file(self) -> Dict[str, FrozenSet[int]]:
+        """shard file -> the indices of its records that no reader returns (only shards with some)."""
+        found: Dict[str, set] = {}
+        for w in self.withdrawals:
+            found.setdefault(w.file, set()).add(w.index)
+        return {file: frozenset(indices) for file, indices in found.items()}
+
+    def live_records(self, split: str) -> int:
+        """The records of ``split`` a reader returns: its shards' records less the withdrawn ones."""
+        return self.splits[split].listed_records - sum(1 for w in self.withdrawals if w.split == split)
+
+    @property
     def num_examples(self) -> int:
         return sum(info.num_examples for info in self.splits.values())
 
@@ -361,8 +381,9 @@ class DatasetManifest:
         )
 
     def to_json(self) -> Dict[str, Any]:
+        version = max(self.format_version, FORMAT_VERSION if self.withdrawals else manifest.BASE_FORMAT_VERSION)
         doc: Dict[str, Any] = {
-            "format_version": self.format_version,
+            "format_version": version,
             "tool": TOOL,
             "tool_version": self.tool_version,
             **({"image_libraries": dict(self.image_libraries)} if self.image_libraries is not None else {}),

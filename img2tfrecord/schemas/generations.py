@@ -2,22 +2,68 @@
 
 The first run of an output is generation 0; each ``convert --append`` adds the next, with its own
 shards (``manifest.shard_file_name(..., generation=N)``), error report and input ledger. The
-manifest's splits and accounting always cover every generation.
+manifest's splits and accounting always cover every generation. A generation made with
+``--accept-changes`` also withdraws the records of inputs changed or removed since: their shards
+keep them, every reader skips them (:class:`Withdrawal`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
-from img2tfrecord.schemas.manifest_fields import count, counts, fail, obj, string
+from img2tfrecord.schemas.manifest_fields import count, counts, fail, obj, opt_string, string
+
+CHANGED = "changed"  # the input was converted again into the withdrawing generation
+REMOVED = "removed"  # the input is gone
+
+
+@dataclasses.dataclass(frozen=True)
+class Withdrawal:
+    """A record no reader returns any more: record ``index`` of shard ``file`` (of split ``split``), written
+    from ``relpath``, which was ``change`` (:data:`CHANGED` or :data:`REMOVED`); ``label``: its class name."""
+
+    relpath: str
+    split: str
+    file: str
+    index: int
+    change: str
+    label: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> Withdrawal:
+        doc = obj(doc, where)
+        change = string(doc.get("change"), f"{where}.change")
+        if change not in (CHANGED, REMOVED):
+            raise fail(f"{where}.change", f"is {change!r}; expected one of {CHANGED}, {REMOVED}")
+        return cls(
+            relpath=string(doc.get("relpath"), f"{where}.relpath"),
+            split=string(doc.get("split"), f"{where}.split"),
+            file=string(doc.get("file"), f"{where}.file"),
+            index=count(doc.get("index"), f"{where}.index"),
+            change=change,
+            label=opt_string(doc.get("label"), f"{where}.label"),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        doc: Dict[str, Any] = {
+            "relpath": self.relpath,
+            "split": self.split,
+            "file": self.file,
+            "index": self.index,
+            "change": self.change,
+        }
+        if self.label is not None:
+            doc["label"] = self.label
+        return doc
 
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
     """One run's part of an output: its inputs (``ledger``), where they went and what it rejected (``errors``).
 
-    ``inputs == written + rejected`` for the generation; ``shards`` counts the shard files it added per
+    ``inputs == written + rejected`` for the generation; ``withdrawn``: the earlier records it withdrew
+    (``--accept-changes``); ``shards`` counts the shard files it added per
     split; ``analyzed``: the manifest's tf.Transform statistics include its train records.
     """
 
@@ -30,6 +76,7 @@ class Generation:
     rejected: int
     shards: Dict[str, int]
     analyzed: bool
+    withdrawn: Tuple[Withdrawal, ...] = ()
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Generation:
@@ -47,6 +94,9 @@ class Generation:
             rejected=count(doc.get("rejected"), f"{where}.rejected"),
             shards=counts(doc.get("shards", {}), f"{where}.shards"),
             analyzed=analyzed,
+            withdrawn=tuple(
+                Withdrawal.from_json(w, f"{where}.withdrawn[{i}]") for i, w in enumerate(_list(doc, "withdrawn", where))
+            ),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -60,4 +110,12 @@ class Generation:
             "rejected": self.rejected,
             "shards": dict(self.shards),
             "analyzed": self.analyzed,
+            **({"withdrawn": [w.to_json() for w in self.withdrawn]} if self.withdrawn else {}),
         }
+
+
+def _list(doc: Dict[str, Any], key: str, where: str) -> list:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise fail(f"{where}.{key}", "is not a list")
+    return value

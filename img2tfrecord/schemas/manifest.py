@@ -34,7 +34,8 @@ from typing import Any, Dict, Optional
 
 from img2tfrecord.schemas import features, labels
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest dataset.json this version reads; 2: generations withdraw records
+BASE_FORMAT_VERSION = 1  # written when no record is withdrawn, so that earlier versions still read the output
 MANIFEST_FILE = "dataset.json"
 LABELS_FILE = labels.LABELS_FILE
 LABEL_MAP_FILE = labels.LABEL_MAP_FILE

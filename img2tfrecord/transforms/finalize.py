@@ -25,7 +25,7 @@ from img2tfrecord.model import CommittedShard
 from img2tfrecord.schemas import dataset_manifest, manifest, tfds_layout
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, ShardInfo, SplitInfo
-from img2tfrecord.schemas.generations import Generation
+from img2tfrecord.schemas.generations import Generation, Withdrawal
 
 
 def error_json(row: Mapping[str, str]) -> str:
@@ -152,10 +152,12 @@ class FinalizeOutput(beam.DoFn):
         ledger: Optional[str] = None,
         previous: Optional[DatasetManifest] = None,
         generation: int = 0,
+        withdrawn: Tuple[Withdrawal, ...] = (),
     ):
         """``template``: the manifest's fields known before the run (tool, input, options, task, record type);
         the rest is filled in here. ``ledger``: the run's input ledger (None: the run keeps none);
-        ``previous``: the manifest an append adds generation ``generation`` to."""
+        ``previous``: the manifest an append adds generation ``generation`` to, which withdraws the
+        earlier records ``withdrawn`` (``--accept-changes``)."""
         self._output_dir = output_dir
         self._template = template
         self._split_names = split_names
@@ -164,6 +166,7 @@ class FinalizeOutput(beam.DoFn):
         self._ledger = ledger
         self._previous = previous
         self._generation = generation
+        self._withdrawn = withdrawn
 
     def process(
         self,
@@ -202,6 +205,7 @@ class FinalizeOutput(beam.DoFn):
                 rejected=rejected,
                 shards={name: len(info.shards) for name, info in splits.items() if info.shards},
                 analyzed=statistics is not None,
+                withdrawn=self._withdrawn,
             )
             if self._previous is not None:
                 doc = appends.merge(self._previous, doc, generation)

@@ -11,7 +11,7 @@ from typing import Dict, Iterator, Mapping, Optional
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest, SplitInfo
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.verification.findings import DATASET_SCOPE, MAX_PROBLEMS_PER_SCOPE, Report
 from img2tfrecord.verification.record_checks import _Context, _context, check_shard
 
@@ -81,13 +81,17 @@ def _nonzero_counts(counts: Mapping[str, int]) -> Dict[str, int]:
 
 
 def _check_split_counts(
-    split: str, info: SplitInfo, found: collections.Counter, report: Report, complete: bool, detection: bool
+    split: str, doc: DatasetManifest, found: collections.Counter, report: Report, complete: bool, detection: bool
 ) -> None:
     """Listed counts against each other, and (when every record was read) against the classes found."""
-    if info.num_examples != info.listed_records:
+    info = doc.splits[split]
+    live = doc.live_records(split)
+    if info.num_examples != live:
+        withdrawn = info.listed_records - live
         report.add(
             DATASET_SCOPE,
-            f"split {split}: num_examples is {info.num_examples}, its shards list {info.listed_records} records",
+            f"split {split}: num_examples is {info.num_examples}, its shards list {info.listed_records} records"
+            + (f" of which {withdrawn} withdrawn" if withdrawn else ""),
         )
     if not complete:
         return
@@ -109,16 +113,17 @@ def _check_accounting(directory: str, doc: DatasetManifest, report: Report) -> N
     written = doc.num_examples
     by_reason = dict(acc.rejected_by_reason) if acc is not None else {}
     if acc is not None:
-        if acc.written != written:
-            report.add(DATASET_SCOPE, f"accounting: written is {acc.written}, the splits hold {written}")
+        if acc.written - acc.withdrawn != written:
+            withdrawn = f" less {acc.withdrawn} withdrawn" if acc.withdrawn else ""
+            report.add(DATASET_SCOPE, f"accounting: written is {acc.written}{withdrawn}, the splits hold {written}")
         if acc.rejected != sum(by_reason.values()):
             report.add(
                 DATASET_SCOPE,
                 f"accounting: rejected is {acc.rejected}, rejected_by_reason sums to {sum(by_reason.values())}",
             )
-        if acc.inputs != written + acc.rejected:
+        if acc.inputs != acc.written + acc.rejected:
             report.add(
-                DATASET_SCOPE, f"accounting: {acc.inputs} inputs but {written} written + {acc.rejected} rejected"
+                DATASET_SCOPE, f"accounting: {acc.inputs} inputs but {acc.written} written + {acc.rejected} rejected"
             )
     found: collections.Counter = collections.Counter()
     for errors_file in doc.error_files:
@@ -269,6 +274,15 @@ def _verify(directory: str, doc: DatasetManifest, ctx: _Context, report: Report)
     present = _check_files(directory, doc, report)
     if ctx.detection:
         ctx = _context(doc, _read_label_map(directory, doc, report))
+    withdrawn: Dict[str, Dict[int, str]] = {}
+    listed = {shard.file: (split, shard.num_records) for split, shard in doc.shards()}
+    for w in doc.withdrawals:
+        withdrawn.setdefault(w.file, {})[w.index] = w.relpath
+        if listed.get(w.file, (None, 0))[0] != w.split or w.index >= listed[w.file][1]:
+            report.add(
+                DATASET_SCOPE,
+                f"withdrawn record {w.index} of {w.file} ({w.relpath}) is not a record of split {w.split}",
+            )
     for split, info in doc.splits.items():
         found: collections.Counter = collections.Counter()
         complete = True
@@ -276,9 +290,9 @@ def _verify(directory: str, doc: DatasetManifest, ctx: _Context, report: Report)
             if shard.file not in present:
                 complete = False
                 continue
-            classes, shard_complete = check_shard(directory, shard, ctx, report)
+            classes, shard_complete = check_shard(directory, shard, ctx, report, withdrawn.get(shard.file))
             found += classes
             complete = complete and shard_complete
-        _check_split_counts(split, info, found, report, complete, ctx.detection)
+        _check_split_counts(split, doc, found, report, complete, ctx.detection)
     _check_accounting(directory, doc, report)
     _check_analysis(directory, doc, report)

@@ -242,12 +242,26 @@ def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Option
 # One shard.
 
 
-def check_shard(directory: str, shard: ShardInfo, ctx: _Context, report: Report) -> Tuple[collections.Counter, bool]:
+def _check_withdrawn(data: bytes, relpath: str, ctx: _Context, name: str, record: Any, report: Report) -> None:
+    try:
+        found = records.decode_text(records.parse_example(data, ctx.spec).get(keys.FILENAME, b""))
+    except ValueError:
+        return  # the record's own problems are reported already
+    if found != relpath:
+        report.add(name, f"withdrawn record holds {found!r}, dataset.json withdrew {relpath!r}", record.index)
+
+
+def check_shard(
+    directory: str, shard: ShardInfo, ctx: _Context, report: Report, withdrawn: Optional[Mapping[int, str]] = None
+) -> Tuple[collections.Counter, bool]:
     """Check every record of one listed shard.
 
     Returns its records per class name (boxes per class name for detection),
     and whether that count is complete (every record was read and counted).
+    ``withdrawn``: index -> relpath of the records ``--accept-changes`` withdrew: checked like the others
+    and against that relpath, not counted.
     """
+    withdrawn = withdrawn or {}
     name = shard.file
     path = records.join(directory, name)
     classes: collections.Counter = collections.Counter()
@@ -264,7 +278,9 @@ def check_shard(directory: str, shard: ShardInfo, ctx: _Context, report: Report)
             problems, class_name, boxes = _check_example(record.data, ctx)
             for problem in problems:
                 report.add(name, problem, record.index, record.offset)
-            if boxes is not None:
+            if record.index in withdrawn:
+                _check_withdrawn(record.data, withdrawn[record.index], ctx, name, record, report)
+            elif boxes is not None:
                 classes += boxes
             elif class_name is None:
                 unclassified += 1

@@ -1,0 +1,117 @@
+"""``convert --append --accept-changes`` at launch: the records of changed and removed inputs, found and checked.
+
+Each stale input's record is located from the ledgers (``conversion.appends.locate``), then read back
+from its shard to confirm that it is the record of that input, and to learn its class; a record that
+is not where the ledgers place it refuses the append (``PlanError``) before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from img2tfrecord.conversion.appends import GenerationInputs, locate
+from img2tfrecord.conversion.converter import Converter
+from img2tfrecord.pipeline.plan_model import Plan, PlanError
+from img2tfrecord.readers import records
+from img2tfrecord.readers.read_errors import ReadError
+from img2tfrecord.readers.split_shards import ShardInfo, shard_offsets
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas.generations import Withdrawal
+from img2tfrecord.schemas.ledger import LedgerEntry
+from img2tfrecord.sources.layout import PlacementError
+
+
+class SplitOf:
+    """relpath -> its split (None: it has none), as the run placed it: the converter's placement of the
+    work item ``work_items(plan, [entry])`` builds for it."""
+
+    def __init__(self, plan: Plan, converter: Converter, work_items):
+        self._plan = plan
+        self._converter = converter
+        self._work_items = work_items
+        self._known: Dict[str, Optional[str]] = {}
+
+    def __call__(self, relpath: str) -> Optional[str]:
+        if relpath not in self._known:
+            items, _ = self._work_items(self._plan, [LedgerEntry(relpath, 0, 0.0)])
+            try:
+                self._known[relpath] = self._converter.split_of(items[0]) if items else None
+            except PlacementError:
+                self._known[relpath] = None
+        return self._known[relpath]
+
+
+def withdrawals(
+    output: str,
+    doc: DatasetManifest,
+    generations: Sequence[GenerationInputs],
+    stale: Mapping[str, str],
+    split_of: SplitOf,
+    seed: int,
+) -> Tuple[Withdrawal, ...]:
+    """The records of the ``stale`` inputs (relpath -> change), each confirmed in its shard and labelled."""
+    if not stale:
+        return ()
+    try:
+        located = locate(stale, generations, split_of, seed, doc.compression.value)
+    except ValueError as e:
+        raise PlanError(f"--accept-changes: {e}; rebuild with --overwrite") from None
+    listed = {shard.file: shard for _, shard in doc.shards()}
+    by_file: Dict[str, List[Withdrawal]] = {}
+    for w in located:
+        by_file.setdefault(w.file, []).append(w)
+    confirmed = []
+    for file, wanted in sorted(by_file.items()):
+        entry = listed.get(file)
+        if entry is None:
+            raise PlanError(
+                f"--accept-changes: the record of {wanted[0].relpath} should be in {file}, which "
+                f"{manifest.MANIFEST_FILE} does not list; rebuild with --overwrite"
+            )
+        found = _read_records(output, doc, entry, {w.index for w in wanted})
+        for w in wanted:
+            if w.index not in found:
+                raise PlanError(
+                    f"--accept-changes: {file} has no record {w.index}, where the ledgers place {w.relpath}; "
+                    "rebuild with --overwrite"
+                )
+            values = records.parse_example(found[w.index], doc.spec)
+            name = records.decode_text(values.get(keys.FILENAME, b""))
+            if name != w.relpath:
+                raise PlanError(
+                    f"--accept-changes: record {w.index} of {file} holds {name!r}, not {w.relpath!r} as the "
+                    "ledgers say; rebuild with --overwrite"
+                )
+            label = values.get(keys.CLASS_TEXT)
+            confirmed.append(dataclasses.replace(w, label=records.decode_text(label) if label else None))
+    return tuple(sorted(confirmed, key=lambda w: w.relpath))
+
+
+def _read_records(output: str, doc: DatasetManifest, entry, indices: Iterable[int]) -> Dict[int, bytes]:
+    """Records ``indices`` of a listed shard: through its offsets when uncompressed, else by a scan."""
+    path = records.join(output, entry.file)
+    wanted = set(indices)
+    try:
+        if doc.compression.value == "none":
+            shard = ShardInfo(
+                path=path,
+                num_records=entry.num_records,
+                num_bytes=entry.num_bytes,
+                index=records.join(output, entry.index) if entry.index else None,
+                default_index=records.join(output, manifest.index_file(entry.file)),
+            )
+            offsets = shard_offsets(shard)
+            with records.RandomAccessFile(path) as f:
+                return {i: records.read_record_at(f, i, *offsets[i]) for i in sorted(wanted) if i < len(offsets)}
+        found = {}
+        for i, _, data in records.iter_records(path, doc.compression.value):
+            if i in wanted:
+                found[i] = data
+                if len(found) == len(wanted):
+                    break
+        return found
+    except (OSError, ValueError, ReadError, records.RecordError) as e:
+        raise PlanError(f"--accept-changes: cannot read {entry.file}: {e}") from None

@@ -1,0 +1,232 @@
+"""``convert --append --accept-changes``: records of changed and removed inputs withdrawn, and no reader returns them.
+
+Real conversions of real image files in this process (``api.convert``); the outputs are compared
+record for record with a full conversion of the same final input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import images as I
+import pytest
+from helpers.cli import run_in_process
+from helpers.datasets import make_images
+
+from img2tfrecord import api, inspection
+from img2tfrecord.conversion import appends
+from img2tfrecord.readers import datasource
+from img2tfrecord.schemas import dataset_manifest, manifest
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas.generations import CHANGED, REMOVED
+from img2tfrecord.schemas.ledger import LedgerEntry
+from img2tfrecord.verification import verify
+
+OPTIONS = dict(
+    splits={"train": 0.7, "validation": 0.3}, seed=5, image_size=32, analyze=False, processes=1, num_shards=2
+)
+BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+CHANGED_FILE = "class0/img_0000.jpg"
+REMOVED_FILE = "class1/img_0001.jpg"
+NEW_FILE = "class2/new.jpg"
+
+
+def _convert(src: str, out: str, **extra) -> dataset_manifest.DatasetManifest:
+    return api.convert(src, out, pipeline_options=BEAM, **{**OPTIONS, **extra})
+
+
+def _records(out: str) -> dict:
+    """split -> {relpath: (label id, class name, image bytes)} of every record a reader returns."""
+    doc = dataset_manifest.loads(open(os.path.join(out, manifest.MANIFEST_FILE)).read())
+    found = {}
+    for split in doc.splits:
+        rows = {}
+        for example in datasource.iter_split(out, split, decode=False):
+            relpath = example[keys.FILENAME].decode()
+            assert relpath not in rows, f"{relpath} read twice in {split}"
+            rows[relpath] = (
+                int(example[keys.CLASS_LABEL]),
+                example[keys.CLASS_TEXT].decode(),
+                example[keys.IMAGE_ENCODED],
+            )
+        found[split] = rows
+    return found
+
+
+def _doc(out: str) -> dataset_manifest.DatasetManifest:
+    with open(os.path.join(out, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+        return dataset_manifest.loads(f.read())
+
+
+@pytest.fixture(scope="module")
+def accepted(tmp_path_factory):
+    """An output, then its input changed (one file rewritten, one removed, one added) and appended with
+    --accept-changes; and a full conversion of that final input."""
+    root = tmp_path_factory.mktemp("accept-changes")
+    src, out, full = str(root / "in"), str(root / "out"), str(root / "full")
+    make_images(src, classes=3, per_class=10, size=(48, 40))
+    first = _convert(src, out)
+    with open(os.path.join(src, CHANGED_FILE), "wb") as f:
+        f.write(I.jpeg(30, 30))
+    os.remove(os.path.join(src, REMOVED_FILE))
+    with open(os.path.join(src, NEW_FILE), "wb") as f:
+        f.write(I.jpeg(36, 28))
+    refused = run_in_process("convert", "--input", src, "--output", out, *_flags(), "--append")
+    assert refused.returncode == 2 and "pass --accept-changes to withdraw them" in refused.stderr
+    appended = _convert(src, out, append=True, accept_changes=True)
+    _convert(src, full)
+    return src, out, full, first, appended
+
+
+def _flags():
+    return ("--splits", "train=0.7,validation=0.3", "--seed", "5", "--image-size", "32", "--num-shards", "2")
+
+
+@pytest.mark.e2e
+def test_accepted_changes_read_as_a_full_run_over_the_final_input(accepted):
+    _, out, full, first, appended = accepted
+    assert _records(out) == _records(full)  # the changed file's new image, the removed one gone, the new one in
+    doc = _doc(out)
+    withdrawn = {w.relpath: w for w in doc.generations[-1].withdrawn}
+    assert {r: w.change for r, w in withdrawn.items()} == {CHANGED_FILE: CHANGED, REMOVED_FILE: REMOVED}
+    assert {r: w.label for r, w in withdrawn.items()} == {CHANGED_FILE: "class0", REMOVED_FILE: "class1"}
+    assert all(not w.file.startswith(tuple(f"{s}-g" for s in doc.splits)) for w in withdrawn.values())
+    full_doc = _doc(full)
+    for split, info in doc.splits.items():
+        assert info.num_examples == full_doc.splits[split].num_examples == doc.live_records(split)
+        assert {k: v for k, v in info.examples_per_class.items() if v} == {
+            k: v for k, v in full_doc.splits[split].examples_per_class.items() if v
+        }
+    acc = doc.accounting
+    assert acc is not None and acc.withdrawn == 2
+    assert acc.inputs == acc.written + acc.rejected == first.accounting.inputs + 2  # the changed file and the new one
+    assert doc.generations[-1].inputs == 2
+    assert appended.to_json() == doc.to_json()
+    with open(os.path.join(out, manifest.MANIFEST_FILE)) as f:
+        assert json.load(f)["format_version"] == 2  # an earlier reader refuses it instead of reading stale records
+    with open(os.path.join(full, manifest.MANIFEST_FILE)) as f:
+        assert json.load(f)["format_version"] == 1
+    report = verify(out)
+    assert report.ok, report.text()
+
+
+@pytest.mark.e2e
+def test_no_reader_returns_a_withdrawn_record(accepted):
+    _, out, full, _, _ = accepted
+    expected = _records(full)
+    for split, rows in expected.items():
+        source = datasource.SplitDataSource(out, split, decode=False)
+        assert len(source) == len(rows)
+        at_random = {source[i][keys.FILENAME].decode(): source[i][keys.IMAGE_ENCODED] for i in range(len(source))}
+        assert at_random == {relpath: row[2] for relpath, row in rows.items()}
+        shares = [
+            e[keys.FILENAME].decode()
+            for k in range(3)
+            for e in datasource.iter_split(out, split, shard_index=k, num_shards=3, decode=False)
+        ]
+        assert sorted(shares) == sorted(rows)
+    summary = inspection.summarise(out)
+    for split, info in summary["splits"].items():
+        assert info["num_examples"] == len(expected[split])
+        assert info["images"]["records_read"] == len(expected[split])
+    shards = [s for info in summary["splits"].values() for s in info["shards"]]
+    assert sum(s.get("withdrawn", 0) for s in shards) == 2
+    doc = _doc(out)
+    sampled = {
+        (name, index)
+        for split in doc.splits
+        for name, index, _ in inspection.sample_records(out, doc, split, limit=1000)
+    }
+    assert not sampled & {(w.file, w.index) for w in doc.withdrawals}
+    assert len(sampled) == sum(len(rows) for rows in expected.values())
+
+
+@pytest.mark.e2e
+def test_load_skips_withdrawn_records(accepted):
+    pytest.importorskip("tensorflow")
+    import img2tfrecord
+
+    _, out, full, _, _ = accepted
+    for split, rows in _records(full).items():
+        ds = img2tfrecord.load(out, split, batch_size=None, as_dict=True, image_size=None)
+        names = sorted(example[keys.FILENAME].numpy().decode() for example in ds)
+        assert names == sorted(rows)
+        assert int(ds.cardinality()) == len(rows)
+
+
+@pytest.mark.e2e
+def test_a_removed_input_added_again_is_new_and_nothing_new_changes_no_byte(accepted, tmp_path):
+    src, _, _, _, _ = accepted
+    copy_src, copy_out = str(tmp_path / "in"), str(tmp_path / "out")
+    shutil.copytree(src, copy_src)
+    _convert(copy_src, copy_out)
+    # Removing one, with nothing to convert: a generation that only withdraws.
+    os.remove(os.path.join(copy_src, "class2/img_0002.jpg"))
+    doc = _convert(copy_src, copy_out, append=True, accept_changes=True)
+    last = doc.generations[-1]
+    assert (last.inputs, last.shards, [w.relpath for w in last.withdrawn]) == (0, {}, ["class2/img_0002.jpg"])
+    assert verify(copy_out).ok
+    # The removed file back: new again, converted into the next generation.
+    with open(os.path.join(copy_src, REMOVED_FILE), "wb") as f:
+        f.write(I.jpeg(40, 30))
+    doc = _convert(copy_src, copy_out, append=True)
+    assert doc.generations[-1].inputs == 1
+    full = str(tmp_path / "full")
+    _convert(copy_src, full)
+    assert _records(copy_out) == _records(full)
+    before = {name: os.stat(os.path.join(copy_out, name)).st_mtime_ns for name in os.listdir(copy_out)}
+    again = run_in_process(
+        "convert", "--input", copy_src, "--output", copy_out, *_flags(), "--append", "--accept-changes"
+    )
+    assert again.returncode == 0 and "nothing new since generation" in again.stderr
+    assert {name: os.stat(os.path.join(copy_out, name)).st_mtime_ns for name in os.listdir(copy_out)} == before
+
+
+@pytest.mark.e2e
+def test_verify_finds_a_withdrawal_that_names_another_record(accepted, tmp_path):
+    _, out, _, _, _ = accepted
+    copy = str(tmp_path / "out")
+    shutil.copytree(out, copy)
+    path = os.path.join(copy, manifest.MANIFEST_FILE)
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    withdrawal = doc["generations"][-1]["withdrawn"][0]
+    withdrawal["index"] = (withdrawal["index"] + 1) % next(
+        s["num_records"] for s in doc["splits"][withdrawal["split"]]["shards"] if s["file"] == withdrawal["file"]
+    )
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    report = verify(copy)
+    assert not report.ok
+    assert f"dataset.json withdrew {withdrawal['relpath']!r}" in report.text()
+
+
+def test_accept_changes_applies_to_append():
+    proc = run_in_process("convert", "--input", "in", "--output", "out", "--accept-changes")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith("--accept-changes applies to --append")
+
+
+def test_locate_places_records_by_the_shard_writers_order():
+    seed, shards = 3, {"train": 2}
+    ledger = tuple(LedgerEntry(f"c/{i}.jpg", 1, 1.0) for i in range(12))
+    generations = [
+        appends.GenerationInputs(0, ledger, {"c/5.jpg": "corrupt"}, frozenset(), shards),
+        appends.GenerationInputs(1, (LedgerEntry("c/7.jpg", 2, 2.0),), {}, frozenset({"c/7.jpg"}), {"train": 1}),
+    ]
+    found = appends.locate({"c/3.jpg": REMOVED, "c/7.jpg": CHANGED}, generations, lambda r: "train", seed)
+    by = {w.relpath: w for w in found}
+    assert by["c/7.jpg"].file == manifest.shard_file_name("train", 0, 1, generation=1) and by["c/7.jpg"].index == 0
+    from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
+
+    shard = assign_shard("c/3.jpg", seed, 2)
+    mates = sorted(
+        (e.relpath for e in ledger if e.relpath != "c/5.jpg" and assign_shard(e.relpath, seed, 2) == shard),
+        key=lambda r: (shuffle_key(r, seed), r),
+    )
+    assert by["c/3.jpg"].file == manifest.shard_file_name("train", shard, 2)
+    assert by["c/3.jpg"].index == mates.index("c/3.jpg")
+    with pytest.raises(ValueError, match="no generation holds a record of c/5.jpg"):
+        appends.locate({"c/5.jpg": REMOVED}, generations, lambda r: "train", seed)
