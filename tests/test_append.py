@@ -405,6 +405,18 @@ def test_an_append_on_cloud_storage_writes_the_bytes_of_a_local_append(gcs, batc
     again = _convert(remote_in, remote_out, append=True)  # nothing new: no object written
     assert again.generations == remote_doc.generations
     assert stamps(remote_out) == before
+    # A converted input removed on both: --accept-changes finds and withdraws the same record.
+    gone = "class0/img_0000.jpg"
+    os.remove(os.path.join(local_in, gone))
+    FileSystems.delete([f"{remote_in}/{gone}"])
+    local_doc = _convert(local_in, local_out, append=True, accept_changes=True)
+    remote_doc = _convert(remote_in, remote_out, append=True, accept_changes=True)
+    assert [w.relpath for w in local_doc.generations[-1].withdrawn] == [gone]
+    assert remote_doc.generations[-1].withdrawn == local_doc.generations[-1].withdrawn
+    assert records.read_manifest(remote_out).splits == local_doc.splits
+    assert [e[keys.FILENAME] for e in datasource.iter_split(remote_out, "train", decode=False)] == [
+        e[keys.FILENAME] for e in datasource.iter_split(local_out, "train", decode=False)
+    ]
 
 
 def _finished_and_one_new_file(pool: str, tmp_path) -> tuple:
