@@ -188,8 +188,8 @@ def merge(previous: DatasetManifest, added: DatasetManifest, generation: Generat
     """The manifest of ``previous`` with the generation ``added`` describes: splits and accounting summed,
     shards listed after the earlier ones, the records ``generation`` withdraws taken out of the counts,
     ``added``'s labels (the earlier ones first, unchanged ids), ``previous``'s input and options (the
-    append's may differ only in those that change no record) and its statistics (the analysis of the
-    generations it covers)."""
+    append's may differ only in those that change no record) and the statistics of ``added`` when it
+    was analysed (they then cover every generation), else ``previous``'s."""
     empty = SplitInfo(0, 0, {}, ())
     names = list(previous.splits) + sorted(set(added.splits) - set(previous.splits))
     splits = {
@@ -213,6 +213,6 @@ def merge(previous: DatasetManifest, added: DatasetManifest, generation: Generat
         options=previous.options,
         splits=splits,
         accounting=accounting,
-        statistics=previous.statistics,
+        statistics=added.statistics if added.statistics is not None else previous.statistics,
         generations=previous.generations + (generation,),
     )

@@ -37,6 +37,7 @@ from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.inputs import ERRORS, FILES
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import PlacementError
+from img2tfrecord.transforms.analysis_totals import RunTotals, totals_of
 
 # Options an append may give otherwise than the run that made the output: they do not change a record.
 FREE_OPTIONS = ("shard_size_mb", "num_shards", "max_error_rate", "analyze", "exact_statistics", "decode_timeout_s")
@@ -53,7 +54,9 @@ class AppendRun:
 
     ``plan`` is the run's plan narrowed to ``items`` (its shard counts sized from them, its
     ``generation`` set); ``labels`` are the output's classes, then any new ones (``--allow-new-classes``);
-    ``withdrawn``: the records of changed and removed inputs it withdraws (``--accept-changes``).
+    ``withdrawn``: the records of changed and removed inputs it withdraws (``--accept-changes``);
+    ``analysis_base``: the totals of the train records the output's statistics cover, less the
+    withdrawn ones, which the generation's analysis adds to (None: it is not analysed).
     """
 
     previous: DatasetManifest
@@ -62,10 +65,16 @@ class AppendRun:
     labels: Tuple[str, ...]
     new_classes: Tuple[str, ...]
     withdrawn: Tuple[Withdrawal, ...] = ()
+    analysis_base: Optional[RunTotals] = None
 
     @property
     def generation(self) -> int:
         return self.plan.generation
+
+    @property
+    def base_exact(self) -> bool:
+        """Whether the statistics it adds to are of the stored pixels."""
+        return bool((self.previous.statistics or {}).get("exact", True))
 
 
 # ---------------------------------------------------------------------------
@@ -237,9 +246,12 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     stale = stale_inputs(changes) if changes.accepted else {}
     if not changes.to_convert and not stale:
         raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
-    withdrawn = withdrawals(
+    withdrawn, withdrawn_totals = withdrawals(
         config.output, previous, generations, stale, SplitOf(plan, converter, work_items), config.seed
     )
+    base = analysis_base(config, previous)
+    if base is not None:
+        base.subtract(withdrawn_totals)
     sized = sized_for(config, plan, converter, items).sizing
     narrowed = Plan(
         dataclasses.replace(
@@ -249,7 +261,15 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
         generation=number + 1,
     )
     labels = tuple(previous.labels) + tuple(new_classes)
-    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn)
+    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base)
+
+
+def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[RunTotals]:
+    """The totals an append's analysis adds to: the output's statistics, when they cover every generation
+    and record their exact totals; None (the append is not analysed) otherwise or with ``--no-analyze``."""
+    if not config.analyze or not all(g.analyzed for g in previous.generations):
+        return None
+    return totals_of(previous.statistics, previous.channels or 3)
 
 
 def listed_classes(plan: Plan, entries: Sequence[LedgerEntry]) -> List[str]:
@@ -331,8 +351,9 @@ def log_append(run: AppendRun) -> None:
         else "",
         f"; new classes {', '.join(run.new_classes)}" if run.new_classes else "",
     )
-    if run.previous.statistics is not None:
+    if run.previous.statistics is not None and run.analysis_base is None:
         logging.info(
-            "append: the tf.Transform statistics stay those of the generations analysed so far; "
-            "rebuild with --overwrite to analyse every record"
+            "append: the tf.Transform statistics stay those of the generations analysed so far%s; "
+            "rebuild with --overwrite to analyse every record",
+            "" if all(g.analyzed for g in run.previous.generations) else " (not every generation was analysed)",
         )

@@ -164,11 +164,18 @@ def build_pipeline(
     analysis = {}  # tf.Transform statistics of the train split; FinalizeOutput waits for its transform_fn
     if config.analyze and plan.input.annotations:
         logging.info("detection: no tf.Transform analysis (its features are those of classification records)")
-    elif config.analyze and append is None:  # an append keeps the statistics of the generations analysed
+    elif config.analyze and (append is None or append.analysis_base is not None):
         from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
 
+        # An append's analysis adds its train records to the totals of the generations before it.
         statistics = analyze_train_split(
-            written[ANALYSIS], label_names, config, plan.input.split_names, plan.input.labeled
+            written[ANALYSIS],
+            label_names,
+            config,
+            plan.input.split_names,
+            plan.input.labeled,
+            base=append.analysis_base if append is not None else None,
+            base_exact=append.base_exact if append is not None else True,
         )
         if statistics is not None:
             analysis["statistics"] = beam.pvalue.AsSingleton(statistics)

@@ -1,8 +1,9 @@
 """``convert --append --accept-changes`` at launch: the records of changed and removed inputs, found and checked.
 
 Each stale input's record is located from the ledgers (``conversion.appends.locate``), then read back
-from its shard to confirm that it is the record of that input, and to learn its class; a record that
-is not where the ledgers place it refuses the append (``PlanError``) before anything is written.
+from its shard to confirm that it is the record of that input, and to learn its class (and, for the
+train split's statistics, its pixel totals); a record that is not where the ledgers place it refuses
+the append (``PlanError``) before anything is written.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.conversion.converter import Converter
+from img2tfrecord.images.options import ConvertedImage, ImageError
+from img2tfrecord.images.statistics import pixel_sums
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import ReadError
@@ -21,7 +24,9 @@ from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
+from img2tfrecord.schemas.transformed import ANALYZED_SPLIT
 from img2tfrecord.sources.layout import PlacementError
+from img2tfrecord.transforms.analysis_totals import RunTotals
 
 
 class SplitOf:
@@ -51,10 +56,13 @@ def withdrawals(
     stale: Mapping[str, str],
     split_of: SplitOf,
     seed: int,
-) -> Tuple[Withdrawal, ...]:
-    """The records of the ``stale`` inputs (relpath -> change), each confirmed in its shard and labelled."""
+) -> Tuple[Tuple[Withdrawal, ...], RunTotals]:
+    """The records of the ``stale`` inputs (relpath -> change), each confirmed in its shard and labelled,
+    and the analysis totals of those in the analysed split (their stored pixels, decoded)."""
+    channels = doc.channels or 3
+    analysed = RunTotals(channels)
     if not stale:
-        return ()
+        return (), analysed
     try:
         located = locate(stale, generations, split_of, seed, doc.compression.value)
     except ValueError as e:
@@ -87,7 +95,23 @@ def withdrawals(
                 )
             label = values.get(keys.CLASS_TEXT)
             confirmed.append(dataclasses.replace(w, label=records.decode_text(label) if label else None))
-    return tuple(sorted(confirmed, key=lambda w: w.relpath))
+            if w.split == ANALYZED_SPLIT and doc.statistics:
+                analysed.add(_record_totals(values, channels, label, file, w.index))
+    return tuple(sorted(confirmed, key=lambda w: w.relpath)), analysed
+
+
+def _record_totals(values: Mapping, channels: int, label: Optional[bytes], file: str, index: int) -> RunTotals:
+    """One record's part of the analysis totals: the sums of its stored pixels, as a reader decodes them."""
+    height, width = int(values[keys.IMAGE_HEIGHT]), int(values[keys.IMAGE_WIDTH])
+    image = ConvertedImage(
+        values[keys.IMAGE_ENCODED], records.decode_text(values[keys.IMAGE_FORMAT]), height, width, channels
+    )
+    try:
+        sums, squares = pixel_sums(image, exact=True)
+    except (ImageError, ValueError, OSError) as e:
+        raise PlanError(f"--accept-changes: record {index} of {file} does not decode: {e}") from None
+    classes = {label: 1} if label else {}
+    return RunTotals(channels, 1, height * width, sums, squares, (height, height), (width, width), classes)
 
 
 def _read_records(output: str, doc: DatasetManifest, entry, indices: Iterable[int]) -> Dict[int, bytes]:

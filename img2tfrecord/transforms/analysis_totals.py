@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 
@@ -17,6 +17,7 @@ from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
 
 MAX_PIXEL = 255
+PIXEL_TOTALS = "pixel_totals"  # dataset.json statistics: the exact totals the mean and std come from
 
 # The batch totals, by position: images, pixels, sums, squares, height min/max,
 # width min/max, then (labeled records) the batch's classes and their counts.
@@ -41,6 +42,23 @@ class RunTotals:
     def __post_init__(self):
         self.sums = self.sums or [0] * self.channels
         self.squares = self.squares or [0] * self.channels
+
+    def copy(self) -> RunTotals:
+        return dataclasses.replace(self, sums=list(self.sums), squares=list(self.squares), classes=dict(self.classes))
+
+    def subtract(self, other: RunTotals) -> RunTotals:
+        """These totals without ``other``'s images (their sizes stay in the spans: a min or max cannot be undone)."""
+        self.images -= other.images
+        self.pixels -= other.pixels
+        self.sums = [a - b for a, b in zip(self.sums, other.sums)]
+        self.squares = [a - b for a, b in zip(self.squares, other.squares)]
+        for name, n in other.classes.items():
+            left = self.classes.get(name, 0) - n
+            if left > 0:
+                self.classes[name] = left
+            else:
+                self.classes.pop(name, None)
+        return self
 
     def add(self, other: RunTotals) -> RunTotals:
         if not other.images:
@@ -131,6 +149,8 @@ def statistics_json(totals: RunTotals, label_names: Optional[List[str]] = None, 
         "exact": exact,
         "image_height": {"min": totals.height[0], "max": totals.height[1]},
         "image_width": {"min": totals.width[0], "max": totals.width[1]},
+        # The exact integer totals, so that an append adds its images to them without reading old shards.
+        PIXEL_TOTALS: {"pixels": totals.pixels, "sums": list(totals.sums), "squares": list(totals.squares)},
     }
     counts = {name.decode("utf-8") if isinstance(name, bytes) else name: n for name, n in totals.classes.items()}
     if label_names is not None:
@@ -145,3 +165,30 @@ def statistics_json(totals: RunTotals, label_names: Optional[List[str]] = None, 
         "schema": manifest.SCHEMA_FILE,
     }
     return stats
+
+
+def totals_of(stats: Optional[Mapping[str, Any]], channels: int) -> Optional[RunTotals]:
+    """The run totals a ``statistics`` block of dataset.json records, or None when it has no exact totals
+    (written before they were recorded, or of another shape)."""
+    if not stats or not isinstance(stats.get(PIXEL_TOTALS), dict):
+        return None
+    found = stats[PIXEL_TOTALS]
+    try:
+        sums, squares = [int(v) for v in found["sums"]], [int(v) for v in found["squares"]]
+        height, width = stats.get("image_height") or {}, stats.get("image_width") or {}
+        totals = RunTotals(
+            channels,
+            images=int(stats["num_examples"]),
+            pixels=int(found["pixels"]),
+            sums=sums,
+            squares=squares,
+            height=(height.get("min"), height.get("max")),
+            width=(width.get("min"), width.get("max")),
+            # keyed as the analysis batches key them (the records' class text, bytes)
+            classes={name.encode("utf-8"): int(n) for name, n in (stats.get("examples_per_class") or {}).items() if n},
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(sums) != channels or len(squares) != channels:
+        return None
+    return totals

@@ -49,6 +49,7 @@ from img2tfrecord.schemas import transformed as names
 from img2tfrecord.transforms.analysis_totals import (
     BATCH_CLASSES,
     MAX_PIXEL,
+    RunTotals,
     TotalsCombineFn,
     pixel_moments,
     statistics_json,
@@ -190,16 +191,22 @@ class _TrainStatistics(beam.PTransform):
 
     ``totals`` is set to the one-element PCollection of the run totals when
     TFT applies this transform inside ``AnalyzeDataset`` (once: it is one
-    analyzer node of the graph).
+    analyzer node of the graph). ``base``: totals the batches add to (an
+    append's earlier generations).
     """
 
-    def __init__(self, spec: TransformSpec):
+    def __init__(self, spec: TransformSpec, base: Optional[RunTotals] = None):
         super().__init__()
         self._spec = spec
+        self._base = base
         self.totals: Optional[beam.PCollection] = None
 
     def expand(self, batches):
-        self.totals = batches | "Totals" >> beam.CombineGlobally(TotalsCombineFn(self._spec.channels))
+        totals = batches | "Totals" >> beam.CombineGlobally(TotalsCombineFn(self._spec.channels))
+        if self._base is not None:
+            base = self._base
+            totals = totals | "AddEarlierGenerations" >> beam.Map(lambda t: base.copy().add(t))
+        self.totals = totals
         outputs = self.totals | "Moments" >> beam.FlatMap(_moments).with_outputs("mean", "std")
         return outputs.mean, outputs.std
 
@@ -338,8 +345,10 @@ class AnalyzeTrainSplit(beam.PTransform):
         temp_dir: str,
         spec_json: Optional[Mapping[str, Any]] = None,
         exact: bool = True,
+        base: Optional[RunTotals] = None,
     ):
         super().__init__()
+        self._base = base
         self._output_dir = output_dir
         self._label_names = label_names
         self._spec = spec
@@ -352,7 +361,7 @@ class AnalyzeTrainSplit(beam.PTransform):
         source = tfxio.TFExampleBeamRecord(
             physical_format="tfrecord", schema=analysis_schema(self._spec_json, self._spec.channels)
         )
-        statistics = _TrainStatistics(self._spec)
+        statistics = _TrainStatistics(self._spec, self._base)
         vocabulary = _LabelVocabulary(self._label_names)
         # TF2 tracing: the exported SavedModel prunes unused inputs, so serving passes image/encoded alone.
         with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
@@ -376,14 +385,21 @@ class AnalyzeTrainSplit(beam.PTransform):
 
 
 def analyze_train_split(
-    rows, label_names, config, split_names: Sequence[str], labeled: bool = True
+    rows,
+    label_names,
+    config,
+    split_names: Sequence[str],
+    labeled: bool = True,
+    base: Optional[RunTotals] = None,
+    base_exact: bool = True,
 ) -> Optional[beam.PCollection]:
     """The statistics PCollection of a run, or None (logged) when there is nothing to analyse.
 
     ``rows`` are the train records' analysis rows (``converter.Record.analysis``: the
     record without its image bytes, plus its pixel sums); ``label_names`` the
     one-element PCollection of the sorted class list; ``split_names`` the run's splits;
-    ``labeled``: the records carry labels.
+    ``labeled``: the records carry labels; ``base``: the totals of an append's earlier generations
+    (``base_exact``: theirs are exact), which the statistics and the exported transform then cover too.
     """
     split_names = list(split_names)
     if getattr(config, "sequence", False):
@@ -415,5 +431,6 @@ def analyze_train_split(
             local=runner in StandardOptions.LOCAL_RUNNERS,
         ),
         spec_json,
-        exact=config.exact_statistics or config.image.format in LOSSLESS_FORMATS,
+        exact=(config.exact_statistics or config.image.format in LOSSLESS_FORMATS) and base_exact,
+        base=base,
     )
