@@ -149,6 +149,23 @@ def test_every_reader_sees_every_generation(three_generations):
     shown = api_inspect(out)
     last = third.generations[-1]
     assert f"generations: 3 (convert --append); the last, 2, on {last.created}: {last.inputs} inputs" in shown
+    # TFDS: builder_from_directory names the reader that merges one template per generation.
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from img2tfrecord.readers.tfds_builder import tfds_builder
+    from img2tfrecord.schemas.tfds_layout import NotATfdsDatasetError
+
+    with pytest.raises(NotATfdsDatasetError, match=r"tfds_builder\(path\)"):
+        tfds.builder_from_directory(out)
+    builder = tfds_builder(out)
+    expected = _records(out)
+    for name in third.splits:
+        found = {
+            example["image"]["filename"].numpy().decode(): int(example["image"]["class"]["label"])
+            for example in builder.as_dataset(split=name)
+        }
+        assert found == {relpath: label for relpath, (label, _) in expected[name].items()}
+    assert builder.info.splits["train"].num_examples == third.splits["train"].num_examples
+    assert len(list(builder.as_dataset(split="train[:2]"))) == 2
 
 
 def api_inspect(out: str) -> str:

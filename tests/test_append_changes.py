@@ -110,6 +110,7 @@ def test_accepted_changes_read_as_a_full_run_over_the_final_input(accepted):
         assert json.load(f)["format_version"] == 1
     report = verify(out)
     assert report.ok, report.text()
+    assert doc.tfds is not None and not doc.tfds.readable and "withdrawn records" in doc.tfds.reason
 
 
 @pytest.mark.e2e

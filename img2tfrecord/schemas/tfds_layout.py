@@ -17,11 +17,11 @@ imports TensorFlow Datasets.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, TfdsStatus
+from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, ShardInfo, TfdsStatus
 
 DATASET_INFO_FILE = manifest.TFDS_DATASET_INFO_FILE
 FEATURES_FILE = manifest.TFDS_FEATURES_FILE
@@ -42,8 +42,23 @@ class NotATfdsDatasetError(ValueError):
     """TFDS cannot read this output; the message says why and how to read it instead."""
 
 
-def unsupported_reason(doc: DatasetManifest) -> Optional[str]:
-    """Why TFDS cannot read the output ``doc`` describes, or None when it can."""
+def generation_shards(doc: DatasetManifest, split: str) -> List[Tuple[int, Tuple[ShardInfo, ...]]]:
+    """``(generation, its shards)`` of ``split``, oldest first (one group for an output without generations)."""
+    shards = doc.splits[split].shards
+    if not doc.generations:
+        return [(0, shards)]
+    groups, start = [], 0
+    for generation in doc.generations:
+        n = generation.shards.get(split, 0)
+        if n:
+            groups.append((generation.number, shards[start : start + n]))
+        start += n
+    return groups
+
+
+def unsupported_reason(doc: DatasetManifest, across_generations: bool = False) -> Optional[str]:
+    """Why TFDS cannot read the output ``doc`` describes, or None when it can; ``across_generations``:
+    read as :func:`img2tfrecord.readers.tfds_builder.tfds_builder` reads it, one template per generation."""
     if doc.is_sequence:
         return (
             "this img2tfrecord output holds tf.train.SequenceExample clips (convert --sequence), which TFDS "
@@ -60,16 +75,27 @@ def unsupported_reason(doc: DatasetManifest) -> Optional[str]:
             f"this img2tfrecord output is {doc.compression.value}-compressed and TFDS reads uncompressed "
             "TFRecord files only; read it with img2tfrecord.load or convert with --compression none"
         )
-    if len(doc.generations) > 1:
+    if doc.withdrawals:
+        return (
+            "this img2tfrecord output has withdrawn records (convert --append --accept-changes), which TFDS "
+            "cannot skip; read it with img2tfrecord.load or img2tfrecord.readers.datasource.SplitDataSource, "
+            "or rebuild it with --overwrite"
+        )
+    if len(doc.generations) > 1 and not across_generations:
         return (
             "this img2tfrecord output has appended generations (convert --append), whose shard names TFDS's one "
-            "file name template per split cannot list; read it with img2tfrecord.load or "
-            "img2tfrecord.readers.datasource.SplitDataSource, or rebuild it with --overwrite"
+            "file name template per split cannot list; read it with "
+            "img2tfrecord.readers.tfds_builder.tfds_builder(path), whose splits cover every generation, or with "
+            "img2tfrecord.load"
         )
-    for name, info in doc.splits.items():
-        for i, shard in enumerate(info.shards):
-            if shard.file != manifest.shard_file_name(name, i, len(info.shards)):
-                return f"shard {shard.file} of split {name} does not follow {SPLIT_FILE_TEMPLATE}"
+    for name in doc.splits:
+        groups = generation_shards(doc, name)
+        if sum(len(shards) for _, shards in groups) != len(doc.splits[name].shards):
+            return f"the shards of split {name} are not those its generations list"
+        for generation, shards in groups:
+            for i, shard in enumerate(shards):
+                if shard.file != manifest.shard_file_name(name, i, len(shards), generation=generation):
+                    return f"shard {shard.file} of split {name} does not follow {SPLIT_FILE_TEMPLATE}"
     for key, entry in doc.spec.items():
         if (
             entry.get("kind") != keys.FIXED_LEN
@@ -169,14 +195,15 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
-def metadata_files(doc: DatasetManifest) -> Dict[str, str]:
+def metadata_files(doc: DatasetManifest, across_generations: bool = False) -> Dict[str, str]:
     """File name (relative to the output directory) -> content, for the output described by ``doc``.
 
     For an output TFDS cannot read, ``features.json`` names
     ``img2tfrecord.readers.tfds_features.NotDescribable``: loading it with TFDS
     raises :class:`NotATfdsDatasetError` with :func:`unsupported_reason`.
+    ``across_generations``: the features of an appended output, whose splits the reader sets itself.
     """
-    reason = unsupported_reason(doc)
+    reason = unsupported_reason(doc, across_generations)
     files = {DATASET_INFO_FILE: _dumps(dataset_info_json(doc, reason))}
     if reason is not None:
         files[FEATURES_FILE] = _dumps({"type": _NOT_DESCRIBABLE, "content": {"reason": reason}})
