@@ -12,10 +12,12 @@ import shutil
 
 import images as I
 import pytest
+from conftest import cli_env
 from helpers.cli import run_in_process
 from helpers.datasets import make_images
+from helpers.processes import kill_when
 
-from img2tfrecord import api, inspection
+from img2tfrecord import api, faults, inspection
 from img2tfrecord.conversion import appends
 from img2tfrecord.readers import datasource
 from img2tfrecord.schemas import dataset_manifest, manifest
@@ -183,6 +185,41 @@ def test_a_removed_input_added_again_is_new_and_nothing_new_changes_no_byte(acce
     )
     assert again.returncode == 0 and "nothing new since generation" in again.stderr
     assert {name: os.stat(os.path.join(copy_out, name)).st_mtime_ns for name in os.listdir(copy_out)} == before
+
+
+@pytest.mark.e2e
+def test_an_accepting_append_killed_while_committing_is_finished_by_resume(accepted, tmp_path):
+    src, _, full, _, _ = accepted
+    first_src, copy_out = str(tmp_path / "in"), str(tmp_path / "out")
+    shutil.copytree(src, first_src)
+    os.remove(os.path.join(first_src, NEW_FILE))  # the changes of the fixture, made again
+    _convert(first_src, copy_out)
+    shutil.copy(os.path.join(src, NEW_FILE), os.path.join(first_src, NEW_FILE))
+    os.remove(os.path.join(first_src, "class0", "img_0005.jpg"))
+    with open(os.path.join(first_src, "class2", "img_0004.jpg"), "wb") as f:
+        f.write(I.jpeg(26, 30))
+    before = open(os.path.join(copy_out, manifest.MANIFEST_FILE)).read()
+    marker = str(tmp_path / "paused")
+    env = cli_env({faults.ENV: "pause:committing", faults.MARKER_ENV: marker})
+    command = ("convert", "--input", first_src, "--output", copy_out, *_flags(), "--append", "--accept-changes")
+    assert kill_when(command, lambda: os.path.exists(marker), "paused at committing", env=env) < 0
+    report = verify(copy_out)  # the previous generation, whole: nothing withdrawn yet
+    assert report.ok, report.text()
+    assert _manifest_text(copy_out) == before
+    resumed = _convert(first_src, copy_out, append=True, accept_changes=True, resume=True)
+    assert sorted(w.relpath for w in resumed.generations[-1].withdrawn) == [
+        "class0/img_0005.jpg",
+        "class2/img_0004.jpg",
+    ]
+    reference = str(tmp_path / "full")
+    _convert(first_src, reference)
+    assert _records(copy_out) == _records(reference)
+    assert verify(copy_out).ok
+
+
+def _manifest_text(out: str) -> str:
+    with open(os.path.join(out, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+        return f.read()
 
 
 @pytest.mark.e2e
