@@ -90,29 +90,8 @@ def test_the_exported_transform_of_an_append_history_is_that_of_a_full_run(histo
     assert _transformed(out) == _transformed(full)
 
 
-def test_an_append_without_analysis_keeps_the_statistics_and_says_which_generations_they_cover(history, tmp_path):
-    out, _, docs, _ = history
-    src = docs[-1].input
-    copy_src, copy_out = str(tmp_path / "in"), str(tmp_path / "out")
-    shutil.copytree(src, copy_src)
-    _convert(copy_src, copy_out)
-    with open(os.path.join(copy_src, "class2", "late.png"), "wb") as f:
-        f.write(I.png(33, 33))
-    skipped = _convert(copy_src, copy_out, append=True, analyze=False)
-    assert [g.analyzed for g in skipped.generations] == [True, False]
-    first = json.load(open(os.path.join(copy_out, manifest.MANIFEST_FILE)))["statistics"]
-    assert skipped.statistics == first
-    assert verify(copy_out).ok  # the statistics describe the analysed generations only
-    with open(os.path.join(copy_src, "class2", "later.png"), "wb") as f:
-        f.write(I.png(35, 31))
-    # Generation 1 was not analysed: later appends cannot cover it without reading its shards.
-    again = _convert(copy_src, copy_out, append=True)
-    assert [g.analyzed for g in again.generations] == [True, False, False]
-    assert again.statistics == first
-
-
-def test_statistics_without_exact_totals_are_kept_as_they_are(history, tmp_path):
-    out, _, docs, _ = history
+def test_statistics_an_append_cannot_add_to_are_kept_and_say_which_generations_they_cover(history, tmp_path):
+    _, _, docs, _ = history
     copy_src, copy_out = str(tmp_path / "in"), str(tmp_path / "out")
     shutil.copytree(docs[-1].input, copy_src)
     _convert(copy_src, copy_out)
@@ -127,4 +106,22 @@ def test_statistics_without_exact_totals_are_kept_as_they_are(history, tmp_path)
     appended = _convert(copy_src, copy_out, append=True)
     assert [g.analyzed for g in appended.generations] == [True, False]
     assert appended.statistics == doc["statistics"]
+    assert verify(copy_out).ok  # the statistics describe the analysed generations only
+    # Generation 1 was not analysed: later appends cannot cover it without reading its shards.
+    with open(os.path.join(copy_src, "class2", "later.png"), "wb") as f:
+        f.write(I.png(35, 31))
+    again = _convert(copy_src, copy_out, append=True)
+    assert [g.analyzed for g in again.generations] == [True, False, False]
+    assert again.statistics == doc["statistics"]
     assert verify(copy_out).ok
+
+
+def test_an_append_with_no_analyze_adds_nothing_to_the_statistics(history):
+    from img2tfrecord.pipeline.append import analysis_base
+    from img2tfrecord.pipeline.config import ConvertConfig
+    from img2tfrecord.transforms.analysis_totals import totals_of
+
+    out, _, docs, _ = history
+    config = ConvertConfig(input=docs[-1].input, output=out)
+    assert analysis_base(config, docs[-1]) == totals_of(docs[-1].statistics, 3)
+    assert analysis_base(ConvertConfig(input=docs[-1].input, output=out, analyze=False), docs[-1]) is None
