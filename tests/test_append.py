@@ -17,6 +17,7 @@ import pytest
 from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc, run_cli, shard_digests
 from gcs_emulator import gcs_fixture, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.datasets import make_images
+from helpers.outputs import records_by_relpath
 from helpers.processes import kill_when, paused_run
 
 from img2tfrecord import api, faults
@@ -38,20 +39,6 @@ CLI_OPTIONS = ("--splits", "train=0.7,validation=0.3", "--seed", "5", "--image-s
 
 def _convert(src: str, out: str, **extra):
     return api.convert(src, out, pipeline_options=BEAM, **{**OPTIONS, **extra})
-
-
-def _records(out: str) -> dict:
-    """split -> {relpath: (label id, class name)} of every record, read without TensorFlow."""
-    doc = dataset_manifest.loads(open(os.path.join(out, manifest.MANIFEST_FILE)).read())
-    found = {}
-    for split in doc.splits:
-        rows = {}
-        for example in datasource.iter_split(out, split, decode=False):
-            relpath = example[keys.FILENAME].decode()
-            assert relpath not in rows, f"{relpath} written twice in {split}"
-            rows[relpath] = (int(example[keys.CLASS_LABEL]), example[keys.CLASS_TEXT].decode())
-        found[split] = rows
-    return found
 
 
 def _bytes_and_times(out: str) -> dict:
@@ -108,7 +95,7 @@ def test_three_generations_hold_the_records_of_one_run_over_the_final_input(thre
     assert [g.number for g in third.generations] == [0, 1, 2]
     assert [len(d.generations) for d in docs] == [1, 2, 3]
     # Input for input and split for split, the appended output holds what one run over the final input writes.
-    assert _records(out) == _records(full)
+    assert records_by_relpath(out) == records_by_relpath(full)
     full_doc = dataset_manifest.loads(open(os.path.join(full, manifest.MANIFEST_FILE)).read())
     assert third.labels == full_doc.labels
     for name, info in third.splits.items():
@@ -157,7 +144,7 @@ def test_every_reader_sees_every_generation(three_generations):
     with pytest.raises(NotATfdsDatasetError, match=r"tfds_builder\(path\)"):
         tfds.builder_from_directory(out)
     builder = tfds_builder(out)
-    expected = _records(out)
+    expected = records_by_relpath(out)
     for name in third.splits:
         found = {
             example["image"]["filename"].numpy().decode(): int(example["image"]["class"]["label"])
@@ -256,7 +243,7 @@ def test_new_classes_are_refused_then_added_with_the_next_ids(batches, tmp_path)
     assert doc.labels == first.labels + ("aardvark", "zebra")
     with open(os.path.join(out, manifest.LABELS_FILE)) as f:
         assert f.read().split() == list(doc.labels)
-    for rows in _records(out).values():
+    for rows in records_by_relpath(out).values():
         for relpath, (label, name) in rows.items():
             assert doc.labels[label] == name == relpath.split("/")[0]
     assert verify(out).ok
@@ -277,7 +264,7 @@ def test_rejections_are_tried_again_when_transient_changed_or_asked_for(batches,
         f.write(I.jpeg(44, 36))
     second = _convert(src, out, append=True)
     assert second.generations[-1].inputs == 1 and second.generations[-1].written == 1
-    assert "class0/broken_0.jpg" in {r for rows in _records(out).values() for r in rows}
+    assert "class0/broken_0.jpg" in {r for rows in records_by_relpath(out).values() for r in rows}
     # --retry-rejected tries every earlier rejection again: still truncated, rejected again.
     third = _convert(src, out, append=True, retry_rejected=True)
     assert third.generations[-1].inputs == 2 and third.generations[-1].rejected == 2
@@ -323,7 +310,7 @@ def test_a_killed_append_leaves_the_output_readable_and_resume_finishes_it(batch
     resumed = convert(src, out, *args, "--append", "--resume", runner=())
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _convert(src, reference, image_size=48, num_shards=4, append=True)
-    assert _records(out) == _records(reference)
+    assert records_by_relpath(out) == records_by_relpath(reference)
     assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)]
     assert verify(out).ok
 
@@ -489,7 +476,7 @@ def test_an_input_gone_while_the_run_converted_is_tried_again_by_the_next_append
     doc = _convert(src, out, append=True)
     last = doc.generations[-1]
     assert (last.number, last.inputs, last.written) == (1, 1, 1)
-    assert "class2/img_0003.jpg" in {r for rows in _records(out).values() for r in rows}
+    assert "class2/img_0003.jpg" in {r for rows in records_by_relpath(out).values() for r in rows}
     assert verify(out).ok
 
 
@@ -508,7 +495,7 @@ def test_two_appends_at_once_write_one_generation_and_the_second_is_refused_in_o
         assert first.returncode == 0, err[-3000:]
     doc = dataset_manifest.loads(open(os.path.join(out, manifest.MANIFEST_FILE)).read())
     assert [(g.number, g.inputs, g.written) for g in doc.generations][1:] == [(1, 1, 1)]
-    assert sum("class0/new.jpg" in rows for rows in _records(out).values()) == 1
+    assert sum("class0/new.jpg" in rows for rows in records_by_relpath(out).values()) == 1
     assert verify(out).ok
     again = run_cli(*args)  # the second run, once the first is done: nothing is left to convert
     assert again.returncode == 0 and "nothing new since generation 1" in again.stderr, again.stderr[-2000:]

@@ -15,6 +15,7 @@ import pytest
 from conftest import cli_env
 from helpers.cli import run_in_process
 from helpers.datasets import make_images
+from helpers.outputs import records_by_relpath
 from helpers.processes import kill_when
 
 from img2tfrecord import api, faults, inspection
@@ -37,24 +38,6 @@ NEW_FILE = "class2/new.jpg"
 
 def _convert(src: str, out: str, **extra) -> dataset_manifest.DatasetManifest:
     return api.convert(src, out, pipeline_options=BEAM, **{**OPTIONS, **extra})
-
-
-def _records(out: str) -> dict:
-    """split -> {relpath: (label id, class name, image bytes)} of every record a reader returns."""
-    doc = dataset_manifest.loads(open(os.path.join(out, manifest.MANIFEST_FILE)).read())
-    found = {}
-    for split in doc.splits:
-        rows = {}
-        for example in datasource.iter_split(out, split, decode=False):
-            relpath = example[keys.FILENAME].decode()
-            assert relpath not in rows, f"{relpath} read twice in {split}"
-            rows[relpath] = (
-                int(example[keys.CLASS_LABEL]),
-                example[keys.CLASS_TEXT].decode(),
-                example[keys.IMAGE_ENCODED],
-            )
-        found[split] = rows
-    return found
 
 
 def _doc(out: str) -> dataset_manifest.DatasetManifest:
@@ -89,7 +72,8 @@ def _flags():
 @pytest.mark.e2e
 def test_accepted_changes_read_as_a_full_run_over_the_final_input(accepted):
     _, out, full, first, appended = accepted
-    assert _records(out) == _records(full)  # the changed file's new image, the removed one gone, the new one in
+    # The changed file's new image, the removed one gone, the new one in.
+    assert records_by_relpath(out, with_image=True) == records_by_relpath(full, with_image=True)
     doc = _doc(out)
     withdrawn = {w.relpath: w for w in doc.generations[-1].withdrawn}
     assert {r: w.change for r, w in withdrawn.items()} == {CHANGED_FILE: CHANGED, REMOVED_FILE: REMOVED}
@@ -118,7 +102,7 @@ def test_accepted_changes_read_as_a_full_run_over_the_final_input(accepted):
 @pytest.mark.e2e
 def test_no_reader_returns_a_withdrawn_record(accepted):
     _, out, full, _, _ = accepted
-    expected = _records(full)
+    expected = records_by_relpath(full, with_image=True)
     for split, rows in expected.items():
         source = datasource.SplitDataSource(out, split, decode=False)
         assert len(source) == len(rows)
@@ -152,7 +136,7 @@ def test_load_skips_withdrawn_records(accepted):
     import img2tfrecord
 
     _, out, full, _, _ = accepted
-    for split, rows in _records(full).items():
+    for split, rows in records_by_relpath(full, with_image=True).items():
         ds = img2tfrecord.load(out, split, batch_size=None, as_dict=True, image_size=None)
         names = sorted(example[keys.FILENAME].numpy().decode() for example in ds)
         assert names == sorted(rows)
@@ -178,7 +162,7 @@ def test_a_removed_input_added_again_is_new_and_nothing_new_changes_no_byte(acce
     assert doc.generations[-1].inputs == 1
     full = str(tmp_path / "full")
     _convert(copy_src, full)
-    assert _records(copy_out) == _records(full)
+    assert records_by_relpath(copy_out, with_image=True) == records_by_relpath(full, with_image=True)
     before = {name: os.stat(os.path.join(copy_out, name)).st_mtime_ns for name in os.listdir(copy_out)}
     again = run_in_process(
         "convert", "--input", copy_src, "--output", copy_out, *_flags(), "--append", "--accept-changes"
@@ -213,7 +197,7 @@ def test_an_accepting_append_killed_while_committing_is_finished_by_resume(accep
     ]
     reference = str(tmp_path / "full")
     _convert(first_src, reference)
-    assert _records(copy_out) == _records(reference)
+    assert records_by_relpath(copy_out, with_image=True) == records_by_relpath(reference, with_image=True)
     assert verify(copy_out).ok
 
 

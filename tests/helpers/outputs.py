@@ -29,6 +29,27 @@ def read_records(output: str):
     return doc, out
 
 
+def records_by_relpath(output: str, with_image: bool = False) -> dict:
+    """split -> {relpath: (label id, class name[, image bytes])} of every record a reader returns, read
+    without TensorFlow; a relpath read twice in a split fails."""
+    from img2tfrecord.readers import datasource
+    from img2tfrecord.schemas import dataset_manifest
+    from img2tfrecord.schemas import features as keys
+
+    with open(os.path.join(output, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+        doc = dataset_manifest.loads(f.read())
+    found = {}
+    for split in doc.splits:
+        rows = {}
+        for example in datasource.iter_split(output, split, decode=False):
+            relpath = example[keys.FILENAME].decode()
+            assert relpath not in rows, f"{relpath} read twice in {split}"
+            row = (int(example[keys.CLASS_LABEL]), example[keys.CLASS_TEXT].decode())
+            rows[relpath] = (*row, example[keys.IMAGE_ENCODED]) if with_image else row
+        found[split] = rows
+    return found
+
+
 def convert_in_process(input_path, output, **options):
     config = ConvertConfig(input=input_path, output=str(output), analyze=False, **options)
     doc = run(config, list(IN_MEMORY))
