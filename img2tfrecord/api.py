@@ -305,7 +305,8 @@ def run_config(
     """
     from img2tfrecord.pipeline import OutputNotEmpty, PlanError
     from img2tfrecord.pipeline.lock import OutputLocked
-    from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotWritable
+    from img2tfrecord.pipeline.output_errors import OutputNotWritable
+    from img2tfrecord.pipeline.outputs import AlreadyComplete
     from img2tfrecord.pipeline.run import run as run_pipeline
     from img2tfrecord.readers.records import read_manifest
 

@@ -97,7 +97,8 @@ class ImagesToTFRecords(beam.PTransform):
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     def expand(self, refs):
-        from img2tfrecord.pipeline.outputs import OutputNotEmpty, OutputNotWritable, prepare_output
+        from img2tfrecord.pipeline.output_errors import OutputNotWritable
+        from img2tfrecord.pipeline.outputs import OutputNotEmpty, prepare_output
         from img2tfrecord.pipeline.run import default_processes
 
         config = self._config(self._ns.processes or default_processes(refs.pipeline.options))

@@ -33,7 +33,7 @@ import uuid
 from typing import Any, Optional
 
 from img2tfrecord.pipeline.lock_stores import Found, LockStore, store_for
-from img2tfrecord.pipeline.outputs import OutputNotWritable, error_cause
+from img2tfrecord.pipeline.output_errors import OutputNotWritable, error_cause
 from img2tfrecord.schemas import manifest
 
 HEARTBEAT_S = 30.0  # how often the holder rewrites its heartbeat

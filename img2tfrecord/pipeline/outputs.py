@@ -7,12 +7,12 @@ import posixpath
 import shutil
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
+from img2tfrecord.pipeline.output_errors import OutputNotWritable, error_cause
 from img2tfrecord.schemas import dataset_manifest, manifest
 
-if TYPE_CHECKING:  # lock.py imports this module
+if TYPE_CHECKING:
     from img2tfrecord.pipeline.lock import OutputLock
 
 
@@ -22,24 +22,6 @@ class OutputNotEmpty(ValueError):
 
 class AlreadyComplete(Exception):
     """``--resume`` of a run whose output is already finished: nothing to do."""
-
-
-class OutputNotWritable(ValueError):
-    """The output location cannot be written or cleared (a usage error, found before any pipeline starts)."""
-
-
-def error_cause(e: Exception) -> str:
-    """The cause of a filesystem error in a few words (``Permission denied``, ``Read-only file system``)."""
-    if isinstance(e, BeamIOError) and e.exception_details:
-        e = next(iter(e.exception_details.values()))
-        if isinstance(e, BeamIOError) and e.exception_details:
-            e = next(iter(e.exception_details.values()))
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
-    if isinstance(e, OSError) and e.args and isinstance(e.args[0], OSError) and e.args[0].strerror:
-        return e.args[0].strerror  # LocalFileSystem wraps the OSError in an IOError
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
 def check_writable(output_dir: str) -> None:

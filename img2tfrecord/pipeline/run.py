@@ -40,9 +40,9 @@ from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
 from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output
+from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.pipeline.outputs import (
     OutputNotEmpty,
-    OutputNotWritable,
     finished_shards,
     prepare_append,
     prepare_output,
