@@ -141,6 +141,7 @@ def locate(
         for relpath in generation.rejected:
             holder.pop(relpath, None)
     found = []
+    by_shard: Dict[Tuple[int, int], Dict[int, List[str]]] = {}  # (generation, shard count) -> shard -> relpaths
     members: Dict[Tuple[int, str, int], List[str]] = {}
     for relpath, change in stale.items():
         holding = holder.get(relpath)
@@ -151,7 +152,12 @@ def locate(
         shard = assign_shard(relpath, seed, n)
         key = (holding.number, split, shard)
         if key not in members:
-            mine = [r for r in holding.written() if assign_shard(r, seed, n) == shard and split_of(r) == split]
+            if (holding.number, n) not in by_shard:  # one pass over a generation per shard count
+                groups: Dict[int, List[str]] = {}
+                for r in holding.written():
+                    groups.setdefault(assign_shard(r, seed, n), []).append(r)
+                by_shard[(holding.number, n)] = groups
+            mine = [r for r in by_shard[(holding.number, n)].get(shard, []) if split_of(r) == split]
             members[key] = sorted(mine, key=lambda r: (shuffle_key(r, seed), r))
         file = manifest.shard_file_name(split, shard, n, compression, generation=holding.number)
         found.append(Withdrawal(relpath, split, file, members[key].index(relpath), change))
