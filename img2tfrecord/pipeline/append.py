@@ -160,11 +160,6 @@ def generation_inputs(output: str, doc: DatasetManifest) -> List[GenerationInput
     return generations
 
 
-def recorded_inputs(output: str, doc: DatasetManifest) -> Dict[str, Tuple[LedgerEntry, str]]:
-    """relpath -> (latest ledger entry, latest outcome) over every generation's ledger and error report."""
-    return outcomes(generation_inputs(output, doc))
-
-
 def check_options(config: ConvertConfig, doc: DatasetManifest) -> None:
     """PlanError when an option that changes records differs from the run that made the output."""
     if resolve_input(config.input)[0] != resolve_input(doc.input)[0]:
