@@ -56,7 +56,7 @@ def test_a_closed_stdout_ends_every_command_quietly(converted_sample, sample_dir
         ("inspect", converted_sample),
         ("inspect", converted_sample, "--json"),
         ("verify", converted_sample),
-        ("convert", "--input", sample_dir, "--output", str(tmp_path / "never"), "--plan"),
+        ("convert", "--input", sample_dir, "--output", str(tmp_path / "never"), "--plan", "--no-analyze"),
         ("--help",),
         ("report", "--help"),
     ):
