@@ -17,7 +17,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import ROOT, cli_env
+from conftest import IN_MEMORY, ROOT, cli_env
 from fake_gcs import fake_gcs_fixture  # noqa: F401 - the fake_gcs fixture
 
 from img2tfrecord.pipeline import lock as lock_module
@@ -263,3 +263,58 @@ def test_the_gs_heartbeat_rewrites_the_lock_under_its_generation(fake_gcs):
 
 def test_runs_racing_for_a_gs_output_one_wins(fake_gcs, tmp_path):
     _one_winner(_race(fake_gcs.url("race"), str(tmp_path / "tally"), env=fake_gcs.env))
+
+
+# -- a job submitted without waiting holds the output -------------------------------------------
+
+
+def test_a_lock_handed_to_a_submitted_job_refuses_other_runs_until_the_job_removes_it(tmp_path):
+    out = str(tmp_path / "out")
+    launcher = lock_output(out)
+    launcher.acquire(take_over_stale=False)
+    version = launcher.hand_over()
+    launcher.release()  # the launcher leaves; the lock stays with the job
+    path = os.path.join(out, manifest.LOCK_FILE)
+    with open(path, encoding="utf-8") as f:
+        assert json.load(f)["job"] is True
+    # The launcher's process being gone does not make it stale, nor does --resume/--overwrite take it.
+    for take_over in (False, True):
+        with pytest.raises(
+            OutputLocked, match="a job submitted .* which removes the lock when it has written _SUCCESS"
+        ):
+            lock_output(out).acquire(take_over_stale=take_over)
+    lock_module.release_handed(out, b"another run's lock")  # only the version handed over is removed
+    assert os.path.exists(path)
+    lock_module.release_handed(out, version)
+    assert not os.path.exists(path)
+
+
+def test_a_handed_lock_goes_stale_a_day_after_its_job_was_submitted(tmp_path):
+    then = time.time() - lock_module.JOB_STALE_AFTER_S - 60
+    holder = Holder(_dead_pid(), socket.gethostname(), then, then, "job", job=True)
+    assert "never finished" in holder.stale_reason(time.time())
+    recent = Holder(_dead_pid(), socket.gethostname(), time.time(), time.time(), "job", job=True)
+    assert recent.stale_reason(time.time()) is None
+    assert Holder.parse(recent.to_bytes(), 0).job  # the file says so
+
+
+def test_a_run_into_an_output_a_submitted_job_holds_exits_2_and_changes_nothing(tmp_path):
+    from helpers.cli import run_in_process
+    from helpers.datasets import make_images
+
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    make_images(src, classes=2, per_class=3, size=(24, 20))
+    first = run_in_process("convert", "--input", src, "--output", out, "--no-analyze", "--no-wait", *IN_MEMORY)
+    assert first.returncode == 0, first.stderr
+    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))  # the job removed it with _SUCCESS
+    launcher = lock_output(out)
+    launcher.acquire(take_over_stale=False)
+    launcher.hand_over()
+    launcher.release()
+    before = sorted(os.listdir(out))
+    with open(os.path.join(src, "class0", "late.jpg"), "wb") as f:
+        f.write(open(os.path.join(src, "class0", "img_0000.jpg"), "rb").read())
+    second = run_in_process("convert", "--input", src, "--output", out, "--no-analyze", "--append", *IN_MEMORY)
+    assert second.returncode == 2
+    assert "is being written by another run (a job submitted" in second.stderr.strip().splitlines()[-1]
+    assert sorted(os.listdir(out)) == before

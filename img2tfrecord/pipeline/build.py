@@ -11,7 +11,7 @@ committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS 
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -95,6 +95,7 @@ def build_pipeline(
     append: Optional[AppendRun] = None,
     junk: Sequence[str] = (),
     labels: Optional[Sequence[str]] = None,
+    after_success: Optional[Callable[[], None]] = None,
 ) -> None:
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished.
 
@@ -102,7 +103,8 @@ def build_pipeline(
     (``pipeline/append.py``): the input is listed once, and the ledger holds exactly what was converted;
     ``junk`` are the names that listing skipped, ``labels`` the classes it found (None: discovered in the
     graph, in a pass over the work items). ``append``: the next generation of a finished output,
-    converted with the output's labels into shards named after the generation.
+    converted with the output's labels into shards named after the generation. ``after_success``:
+    called by the job once ``_SUCCESS`` is written (a job submitted without waiting removes its lock).
     """
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
     # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
@@ -196,6 +198,7 @@ def build_pipeline(
                 previous=append.previous if append is not None else None,
                 generation=plan.generation,
                 withdrawn=append.withdrawn if append is not None else (),
+                after_success=after_success,
             ),
             label_names=beam.pvalue.AsSingleton(label_names),
             shards=beam.pvalue.AsList(shards),

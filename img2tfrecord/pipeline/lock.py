@@ -17,6 +17,12 @@ after ``_SUCCESS`` (or on failure or interruption):
 A lock is stale when its heartbeat is older than :data:`STALE_AFTER_S`, or
 at once when its holder ran on this host and that process is gone; only a
 stale lock is ever taken over (``--resume``/``--overwrite``).
+
+A launcher that does not wait for its job (``--no-wait``, the Flex Template)
+hands its lock to the job (:meth:`OutputLock.hand_over`): the file then names
+the job, which removes it once ``_SUCCESS`` is written (:func:`release_handed`).
+Such a lock has no heartbeat; it is stale only :data:`JOB_STALE_AFTER_S` after
+the job was submitted (a job that failed leaves it).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from img2tfrecord.schemas import manifest
 
 HEARTBEAT_S = 30.0  # how often the holder rewrites its heartbeat
 STALE_AFTER_S = 600.0  # a lock whose heartbeat is older than this is stale
+JOB_STALE_AFTER_S = 24 * 3600.0  # a lock handed to a submitted job is stale this long after the submission
 _PID_REUSE_SLACK_S = 5.0  # a process with the holder's pid that started this long after the lock is another one
 _ATTEMPTS = 5  # reads and creates when the lock changes in between (another run starting or leaving)
 _UNREADABLE_WAIT_S = 0.2  # a lock file just created may not hold its text yet
@@ -56,6 +63,7 @@ class Holder:
     started: float  # seconds since the epoch
     heartbeat: float
     token: str = ""  # unique per run: tells this run's lock from any other's
+    job: bool = False  # handed to the job its launcher submitted without waiting (heartbeat: the submission)
 
     def to_bytes(self) -> bytes:
         doc = {
@@ -65,6 +73,7 @@ class Holder:
             "started": _iso(self.started),
             "heartbeat": _iso(self.heartbeat),
             "token": self.token,
+            **({"job": True} if self.job else {}),
         }
         return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
@@ -79,6 +88,7 @@ class Holder:
                 _parse_iso(doc["started"]),
                 _parse_iso(doc["heartbeat"]),
                 str(doc.get("token", "")),
+                doc.get("job") is True,
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return cls(0, "", modified, modified)
@@ -87,10 +97,18 @@ class Holder:
         """``pid 123 on host h, started 2026-11-27 05:40:12 UTC``."""
         if not self.pid:
             return f"holder unknown: its {manifest.LOCK_FILE} cannot be read, last written {_readable(self.heartbeat)}"
+        if self.job:
+            return (
+                f"a job submitted {_readable(self.heartbeat)} by pid {self.pid} on host {self.host}, "
+                "which removes the lock when it has written _SUCCESS"
+            )
         return f"pid {self.pid} on host {self.host}, started {_readable(self.started)}"
 
     def stale_reason(self, now: float, stale_after_s: float = STALE_AFTER_S) -> Optional[str]:
         """Why this lock no longer protects a live run, or None while it does."""
+        if self.job:  # its launcher is gone by design; the job's end is not seen from here
+            age = now - self.heartbeat
+            return f"its job was submitted {_duration(age)} ago and never finished" if age > JOB_STALE_AFTER_S else None
         if self.pid and self.host == socket.gethostname() and not _same_process_alive(self.pid, self.started):
             return "its process is gone"
         age = now - self.heartbeat
@@ -259,6 +277,30 @@ class OutputLock:
             except Exception as e:  # pylint: disable=broad-except
                 logging.warning("could not remove the lock %s of this run: %s", self.output_dir, error_cause(e))
 
+    def hand_over(self) -> Any:
+        """Hand the held lock to the job about to be submitted without waiting: the heartbeat stops, the
+        file names the job, and this run no longer holds it; -> the version :func:`release_handed` removes.
+        ``OutputLocked`` when the lock is no longer this run's."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._mutex:
+            handed = dataclasses.replace(self._me, heartbeat=time.time(), job=True)
+            version = self._store.refresh(self._version, handed.to_bytes()) if self._held else None
+            self._held = False
+            if version is None:
+                raise OutputLocked(f"output {self.output_dir}: this run no longer holds its lock")
+            self._version = version
+            return version
+
+    def take_back(self, version: Any) -> None:
+        """Remove a lock handed over for a job that was never submitted. Never raises."""
+        try:
+            self._store.delete(version)
+        except Exception as e:  # pylint: disable=broad-except
+            logging.warning("could not remove the lock %s of this run: %s", self.output_dir, error_cause(e))
+
     def _hold(self, version: Any) -> None:
         self._version = version
         self._held = True
@@ -302,3 +344,12 @@ class OutputLock:
 def lock_output(output_dir: str, pipeline_options: Any = None) -> OutputLock:
     """The (not yet acquired) lock of ``output_dir``."""
     return OutputLock(output_dir, store_for(output_dir, pipeline_options))
+
+
+def release_handed(output_dir: str, version: Any) -> None:
+    """Remove the lock a launcher handed to this job (``OutputLock.hand_over``), unless another run holds it
+    now; called by the job once it has written ``_SUCCESS``."""
+    try:
+        store_for(output_dir).delete(version)
+    except Exception as e:  # pylint: disable=broad-except  # the output is complete; the lock goes stale
+        logging.warning("could not remove the lock of %s: %s", output_dir, error_cause(e))

@@ -39,7 +39,7 @@ from img2tfrecord.pipeline.build import build_pipeline, image_converter, run_dir
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
 from img2tfrecord.pipeline.listing import listing_once
-from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output
+from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output, release_handed
 from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.pipeline.outputs import (
     OutputNotEmpty,
@@ -231,14 +231,14 @@ def run(
             resuming = _prepare(config, staging, lock, plan.generation)
             if ledger is not None:
                 write_ledger(run_dir(config, plan), ledger)
-            _execute(config, plan, options, resuming, wait, show_progress, append, junk, labels)
+            _execute(config, plan, options, resuming, wait, show_progress, append, junk, labels, lock)
         except BaseException:
             if stop.signum is None:
                 raise
             stop.cleaning = True  # further signals are ignored until the lock is released
             raise _stopped(stop.signum, config, options, staging) from None
         finally:
-            lock.release()  # with --no-wait, at submission: the job runs on unlocked
+            lock.release()  # with --no-wait the job holds it now, and removes it when it completes
     if not wait:
         return None
     return read_manifest(config.output)
@@ -290,8 +290,10 @@ def _execute(
     append: Optional[AppendRun] = None,
     junk: Sequence[str] = (),
     labels: Optional[Sequence[str]] = None,
+    lock: Optional[OutputLock] = None,
 ) -> None:
-    """Build the pipeline and run it (only submit it when ``wait`` is False)."""
+    """Build the pipeline and run it (only submit it when ``wait`` is False: the job is then handed the
+    output's ``lock``, which it removes once ``_SUCCESS`` is written)."""
     dry_run = is_dry_run(options)
     logging.info(
         "input: %d files, %.1f MB, layout %s; shards per split: %s; %d conversion process(es)",
@@ -302,7 +304,30 @@ def _execute(
         config.processes,
     )
     p = beam.Pipeline(options=options)
-    build_pipeline(p, config, plan, resume=resuming, append=append, junk=junk, labels=labels)
+    handed = lock.hand_over() if lock is not None and not wait and not dry_run else None
+    after_success = functools.partial(release_handed, config.output, handed) if handed is not None else None
+    try:
+        build_pipeline(
+            p, config, plan, resume=resuming, append=append, junk=junk, labels=labels, after_success=after_success
+        )
+        _run(p, config, plan, options, resuming, wait, show_progress, dry_run)
+    except BaseException:
+        if lock is not None and handed is not None:  # no job was submitted (or the local one failed)
+            lock.take_back(handed)
+        raise
+
+
+def _run(
+    p: beam.Pipeline,
+    config: ConvertConfig,
+    plan: Plan,
+    options: PipelineOptions,
+    resuming: bool,
+    wait: bool,
+    show_progress: bool,
+    dry_run: bool,
+) -> None:
+    """Run the built pipeline ``p``: in this process, or submitted (``wait`` False), with its progress."""
     source = live_counts(options)
     reporter = None
     if show_progress and wait and not dry_run:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -153,11 +153,13 @@ class FinalizeOutput(beam.DoFn):
         previous: Optional[DatasetManifest] = None,
         generation: int = 0,
         withdrawn: Tuple[Withdrawal, ...] = (),
+        after_success: Optional[Callable[[], None]] = None,
     ):
         """``template``: the manifest's fields known before the run (tool, input, options, task, record type);
         the rest is filled in here. ``ledger``: the run's input ledger (None: the run keeps none);
         ``previous``: the manifest an append adds generation ``generation`` to, which withdraws the
-        earlier records ``withdrawn`` (``--accept-changes``)."""
+        earlier records ``withdrawn`` (``--accept-changes``); ``after_success`` runs once ``_SUCCESS`` is
+        written (a job its launcher did not wait for removes the output's lock)."""
         self._output_dir = output_dir
         self._template = template
         self._split_names = split_names
@@ -167,6 +169,7 @@ class FinalizeOutput(beam.DoFn):
         self._previous = previous
         self._generation = generation
         self._withdrawn = withdrawn
+        self._after_success = after_success
 
     def process(
         self,
@@ -228,6 +231,8 @@ class FinalizeOutput(beam.DoFn):
             raise ErrorBudgetExceeded(no_records_written(num_inputs, rejected))
         with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:
             f.write(b"")
+        if self._after_success is not None:
+            self._after_success()
         budget_message = error_budget_exceeded(num_inputs, rejected, self._max_error_rate)
         if budget_message:
             # The output is complete and consistent; the job still fails so a scheduler alerts.
