@@ -1,25 +1,21 @@
 """Every option of ``convert``, declared once.
 
 The CLI parser (:func:`add_convert_arguments`), the Flex Template's
-parameters (:func:`template_metadata`, written to ``flex_template/metadata.json``
-and checked by a test), the options table of ``docs/options.md``
-(:func:`options_table`, checked by a test) and the names ``dataset.json``
-records the options under (``Option.recorded_as``, checked against
+parameters (:func:`template_options`; ``option_files.py`` writes
+``flex_template/metadata.json`` and the options table of ``docs/options.md``
+from them, each checked by a test) and the names ``dataset.json`` records
+the options under (``Option.recorded_as``, checked against
 ``ConvertConfig.options_json``) all come from :data:`CONVERT_OPTIONS`.
 
 How an option is declared and rendered is ``option_spec.py``; the defaults, bounds
 and value checks the table uses are ``option_values.py`` (both imported back here).
 No Beam and no TensorFlow: the parser is built before either is imported.
-
-    python -m img2tfrecord.options --flex-metadata > flex_template/metadata.json
-    python -m img2tfrecord.options --options-table
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 from img2tfrecord.images.options import (
     DEFAULT_DECODE_TIMEOUT_S,
@@ -30,7 +26,7 @@ from img2tfrecord.images.options import (
     RESAMPLE_MODES,
     RESIZE_MODES,
 )
-from img2tfrecord.option_spec import Option, Template, add_arguments, flex_template_metadata, markdown_table
+from img2tfrecord.option_spec import Option, Template, add_arguments
 from img2tfrecord.option_values import (
     DEFAULT_QUALITY,
     DEFAULT_SHARD_SIZE_MB,
@@ -401,12 +397,6 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
 )
 
-TEMPLATE_NAME = "img2tfrecord convert"
-TEMPLATE_DESCRIPTION = (
-    "Convert an image dataset (class folders, split folders or a glob on Cloud Storage) into shuffled, split, "
-    "sharded TFRecord files of tf.train.Example, with dataset.json, labels.txt, errors.jsonl and _SUCCESS."
-)
-
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> List[str]:
     """Add every option to ``parser``; -> the option strings, for "did you mean" hints."""
@@ -416,40 +406,3 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> List[str]:
 def template_options() -> Dict[str, Option]:
     """Flex Template parameter name -> option."""
     return {option.dest: option for option in CONVERT_OPTIONS if option.template}
-
-
-def template_metadata() -> str:
-    """``flex_template/metadata.json``: one parameter per option with a template entry."""
-    return flex_template_metadata(TEMPLATE_NAME, TEMPLATE_DESCRIPTION, template_options())
-
-
-def options_table() -> str:
-    """The Markdown table of ``docs/options.md``."""
-    return markdown_table(CONVERT_OPTIONS)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args == ["--flex-metadata"]:
-        sys.stdout.write(template_metadata())
-    elif args == ["--options-table"]:
-        sys.stdout.write(options_table())
-    else:
-        print("usage: python -m img2tfrecord.options --flex-metadata | --options-table", file=sys.stderr)
-        return 2
-    return 0
-
-
-__all__ = [
-    "CONVERT_OPTIONS",
-    "TEMPLATE_DESCRIPTION",
-    "TEMPLATE_NAME",
-    "add_convert_arguments",
-    "main",
-    "options_table",
-    "template_metadata",
-    "template_options",
-]
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -435,7 +435,7 @@ def _finished_and_one_new_file(pool: str, tmp_path) -> tuple:
 @pytest.mark.e2e
 def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothing(batches, tmp_path):
     from img2tfrecord.pipeline.lock import lock_output
-    from img2tfrecord.pipeline.run import pipeline_options
+    from img2tfrecord.pipeline.runner import pipeline_options
 
     src, out, before = _finished_and_one_new_file(batches[0], tmp_path)
     lock = lock_output(out, pipeline_options(BEAM))

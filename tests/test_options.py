@@ -9,25 +9,25 @@ import os
 import pytest
 from conftest import ROOT
 
-from img2tfrecord import option_values, options
+from img2tfrecord import option_files, option_values, options
 from img2tfrecord.cli import build_parser
 from img2tfrecord.images import options as image_options
 from img2tfrecord.pipeline.config import ConvertConfig
 
-MARKER = "<!-- generated from img2tfrecord/options.py: python -m img2tfrecord.options --options-table -->\n"
+MARKER = "<!-- generated from img2tfrecord/options.py: python -m img2tfrecord.option_files --options-table -->\n"
 
 
 def test_flex_template_metadata_is_the_generated_one():
     with open(os.path.join(ROOT, "flex_template", "metadata.json"), encoding="utf-8") as f:
-        assert f.read() == options.template_metadata(), "run: python -m img2tfrecord.options --flex-metadata"
-    names = [p["name"] for p in json.loads(options.template_metadata())["parameters"]]
+        assert f.read() == option_files.template_metadata(), "run: python -m img2tfrecord.option_files --flex-metadata"
+    names = [p["name"] for p in json.loads(option_files.template_metadata())["parameters"]]
     assert {"input", "output", "resume", "image_size"} <= set(names)
 
 
 def test_docs_options_table_is_the_generated_one():
     with open(os.path.join(ROOT, "docs", "options.md"), encoding="utf-8") as f:
         text = f.read()
-    assert MARKER + options.options_table() in text, "run: python -m img2tfrecord.options --options-table"
+    assert MARKER + option_files.options_table() in text, "run: python -m img2tfrecord.option_files --options-table"
 
 
 def test_every_declared_option_reaches_the_parser_and_every_recorded_one_the_manifest():

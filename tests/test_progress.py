@@ -15,7 +15,7 @@ from img2tfrecord import progress
 from img2tfrecord.model import error_row
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, Sizing
-from img2tfrecord.pipeline.run import (
+from img2tfrecord.pipeline.runner import (
     COUNTS_FROM_JOB,
     COUNTS_HERE,
     dataflow_console_url,
@@ -222,7 +222,7 @@ def test_the_counts_in_beams_metrics_are_the_ones_this_process_tallied():
     ],
 )
 def test_where_live_counts_come_from(args, expected):
-    from img2tfrecord.pipeline.run import pipeline_options
+    from img2tfrecord.pipeline.runner import pipeline_options
 
     assert live_counts(pipeline_options(args)) == expected
 

@@ -16,7 +16,7 @@ from helpers.outputs import read_records
 
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan import make_plan
-from img2tfrecord.pipeline.run import pipeline_options
+from img2tfrecord.pipeline.runner import pipeline_options
 from img2tfrecord.schemas import manifest
 
 pytest.importorskip("tensorflow")  # read_records reads the shards with TensorFlow

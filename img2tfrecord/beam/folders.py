@@ -99,7 +99,7 @@ class ImagesToTFRecords(beam.PTransform):
     def expand(self, refs):
         from img2tfrecord.pipeline.output_errors import OutputNotWritable
         from img2tfrecord.pipeline.outputs import OutputNotEmpty, prepare_output
-        from img2tfrecord.pipeline.run import default_processes
+        from img2tfrecord.pipeline.runner import default_processes
 
         config = self._config(self._ns.processes or default_processes(refs.pipeline.options))
         try:

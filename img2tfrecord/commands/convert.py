@@ -101,7 +101,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     from img2tfrecord.api import config_from_args, run_config
     from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.errors import ErrorBudgetExceeded
-    from img2tfrecord.pipeline.run import is_dry_run, pipeline_options
+    from img2tfrecord.pipeline.runner import is_dry_run, pipeline_options
     from img2tfrecord.schemas import manifest
 
     # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.

@@ -8,22 +8,17 @@ import logging
 import signal
 import sys
 import threading
-import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     DirectOptions,
-    GoogleCloudOptions,
     PipelineOptions,
-    PortableOptions,
-    StandardOptions,
-    TestOptions,
 )
 
 from img2tfrecord import progress
-from img2tfrecord.conversion.pool import close_open_pools, usable_cores
+from img2tfrecord.conversion.pool import close_open_pools
 from img2tfrecord.pipeline.append import (
     AppendRun,
     NothingNew,
@@ -52,108 +47,25 @@ from img2tfrecord.pipeline.outputs import (
 )
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
-from img2tfrecord.pipeline.sizing import processes_for
+from img2tfrecord.pipeline.runner import (
+    COUNTS_FROM_JOB,
+    COUNTS_HERE,
+    LOCAL_RUNNING_MODE,
+    default_processes,
+    is_dataflow,
+    is_dry_run,
+    is_local_runner,
+    job_counts,
+    live_counts,
+    log_dataflow_job,
+    pipeline_options,
+    progress_total,
+)
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.sources import kinds
-from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE, SHARDS_RESUMED
-
-# The local default: Beam's FnApiRunner (what the DirectRunner falls back to
-# offline) in_memory, with each shard's images converted by a pool of one
-# process per core (transforms/pool.py says why not threads).
-LOCAL_RUNNER = "FnApiRunner"
-LOCAL_RUNNING_MODE = "in_memory"
-
-
-def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
-    """Beam options from the pass-through args, with the local runner as the default runner."""
-    options = PipelineOptions(list(pipeline_args))
-    standard = options.view_as(StandardOptions)
-    if not standard.runner:
-        standard.runner = LOCAL_RUNNER
-    return options
-
-
-def is_local_runner(options: PipelineOptions) -> bool:
-    runner = options.view_as(StandardOptions).runner or LOCAL_RUNNER
-    return str(runner).split(".")[-1] in StandardOptions.LOCAL_RUNNERS
-
-
-def is_dry_run(options: PipelineOptions) -> bool:
-    """``--dry_run=True``: the job is built and translated, nothing runs (DataflowRunner)."""
-    return str(options.view_as(TestOptions).dry_run).lower() in ("true", "1", "yes")
-
-
-def default_processes(options: Optional[PipelineOptions] = None, plan: Optional[Plan] = None) -> int:
-    """Conversion processes: locally one per usable core, fewer for a small ``plan``
-    (``sizing.processes_for``); 1 (the worker itself) on distributed runners."""
-    if options is not None and not is_local_runner(options):
-        return 1
-    return usable_cores() if plan is None else processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
-
-
-def is_dataflow(options: PipelineOptions) -> bool:
-    return str(options.view_as(StandardOptions).runner or "").split(".")[-1] == "DataflowRunner"
-
-
-def dataflow_console_url(project: str, region: str, job_id: str) -> str:
-    """The Cloud Console page of a Dataflow job."""
-
-    def part(text: str) -> str:
-        return urllib.parse.quote(str(text), safe="")
-
-    return f"https://console.cloud.google.com/dataflow/jobs/{part(region)}/{part(job_id)}?project={part(project)}"
-
-
-COUNTS_HERE = "here"  # the steps run in this process: progress.TALLY
-COUNTS_FROM_JOB = "job"  # the running job's metrics (Dataflow reports them while it runs)
-
-
-def live_counts(options: PipelineOptions) -> Optional[str]:
-    """Where a running job's counts can be read; None when the runner reports them only at its end.
-
-    Beam's local runners run the steps in this process (not in
-    ``multi_processing`` mode), so does a portable runner's ``LOOPBACK``
-    environment; their metrics are queryable only after ``p.run()``.
-    Portable job services (Beam's own, Flink's, Spark's) report metrics when
-    the job ends.
-    """
-    if is_local_runner(options):
-        return None if options.view_as(DirectOptions).direct_running_mode == "multi_processing" else COUNTS_HERE
-    if is_dataflow(options):
-        return COUNTS_FROM_JOB
-    if str(options.view_as(PortableOptions).environment_type or "").upper() == "LOOPBACK":
-        return COUNTS_HERE
-    return None
-
-
-def job_counts(result) -> progress.Counts:
-    """A job's counts from its Beam metrics, summed over the steps that report them.
-
-    Committed values where the runner has them, else attempted ones (a
-    running Dataflow job's tentative counts).
-    """
-    query = beam.metrics.MetricsFilter().with_namespace(NAMESPACE)
-    found: Dict[str, int] = {}
-    for counter in result.metrics().query(query)["counters"]:
-        value = counter.committed or counter.attempted or 0
-        found[counter.key.metric.name] = found.get(counter.key.metric.name, 0) + int(value)
-    return progress.Counts(found.get(IMAGES_WRITTEN, 0), found.get(IMAGES_REJECTED, 0), found.get(BYTES_WRITTEN, 0))
-
-
-def progress_total(config: ConvertConfig, plan: Plan) -> Tuple[Optional[int], str]:
-    """What the progress counts toward: the launch's count of inputs (None: unknown) and their unit.
-
-    Clips are counted only when the pipeline groups the frames; detection
-    inputs are the annotated images, known once the annotations are read; a
-    partial peek into archives saw only part of them.
-    """
-    if config.sequence:
-        return None, "clips"
-    if plan.input.annotations or not plan.input.listing_complete:
-        return None, "images"
-    return plan.sizing.num_files, "images"
+from img2tfrecord.transforms.counters import SHARDS_RESUMED
 
 
 def run(
@@ -339,7 +251,7 @@ def _run(
             reporter.start()  # p.run() runs the whole job in this process
         result = p.run()
         if is_dataflow(options) and not dry_run:
-            _log_dataflow_job(options, result)
+            log_dataflow_job(options, result)
         if not wait and not dry_run:
             job_id = getattr(result, "job_id", None)
             logging.info(
@@ -448,11 +360,3 @@ def _stopped(signum: int, config: ConvertConfig, options: PipelineOptions, stagi
     done = finished_shards(config.output, staging)
     where = FileSystems.join(config.output, staging)
     return Interrupted(signum, f"{done} finished shard(s) kept in {where}" if done else "no shard finished yet")
-
-
-def _log_dataflow_job(options: PipelineOptions, result) -> None:
-    job_id: Callable[[], str] = getattr(result, "job_id", lambda: "")
-    if not job_id():
-        return
-    cloud = options.view_as(GoogleCloudOptions)
-    logging.info("Dataflow job %s: %s", job_id(), dataflow_console_url(cloud.project, cloud.region, job_id()))
