@@ -131,6 +131,27 @@ def test_no_reader_returns_a_withdrawn_record(accepted):
 
 
 @pytest.mark.e2e
+def test_dali_inputs_index_only_the_live_records(accepted, tmp_path):
+    from img2tfrecord.readers.dali_index import dali_inputs
+    from img2tfrecord.readers.records import RandomAccessFile, parse_example, parse_index, read_record_at
+
+    _, out, full, _, _ = accepted
+    doc = _doc(out)
+    withdrawn_files = {w.file for w in doc.withdrawals}
+    for split, rows in records_by_relpath(full).items():
+        shards, indexes = dali_inputs(out, split, str(tmp_path / "idx"))
+        found = []
+        for shard, index in zip(shards, indexes):
+            rewritten = os.path.basename(shard) in withdrawn_files
+            assert index.startswith(str(tmp_path / "idx")) == rewritten  # the output's own index otherwise
+            with open(index) as f, RandomAccessFile(shard) as data:
+                for i, (offset, length) in enumerate(parse_index(f.read(), index)):
+                    record = parse_example(read_record_at(data, i, offset, length), doc.spec)
+                    found.append(record[keys.FILENAME].decode())
+        assert sorted(found) == sorted(rows)  # what DALI reads: every live record once, none withdrawn
+
+
+@pytest.mark.e2e
 def test_load_skips_withdrawn_records(accepted):
     pytest.importorskip("tensorflow")
     import img2tfrecord
