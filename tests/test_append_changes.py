@@ -273,3 +273,12 @@ def test_locate_places_records_by_the_shard_writers_order():
     assert by["c/3.jpg"].index == mates.index("c/3.jpg")
     with pytest.raises(ValueError, match="no generation holds a record of c/5.jpg"):
         appends.locate({"c/5.jpg": REMOVED}, generations, lambda r: "train", seed)
+
+
+def test_a_shard_maps_each_live_index_to_its_record_past_the_withdrawn_ones():
+    from img2tfrecord.readers.split_shards import ShardInfo
+
+    for withdrawn in (frozenset(), frozenset({0}), frozenset({2, 5}), frozenset({3, 4, 5}), frozenset({7})):
+        shard = ShardInfo("s.tfrecord", 8, None, None, "s.idx", withdrawn)
+        live = [i for i in range(8) if i not in withdrawn]
+        assert [shard.physical(k) for k in range(shard.live_records)] == live
