@@ -329,6 +329,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         out.append(
             f"generations: {len(generations)} (convert --append); the last, {last['generation']}, on "
             f"{last['created']}: {last['inputs']} inputs ({last['written']} written, {last['rejected']} rejected)"
+            + (f", {len(last['withdrawn'])} earlier records withdrawn" if last.get("withdrawn") else "")
         )
     out.append(f"classes: {len(summary['labels'])}")
     out.append("")

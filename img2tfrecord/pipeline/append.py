@@ -334,16 +334,15 @@ def _changes_refused(changes: InputChanges, list_file: bool) -> str:
 
 def log_append(run: AppendRun) -> None:
     changes = run.changes
+    changed = len(changes.changed) if changes.accepted else 0
     logging.info(
-        "append: generation %d converts %d new and %d retried input(s); %d unchanged%s%s",
+        "append: generation %d converts %d new, %d retried and %d changed input(s); %d unchanged%s%s",
         run.generation,
         len(changes.new),
         len(changes.retried),
+        changed,
         changes.unchanged,
-        f"; withdraws the records of {len(changes.changed)} changed (converted again) and {len(changes.removed)} "
-        "removed input(s)"
-        if run.withdrawn
-        else "",
+        f"; withdraws {len(run.withdrawn)} record(s) of changed or removed inputs" if run.withdrawn else "",
         f"; new classes {', '.join(run.new_classes)}" if run.new_classes else "",
     )
     if run.previous.statistics is not None and run.analysis_base is None:
