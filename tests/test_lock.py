@@ -318,3 +318,20 @@ def test_a_run_into_an_output_a_submitted_job_holds_exits_2_and_changes_nothing(
     assert second.returncode == 2
     assert "is being written by another run (a job submitted" in second.stderr.strip().splitlines()[-1]
     assert sorted(os.listdir(out)) == before
+
+
+def test_a_gs_lock_handed_to_a_job_names_it_and_the_job_removes_it(fake_gcs):
+    out = fake_gcs.url("handed")
+    launcher = lock_output(out)
+    launcher.acquire(take_over_stale=False)
+    version = launcher.hand_over()
+    launcher.release()
+    store = lock_output(out)._store  # pylint: disable=protected-access
+    found = store.read()
+    assert found is not None and Holder.parse(found.data, 0).job and found.version == version
+    with pytest.raises(OutputLocked, match="a job submitted"):
+        lock_output(out).acquire(take_over_stale=True)
+    # The job removes it under the generation handed to it (fake-gcs-server ignores preconditions on
+    # delete, so the refusal of another generation is tested on the local store above).
+    lock_module.release_handed(out, version)
+    assert store.read() is None
