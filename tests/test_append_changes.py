@@ -282,3 +282,22 @@ def test_a_shard_maps_each_live_index_to_its_record_past_the_withdrawn_ones():
         shard = ShardInfo("s.tfrecord", 8, None, None, "s.idx", withdrawn)
         live = [i for i in range(8) if i not in withdrawn]
         assert [shard.physical(k) for k in range(shard.live_records)] == live
+
+
+@pytest.mark.e2e
+def test_report_counts_live_records_and_names_the_withdrawn_ones(accepted, tmp_path):
+    _, out, full, _, _ = accepted
+    html = str(tmp_path / "report.html")
+    proc = run_in_process("report", out, "--output", html, "--processes", "1")
+    assert proc.returncode == 0, proc.stderr
+    with open(str(tmp_path / "report.json"), encoding="utf-8") as f:
+        facts = json.load(f)
+    expected = records_by_relpath(full)
+    assert facts["read"]["records"] == sum(len(rows) for rows in expected.values())
+    assert {split: info["num_examples"] for split, info in facts["splits"].items()} == {
+        split: len(rows) for split, rows in expected.items()
+    }
+    assert sum(row["withdrawn"] for row in facts["shards"]) == 2
+    with open(html, encoding="utf-8") as f:
+        page = f.read()
+    assert sum(page.count(f"(+{n} withdrawn)") * n for n in (1, 2)) == 2  # in the shard table

@@ -257,13 +257,15 @@ def build_document(
         }
     shard_rows = []
     declared = {shard.file: shard for _, shard in doc.shards()}
+    withdrawn = doc.withdrawn_by_file()
     for scan in scans:
         entry = declared.get(scan.file)
         shard_rows.append(
             {
                 "split": scan.split,
                 "file": scan.file,
-                "records": len(scan.records),
+                "records": len(scan.records),  # live ones: withdrawn records are read, not counted
+                "withdrawn": len(withdrawn.get(scan.file, ())),
                 "declared_records": None if entry is None else entry.num_records,
                 "bytes": scan.file_bytes,
                 "declared_bytes": None if entry is None else entry.num_bytes,

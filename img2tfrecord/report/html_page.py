@@ -354,6 +354,11 @@ def _shard_label(file_name: str) -> str:
     return f"{parsed['split'][:5]} {parsed['index']}" if parsed else file_name[:8]
 
 
+def _withdrawn_note(row: Mapping[str, Any]) -> str:
+    """`` (+n withdrawn)`` for a shard holding records ``--accept-changes`` withdrew, else ''."""
+    return f" (+{_num(row['withdrawn'])} withdrawn)" if row.get("withdrawn") else ""
+
+
 def _shards(document: Mapping[str, Any]) -> str:
     splits = list(document["splits"])
     rows = document["shards"]
@@ -368,7 +373,8 @@ def _shards(document: Mapping[str, Any]) -> str:
         for n, r in zip(names, rows)
     ]
     table = "".join(
-        f'<tr data-shard="{_e(r["file"])}"><td>{_e(r["file"])}</td><td class="num">{_num(r["records"])}</td>'
+        f'<tr data-shard="{_e(r["file"])}"><td>{_e(r["file"])}</td><td class="num">{_num(r["records"])}'
+        f"{_withdrawn_note(r)}</td>"
         f'<td class="num">{_bytes(r["bytes"])}</td><td>{"" if r["read_to_end"] and not r["problems"] else _e("; ".join(r["problems"][:3]))}</td></tr>'
         for r in rows
     )
