@@ -18,7 +18,7 @@ from img2tfrecord.images.statistics import pixel_sums
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import ReadError
-from img2tfrecord.readers.split_shards import ShardInfo, shard_offsets
+from img2tfrecord.readers.split_shards import shard_info, shard_offsets
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
@@ -120,13 +120,7 @@ def _read_records(output: str, doc: DatasetManifest, entry, indices: Iterable[in
     wanted = set(indices)
     try:
         if doc.compression.value == "none":
-            shard = ShardInfo(
-                path=path,
-                num_records=entry.num_records,
-                num_bytes=entry.num_bytes,
-                index=records.join(output, entry.index) if entry.index else None,
-                default_index=records.join(output, manifest.index_file(entry.file)),
-            )
+            shard = shard_info(output, entry)
             offsets = shard_offsets(shard)
             with records.RandomAccessFile(path) as f:
                 return {i: records.read_record_at(f, i, *offsets[i]) for i in sorted(wanted) if i < len(offsets)}

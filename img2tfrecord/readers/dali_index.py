@@ -34,9 +34,8 @@ def dali_inputs(path: str, split: str = "train", index_dir: Optional[str] = None
     for shard in info.shards:
         if shard.live_records == 0:
             continue
-        if not shard.withdrawn and records.exists(shard.index or shard.default_index):
-            index = shard.index or shard.default_index
-        else:
+        index = shard.index_file()
+        if shard.withdrawn or index is None or not records.exists(index):
             if index_dir is None:
                 index_dir = tempfile.mkdtemp(prefix="img2tfrecord-dali-")
             os.makedirs(index_dir, exist_ok=True)

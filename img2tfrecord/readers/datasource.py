@@ -25,7 +25,7 @@ import io
 import operator
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 from PIL import Image
@@ -153,13 +153,8 @@ class SplitDataSource:
         try:
             data = records.read_record_at(file, record, offset, length)
         except records.RecordError as e:
-            raise from_record_error(shard.path, e, self._index_path(shard)) from None
+            raise from_record_error(shard.path, e, shard.index_file()) from None
         return to_example(data, self.info, self.decode, shard.path, record)
-
-    def _index_path(self, shard: ShardInfo) -> Optional[str]:
-        if shard.index is not None:
-            return shard.index
-        return shard.default_index if records.exists(shard.default_index) else None
 
     def _open(self, shard_no: int) -> Tuple[records.RandomAccessFile, List[records.IndexEntry]]:
         if self._pid != os.getpid():  # a forked child: the parent's descriptors are not this process's to use

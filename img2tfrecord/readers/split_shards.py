@@ -20,6 +20,7 @@ from img2tfrecord.readers.read_errors import (
     from_record_error,
     read_finished_manifest,
 )
+from img2tfrecord.schemas import dataset_manifest as manifest_model
 from img2tfrecord.schemas import manifest
 
 # ---------------------------------------------------------------------------
@@ -40,6 +41,12 @@ class ShardInfo:
     index: Optional[str]
     default_index: str  # where the index of this shard lives when written (manifest.index_file)
     withdrawn: FrozenSet[int] = frozenset()
+
+    def index_file(self) -> Optional[str]:
+        """The index file to read offsets from: the declared one, else ``index/<shard>.idx`` if it exists."""
+        if self.index is not None:
+            return self.index
+        return self.default_index if records.exists(self.default_index) else None
 
     @property
     def live_records(self) -> int:
@@ -75,6 +82,18 @@ class SplitInfo:
         return sum(s.live_records for s in self.shards)
 
 
+def shard_info(directory: str, entry: manifest_model.ShardInfo, withdrawn: FrozenSet[int] = frozenset()) -> ShardInfo:
+    """A reader's :class:`ShardInfo` of the shard ``dataset.json`` lists as ``entry`` in the output ``directory``."""
+    return ShardInfo(
+        path=records.join(directory, entry.file),
+        num_records=entry.num_records,
+        num_bytes=entry.num_bytes,
+        index=records.join(directory, entry.index) if entry.index else None,
+        default_index=records.join(directory, manifest.index_file(entry.file)),
+        withdrawn=withdrawn,
+    )
+
+
 def read_split(path: str, split: str) -> SplitInfo:
     """The :class:`SplitInfo` of ``split`` of the finished ``tf.train.Example`` output at ``path``.
 
@@ -92,17 +111,7 @@ def read_split(path: str, split: str) -> SplitInfo:
     if split not in splits:
         raise ValueError(f"unknown split {split!r} in {path}; available splits: {', '.join(sorted(splits)) or 'none'}")
     withdrawn = doc.withdrawn_by_file()
-    shards = tuple(
-        ShardInfo(
-            path=records.join(path, entry.file),
-            num_records=entry.num_records,
-            num_bytes=entry.num_bytes,
-            index=records.join(path, entry.index) if entry.index else None,
-            default_index=records.join(path, manifest.index_file(entry.file)),
-            withdrawn=withdrawn.get(entry.file, frozenset()),
-        )
-        for entry in splits[split].shards
-    )
+    shards = tuple(shard_info(path, entry, withdrawn.get(entry.file, frozenset())) for entry in splits[split].shards)
     return SplitInfo(
         directory=path,
         split=split,
@@ -141,9 +150,7 @@ def shard_offsets(shard: ShardInfo) -> List[records.IndexEntry]:
     :class:`TruncatedShardError`, :class:`CorruptRecordError` or
     :class:`ManifestMismatchError`, each naming the file and the record.
     """
-    index_path = shard.index
-    if index_path is None and records.exists(shard.default_index):
-        index_path = shard.default_index
+    index_path = shard.index_file()
     size = records.file_size(shard.path)
     if index_path is None:
         try:
@@ -184,4 +191,4 @@ def shard_offsets(shard: ShardInfo) -> List[records.IndexEntry]:
     return entries
 
 
-__all__ = ["ShardInfo", "SplitInfo", "read_split", "shard_offsets"]
+__all__ = ["ShardInfo", "SplitInfo", "read_split", "shard_info", "shard_offsets"]
