@@ -67,19 +67,25 @@ class GenerationInputs:
         return [e.relpath for e in self.ledger if e.relpath not in self.rejected]
 
 
+def _latest(generations: Sequence[GenerationInputs]) -> Dict[str, Tuple[LedgerEntry, str, GenerationInputs]]:
+    """relpath -> (its latest ledger entry, its latest outcome, the generation that listed it last); an
+    input whose record a generation withdrew and did not convert again is left out."""
+    latest: Dict[str, Tuple[LedgerEntry, str, GenerationInputs]] = {}
+    for generation in generations:
+        for relpath in generation.withdrawn:
+            latest.pop(relpath, None)
+        for entry in generation.ledger:
+            latest[entry.relpath] = (entry, generation.rejected.get(entry.relpath, WRITTEN), generation)
+    return latest
+
+
 def outcomes(generations: Sequence[GenerationInputs]) -> Recorded:
     """relpath -> (its latest ledger entry, its latest outcome: ``WRITTEN`` or the rejection reason).
 
     ``generations`` oldest first. An input whose record a generation withdrew and did not convert again
     is not recorded: listed again, it is new.
     """
-    latest: Recorded = {}
-    for generation in generations:
-        for relpath in generation.withdrawn:
-            latest.pop(relpath, None)
-        for entry in generation.ledger:
-            latest[entry.relpath] = (entry, generation.rejected.get(entry.relpath, WRITTEN))
-    return latest
+    return {relpath: (entry, outcome) for relpath, (entry, outcome, _) in _latest(generations).items()}
 
 
 def compare(
@@ -132,14 +138,9 @@ def locate(
     by (shuffle key, relpath). ``split_of``: a relpath's split (None: it has none). Raises ValueError
     for an input no generation wrote.
     """
-    holder: Dict[str, GenerationInputs] = {}
-    for generation in generations:
-        for relpath in generation.withdrawn:
-            holder.pop(relpath, None)
-        for relpath in generation.written():
-            holder[relpath] = generation
-        for relpath in generation.rejected:
-            holder.pop(relpath, None)
+    holder = {
+        relpath: generation for relpath, (_, outcome, generation) in _latest(generations).items() if outcome == WRITTEN
+    }
     found = []
     by_shard: Dict[Tuple[int, int], Dict[int, List[str]]] = {}  # (generation, shard count) -> shard -> relpaths
     members: Dict[Tuple[int, str, int], List[str]] = {}
