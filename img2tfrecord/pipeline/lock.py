@@ -261,10 +261,7 @@ class OutputLock:
 
         Never raises: it runs in ``finally`` clauses, after the error that matters.
         """
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._stop_heartbeat()
         with self._mutex:
             if not self._held:
                 return
@@ -281,10 +278,7 @@ class OutputLock:
         """Hand the held lock to the job about to be submitted without waiting: the heartbeat stops, the
         file names the job, and this run no longer holds it; -> the version :func:`release_handed` removes.
         ``OutputLocked`` when the lock is no longer this run's."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._stop_heartbeat()
         with self._mutex:
             handed = dataclasses.replace(self._me, heartbeat=time.time(), job=True)
             version = self._store.refresh(self._version, handed.to_bytes()) if self._held else None
@@ -300,6 +294,12 @@ class OutputLock:
             self._store.delete(version)
         except Exception as e:  # pylint: disable=broad-except
             logging.warning("could not remove the lock %s of this run: %s", self.output_dir, error_cause(e))
+
+    def _stop_heartbeat(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def _hold(self, version: Any) -> None:
         self._version = version

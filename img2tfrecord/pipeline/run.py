@@ -222,7 +222,7 @@ def _execute(
         build_pipeline(
             p, config, plan, resume=resuming, append=append, junk=junk, labels=labels, after_success=after_success
         )
-        _run(p, config, plan, options, resuming, wait, show_progress, dry_run)
+        _run(p, config, plan, options, resuming, wait, show_progress)
     except BaseException:
         if lock is not None and handed is not None:  # no job was submitted (or the local one failed)
             lock.take_back(handed)
@@ -237,9 +237,9 @@ def _run(
     resuming: bool,
     wait: bool,
     show_progress: bool,
-    dry_run: bool,
 ) -> None:
     """Run the built pipeline ``p``: in this process, or submitted (``wait`` False), with its progress."""
+    dry_run = is_dry_run(options)
     source = live_counts(options)
     reporter = None
     if show_progress and wait and not dry_run:

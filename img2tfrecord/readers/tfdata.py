@@ -151,7 +151,7 @@ def _plan(
         stored_size=stored,
         target_size=target,
         decoder=_decoder(doc),
-        num_records=sum(s.num_records - len(withdrawn.get(s.file, ())) for s in shards),
+        num_records=doc.live_records(split),
         detection=detection,
         pad_boxes=pad_boxes,
         withdrawn=tuple(f"{records.join(path, s.file)}#{i}" for s in shards for i in sorted(withdrawn.get(s.file, ()))),
