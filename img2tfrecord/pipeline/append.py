@@ -241,10 +241,10 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     stale = stale_inputs(changes) if changes.accepted else {}
     if not changes.to_convert and not stale:
         raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
-    withdrawn, withdrawn_totals = withdrawals(
-        config.output, previous, generations, stale, SplitOf(plan, converter, work_items), config.seed
-    )
     base = analysis_base(config, previous)
+    withdrawn, withdrawn_totals = withdrawals(
+        config.output, previous, generations, stale, SplitOf(plan, converter, work_items), config.seed, base is not None
+    )
     if base is not None:
         base.subtract(withdrawn_totals)
     sized = sized_for(config, plan, converter, items).sizing

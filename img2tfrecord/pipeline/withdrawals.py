@@ -56,9 +56,11 @@ def withdrawals(
     stale: Mapping[str, str],
     split_of: SplitOf,
     seed: int,
+    with_totals: bool = False,
 ) -> Tuple[Tuple[Withdrawal, ...], RunTotals]:
     """The records of the ``stale`` inputs (relpath -> change), each confirmed in its shard and labelled,
-    and the analysis totals of those in the analysed split (their stored pixels, decoded)."""
+    and, ``with_totals`` (the append is analysed), the analysis totals of those in the analysed split
+    (their stored pixels, decoded)."""
     channels = doc.channels or 3
     analysed = RunTotals(channels)
     if not stale:
@@ -95,7 +97,7 @@ def withdrawals(
                 )
             label = values.get(keys.CLASS_TEXT)
             confirmed.append(dataclasses.replace(w, label=records.decode_text(label) if label else None))
-            if w.split == ANALYZED_SPLIT and doc.statistics:
+            if with_totals and w.split == ANALYZED_SPLIT:
                 analysed.add(_record_totals(values, channels, label, file, w.index))
     return tuple(sorted(confirmed, key=lambda w: w.relpath)), analysed
 
