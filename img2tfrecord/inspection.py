@@ -54,27 +54,25 @@ def sample_records(directory: str, doc: DatasetManifest, split: str, limit: int)
     Raises :class:`ShardUnreadable` when a shard cannot be read.
     """
     withdrawn = doc.withdrawn_by_file()
-    shards = [
-        (p, n - len(withdrawn.get(s.file, ())))
-        for (p, n), s in zip(records.shard_paths(directory, doc, split), doc.splits[split].shards)
-        if n > len(withdrawn.get(s.file, ()))
+    shards = [  # (file, its live records, the withdrawn ones)
+        (s.file, s.num_records - len(withdrawn.get(s.file, ())), withdrawn.get(s.file, frozenset()))
+        for s in doc.splits[split].shards
     ]
+    shards = [shard for shard in shards if shard[1] > 0]
     if not shards or limit <= 0:
         return
     # Round robin over the shards, so a small shard's share goes to the others.
     quotas = [0] * len(shards)
-    for _ in range(min(limit, sum(n for _, n in shards))):
-        i = min((i for i, (_, n) in enumerate(shards) if quotas[i] < n), key=lambda i: quotas[i])
+    for _ in range(min(limit, sum(n for _, n, _ in shards))):
+        i = min((i for i, (_, n, _) in enumerate(shards) if quotas[i] < n), key=lambda i: quotas[i])
         quotas[i] += 1
     compression = doc.compression.value
-    for (path, _), quota in zip(shards, quotas):
+    for (name, _, skipped), quota in zip(shards, quotas):
         if not quota:
             continue
-        name = path.replace("\\", "/").rsplit("/", 1)[-1]
-        skipped = withdrawn.get(name, frozenset())
         taken = 0
         try:
-            for index, _, data in records.iter_records(path, compression):
+            for index, _, data in records.iter_records(records.join(directory, name), compression):
                 if taken >= quota:
                     break
                 if index in skipped:
