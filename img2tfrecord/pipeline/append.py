@@ -267,11 +267,6 @@ def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[
     return totals_of(previous.statistics, previous.channels or 3)
 
 
-def listed_classes(plan: Plan, entries: Sequence[LedgerEntry]) -> List[str]:
-    """The sorted class names of a ledger's work items, as the pipeline's class pass would find them."""
-    return layouts.class_names(work_items(plan, entries)[0], plan.input.layout)
-
-
 def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
     """The work items of ``entries``, made by the pipeline's own discovery of a folder (``FolderSource``)."""
     source = FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)

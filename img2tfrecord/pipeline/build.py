@@ -31,8 +31,9 @@ from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, 
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
-from img2tfrecord.transforms.discover import SKIPPED, Discover, DiscoverClasses
+from img2tfrecord.transforms.discover import SKIPPED, Discover, DiscoverClasses, ListedJunk
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
+from img2tfrecord.transforms.placed_shards import PlacedShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS
 from img2tfrecord.transforms.shards import WriteShards
 
@@ -96,6 +97,7 @@ def build_pipeline(
     junk: Sequence[str] = (),
     labels: Optional[Sequence[str]] = None,
     after_success: Optional[Callable[[], None]] = None,
+    placed: Optional[PlacedShards] = None,
 ) -> None:
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished.
 
@@ -105,30 +107,45 @@ def build_pipeline(
     graph, in a pass over the work items). ``append``: the next generation of a finished output,
     converted with the output's labels into shards named after the generation. ``after_success``:
     called by the job once ``_SUCCESS`` is written (a job submitted without waiting removes its lock).
+    ``placed``: the folder's work items grouped by shard at launch (``conversion/placement.py``), read by
+    each shard's writer instead of discovered and shuffled in the graph.
     """
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
-    # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
-    ledger_path = FileSystems.join(run_dir(config, plan), manifest.RUN_LEDGER_FILE) if ledger else None
-    step = "DiscoverAnnotations" if plan.input.annotations else "DiscoverImages"
-    discovered = p | step >> Discover(plan.input.source(config), ledger_path, junk)
-    files = discovered["files"]
     if append is not None:  # the output's class ids never change; new classes come after them
         label_names = p | "OutputClasses" >> beam.Create([list(append.labels)])
     elif labels is not None:
         label_names = p | "ListedClasses" >> beam.Create([sorted(labels)])
+    if placed is not None:  # placed at launch: no work item crosses the graph before its shard's writer
+        if labels is None and append is None:
+            raise ValueError("work items placed at launch need the classes of the same listing")
+        items, rejected_early = p, []
+        num_inputs = p | "PlacedInputs" >> beam.Create([placed.num_inputs])
+        num_skipped = p | "Skipped" >> ListedJunk(junk) | "CountSkipped" >> beam.combiners.Count.Globally()
     else:
-        label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.input.layout)
-
-    items = files  # what the accounting counts: images, or clips with --sequence
-    if config.sequence:
-        from img2tfrecord.transforms.sequence import GroupClips
-
-        items = files | "GroupClips" >> GroupClips(plan.input.layout)
-    converter = image_converter(config, plan)
-    to_write, rejected_early = items, [discovered[ERRORS]]
-    if config.dedupe:
+        # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
+        ledger_path = FileSystems.join(run_dir(config, plan), manifest.RUN_LEDGER_FILE) if ledger else None
+        step = "DiscoverAnnotations" if plan.input.annotations else "DiscoverImages"
+        discovered = p | step >> Discover(plan.input.source(config), ledger_path, junk)
+        files = discovered["files"]
+        if append is None and labels is None:
+            label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.input.layout)
+        items = files  # what the accounting counts: images, or clips with --sequence
         if config.sequence:
-            raise ValueError("--dedupe compares single files, not --sequence clips")
+            from img2tfrecord.transforms.sequence import GroupClips
+
+            items = files | "GroupClips" >> GroupClips(plan.input.layout)
+        rejected_early = [discovered[ERRORS]]
+        num_inputs = (
+            (items | "InputUnits" >> beam.Map(_one), discovered[ERRORS] | "RejectedUnits" >> beam.Map(_one))
+            | "AllInputs" >> beam.Flatten()
+            | "CountInputs" >> beam.combiners.Count.Globally()
+        )
+        num_skipped = discovered[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
+    converter = image_converter(config, plan)
+    to_write = items
+    if config.dedupe:
+        if config.sequence or placed is not None:
+            raise ValueError("--dedupe compares single work items in the graph, not --sequence clips or placed ones")
         deduped = items | "Dedupe" >> Dedupe(converter, plan.input.split_names)
         to_write = deduped["items"]
         rejected_early.append(deduped[ERRORS])
@@ -143,25 +160,21 @@ def build_pipeline(
         batch_size=1 if config.sequence else 32,  # a clip is many frames: one clip per task
         resume=resume,
         faults=faults.from_environment(),  # test-only: none unless IMG2TFRECORD_FAULT is set
+        placed=placed,
     )
     shards = written["shards"]
     # Inputs rejected before conversion (an unreadable archive, a bad manifest row, a duplicate) join the report.
     errors = (written[ERRORS], *rejected_early) | "AllErrors" >> beam.Flatten()
     # Counted as the shard step counts its own rejections, so the run's progress reaches its inputs.
-    _ = (
-        tuple(rejected_early)
-        | "EarlyRejections" >> beam.Flatten()
-        | "CountEarlyRejections" >> beam.ParDo(CountRejectedFn())
-    )
+    if rejected_early:
+        _ = (
+            tuple(rejected_early)
+            | "EarlyRejections" >> beam.Flatten()
+            | "CountEarlyRejections" >> beam.ParDo(CountRejectedFn())
+        )
 
     reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
     error_files = errors | "ErrorReport" >> WriteErrorReport(config.output, plan.generation)
-    num_inputs = (
-        (items | "InputUnits" >> beam.Map(_one), discovered[ERRORS] | "RejectedUnits" >> beam.Map(_one))
-        | "AllInputs" >> beam.Flatten()
-        | "CountInputs" >> beam.combiners.Count.Globally()
-    )
-    num_skipped = discovered[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
 
     analysis = {}  # tf.Transform statistics of the train split; FinalizeOutput waits for its transform_fn
     if config.analyze and plan.input.annotations:

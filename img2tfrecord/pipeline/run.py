@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -24,10 +24,10 @@ from img2tfrecord.pipeline.append import (
     NothingNew,
     is_finished,
     keeps_ledger,
-    listed_classes,
     listed_inputs,
     log_append,
     plan_append,
+    work_items,
     write_ledger,
 )
 from img2tfrecord.pipeline.build import build_pipeline, image_converter, run_dir
@@ -45,6 +45,7 @@ from img2tfrecord.pipeline.outputs import (
     remove_write_staging,
     staging_left,
 )
+from img2tfrecord.pipeline.placing import place_listing, write_placed
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.runner import (
@@ -65,7 +66,9 @@ from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.sources import kinds
+from img2tfrecord.sources.layout import class_names
 from img2tfrecord.transforms.counters import SHARDS_RESUMED
+from img2tfrecord.transforms.placed_shards import PlacedShards
 
 
 def run(
@@ -107,7 +110,8 @@ def run(
             # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
             check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
         ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) and not appending else (None, [])
-        labels = listed_classes(plan, ledger) if ledger is not None else None  # an append's: AppendRun.labels
+        listed = work_items(plan, ledger) if ledger is not None else None
+        labels = class_names(listed[0], plan.input.layout) if listed is not None else None  # an append's: its own
         if config.append and not appending:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
         elif config.append:
@@ -119,21 +123,24 @@ def run(
                     _remove_staging(config, options)
                 return read_manifest(config.output)
             plan, ledger, junk = append.plan, list(append.changes.to_convert), []  # junk was counted by the first run
+            listed = work_items(plan, ledger)
             log_append(append)
     if not config.processes:  # --processes not given: as many as the input is worth
         config = dataclasses.replace(config, processes=default_processes(options, plan))
-    if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
-        _execute(
-            config,
-            plan,
-            options,
-            resuming=False,
-            wait=wait,
-            show_progress=False,
-            append=append,
-            junk=junk,
-            labels=labels,
+    launch = _Launch(append, junk, labels)
+    placed_data = b""
+    if listed is not None and not config.dedupe:  # the work items grouped by shard here, not in the job
+        placed, placed_data = place_listing(
+            image_converter(config, plan),
+            *listed,
+            config.seed,
+            plan.sizing.num_shards,
+            run_dir(config, plan),
+            spread=not is_local_runner(options),
         )
+        launch = launch._replace(placed=placed)
+    if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
+        _execute(config, plan, options, launch, resuming=False, wait=wait, show_progress=False)
         return None
     staging = manifest.run_folder(plan.fingerprint(config))
     lock = lock_output(config.output, options)
@@ -143,7 +150,9 @@ def run(
             resuming = _prepare(config, staging, lock, plan.generation)
             if ledger is not None:
                 write_ledger(run_dir(config, plan), ledger)
-            _execute(config, plan, options, resuming, wait, show_progress, append, junk, labels, lock)
+            if launch.placed is not None:
+                write_placed(launch.placed, placed_data)
+            _execute(config, plan, options, launch, resuming, wait, show_progress, lock)
         except BaseException:
             if stop.signum is None:
                 raise
@@ -192,16 +201,23 @@ def _prepare(config: ConvertConfig, staging: str, lock: OutputLock, generation: 
     return resuming
 
 
+class _Launch(NamedTuple):
+    """What the launcher found for the graph (``build_pipeline``'s arguments of the same names)."""
+
+    append: Optional[AppendRun]
+    junk: Sequence[str]
+    labels: Optional[Sequence[str]]
+    placed: Optional[PlacedShards] = None
+
+
 def _execute(
     config: ConvertConfig,
     plan: Plan,
     options: PipelineOptions,
+    launch: _Launch,
     resuming: bool,
     wait: bool,
     show_progress: bool,
-    append: Optional[AppendRun] = None,
-    junk: Sequence[str] = (),
-    labels: Optional[Sequence[str]] = None,
     lock: Optional[OutputLock] = None,
 ) -> None:
     """Build the pipeline and run it (only submit it when ``wait`` is False: the job is then handed the
@@ -219,9 +235,7 @@ def _execute(
     handed = lock.hand_over() if lock is not None and not wait and not dry_run else None
     after_success = functools.partial(release_handed, config.output, handed) if handed is not None else None
     try:
-        build_pipeline(
-            p, config, plan, resume=resuming, append=append, junk=junk, labels=labels, after_success=after_success
-        )
+        build_pipeline(p, config, plan, resume=resuming, after_success=after_success, **launch._asdict())
         _run(p, config, plan, options, resuming, wait, show_progress)
     except BaseException:
         if lock is not None and handed is not None:  # no job was submitted (or the local one failed)

@@ -100,6 +100,7 @@ RUN_FOLDER_PREFIX = ".tmp-run-"
 RUN_SHARDS_DIR = "shards"
 RUN_DONE_DIR = "done"
 RUN_LEDGER_FILE = "ledger.jsonl.gz"  # the run's input ledger, moved to ledger/ when the run finalises
+RUN_PLACED_FILE = "placed-items.bin"  # a folder run's work items grouped by shard at launch (schemas/placed_items.py)
 
 # Every name convert may leave in an output directory (beam-temp-* are Beam's
 # write staging folders; they are removed when a write finalises).

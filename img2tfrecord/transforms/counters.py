@@ -18,6 +18,8 @@ IMAGES_WRITTEN = "images_written"  # its counters: records written (clips with -
 IMAGES_REJECTED = "images_rejected"  # inputs rejected (error rows),
 BYTES_WRITTEN = "bytes_written"  # and bytes written to shard files
 SHARDS_RESUMED = "shards_resumed"  # finished shards a resumed run replayed instead of converting
+INPUTS = "inputs"  # work items found (discovery), and
+INPUTS_SKIPPED = "inputs_skipped"  # names skipped as junk
 
 
 class OutputCounter:
@@ -64,3 +66,11 @@ class CountRejectedFn(beam.DoFn):
     def process(self, row):
         self._count(ERRORS, row)
         return ()
+
+
+class PassRejectedFn(CountRejectedFn):
+    """Counts the error rows of inputs rejected before the shard step and passes them on."""
+
+    def process(self, row):
+        self._count(ERRORS, row)
+        yield row

@@ -23,9 +23,10 @@ from img2tfrecord.sources.inputs.archive import ArchiveSource
 from img2tfrecord.sources.inputs.archived_annotation import ArchivedAnnotationSource
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import classes_of_file
+from img2tfrecord.transforms.counters import INPUTS, INPUTS_SKIPPED, NAMESPACE
 from img2tfrecord.transforms.discover_joins import JoinAnnotatedMembers, JoinArchiveMembers
 
-__all__ = ["SKIPPED", "Discover", "DiscoverClasses"]
+__all__ = ["SKIPPED", "Discover", "DiscoverClasses", "ListedJunk"]
 
 # The joins of the sources whose findings depend on each other; the others need none.
 _JOINS = {ArchiveSource: JoinArchiveMembers, ArchivedAnnotationSource: JoinAnnotatedMembers}
@@ -36,8 +37,8 @@ class _ReadUnitFn(beam.DoFn):
 
     def __init__(self, source: InputSource):
         self._source = source
-        self._inputs = beam.metrics.Metrics.counter("img2tfrecord", "inputs")
-        self._skipped = beam.metrics.Metrics.counter("img2tfrecord", "inputs_skipped")
+        self._inputs = beam.metrics.Metrics.counter(NAMESPACE, INPUTS)
+        self._skipped = beam.metrics.Metrics.counter(NAMESPACE, INPUTS_SKIPPED)
 
     def process(self, unit: FileMetadata):
         if not self._source.is_unit(unit.path):
@@ -57,12 +58,23 @@ def _listed_file(line: str, base: str) -> FileMetadata:
     return FileMetadata(base + entry["relpath"], int(entry["size"]))
 
 
-_JUNK_COUNTER = beam.metrics.Metrics.counter("img2tfrecord", "inputs_skipped")
+_JUNK_COUNTER = beam.metrics.Metrics.counter(NAMESPACE, INPUTS_SKIPPED)
 
 
 def _counted_junk(name: str) -> str:
     _JUNK_COUNTER.inc()
     return name
+
+
+class ListedJunk(beam.PTransform):
+    """PBegin -> the junk names a launch's listing skipped, each counted as skipped."""
+
+    def __init__(self, names: Sequence[str]):
+        super().__init__()
+        self._names = list(names)
+
+    def expand(self, pbegin):
+        return pbegin | "Names" >> beam.Create(self._names) | "CountJunk" >> beam.Map(_counted_junk)
 
 
 class Discover(beam.PTransform):
@@ -113,7 +125,7 @@ class Discover(beam.PTransform):
             errors.append(joined[ERRORS])
         skipped = [found[SKIPPED]]
         if self._junk:
-            skipped.append(pbegin | "Junk" >> beam.Create(self._junk) | "CountJunk" >> beam.Map(_counted_junk))
+            skipped.append(pbegin | "Junk" >> ListedJunk(self._junk))
         return {
             FILES: _one(files, "Files"),
             SKIPPED: _one(skipped, "Skipped"),

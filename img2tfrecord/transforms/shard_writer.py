@@ -16,6 +16,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.conversion.converter import Converter
+from img2tfrecord.conversion.placement import writing_order
 from img2tfrecord.conversion.pool import ConversionPool
 from img2tfrecord.model import ERRORS, DetectionRecord, Record, ShardItem, ShardResult
 from img2tfrecord.transforms import done_files
@@ -216,7 +217,7 @@ class WriteShardsFn(beam.DoFn):
         label_names: List[str] = side_inputs["label_names"]
         (split, shard), grouped = element
         sink = self._sink(split, side_inputs["num_shards"][split])
-        items = sorted((i for i in grouped if i is not None), key=lambda i: (i.position, i.relpath))
+        items = writing_order(i for i in grouped if i is not None)
         if self._resume:
             replayed = self._replay(sink, shard)
             if replayed is not None:

@@ -2,6 +2,7 @@
 
     work items -> AssignShards: ((split, shard), ShardItem)     seeded hashes of the relpath
                -> GroupByKey                                     the shuffle: small tuples only
+    (or, placed at launch: ReadPlacedShards, one block per shard  no shuffle: transforms/placed_shards.py)
                -> WriteShard: one shard file per group           convert in the seeded order, write as converted
                -> CommitSplit: one rename per split              temp files renamed to their final names
 
@@ -26,6 +27,7 @@ from img2tfrecord.model import ERRORS
 from img2tfrecord.transforms.assign_shards import AssignShardsFn, every_shard
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.commit_split import CommitSplitFn, split_key
+from img2tfrecord.transforms.placed_shards import PlacedShards, ReadPlacedShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS, WriteFaults, WriteShardsFn
 
 
@@ -39,7 +41,8 @@ class WriteShards(beam.PTransform):
     ``sinks`` says where the splits are written; ``num_shards`` is each split's shard count, a dict
     or the side input of a one-element PCollection of it (counts computed in the graph);
     ``label_names`` is the side input of the sorted class list; ``faults`` is a test's fault plan
-    (``img2tfrecord.faults``), None in a run.
+    (``img2tfrecord.faults``), None in a run. ``placed``: the work items were placed at launch; the
+    transform is then applied to the pipeline's start, not to work items.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class WriteShards(beam.PTransform):
         batch_size: int = 32,
         resume: bool = False,
         faults: Optional[WriteFaults] = None,
+        placed: Optional[PlacedShards] = None,
     ):
         super().__init__()
         self._converter = converter
@@ -66,45 +70,46 @@ class WriteShards(beam.PTransform):
         self._batch_size = batch_size
         self._resume = resume
         self._faults = faults
+        self._placed = placed
 
     def expand(self, items):
         num_shards = self._num_shards
         if isinstance(num_shards, dict):
             counts = items.pipeline | "ShardCounts" >> beam.Create([dict(num_shards)], reshuffle=False)
             num_shards = beam.pvalue.AsSingleton(counts)
-        placed = items | "AssignShards" >> beam.ParDo(
-            AssignShardsFn(self._converter, self._seed), num_shards=num_shards
-        ).with_output_types(Tuple[Tuple[str, int], Any]).with_outputs(ERRORS, main="placed")
-        every = (
-            items.pipeline
-            | "Start" >> beam.Create([None], reshuffle=False)
-            | "EveryShard"
-            >> beam.FlatMap(_placeholders, num_shards=num_shards).with_output_types(Tuple[Tuple[str, int], Any])
-        )
-        written = (
-            (placed.placed, every)
-            | "WithEveryShard" >> beam.Flatten()
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShard"
-            >> beam.ParDo(
-                WriteShardsFn(
-                    self._converter,
-                    self._sinks,
-                    self._run_dir,
-                    self._processes,
-                    self._batch_size,
-                    self._resume,
-                    self._faults,
-                ),
-                label_names=self._label_names,
-                num_shards=num_shards,
-            ).with_outputs(ERRORS, ANALYSIS, main="results")
-        )
+        if self._placed is not None:
+            found = items.pipeline | "PlacedShards" >> ReadPlacedShards(self._placed)
+            grouped, rejected = found["shards"], found[ERRORS]
+        else:
+            placed = items | "AssignShards" >> beam.ParDo(
+                AssignShardsFn(self._converter, self._seed), num_shards=num_shards
+            ).with_output_types(Tuple[Tuple[str, int], Any]).with_outputs(ERRORS, main="placed")
+            every = (
+                items.pipeline
+                | "Start" >> beam.Create([None], reshuffle=False)
+                | "EveryShard"
+                >> beam.FlatMap(_placeholders, num_shards=num_shards).with_output_types(Tuple[Tuple[str, int], Any])
+            )
+            grouped = (placed.placed, every) | "WithEveryShard" >> beam.Flatten() | "GroupByShard" >> beam.GroupByKey()
+            rejected = placed[ERRORS]
+        written = grouped | "WriteShard" >> beam.ParDo(
+            WriteShardsFn(
+                self._converter,
+                self._sinks,
+                self._run_dir,
+                self._processes,
+                self._batch_size,
+                self._resume,
+                self._faults,
+            ),
+            label_names=self._label_names,
+            num_shards=num_shards,
+        ).with_outputs(ERRORS, ANALYSIS, main="results")
         committed = (
             written.results
             | "KeyBySplit" >> beam.Map(split_key)
             | "GroupBySplit" >> beam.GroupByKey()
             | "CommitSplit" >> beam.ParDo(CommitSplitFn(self._sinks, self._faults), num_shards=num_shards)
         )
-        errors = (placed[ERRORS], written[ERRORS]) | "ShardErrors" >> beam.Flatten()
+        errors = (rejected, written[ERRORS]) | "ShardErrors" >> beam.Flatten()
         return {"shards": committed, ERRORS: errors, ANALYSIS: written[ANALYSIS]}

@@ -1,0 +1,52 @@
+"""A folder run's work items placed at launch: made from the listing the launcher already holds (its
+ledger), grouped by shard (``conversion/placement.py``) and written into the run's staging folder,
+where each shard's writer reads its own block (``transforms/placed_shards.py``). The job then starts
+converting at once instead of first discovering and shuffling every work item.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, Sequence, Tuple
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from img2tfrecord.conversion.converter import Converter
+from img2tfrecord.conversion.placement import place_all
+from img2tfrecord.model import ErrorRow, WorkItem
+from img2tfrecord.schemas import manifest, placed_items
+from img2tfrecord.transforms.placed_shards import PlacedShards
+
+
+def place_listing(
+    converter: Converter,
+    items: Sequence[WorkItem],
+    rejected: Sequence[ErrorRow],
+    seed: int,
+    num_shards,
+    run_dir: str,
+    spread: bool,
+) -> Tuple[PlacedShards, bytes]:
+    """``(what the graph reads, the file's bytes)`` for the work ``items`` of a listing and the rows it
+    ``rejected``; ``spread``: the runner spreads the shards over workers (not a local runner)."""
+    placement = place_all(converter, items, seed, num_shards)
+    data, blocks = placed_items.encode(placement.shards)
+    all_rejected: List[ErrorRow] = [*rejected, *placement.rejected]
+    placed = PlacedShards(
+        path=FileSystems.join(run_dir, manifest.RUN_PLACED_FILE),
+        blocks=tuple(blocks),
+        rejected=tuple(all_rejected),
+        num_inputs=placement.num_items + len(rejected),
+        spread=spread,
+    )
+    return placed, data
+
+
+def write_placed(placed: PlacedShards, data: bytes) -> None:
+    """Write the placed-items file where ``placed`` says (the run's staging folder)."""
+    folder = placed.path.rsplit("/", 1)[0]
+    if "://" not in folder:
+        os.makedirs(folder, exist_ok=True)
+    with FileSystems.create(placed.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(data)

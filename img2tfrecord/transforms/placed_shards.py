@@ -1,0 +1,67 @@
+"""The shards of a run whose work items were placed at launch (``conversion/placement.py``): each
+shard's items read from the run's placed-items file (``schemas/placed_items.py``) as
+``GroupByShard`` gives them to the writer, without a shuffle of every work item first.
+
+    blocks (one per shard, in the graph) -> ReadBlock: ((split, shard), [ShardItem])
+    rejected (error rows, in the graph)   -> counted, on the errors output
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Tuple
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from img2tfrecord.model import ERRORS, ErrorRow
+from img2tfrecord.schemas import placed_items
+from img2tfrecord.schemas.placed_items import Block
+from img2tfrecord.transforms.counters import INPUTS, NAMESPACE, PassRejectedFn
+
+
+class PlacedShards(NamedTuple):
+    """What a launcher placed: its file, the file's blocks, and the work items rejected while placing."""
+
+    path: str
+    blocks: Tuple[Block, ...]
+    rejected: Tuple[ErrorRow, ...]
+    num_inputs: int  # the work items placed or rejected
+    spread: bool  # spread the blocks over the workers first (a distributed runner)
+
+
+class _ReadBlockFn(beam.DoFn):
+    """Block -> ``((split, shard), its ShardItems in writing order)``."""
+
+    def __init__(self, path: str):
+        self._path = path
+        self._inputs = beam.metrics.Metrics.counter(NAMESPACE, INPUTS)
+
+    def process(self, block: Block):
+        with FileSystems.open(self._path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            f.seek(block.offset)
+            data = f.read(block.length)
+        items = placed_items.decode(data, block)
+        self._inputs.inc(len(items))
+        yield (block.split, block.shard), items
+
+
+class ReadPlacedShards(beam.PTransform):
+    """PBegin -> ``{"shards": ((split, shard), [ShardItem]) per shard, "errors": the rejected rows}``."""
+
+    def __init__(self, placed: PlacedShards):
+        super().__init__()
+        self._placed = placed
+
+    def expand(self, pbegin):
+        shards = (
+            pbegin
+            | "Blocks" >> beam.Create(list(self._placed.blocks), reshuffle=self._placed.spread)
+            | "ReadBlock" >> beam.ParDo(_ReadBlockFn(self._placed.path))
+        )
+        errors = (
+            pbegin
+            | "Rejected" >> beam.Create(list(self._placed.rejected), reshuffle=False)
+            | "CountRejected" >> beam.ParDo(PassRejectedFn())
+        )
+        return {"shards": shards, ERRORS: errors}
