@@ -1,8 +1,8 @@
 """The output lock (``pipeline/lock.py``): one writer per output, locally and in Cloud Storage.
 
 In-process against a local folder and against fake-gcs-server (which honours
-generation preconditions, ``tests/fake_gcs.py``); the race between two
-processes runs as two real processes on each. The CLI's answers to a held
+generation preconditions, ``tests/fake_gcs.py``); the race for an output runs
+as real processes, which race for a local output and then for a gs:// one. The CLI's answers to a held
 output are in ``tests/test_first_hour_runs.py``.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -159,61 +160,86 @@ def test_an_unreadable_lock_is_dated_by_its_file(tmp_path, monkeypatch):
     taker.release()
 
 
-# Each process waits for the same start time, then tries to take the lock; the one that holds it
-# keeps it until every process has tried (each leaves a file in the tally folder).
+# Each process takes the races the test gives it on stdin, one after the other: at the start time given with
+# an output, it tries to take that output's lock; the one that holds it keeps it until every process has
+# tried (each leaves a file in the race's tally folder), and each answers with one line once it let go.
 _RACE = textwrap.dedent(
     """
     import os, sys, time
     from img2tfrecord.pipeline.lock import OutputLocked, lock_output
-    output, start, tally, runs = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    held = lock_output(output)
-    time.sleep(max(0.0, start - time.time()))
-    try:
-        held.acquire(take_over_stale=True)
-    except OutputLocked as e:
-        print("refused", e)
-    else:
-        print("held")
-    open(os.path.join(tally, str(os.getpid())), "w").close()
-    deadline = time.monotonic() + 120
-    while held.held and len(os.listdir(tally)) < runs and time.monotonic() < deadline:
-        time.sleep(0.05)
-    held.release()
+    runs = int(sys.argv[1])
+    print("ready", flush=True)
+    for line in sys.stdin:
+        output, start, tally = line.rstrip("\\n").split("\\t")
+        held = lock_output(output)
+        time.sleep(max(0.0, float(start) - time.time()))
+        try:
+            held.acquire(take_over_stale=True)
+        except OutputLocked as e:
+            result = "refused " + " ".join(str(e).split())
+        else:
+            result = "held"
+        open(os.path.join(tally, str(os.getpid())), "w").close()
+        deadline = time.monotonic() + 120
+        while held.held and len(os.listdir(tally)) < runs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held.release()
+        print(result, flush=True)
     """
 )
 
 
-def _race(output: str, tally: str, env=None, runs: int = 4) -> list:
-    os.makedirs(tally)
-    start = time.time() + 3
+def _answer(proc: subprocess.Popen, deadline: float) -> str:
+    """The next line a racing process prints (it prints one, then waits for the test)."""
+    while not select.select([proc.stdout], [], [], 1.0)[0]:
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.monotonic() < deadline, "a racing process never answered"
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()[-2000:]
+    return line.strip()
+
+
+def _race(outputs: list, folder: str, env=None, runs: int = 4) -> dict:
+    """``runs`` processes race for the lock of each output in turn, started together once all have imported
+    img2tfrecord (the imports are most of a process's time); -> output -> what each process got."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _RACE, output, str(start), tally, str(runs)],
+            [sys.executable, "-c", _RACE, str(runs)],
             cwd=ROOT,
             env=cli_env(env),
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for _ in range(runs)
     ]
-    results = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr[-2000:]
-        results.append(stdout.strip())
-    return results
+    deadline = time.monotonic() + 120
+    try:
+        assert [_answer(proc, deadline) for proc in procs] == ["ready"] * runs
+        results = {}
+        for i, output in enumerate(outputs):
+            tally = os.path.join(folder, f"tally-{i}")
+            os.makedirs(tally)
+            start = time.time() + 1
+            for proc in procs:
+                proc.stdin.write(f"{output}\t{start}\t{tally}\n")
+                proc.stdin.flush()
+            results[output] = [_answer(proc, deadline) for proc in procs]
+        for proc in procs:
+            _, stderr = proc.communicate(timeout=60)  # closes stdin: the process ends
+            assert proc.returncode == 0, stderr[-2000:]
+        return results
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 def _one_winner(results: list) -> None:
     assert sum(r == "held" for r in results) == 1, results
     assert all(r.startswith("refused output ") and "being written by another run" in r for r in results if r != "held")
-
-
-def test_runs_racing_for_a_local_output_one_wins(tmp_path):
-    out = str(tmp_path / "out")
-    _one_winner(_race(out, str(tmp_path / "tally")))
-    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
 
 
 # -- gs:// on fake-gcs-server --------------------------------------------------------------------------
@@ -261,8 +287,22 @@ def test_the_gs_heartbeat_rewrites_the_lock_under_its_generation(fake_gcs):
     assert store.read() is None
 
 
-def test_runs_racing_for_a_gs_output_one_wins(fake_gcs, tmp_path):
-    _one_winner(_race(fake_gcs.url("race"), str(tmp_path / "tally"), env=fake_gcs.env))
+def test_runs_racing_for_a_local_and_a_gs_output_one_wins_each(request, tmp_path):
+    """The same processes race for a local output, then for one on fake-gcs-server (one start-up of each process
+    for both races); without fake-gcs-server, for the local output only, and the test is then skipped."""
+    out = str(tmp_path / "out")
+    try:
+        fake_gcs = request.getfixturevalue("fake_gcs")
+    except pytest.skip.Exception as e:
+        fake_gcs, why = None, str(e)
+    gs_out = fake_gcs.url("race") if fake_gcs else None
+    results = _race([out] + ([gs_out] if gs_out else []), str(tmp_path), env=fake_gcs.env if fake_gcs else None)
+    _one_winner(results[out])
+    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+    if gs_out is None:
+        pytest.skip(f"the local race passed; the gs:// one needs fake-gcs-server: {why}")
+    _one_winner(results[gs_out])
+    assert lock_output(gs_out)._store.read() is None  # pylint: disable=protected-access
 
 
 # -- a job submitted without waiting holds the output -------------------------------------------
