@@ -21,7 +21,7 @@ from img2tfrecord import api
 from img2tfrecord.commands.errors import UsageError
 from img2tfrecord.schemas import manifest
 
-FAST = ("--no-analyze",)
+FAST = ("--no-analyze",)  # the analysis is not what these runs and plans are about
 
 
 def refused(tmp_path, *args: str) -> str:
@@ -177,7 +177,7 @@ def test_val_in_splits_makes_the_validation_split(tmp_path):
     photos(src, per_class=6)
     out = str(tmp_path / "out")
     proc = run_in_process(
-        "convert", "--input", src, "--output", out, "--splits", "train=0.5,val=0.5", "--plan", "--json"
+        "convert", "--input", src, "--output", out, "--splits", "train=0.5,val=0.5", "--plan", "--json", *FAST
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(json.loads(proc.stdout)["splits"]) == ["train", "validation"]

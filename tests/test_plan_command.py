@@ -25,10 +25,13 @@ from helpers.shared_builds import (
 )
 
 SPLITS = DETECTION_SPLITS  # the shared detection conversions (helpers/shared_builds.py) use these too
+# The runs these plans are compared with skip the analysis, and so do the plans: the analysis would only add
+# TensorFlow's imports to the start-up a plan times in a fresh interpreter (once per process).
+FAST = ("--no-analyze",)
 
 
 def plan(input_path: str, output: str, *extra: str) -> dict:
-    proc = run_in_process("convert", "--input", input_path, "--output", output, "--plan", "--json", *extra)
+    proc = run_in_process("convert", "--input", input_path, "--output", output, "--plan", "--json", *FAST, *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -49,6 +52,12 @@ def class_folder(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("plan") / "photos")
     write_tree(root, {**many_files(), **JUNK})
     return root
+
+
+@pytest.fixture(scope="module")
+def class_folder_plan(class_folder, tmp_path_factory) -> dict:
+    """The plan of ``class_folder`` with ``SPLITS``, which the archives holding the same files are planned as."""
+    return plan(class_folder, str(tmp_path_factory.mktemp("plan_out") / "out"), *SPLITS)
 
 
 def test_the_plan_of_class_folders_counts_what_the_run_writes_per_split_and_class(class_folder, tmp_path):
@@ -125,7 +134,7 @@ def test_the_plan_of_voc_with_random_splits_counts_what_the_run_writes(tmp_path_
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar.gz"])
-def test_an_archive_is_planned_as_its_unpacked_folder(kind, class_folder, tmp_path):
+def test_an_archive_is_planned_as_its_unpacked_folder(kind, class_folder_plan, tmp_path):
     files = {**many_files(), **JUNK}
     archive = str(tmp_path / f"photos.{kind}")
     if kind == "zip":
@@ -133,7 +142,7 @@ def test_an_archive_is_planned_as_its_unpacked_folder(kind, class_folder, tmp_pa
     else:
         write_tar(archive, files, mode="w:gz")
     found = plan(archive, str(tmp_path / "out"), *SPLITS)
-    folder = plan(class_folder, str(tmp_path / "out"), *SPLITS)
+    folder = class_folder_plan
     assert found["input_kind"] == "archives" and found["layout"] == "class"
     assert found["inputs"] == folder["inputs"] == len(many_files())
     assert {s: v["examples_per_class"] for s, v in found["splits"].items()} == {
@@ -178,11 +187,19 @@ def test_the_plan_and_its_counts_share_one_listing_of_the_input(kind, class_fold
     assert len(listed) == 1, listed
 
 
+@pytest.fixture(scope="module")
+def bad_voc_folder_plan(tmp_path_factory) -> dict:
+    """The plan of the bad VOC tree's root (helpers/shared_builds.bad_voc_tree), which its archives are planned as."""
+    root = os.path.join(bad_voc_tree(tmp_path_factory), *VOC_TOP.split("/"))
+    return plan(root, str(tmp_path_factory.mktemp("voc_plan") / "records"), *RESIZE)
+
+
 @pytest.mark.parametrize("name", ["voc.zip", "voc.tar.gz"])
-def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(name, tmp_path_factory, tmp_path):
+def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(
+    name, bad_voc_folder_plan, tmp_path_factory, tmp_path
+):
     """``VOCdevkit/VOC2012/``: image sets, a missing image, malformed XML, an image in no image set, bad boxes;
     the zip holds VOCdevkit/VOC2012/..., the tar.gz the VOC root's content under ./data/."""
-    root = os.path.join(bad_voc_tree(tmp_path_factory), *VOC_TOP.split("/"))
     run = bad_voc(tmp_path_factory, name)  # converted with RESIZE
     out = str(tmp_path / "records")
     found = plan(run.input, out, *RESIZE)
@@ -190,7 +207,7 @@ def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_count
     assert found["rejected"]["by_reason"] == {"bad_annotation": 2, "not_found": 1, "not_in_image_sets": 1}
     assert found["inputs"] == 9 and found["time"]["sample_size"] == 5
     assert all("!/" in row["path"] for row in found["rejected"]["examples"])  # ARCHIVE!/MEMBER, as errors.jsonl
-    assert comparable(found) == comparable(plan(root, out, *RESIZE))
+    assert comparable(found) == comparable(bad_voc_folder_plan)
 
     doc = manifest_doc(run.output)
     assert_plan_is_the_run(found, doc, boxes=False)
@@ -233,7 +250,7 @@ def test_junk_strays_and_non_images_are_listed_and_an_existing_output_is_reporte
     (out / "keep.txt").write_text("mine")
     before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
 
-    proc = run_in_process("convert", "--input", source, "--output", str(out), "--plan", *SPLITS)
+    proc = run_in_process("convert", "--input", source, "--output", str(out), "--plan", *FAST, *SPLITS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout
     assert "junk skipped: 3 (.DS_Store, __MACOSX/cat/._cat_0.jpg, cat/Thumbs.db)" in text
