@@ -112,6 +112,17 @@ def messy_again(messy_input, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def other_seed(messy_input, tmp_path_factory):
+    """``messy_input`` converted with seed 4 instead of 3, in one process, under an error budget its rejections
+    exceed (``--max-error-rate 0.05``): every record written, then exit 3. -> (output, finished command); once
+    per session for the xdist workers."""
+    root, _, _ = messy_input
+    args = (*MESSY_OPTIONS, "--seed", "4", "--max-error-rate", "0.05", *ONE)
+    _, out, proc = converted_once(tmp_path_factory, "convert-cli-messy-other-seed", root, *args)
+    return out, proc
+
+
 def test_every_input_is_a_record_or_an_error(messy_input, messy_output):
     root, good, bad = messy_input
     out, proc = messy_output
@@ -177,8 +188,7 @@ def test_manifest_counts_match_the_shards(messy_output):
     )
 
 
-def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output, messy_again, tmp_path):
-    root, _, _ = messy_input
+def test_same_seed_same_records_other_seed_other_split(messy_output, messy_again, other_seed):
     out, _ = messy_output
     _, first = read_records(out)
     doc_a = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
@@ -189,8 +199,8 @@ def test_same_seed_same_records_other_seed_other_split(messy_input, messy_output
         assert sorted(r[schemas.KEY_SHA256] for r in first[split]) == sorted(
             r[schemas.KEY_SHA256] for r in second[split]
         )
-    other = str(tmp_path / "other_seed")
-    assert convert(root, other, *MESSY_OPTIONS, "--seed", "4", *ONE).returncode == 0
+    other, proc = other_seed  # exit 3 (test_error_budget_exit_3), every record written
+    assert os.path.exists(os.path.join(other, manifest.SUCCESS_FILE)), proc.stderr[-3000:]
     assert split_membership(read_records(other)[1]) != split_membership(first)
 
 
@@ -393,12 +403,11 @@ def test_refuses_non_empty_output_and_overwrites_only_its_own(messy_input, messy
     assert os.path.exists(os.path.join(out, "notes.txt"))
 
 
-def test_error_budget_exit_3(messy_input, tmp_path):
-    root, _, _ = messy_input
-    proc = convert(root, str(tmp_path / "out"), "--max-error-rate", "0.05", *ONE)
+def test_error_budget_exit_3(other_seed):
+    out, proc = other_seed  # 4 of 22 inputs rejected: over 5%
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "error budget exceeded" in proc.stderr
-    assert os.path.exists(tmp_path / "out" / manifest.SUCCESS_FILE)
+    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
 
 
 def test_python_dash_m_and_console_script_agree(tmp_path):
