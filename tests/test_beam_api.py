@@ -115,12 +115,15 @@ def test_every_reference_is_a_record_or_a_row_with_its_reason(sample_dir, tmp_pa
         {"uri": good},  # no label
         {"uri": good, "label": "two\nlines"},
         "not a reference",
+        ImageRef(good, "circle", boxes=[("dot", 1, 1, 5, 5)]),  # boxes, and the task is classification
     ]
     pipeline, converted = run(refs, image_size=16)
     assert_that(converted["examples"] | beam.Map(lambda e: e.class_name), equal_to(["circle", "7"]), label="Records")
     assert_that(
         converted["rejected"] | beam.Map(lambda row: row["reason"]),
-        equal_to(["bad_reference", "bad_label", "bad_label", "missing_label", "bad_label", "bad_reference"]),
+        equal_to(
+            ["bad_reference", "bad_label", "bad_label", "missing_label", "bad_label", "bad_reference", "bad_reference"]
+        ),
         label="Rows",
     )
     assert_that(converted["labels"], equal_to([["7", "circle"]]), label="Labels")
@@ -288,10 +291,7 @@ def test_boxes_are_checked_as_the_rows_of_a_manifest_of_boxes(sample_dir):
     )
     assert_that(converted["labels"], equal_to([["dot"]]), label="Labels")
     pipeline.run().wait_until_finish()
-
-    pipeline, converted = run([ImageRef(good, "circle", boxes=[("dot", 1, 1, 5, 5)])], image_size=16)
-    assert_that(converted["rejected"] | beam.Map(lambda row: row["reason"]), equal_to(["bad_reference"]))
-    pipeline.run().wait_until_finish()
+    # A reference with boxes given to the classification task: test_every_reference_is_a_record_or_a_row_...
     with pytest.raises(UsageError, match="--require-boxes applies to detection"):
         ImagesToExamples(require_boxes=True)
 
