@@ -10,12 +10,14 @@ import images as I
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+from helpers.datasets import write_tree
 
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.placement import place_all, shard_keys
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS, WorkItem
-from img2tfrecord.pipeline.placing import place_listing, write_placed
+from img2tfrecord.pipeline.placing import place_listing
+from img2tfrecord.readers import storage
 from img2tfrecord.schemas import manifest, placed_items
 from img2tfrecord.transforms.assign_shards import AssignShardsFn
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
@@ -32,14 +34,8 @@ def _items(root) -> list:
     files = {f"{c}/img_{i:02d}.jpg": I.jpeg(20 + i, 14 + i) for c in LABELS for i in range(9)}
     files["cat/broken.jpg"] = I.jpeg(20, 20)[:40]  # truncated: rejected while converting
     files["stray.jpg"] = I.jpeg(20, 20)  # in no class folder: rejected while placing
-    items = []
-    for rel, data in sorted(files.items()):
-        path = os.path.join(str(root), *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-        items.append(WorkItem(path, rel, len(data)))
-    return items
+    write_tree(str(root), files)
+    return [WorkItem(os.path.join(str(root), *rel.split("/")), rel, len(data)) for rel, data in sorted(files.items())]
 
 
 def _converter() -> ImageConverter:
@@ -60,7 +56,8 @@ def test_place_all_puts_each_item_where_the_jobs_assignment_does(tmp_path):
     for key, placed in placement.shards.items():
         assert placed == sorted(in_job.get(key, []), key=lambda i: (i.position, i.relpath)), key
     assert placement.rejected == rejected and [r["relpath"] for r in rejected] == ["stray.jpg"]
-    assert placement.num_items == len(items)
+    placed, _ = place_listing(_converter(), items, [], SEED, NUM_SHARDS, str(tmp_path / "run"), spread=False)
+    assert placed.num_inputs == len(items)
 
 
 def test_placed_items_read_back_by_block_and_a_damaged_block_is_a_value_error(tmp_path):
@@ -85,7 +82,7 @@ def _write(out: str, items, placed_at_launch: bool):
     placed = None
     if placed_at_launch:
         placed, data = place_listing(converter, items, [], SEED, NUM_SHARDS, run, spread=False)
-        write_placed(placed, data)
+        storage.write_bytes(placed.path, data)
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     placement = place_all(converter, items, SEED, NUM_SHARDS)
     converted = (converter(i.item, LABELS) for found in placement.shards.values() for i in found)

@@ -20,6 +20,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from conftest import ROOT
 from crashing import CountingConverter, CrashingConverter, FlakyStorageConverter
+from helpers.datasets import write_tree
 
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool
@@ -49,14 +50,8 @@ def _sources(root, good_per_class=10, extra=None):
     files["dog/notes.txt"] = b"not an image"
     files["stray.jpg"] = I.jpeg(20, 20)  # outside any class folder: rejected before conversion
     files.update(extra or {})
-    sources = []
-    for rel, data in sorted(files.items()):
-        path = os.path.join(str(root), *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-        sources.append(WorkItem(path, rel, len(data)))
-    return sources
+    write_tree(str(root), files)
+    return [WorkItem(os.path.join(str(root), *rel.split("/")), rel, len(data)) for rel, data in sorted(files.items())]
 
 
 def _expected_shards(sources, converter, num_shards=NUM_SHARDS):

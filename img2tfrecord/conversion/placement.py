@@ -50,11 +50,6 @@ class Placement(NamedTuple):
     shards: Dict[ShardKey, List[ShardItem]]
     rejected: List[ErrorRow]
 
-    @property
-    def num_items(self) -> int:
-        """Work items placed or rejected: the inputs the run accounts for."""
-        return sum(len(items) for items in self.shards.values()) + len(self.rejected)
-
 
 def place_all(converter: Converter[Any], items: Iterable[Any], seed: int, num_shards: Mapping[str, int]) -> Placement:
     """Every item of ``items`` placed (:func:`place`), grouped by shard as the job's shuffle would group them."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -27,6 +26,7 @@ from img2tfrecord.pipeline.listing import digest, list_stamped, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
 from img2tfrecord.pipeline.withdrawals import SplitOf, withdrawals
+from img2tfrecord.readers import storage
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
@@ -107,10 +107,7 @@ def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
     """Write a run's ledger into its staging folder ``run_dir`` (the pipeline reads its work items from
     it; ``FinalizeOutput`` moves it to ``ledger/``); -> its path."""
     path = FileSystems.join(run_dir, manifest.RUN_LEDGER_FILE)
-    if "://" not in run_dir:
-        os.makedirs(run_dir, exist_ok=True)
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:  # already gzip
-        f.write(ledger_bytes(entries))
+    storage.write_bytes(path, ledger_bytes(entries))
     return path
 
 

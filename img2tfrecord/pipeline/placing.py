@@ -1,15 +1,13 @@
 """A folder run's work items placed at launch: made from the listing the launcher already holds (its
-ledger), grouped by shard (``conversion/placement.py``) and written into the run's staging folder,
-where each shard's writer reads its own block (``transforms/placed_shards.py``). The job then starts
-converting at once instead of first discovering and shuffling every work item.
+ledger) and grouped by shard (``conversion/placement.py``); the launcher writes the bytes into the run's
+staging folder, where each shard's writer reads its own block (``transforms/placed_shards.py``). The job
+then starts converting at once instead of first discovering and shuffling every work item.
 """
 
 from __future__ import annotations
 
-import os
-from typing import List, Sequence, Tuple
+from typing import List, Mapping, Sequence, Tuple
 
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.conversion.converter import Converter
@@ -24,7 +22,7 @@ def place_listing(
     items: Sequence[WorkItem],
     rejected: Sequence[ErrorRow],
     seed: int,
-    num_shards,
+    num_shards: Mapping[str, int],
     run_dir: str,
     spread: bool,
 ) -> Tuple[PlacedShards, bytes]:
@@ -37,16 +35,6 @@ def place_listing(
         path=FileSystems.join(run_dir, manifest.RUN_PLACED_FILE),
         blocks=tuple(blocks),
         rejected=tuple(all_rejected),
-        num_inputs=placement.num_items + len(rejected),
         spread=spread,
     )
     return placed, data
-
-
-def write_placed(placed: PlacedShards, data: bytes) -> None:
-    """Write the placed-items file where ``placed`` says (the run's staging folder)."""
-    folder = placed.path.rsplit("/", 1)[0]
-    if "://" not in folder:
-        os.makedirs(folder, exist_ok=True)
-    with FileSystems.create(placed.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)

@@ -45,7 +45,7 @@ from img2tfrecord.pipeline.outputs import (
     remove_write_staging,
     staging_left,
 )
-from img2tfrecord.pipeline.placing import place_listing, write_placed
+from img2tfrecord.pipeline.placing import place_listing
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.runner import (
@@ -62,6 +62,7 @@ from img2tfrecord.pipeline.runner import (
     pipeline_options,
     progress_total,
 )
+from img2tfrecord.readers import storage
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
@@ -151,7 +152,7 @@ def run(
             if ledger is not None:
                 write_ledger(run_dir(config, plan), ledger)
             if launch.placed is not None:
-                write_placed(launch.placed, placed_data)
+                storage.write_bytes(launch.placed.path, placed_data)
             _execute(config, plan, options, launch, resuming, wait, show_progress, lock)
         except BaseException:
             if stop.signum is None:

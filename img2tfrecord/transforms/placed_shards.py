@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import NamedTuple, Tuple
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.model import ERRORS, ErrorRow
+from img2tfrecord.readers import storage
 from img2tfrecord.schemas import placed_items
 from img2tfrecord.schemas.placed_items import Block
 from img2tfrecord.transforms.counters import INPUTS, NAMESPACE, PassRejectedFn
@@ -26,8 +25,12 @@ class PlacedShards(NamedTuple):
     path: str
     blocks: Tuple[Block, ...]
     rejected: Tuple[ErrorRow, ...]
-    num_inputs: int  # the work items placed or rejected
     spread: bool  # spread the blocks over the workers first (a distributed runner)
+
+    @property
+    def num_inputs(self) -> int:
+        """The inputs the run accounts for: the work items placed and the rejected ones."""
+        return sum(block.num_items for block in self.blocks) + len(self.rejected)
 
 
 class _ReadBlockFn(beam.DoFn):
@@ -38,7 +41,7 @@ class _ReadBlockFn(beam.DoFn):
         self._inputs = beam.metrics.Metrics.counter(NAMESPACE, INPUTS)
 
     def process(self, block: Block):
-        with FileSystems.open(self._path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        with storage.open_binary(self._path) as f:
             f.seek(block.offset)
             data = f.read(block.length)
         items = placed_items.decode(data, block)
