@@ -133,9 +133,11 @@ def check_pipeline_args(args: Sequence[str], own_options: Sequence[str], input_p
     Bare words that look like more matches of a glob the shell expanded into ``input_path`` get a
     hint to quote the glob.
     """
+    args = list(args)
+    if not args:  # nothing to check, and no reason to load Beam
+        return
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    args = list(args)
     # A Beam flag takes at most one value: two bare words in a row are a stray.
     strays = [
         arg
@@ -303,18 +305,27 @@ def run_config(
     ConversionFailed (the runner's exception as ``__cause__``), and ``pipeline.run.Interrupted``
     (a KeyboardInterrupt) on SIGINT or SIGTERM.
     """
-    from img2tfrecord.pipeline import OutputNotEmpty, PlanError
+    from img2tfrecord.pipeline.launch import NothingNew, launch
     from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.output_errors import OutputNotWritable
-    from img2tfrecord.pipeline.outputs import AlreadyComplete
-    from img2tfrecord.pipeline.run import run as run_pipeline
+    from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotEmpty, staging_left
+    from img2tfrecord.pipeline.plan_model import PlanError
     from img2tfrecord.readers.records import read_manifest
 
     # tf.Transform runs on Keras 2 and sets this itself, but only after TensorFlow is
     # imported, which then has loaded Keras 3 as well; set before the import.
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     try:
-        return run_pipeline(config, pipeline_args, wait=wait, show_progress=show_progress)
+        try:
+            launched = launch(config)  # before Beam is loaded: an append may find nothing to do
+        except NothingNew as e:
+            if not staging_left(config.output):
+                logging.info("%s", e)
+                return read_manifest(config.output)
+            launched = None  # the run removes what a stopped append left, under the output's lock
+        from img2tfrecord.pipeline.run import run as run_pipeline
+
+        return run_pipeline(config, pipeline_args, wait=wait, show_progress=show_progress, launched=launched)
     except AlreadyComplete as e:
         logging.info("%s", e)
         return read_manifest(config.output)

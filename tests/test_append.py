@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 
 import images as I
 import pytest
@@ -171,9 +173,14 @@ def convert_cli(*args):
 def test_nothing_new_exits_0_and_changes_no_byte(three_generations):
     src, out, _, docs, _ = three_generations
     before = _bytes_and_times(out)
-    proc = convert(src, out, *CLI_OPTIONS, "--append")
+    # A process of its own: what it loaded is the point (a nightly check of nothing new loads no Beam).
+    loaded = "import sys; from img2tfrecord.cli import main; code = main(sys.argv[1:]); "
+    loaded += "print('loaded', [m for m in ('apache_beam', 'tensorflow') if m in sys.modules]); sys.exit(code)"
+    args = ("convert", "--input", src, "--output", out, *CLI_OPTIONS, "--append", "--no-analyze")
+    proc = subprocess.run([sys.executable, "-c", loaded, *args], capture_output=True, text=True, env=cli_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "nothing new since generation 2" in proc.stderr
+    assert "loaded []" in proc.stdout, proc.stdout
     assert _bytes_and_times(out) == before
     plan = api.plan(src, out, append=True, pipeline_options=BEAM, **OPTIONS)
     assert (plan.append.generation, plan.append.new, plan.append.retried, plan.inputs) == (3, 0, 0, 0)

@@ -117,9 +117,9 @@ def test_statistics_an_append_cannot_add_to_are_kept_and_say_which_generations_t
 
 
 def test_an_append_with_no_analyze_adds_nothing_to_the_statistics(history):
+    from img2tfrecord.conversion.run_totals import totals_of
     from img2tfrecord.pipeline.append import analysis_base
     from img2tfrecord.pipeline.config import ConvertConfig
-    from img2tfrecord.transforms.analysis_totals import totals_of
 
     out, _, docs, _ = history
     config = ConvertConfig(input=docs[-1].input, output=out)

@@ -128,3 +128,27 @@ def test_shards_written_and_committed_through_the_adapter_read_back_in_tensorflo
     # A resumed commit of the same split: every shard already renamed, nothing moves or goes.
     assert sink.commit([written[s].temp_path for s in range(3)]) == []
     assert [_sha256(p) for p in finals] == [written[s].sha256 for s in range(3)]
+
+
+def test_a_local_folder_is_listed_as_beams_match_lists_it(tmp_path):
+    """The launch lists a local folder without Beam (pipeline/listing.py); the pipeline's own reads go
+    through Beam's match: both must see the same files, in the same order, with the same markers."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from img2tfrecord.pipeline import listing
+
+    root = tmp_path / "in"
+    for relpath in ("a/1.jpg", "a/.hidden.jpg", "b/c/2.png", "b/3.txt", "top.jpg", "we[ird]/4.jpg", "ü/5.jpg"):
+        (root / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (root / relpath).write_bytes(b"x" * len(relpath))
+    os.symlink(root / "a" / "1.jpg", root / "link.jpg")
+    os.symlink(root / "gone.jpg", root / "broken.jpg")  # Beam leaves a broken link out: so does the listing
+    os.symlink(root / "b", root / "folder-link")  # not walked into, by either
+    patterns = [f"{root}/**", f"{root}/*/*.jpg", f"{root}/**.png", f"{root}/we?ird?/**", f"{root}/top.jpg"]
+    patterns += [f"{root}/a", f"{tmp_path}/missing/**"]
+    for pattern in patterns:
+        beams = [
+            (m.path, m.size_in_bytes, m.last_updated_in_seconds) for m in FileSystems.match([pattern])[0].metadata_list
+        ]
+        assert listing._list(pattern) == beams, f"{BEAM}: {pattern}"
+    assert len(listing._list(f"{root}/**")) == 8

@@ -166,6 +166,7 @@ def test_the_plan_and_its_counts_share_one_listing_of_the_input(kind, class_fold
     """A bucket of a million objects is listed once by ``--plan``, not once for the plan and again for the counts."""
     from apache_beam.io.filesystems import FileSystems
 
+    from img2tfrecord.pipeline import listing
     from img2tfrecord.pipeline.config import ConvertConfig
     from img2tfrecord.pipeline.preview import plan_run
 
@@ -175,13 +176,17 @@ def test_the_plan_and_its_counts_share_one_listing_of_the_input(kind, class_fold
         source = str(tmp_path / "in" / "photos.zip")
         write_zip(source, many_files())
     listed = []
-    match = FileSystems.match
 
-    def counting_match(patterns, *args, **kwargs):
-        listed.extend(p for p in patterns if p.startswith(os.path.dirname(source)))
-        return match(patterns, *args, **kwargs)
+    def counting(lister):
+        def count(patterns, *args, **kwargs):
+            found = [patterns] if isinstance(patterns, str) else patterns
+            listed.extend(p for p in found if p.startswith(os.path.dirname(source)))
+            return lister(patterns, *args, **kwargs)
 
-    monkeypatch.setattr(FileSystems, "match", counting_match)
+        return count
+
+    monkeypatch.setattr(FileSystems, "match", counting(FileSystems.match))  # remote paths, and globs
+    monkeypatch.setattr(listing, "_list", counting(listing._list))  # every listing, a local folder's without Beam
     found = plan_run(ConvertConfig(input=source, output=str(tmp_path / "out"), analyze=False), 1)
     assert found.inputs == 36 and sum(s.examples for s in found.splits.values()) == 36
     assert len(listed) == 1, listed

@@ -376,7 +376,7 @@ def test_no_train_split_skips_the_analysis(tmp_path):
 
 
 def test_pixel_moments_are_exact():
-    from img2tfrecord.transforms.analysis_totals import pixel_moments
+    from img2tfrecord.conversion.run_totals import pixel_moments
 
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, size=(100_000, 3))
@@ -390,7 +390,8 @@ def test_pixel_moments_are_exact():
 
 
 def test_totals_do_not_depend_on_batching():
-    from img2tfrecord.transforms.analysis_totals import TotalsCombineFn, statistics_json
+    from img2tfrecord.conversion.run_totals import statistics_json
+    from img2tfrecord.transforms.analysis_totals import TotalsCombineFn
 
     rng = np.random.default_rng(1)
 

@@ -101,7 +101,6 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     from img2tfrecord.api import config_from_args, run_config
     from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.errors import ErrorBudgetExceeded
-    from img2tfrecord.pipeline.runner import is_dry_run, pipeline_options
     from img2tfrecord.schemas import manifest
 
     # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.
@@ -136,6 +135,8 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         print(f"img2tfrecord: {e}{details}", file=sys.stderr)
         return EXIT_ERROR_BUDGET
     if doc is None:
+        from img2tfrecord.pipeline.runner import is_dry_run, pipeline_options
+
         if is_dry_run(pipeline_options(pipeline_args)):
             print("dry run: the job was built and translated; nothing ran and nothing was written")
         else:

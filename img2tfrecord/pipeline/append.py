@@ -15,11 +15,9 @@ import logging
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from img2tfrecord.conversion.appends import GenerationInputs, InputChanges, compare, outcomes, stale_inputs
 from img2tfrecord.conversion.converter import Converter
+from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import digest, list_stamped, resolve_input
@@ -37,7 +35,6 @@ from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.inputs import ERRORS, FILES
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import PlacementError
-from img2tfrecord.transforms.analysis_totals import RunTotals, totals_of
 
 # Options an append may give otherwise than the run that made the output: they do not change a record.
 FREE_OPTIONS = ("shard_size_mb", "num_shards", "max_error_rate", "analyze", "exact_statistics", "decode_timeout_s")
@@ -55,6 +52,7 @@ class AppendRun:
     ``plan`` is the run's plan narrowed to ``items`` (its shard counts sized from them, its
     ``generation`` set); ``labels`` are the output's classes, then any new ones (``--allow-new-classes``);
     ``withdrawn``: the records of changed and removed inputs it withdraws (``--accept-changes``);
+    ``listed``: the work items of the inputs it converts and the rows rejected while making them;
     ``analysis_base``: the totals of the train records the output's statistics cover, less the
     withdrawn ones, which the generation's analysis adds to (None: it is not analysed).
     """
@@ -66,6 +64,7 @@ class AppendRun:
     new_classes: Tuple[str, ...]
     withdrawn: Tuple[Withdrawal, ...] = ()
     analysis_base: Optional[RunTotals] = None
+    listed: Tuple[List[WorkItem], List[ErrorRow]] = ([], [])
 
     @property
     def generation(self) -> int:
@@ -106,7 +105,7 @@ def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
 def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
     """Write a run's ledger into its staging folder ``run_dir`` (the pipeline reads its work items from
     it; ``FinalizeOutput`` moves it to ``ledger/``); -> its path."""
-    path = FileSystems.join(run_dir, manifest.RUN_LEDGER_FILE)
+    path = storage.join(run_dir, manifest.RUN_LEDGER_FILE)
     storage.write_bytes(path, ledger_bytes(entries))
     return path
 
@@ -116,14 +115,14 @@ def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
 
 
 def _read(output: str, name: str) -> bytes:
-    with FileSystems.open(FileSystems.join(output, name), compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with storage.open_binary(storage.join(output, name)) as f:
         return f.read()
 
 
 def is_finished(output: str) -> bool:
     """Whether ``output`` holds a finished conversion (``_SUCCESS``); an append into one that does not
     converts everything as generation 0, so a scheduled job runs one command from its first night."""
-    return FileSystems.exists(FileSystems.join(output, manifest.SUCCESS_FILE))
+    return storage.exists(storage.join(output, manifest.SUCCESS_FILE))
 
 
 def read_finished(output: str) -> DatasetManifest:
@@ -253,7 +252,7 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
         generation=number + 1,
     )
     labels = tuple(previous.labels) + tuple(new_classes)
-    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base)
+    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base, (items, rejected))
 
 
 def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[RunTotals]:

@@ -11,22 +11,20 @@ committed shards + counts -> FinalizeOutput (dataset.json, labels.txt, _SUCCESS 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import img2tfrecord
 from img2tfrecord import faults
-from img2tfrecord.conversion.converter import ClipConverter, Converter, DetectionConverter, ImageConverter
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.images.options import image_library_versions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.append import AppendRun, keeps_ledger
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.launch import image_converter, run_dir
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
@@ -44,22 +42,6 @@ def _reason(row):
 
 def _one(unused_element):
     return 1
-
-
-def image_converter(config: ConvertConfig, plan: Plan) -> Converter[Any]:
-    """The converter of a run's work items; the analysed split's records carry their analysis rows."""
-    splits = config.splits or ((DEFAULT_SPLIT, 1.0),)
-    if plan.input.annotations:
-        return DetectionConverter(config.image, plan.input.layout, splits, config.seed, config.require_boxes)
-    if config.sequence:
-        return ClipConverter(config.image, plan.input.layout, splits, config.seed)
-    sums_split = names.ANALYZED_SPLIT if config.analyze else None
-    return ImageConverter(config.image, plan.input.layout, splits, config.seed, sums_split, config.exact_statistics)
-
-
-def run_dir(config: ConvertConfig, plan: Plan) -> str:
-    """The run's staging folder inside the output (``manifest.run_folder``)."""
-    return FileSystems.join(config.output, manifest.run_folder(plan.fingerprint(config)))
 
 
 def shard_sinks(config: ConvertConfig, plan: Plan) -> ShardSinks:

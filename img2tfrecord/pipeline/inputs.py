@@ -29,11 +29,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 from typing import Dict, List, Optional
 
-from apache_beam.io.filesystem import FileSystem
-
+from img2tfrecord.pipeline.listing import local_matcher
 from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.layout import is_text, printable
@@ -67,7 +65,7 @@ def _class_folder(relpath: str, layout: str) -> Optional[str]:
 def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
     """Walk the local input root ``base`` like Beam's listing does and report what it leaves out."""
     report = LocalInputReport()
-    matches = re.compile(FileSystem.translate_pattern(pattern)).match
+    matches = local_matcher(pattern)
     whole_folder = pattern == base + "**"
     files_per_class: Dict[str, int] = {}
     outputs: List[str] = []  # folders holding earlier outputs, not walked into
@@ -97,7 +95,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
         for name in filenames:
             path = os.path.join(dirpath, name)
             relpath = f"{rel_dir}/{name}" if rel_dir else name
-            if not matches(path):
+            if matches is not None and not matches(path):
                 continue
             if layouts.is_junk(relpath):
                 continue

@@ -1,8 +1,10 @@
 """The launch listing of the input: its paths resolved, its files listed once (names and sizes), its digest.
 
-``list_input`` reads metadata only (``FileSystems.match``, nothing is read); inside ``listing_once()``
-each pattern is listed once and that listing reused. A listing the filesystem refuses is a
-``PlanError``; a pattern that matches nothing lists ``[]``.
+``list_input`` reads metadata only, nothing is read; inside ``listing_once()`` each pattern is listed
+once and that listing reused. A local folder is listed with the standard library, as Beam's
+``LocalFileSystem.match`` lists it (same files, order and change markers; one ``stat`` per file), so a
+launch over a local folder loads no Beam; globs and remote paths go through ``FileSystems.match``.
+A listing the filesystem refuses is a ``PlanError``; a pattern that matches nothing lists ``[]``.
 """
 
 from __future__ import annotations
@@ -12,12 +14,11 @@ import contextvars
 import hashlib
 import json
 import os
-from typing import Dict, Iterator, List, Optional, Tuple
-
-from apache_beam.io.filesystem import BeamIOError
-from apache_beam.io.filesystems import FileSystems
+import re
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from img2tfrecord.pipeline.plan_model import PlanError
+from img2tfrecord.readers import storage
 from img2tfrecord.sources import kinds
 
 
@@ -45,11 +46,21 @@ def resolve_input(path: str) -> Tuple[str, str]:
     return root + "/", root + "/**"
 
 
+def local_matcher(pattern: str) -> Optional[Callable[[str], Any]]:
+    """The test a local path must pass to match ``pattern`` (Beam's glob syntax), or None when every file
+    under the pattern's folder matches (``folder/**``, the pattern of a folder input)."""
+    if pattern.endswith("/**") and not _GLOB_PREFIX.sub("", pattern[:-3]):
+        return None
+    from apache_beam.io.filesystem import FileSystem  # a real glob: Beam's own translation of it
+
+    return re.compile(FileSystem.translate_pattern(pattern)).match
+
+
 def is_file(path: str) -> bool:
     if not _is_uri(path):
         return os.path.isfile(path)
     try:
-        return any(m.path == path for m in FileSystems.match([path])[0].metadata_list)
+        return any(m.path == path for m in storage.beam_filesystems().match([path])[0].metadata_list)
     except Exception:
         return False
 
@@ -87,9 +98,41 @@ def list_stamped(pattern: str) -> List[Tuple[str, int, float]]:
     return listings[pattern]
 
 
+_GLOB_PREFIX = re.compile(r"^[^[*?]*")  # what Beam's match takes for the literal part of a pattern
+
+
 def _list(pattern: str) -> List[Tuple[str, int, float]]:
+    if _is_uri(pattern):
+        return _list_remote(pattern)
+    literal = _GLOB_PREFIX.match(pattern).group(0)  # type: ignore[union-attr]
+    if literal == pattern:  # no glob: the path itself
+        return [found for found in (_stat(pattern),) if found is not None]
+    matches = local_matcher(pattern)
+    listed = []
+    for folder, _, names in os.walk(os.path.dirname(literal)):
+        for name in names:
+            path = os.path.join(folder, name)
+            if matches is None or matches(path):
+                found = _stat(path)
+                if found is not None:
+                    listed.append(found)
+    return listed
+
+
+def _stat(path: str) -> Optional[Tuple[str, int, float]]:
+    """``(path, size, mtime)`` of a local file (links followed); None when it is gone or unreadable."""
     try:
-        result = FileSystems.match([pattern])[0]
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return path, stat.st_size, stat.st_mtime
+
+
+def _list_remote(pattern: str) -> List[Tuple[str, int, float]]:
+    from apache_beam.io.filesystem import BeamIOError
+
+    try:
+        result = storage.beam_filesystems().match([pattern])[0]
     except BeamIOError as e:  # the filesystem refused the listing (permissions, a missing bucket)
         details = [v for v in (e.exception_details or {}).values() if v is not None]
         if details and all(isinstance(v, FileNotFoundError) for v in details):
@@ -109,7 +152,7 @@ def file_size(path: str) -> Optional[int]:
     try:
         if not _is_uri(path):
             return os.path.getsize(path)
-        found = FileSystems.match([path])[0].metadata_list
+        found = storage.beam_filesystems().match([path])[0].metadata_list
         return found[0].size_in_bytes if found else None
     except Exception:
         return None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from apache_beam.io.filesystem import BeamIOError
-
 
 class OutputNotWritable(ValueError):
     """The output location cannot be written or cleared (a usage error, found before any pipeline starts)."""
@@ -11,10 +9,10 @@ class OutputNotWritable(ValueError):
 
 def error_cause(e: Exception) -> str:
     """The cause of a filesystem error in a few words (``Permission denied``, ``Read-only file system``)."""
-    if isinstance(e, BeamIOError) and e.exception_details:
-        e = next(iter(e.exception_details.values()))
-        if isinstance(e, BeamIOError) and e.exception_details:
-            e = next(iter(e.exception_details.values()))
+    for _ in range(2):  # Beam's BeamIOError holds the causes per path, sometimes one more BeamIOError
+        details = getattr(e, "exception_details", None)
+        if isinstance(details, dict) and details and isinstance(next(iter(details.values())), Exception):
+            e = next(iter(details.values()))
     if isinstance(e, OSError) and e.strerror:
         return e.strerror
     if isinstance(e, OSError) and e.args and isinstance(e.args[0], OSError) and e.args[0].strerror:

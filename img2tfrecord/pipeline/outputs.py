@@ -7,9 +7,8 @@ import posixpath
 import shutil
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-from apache_beam.io.filesystems import FileSystems
-
 from img2tfrecord.pipeline.output_errors import OutputNotWritable, error_cause
+from img2tfrecord.readers import storage
 from img2tfrecord.schemas import dataset_manifest, manifest
 
 if TYPE_CHECKING:
@@ -32,11 +31,11 @@ def check_writable(output_dir: str) -> None:
     where permission bits say no; the filesystem still refuses a read-only
     mount or a path through a file.
     """
-    probe = FileSystems.join(output_dir, manifest.TEMP_PREFIXES[1] + "write-check")
+    probe = storage.beam_filesystems().join(output_dir, manifest.TEMP_PREFIXES[1] + "write-check")
     try:
-        with FileSystems.create(probe) as f:
+        with storage.beam_filesystems().create(probe) as f:
             f.write(b"img2tfrecord write check\n")
-        FileSystems.delete([probe])
+        storage.beam_filesystems().delete([probe])
     except Exception as e:  # pylint: disable=broad-except
         raise OutputNotWritable(f"output {output_dir} is not writable: {error_cause(e)}") from None
 
@@ -48,11 +47,10 @@ def list_output(output_dir: str) -> List[str]:
     the output, not what it holds: it never makes an output non-empty.
     """
     try:
-        result = FileSystems.match([FileSystems.join(output_dir, "**")])[0]
+        found = list(storage.walk_files(output_dir))
     except Exception:  # a missing directory is an empty output
         return []
-    base = output_dir.rstrip("/") + "/"
-    return [m.path for m in result.metadata_list if _relative(base, m.path) != manifest.LOCK_FILE]
+    return [storage.join(output_dir, relpath) for relpath, _ in found if relpath != manifest.LOCK_FILE]
 
 
 def _relative(base: str, path: str) -> str:
@@ -69,7 +67,7 @@ def _run_folders(output_dir: str, existing: List[str]) -> List[str]:
 
 def _read_fingerprint(output_dir: str) -> Optional[str]:
     try:
-        with FileSystems.open(FileSystems.join(output_dir, manifest.MANIFEST_FILE)) as f:
+        with storage.beam_filesystems().open(storage.beam_filesystems().join(output_dir, manifest.MANIFEST_FILE)) as f:
             return dataset_manifest.loads(f.read().decode("utf-8")).run_fingerprint
     except Exception:  # pylint: disable=broad-except
         return None
@@ -226,13 +224,13 @@ def _clear(output_dir: str, paths: List[str], keep_folders: Sequence[str] = ()) 
     paths = sorted(paths, key=lambda p: posixpath.basename(p) != manifest.SUCCESS_FILE)
     try:
         if paths:
-            FileSystems.delete(paths)
+            storage.beam_filesystems().delete(paths)
         for path in paths:  # local filesystems leave the emptied folders
             rel = _relative(base, path)
             if "/" in rel and rel.split("/", 1)[0] not in keep_folders:
                 folder = base + rel.split("/", 1)[0]
-                if FileSystems.exists(folder):
-                    FileSystems.delete([folder])
+                if storage.beam_filesystems().exists(folder):
+                    storage.beam_filesystems().delete([folder])
     except Exception as e:  # pylint: disable=broad-except
         raise OutputNotWritable(f"cannot clear output {output_dir}: {error_cause(e)}") from None
     _remove_temp_folders(output_dir, keep_folders)
@@ -280,7 +278,7 @@ def remove_write_staging(output_dir: str) -> None:
     found = [p for p in list_output(output_dir) if _relative(base, p).startswith(prefix)]
     try:
         if found:
-            FileSystems.delete(found)
+            storage.beam_filesystems().delete(found)
         for path in _temp_folders(output_dir):
             if os.path.basename(path).startswith(prefix):
                 shutil.rmtree(path, ignore_errors=True)
@@ -290,8 +288,8 @@ def remove_write_staging(output_dir: str) -> None:
 
 def finished_shards(output_dir: str, run_folder: str) -> int:
     """How many shards the staging folder ``run_folder`` records as finished (what ``--resume`` keeps)."""
-    done = FileSystems.join(output_dir, run_folder, manifest.RUN_DONE_DIR)
+    done = storage.beam_filesystems().join(output_dir, run_folder, manifest.RUN_DONE_DIR)
     try:
-        return len(FileSystems.match([FileSystems.join(done, "*")])[0].metadata_list)
+        return len(storage.beam_filesystems().match([storage.beam_filesystems().join(done, "*")])[0].metadata_list)
     except Exception:  # pylint: disable=broad-except  # no staging folder yet
         return 0

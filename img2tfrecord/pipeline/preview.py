@@ -41,9 +41,9 @@ from img2tfrecord.pipeline.append import (
     refusal,
     sized_for,
 )
-from img2tfrecord.pipeline.build import image_converter
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import check_local_input
+from img2tfrecord.pipeline.launch import image_converter
 from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.outputs import list_output
 from img2tfrecord.pipeline.plan import make_plan

@@ -19,21 +19,10 @@ from apache_beam.options.pipeline_options import (
 
 from img2tfrecord import progress
 from img2tfrecord.conversion.pool import close_open_pools
-from img2tfrecord.pipeline.append import (
-    AppendRun,
-    NothingNew,
-    is_finished,
-    keeps_ledger,
-    listed_inputs,
-    log_append,
-    plan_append,
-    work_items,
-    write_ledger,
-)
-from img2tfrecord.pipeline.build import build_pipeline, image_converter, run_dir
+from img2tfrecord.pipeline.append import AppendRun, NothingNew, write_ledger
+from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.inputs import check_local_input
-from img2tfrecord.pipeline.listing import listing_once
+from img2tfrecord.pipeline.launch import Launched, image_converter, launch, run_dir
 from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output, release_handed
 from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.pipeline.outputs import (
@@ -46,7 +35,6 @@ from img2tfrecord.pipeline.outputs import (
     staging_left,
 )
 from img2tfrecord.pipeline.placing import place_listing
-from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.runner import (
     COUNTS_FROM_JOB,
@@ -66,8 +54,6 @@ from img2tfrecord.readers import storage
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
-from img2tfrecord.sources import kinds
-from img2tfrecord.sources.layout import class_names
 from img2tfrecord.transforms.counters import SHARDS_RESUMED
 from img2tfrecord.transforms.placed_shards import PlacedShards
 
@@ -78,6 +64,7 @@ def run(
     plan: Optional[Plan] = None,
     wait: bool = True,
     show_progress: bool = False,
+    launched: Optional[Launched] = None,
 ) -> Optional[DatasetManifest]:
     """Convert ``config.input`` into ``config.output``; returns the written ``dataset.json``.
 
@@ -85,7 +72,8 @@ def run(
     runs) and when ``wait`` is False (the job is submitted; it writes
     ``_SUCCESS`` itself when it completes). Raises ``PlanError``/``OutputNotEmpty``/
     ``OutputLocked`` (usage errors) before any pipeline starts; any pipeline failure propagates.
-    ``show_progress``: report the counts on stderr while waiting (``progress.py``).
+    ``show_progress``: report the counts on stderr while waiting (``progress.py``); ``launched``: what
+    ``launch.launch`` found, when the caller launched already (else ``plan``, if given, is launched).
 
     The run holds the output's lock (``pipeline/lock.py``) from before it
     changes anything until after ``_SUCCESS``, whatever the outcome; with
@@ -103,32 +91,18 @@ def run(
             mode,
             LOCAL_RUNNING_MODE,
         )
-    append: Optional[AppendRun] = None
-    with listing_once():  # the plan, the ledger and an append's comparison share one listing
-        appending = config.append and is_finished(config.output)
-        plan = plan or make_plan(config, whole=not appending)
-        if plan.input.input_kind == kinds.INPUT_FOLDER and "://" not in plan.input.base:
-            # Warns about empty class folders, links and unlistable folders; InputProblem for unusable names.
-            check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
-        ledger, junk = listed_inputs(plan) if keeps_ledger(config, plan) and not appending else (None, [])
-        listed = work_items(plan, ledger) if ledger is not None else None
-        labels = class_names(listed[0], plan.input.layout) if listed is not None else None  # an append's: its own
-        if config.append and not appending:
-            logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
-        elif config.append:
-            try:
-                append = plan_append(config, plan, image_converter(config, plan))
-            except NothingNew as e:
-                logging.info("%s", e)
-                if staging_left(config.output) and not is_dry_run(options):
-                    _remove_staging(config, options)
-                return read_manifest(config.output)
-            plan, ledger, junk = append.plan, list(append.changes.to_convert), []  # junk was counted by the first run
-            listed = work_items(plan, ledger)
-            log_append(append)
+    if launched is None:
+        try:
+            launched = launch(config, plan)
+        except NothingNew as e:
+            logging.info("%s", e)
+            if staging_left(config.output) and not is_dry_run(options):
+                _remove_staging(config, options)
+            return read_manifest(config.output)
+    plan, ledger, listed = launched.plan, launched.ledger, launched.listed
     if not config.processes:  # --processes not given: as many as the input is worth
         config = dataclasses.replace(config, processes=default_processes(options, plan))
-    launch = _Launch(append, junk, labels)
+    graph = _Graph(launched.append, launched.junk, launched.labels)
     placed_data = b""
     if listed is not None and not config.dedupe:  # the work items grouped by shard here, not in the job
         placed, placed_data = place_listing(
@@ -139,9 +113,9 @@ def run(
             run_dir(config, plan),
             spread=not is_local_runner(options),
         )
-        launch = launch._replace(placed=placed)
+        graph = graph._replace(placed=placed)
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
-        _execute(config, plan, options, launch, resuming=False, wait=wait, show_progress=False)
+        _execute(config, plan, options, graph, resuming=False, wait=wait, show_progress=False)
         return None
     staging = manifest.run_folder(plan.fingerprint(config))
     lock = lock_output(config.output, options)
@@ -151,9 +125,9 @@ def run(
             resuming = _prepare(config, staging, lock, plan.generation)
             if ledger is not None:
                 write_ledger(run_dir(config, plan), ledger)
-            if launch.placed is not None:
-                storage.write_bytes(launch.placed.path, placed_data)
-            _execute(config, plan, options, launch, resuming, wait, show_progress, lock)
+            if graph.placed is not None:
+                storage.write_bytes(graph.placed.path, placed_data)
+            _execute(config, plan, options, graph, resuming, wait, show_progress, lock)
         except BaseException:
             if stop.signum is None:
                 raise
@@ -202,8 +176,8 @@ def _prepare(config: ConvertConfig, staging: str, lock: OutputLock, generation: 
     return resuming
 
 
-class _Launch(NamedTuple):
-    """What the launcher found for the graph (``build_pipeline``'s arguments of the same names)."""
+class _Graph(NamedTuple):
+    """What the launch found for the graph (``build_pipeline``'s arguments of the same names)."""
 
     append: Optional[AppendRun]
     junk: Sequence[str]
@@ -215,7 +189,7 @@ def _execute(
     config: ConvertConfig,
     plan: Plan,
     options: PipelineOptions,
-    launch: _Launch,
+    graph: _Graph,
     resuming: bool,
     wait: bool,
     show_progress: bool,
@@ -236,7 +210,7 @@ def _execute(
     handed = lock.hand_over() if lock is not None and not wait and not dry_run else None
     after_success = functools.partial(release_handed, config.output, handed) if handed is not None else None
     try:
-        build_pipeline(p, config, plan, resume=resuming, after_success=after_success, **launch._asdict())
+        build_pipeline(p, config, plan, resume=resuming, after_success=after_success, **graph._asdict())
         _run(p, config, plan, options, resuming, wait, show_progress)
     except BaseException:
         if lock is not None and handed is not None:  # no job was submitted (or the local one failed)

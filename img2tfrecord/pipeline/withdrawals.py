@@ -13,6 +13,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.conversion.converter import Converter
+from img2tfrecord.conversion.run_totals import RunTotals
 from img2tfrecord.images.options import ConvertedImage, ImageError
 from img2tfrecord.images.statistics import pixel_sums
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
@@ -26,7 +27,6 @@ from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.schemas.transformed import ANALYZED_SPLIT
 from img2tfrecord.sources.layout import PlacementError
-from img2tfrecord.transforms.analysis_totals import RunTotals
 
 
 class SplitOf:

@@ -24,8 +24,9 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
-def _filesystems() -> Any:
-    from apache_beam.io.filesystems import FileSystems  # deferred: local paths never need Beam
+def beam_filesystems() -> Any:
+    """Beam's ``FileSystems``, imported on first use: code that may touch a local path only never loads Beam."""
+    from apache_beam.io.filesystems import FileSystems
 
     return FileSystems
 
@@ -56,7 +57,7 @@ def walk_files(directory: str) -> Iterator[Tuple[str, int]]:
                 yield os.path.relpath(path, directory).replace(os.sep, "/"), os.path.getsize(path)
         return
     prefix = _prefix(directory)
-    for result in _filesystems().match([prefix + "**"]):
+    for result in beam_filesystems().match([prefix + "**"]):
         for m in result.metadata_list:
             if m.path.startswith(prefix) and not m.path.endswith("/"):
                 yield m.path[len(prefix) :], m.size_in_bytes
@@ -64,14 +65,14 @@ def walk_files(directory: str) -> Iterator[Tuple[str, int]]:
 
 def exists(path: str) -> bool:
     """True when ``path`` is a file (or, locally, a folder)."""
-    return _filesystems().exists(path) if is_remote(path) else os.path.exists(path)
+    return beam_filesystems().exists(path) if is_remote(path) else os.path.exists(path)
 
 
 def isdir(path: str) -> bool:
     """True for a local folder, or a remote prefix that at least one object starts with."""
     if not is_remote(path):
         return os.path.isdir(path)
-    result = _filesystems().match([_prefix(path) + "**"], limits=[1])[0]
+    result = beam_filesystems().match([_prefix(path) + "**"], limits=[1])[0]
     return bool(result.metadata_list)
 
 
@@ -86,7 +87,7 @@ def file_size(path: str) -> int:
     """The size of a file in bytes; FileNotFoundError when there is none."""
     if not is_remote(path):
         return os.path.getsize(path)
-    found = [m for m in _filesystems().match([path])[0].metadata_list if m.path == path]
+    found = [m for m in beam_filesystems().match([path])[0].metadata_list if m.path == path]
     if not found:
         raise FileNotFoundError(f"no such file: {path}")
     return int(found[0].size_in_bytes)
@@ -95,14 +96,14 @@ def file_size(path: str) -> int:
 def open_binary(path: str) -> BinaryIO:
     """``path`` opened for seekable binary reading, never decompressed behind the caller's back."""
     if is_remote(path):
-        return cast(BinaryIO, _filesystems().open(path, compression_type=_uncompressed()))
+        return cast(BinaryIO, beam_filesystems().open(path, compression_type=_uncompressed()))
     return open(path, "rb", buffering=_READ_BUFFER)
 
 
 def create_binary(path: str) -> BinaryIO:
     """``path`` opened for binary writing (parent folders made); the file appears complete when closed."""
     if is_remote(path):
-        return cast(BinaryIO, _filesystems().create(path, compression_type=_uncompressed()))
+        return cast(BinaryIO, beam_filesystems().create(path, compression_type=_uncompressed()))
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)

@@ -5,7 +5,7 @@
       -> tft_beam.AnalyzeDataset(preprocessing_fn)    one pass over the sums; no image decoded here
       -> tft_beam.WriteTransformFn(<temp dir>/export)  then copied into the output through Beam's
          FileSystems: transform_fn/, transformed_metadata/, metadata/schema.pbtxt, schema.pbtxt
-      -> one statistics dict (analysis_totals.statistics_json), emitted once all of it is written,
+      -> one statistics dict (run_totals.statistics_json), emitted once all of it is written,
          for dataset.json (FinalizeOutput's side input)
 
 The ``preprocessing_fn`` maps raw records (``TFTransformOutput.raw_feature_spec()``) to
@@ -39,6 +39,7 @@ from google.protobuf import text_format
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
+from img2tfrecord.conversion.run_totals import BATCH_CLASSES, MAX_PIXEL, RunTotals, pixel_moments, statistics_json
 from img2tfrecord.images import LOSSLESS_FORMATS, ImageOptions
 from img2tfrecord.readers import storage
 from img2tfrecord.readers.tfdata import decode_encoded, decode_raw
@@ -46,14 +47,7 @@ from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
-from img2tfrecord.transforms.analysis_totals import (
-    BATCH_CLASSES,
-    MAX_PIXEL,
-    RunTotals,
-    TotalsCombineFn,
-    pixel_moments,
-    statistics_json,
-)
+from img2tfrecord.transforms.analysis_totals import TotalsCombineFn
 
 _PLACEHOLDER_VOCABULARY = b"placeholder-before-analysis\n"  # the vocabulary file while the graph is traced
 _MAP_PARALLELISM = 16  # images decoded at the same time inside one batch
@@ -99,7 +93,7 @@ def _image_fields(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> Tuple
 
 
 def _batch_totals(spec: TransformSpec, inputs: Mapping[str, tf.Tensor]) -> List[tf.Tensor]:
-    """The analyzer's inputs: one batch reduced to a few numbers (laid out as ``analysis_totals`` reads them)."""
+    """The analyzer's inputs: one batch reduced to a few numbers (laid out as ``conversion/run_totals`` reads them)."""
     heights, widths = inputs[keys.IMAGE_HEIGHT], inputs[keys.IMAGE_WIDTH]
     totals = [
         tf.size(heights, out_type=tf.int64),
@@ -183,7 +177,7 @@ def make_preprocessing_fn(
 
 
 # ---------------------------------------------------------------------------
-# The analyzers' Beam side (the totals themselves: analysis_totals).
+# The analyzers' Beam side (the totals themselves: conversion/run_totals).
 
 
 class _TrainStatistics(beam.PTransform):

@@ -1,0 +1,103 @@
+"""The launch: what a run converts, decided from one listing of the input before Beam is loaded.
+
+``launch`` plans the run, checks a local input folder, writes nothing, and returns what the graph
+needs: a folder run's ledger and work items, its classes, and for ``--append`` the next generation
+(or ``NothingNew``). Over a local folder none of it imports Beam, so a scheduled append that finds
+nothing new ends without loading it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, List, Optional, Sequence, Tuple
+
+from img2tfrecord.conversion.converter import ClipConverter, Converter, DetectionConverter, ImageConverter
+from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
+from img2tfrecord.model import ErrorRow, WorkItem
+from img2tfrecord.pipeline.append import (
+    AppendRun,
+    NothingNew,
+    is_finished,
+    keeps_ledger,
+    listed_inputs,
+    log_append,
+    plan_append,
+    work_items,
+)
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.inputs import check_local_input
+from img2tfrecord.pipeline.listing import listing_once
+from img2tfrecord.pipeline.plan import make_plan
+from img2tfrecord.pipeline.plan_model import Plan
+from img2tfrecord.readers import storage
+from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import transformed as names
+from img2tfrecord.schemas.ledger import LedgerEntry
+from img2tfrecord.sources import kinds
+from img2tfrecord.sources.layout import class_names
+
+__all__ = ["Launched", "NothingNew", "image_converter", "launch", "run_dir"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Launched:
+    """What the launch found. ``ledger``: the inputs a folder run converts (None: the graph discovers
+    them); ``listed``: their work items and the rows rejected while making them; ``junk``: the files
+    the run reports as left out; ``labels``: a folder run's classes; ``append``: the next generation."""
+
+    plan: Plan
+    ledger: Optional[List[LedgerEntry]] = None
+    listed: Optional[Tuple[List[WorkItem], List[ErrorRow]]] = None
+    junk: Sequence[str] = ()
+    labels: Optional[Sequence[str]] = None
+    append: Optional[AppendRun] = None
+
+
+def image_converter(config: ConvertConfig, plan: Plan) -> Converter[Any]:
+    """The converter of a run's work items; the analysed split's records carry their analysis rows."""
+    splits = config.splits or ((DEFAULT_SPLIT, 1.0),)
+    if plan.input.annotations:
+        return DetectionConverter(config.image, plan.input.layout, splits, config.seed, config.require_boxes)
+    if config.sequence:
+        return ClipConverter(config.image, plan.input.layout, splits, config.seed)
+    sums_split = names.ANALYZED_SPLIT if config.analyze else None
+    return ImageConverter(config.image, plan.input.layout, splits, config.seed, sums_split, config.exact_statistics)
+
+
+def run_dir(config: ConvertConfig, plan: Plan) -> str:
+    """The run's staging folder inside the output (``manifest.run_folder``)."""
+    return storage.join(config.output, manifest.run_folder(plan.fingerprint(config)))
+
+
+def launch(config: ConvertConfig, plan: Optional[Plan] = None) -> Launched:
+    """What ``config``'s run converts (``plan``: its launch plan, when already made).
+
+    Raises PlanError (and its InputProblem) for an input or an append that cannot go on, NothingNew
+    when an append finds nothing to convert. The plan, the ledger and an append's comparison share
+    one listing; the local folder check runs once the append knows it converts something.
+    """
+    with listing_once():
+        appending = config.append and is_finished(config.output)
+        plan = plan or make_plan(config, whole=not appending)
+        if appending:
+            append = plan_append(config, plan, image_converter(config, plan))
+            _check_local(append.plan)
+            log_append(append)
+            ledger = list(append.changes.to_convert)  # the junk was counted by the run that made the output
+            return Launched(append.plan, ledger, append.listed, (), None, append)
+        _check_local(plan)
+        if config.append:
+            logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
+        if not keeps_ledger(config, plan):
+            return Launched(plan)
+        ledger, junk = listed_inputs(plan)
+        listed = work_items(plan, ledger)
+        return Launched(plan, ledger, listed, junk, class_names(listed[0], plan.input.layout))
+
+
+def _check_local(plan: Plan) -> None:
+    """Warnings about a local input folder's empty class folders, links and unlistable folders;
+    InputProblem for names no record can carry."""
+    if plan.input.input_kind == kinds.INPUT_FOLDER and not storage.is_remote(plan.input.base):
+        check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
