@@ -128,6 +128,23 @@ def test_no_reader_returns_a_withdrawn_record(accepted):
     }
     assert not sampled & {(w.file, w.index) for w in doc.withdrawals}
     assert len(sampled) == sum(len(rows) for rows in expected.values())
+    # TFDS reads whole shards: a shard with withdrawn records is read from a copy of its live records, in its place.
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from img2tfrecord.readers.tfds_builder import tfds_builder
+    from img2tfrecord.schemas.tfds_layout import NotATfdsDatasetError
+
+    with pytest.raises(NotATfdsDatasetError, match=r"withdrawn records.*tfds_builder\(path\)"):
+        tfds.builder_from_directory(out)
+    builder = tfds_builder(out)
+    for split, rows in expected.items():
+        in_order = [
+            example["image"]["filename"].decode()
+            for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False))
+        ]
+        source = datasource.SplitDataSource(out, split, decode=False)
+        assert in_order == [source[i][keys.FILENAME].decode() for i in range(len(source))]
+        assert sorted(in_order) == sorted(rows)
+        assert builder.info.splits[split].num_examples == len(rows)
 
 
 @pytest.mark.e2e

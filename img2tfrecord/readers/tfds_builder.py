@@ -4,7 +4,9 @@ TFDS lists a split's shards from one file name template, and an append names its
 ``<split>-g<N>-...``, so ``tfds.builder_from_directory`` refuses an appended output (its metadata says
 why). :func:`tfds_builder` reads it anyway: each generation's shards of a split are one
 ``tfds.core.SplitInfo`` with its own template, merged into a ``MultiSplitInfo`` as
-``tfds.builder_from_directories`` merges folders. Needs TensorFlow Datasets.
+``tfds.builder_from_directories`` merges folders. TFDS reads whole shards only, so a shard holding
+withdrawn records (``convert --append --accept-changes``) is read from a private copy of its live
+records, made when the builder is; its place among the shards is kept. Needs TensorFlow Datasets.
 """
 
 from __future__ import annotations
@@ -13,19 +15,24 @@ import os
 import shutil
 import tempfile
 import weakref
+from typing import FrozenSet, List, Sequence
 
 import tensorflow_datasets as tfds
 from etils import epath
 from tensorflow_datasets.core import naming, splits
 
+from img2tfrecord import tfrecord_codec
+from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.schemas import manifest, tfds_layout
+from img2tfrecord.schemas.dataset_manifest import ShardInfo
 
 
 def tfds_builder(path: str) -> tfds.core.DatasetBuilder:
     """A read-only TFDS builder of the output at ``path``, whose splits hold every generation's records.
 
-    The same as ``tfds.builder_from_directory(path)`` for an output without appended generations.
+    The same as ``tfds.builder_from_directory(path)`` for an output without appended generations or
+    withdrawn records; no withdrawn record is read.
     Raises :class:`tfds_layout.NotATfdsDatasetError` for an output TFDS cannot read (its reason),
     and what ``img2tfrecord.load`` raises for a missing or unfinished output.
     """
@@ -33,7 +40,7 @@ def tfds_builder(path: str) -> tfds.core.DatasetBuilder:
     reason = tfds_layout.unsupported_reason(doc, across_generations=True)
     if reason is not None:
         raise tfds_layout.NotATfdsDatasetError(reason)
-    if len(doc.generations) <= 1:
+    if len(doc.generations) <= 1 and not doc.withdrawals:
         return tfds.builder_from_directory(path)
     # The metadata a builder starts from (features, names) in a private folder; the splits are set below.
     folder = tempfile.mkdtemp(prefix="img2tfrecord-tfds-")
@@ -42,26 +49,62 @@ def tfds_builder(path: str) -> tfds.core.DatasetBuilder:
             f.write(text)
     builder = tfds.builder_from_directory(folder)
     weakref.finalize(builder, shutil.rmtree, folder, True)
+    withdrawn = doc.withdrawn_by_file()
     infos = []
     for split in doc.splits:
-        parts = [
-            tfds.core.SplitInfo(
-                name=split,
-                shard_lengths=[s.num_records for s in shards],
-                num_bytes=sum(s.num_bytes for s in shards),
-                filename_template=naming.ShardedFileTemplate(
-                    data_dir=epath.Path(path),
-                    template=manifest.shard_prefix(split, generation) + "-{SHARD_X_OF_Y}.tfrecord",
-                    dataset_name=tfds_layout.DATASET_NAME,
-                    split=split,
-                    filetype_suffix="tfrecord",
-                ),
-            )
-            for generation, shards in tfds_layout.generation_shards(doc, split)
-        ]
+        parts: List[splits.SplitInfo] = []
+        for generation, shards in tfds_layout.generation_shards(doc, split):
+            template = manifest.shard_prefix(split, generation) + "-{SHARD_X_OF_Y}.tfrecord"
+            start = 0
+            for i, shard in enumerate(shards):
+                if shard.file in withdrawn:
+                    if i > start:
+                        parts.append(_shards(path, split, template, shards, start, i))
+                    copy = f"{split}-live-{len(parts):05d}"
+                    count = _copy_live(
+                        records.join(path, shard.file), os.path.join(folder, copy), withdrawn[shard.file]
+                    )
+                    parts.append(_split_info(folder, split, copy + "-{SHARD_X_OF_Y}.tfrecord", [count], 0))
+                    start = i + 1
+            if start < len(shards):
+                parts.append(_shards(path, split, template, shards, start, len(shards)))
         infos.append(splits.MultiSplitInfo(name=split, split_infos=parts))
     builder.info.set_splits(splits.SplitDict(infos))
     return builder
+
+
+def _shards(
+    path: str, split: str, template: str, shards: Sequence[ShardInfo], start: int, end: int
+) -> splits.SplitInfo:
+    """The split info of one generation's ``shards[start:end]``: the others count 0 records, so TFDS skips them."""
+    lengths = [s.num_records if start <= i < end else 0 for i, s in enumerate(shards)]
+    return _split_info(path, split, template, lengths, sum(s.num_bytes for s in shards[start:end]))
+
+
+def _split_info(folder: str, split: str, template: str, lengths: List[int], num_bytes: int) -> splits.SplitInfo:
+    return tfds.core.SplitInfo(
+        name=split,
+        shard_lengths=lengths,
+        num_bytes=num_bytes,
+        filename_template=naming.ShardedFileTemplate(
+            data_dir=epath.Path(folder),
+            template=template,
+            dataset_name=tfds_layout.DATASET_NAME,
+            split=split,
+            filetype_suffix="tfrecord",
+        ),
+    )
+
+
+def _copy_live(shard: str, prefix: str, withdrawn: FrozenSet[int]) -> int:
+    """Write the records of ``shard`` but the ``withdrawn`` ones to the one-shard file of ``prefix``; -> how many."""
+    count = 0
+    with open(prefix + "-00000-of-00001.tfrecord", "wb") as out:
+        for index, _, data in records.iter_records(shard):
+            if index not in withdrawn:
+                out.write(tfrecord_codec.encode_record(data))
+                count += 1
+    return count
 
 
 __all__ = ["tfds_builder"]

@@ -75,11 +75,11 @@ def unsupported_reason(doc: DatasetManifest, across_generations: bool = False) -
             f"this img2tfrecord output is {doc.compression.value}-compressed and TFDS reads uncompressed "
             "TFRecord files only; read it with img2tfrecord.load or convert with --compression none"
         )
-    if doc.withdrawals:
+    if doc.withdrawals and not across_generations:
         return (
             "this img2tfrecord output has withdrawn records (convert --append --accept-changes), which TFDS "
-            "cannot skip; read it with img2tfrecord.load or img2tfrecord.readers.datasource.SplitDataSource, "
-            "or rebuild it with --overwrite"
+            "cannot skip inside a shard; read it with img2tfrecord.readers.tfds_builder.tfds_builder(path), "
+            "which reads those shards from a copy of their live records, or with img2tfrecord.load"
         )
     if len(doc.generations) > 1 and not across_generations:
         return (
