@@ -139,3 +139,26 @@ def test_a_manifest_source_gives_a_row_without_a_path_as_an_error(tmp_path):
     _, found = _found("manifest", tmp_path)
     assert sorted(f.relpath for f in found.files) == ["img/cat/a.jpg", "img/dog/c.jpg", "img/missing.jpg"]
     assert [reason for _, reason in _rows(found)] == ["bad_manifest_row"]
+
+
+def test_a_listing_digest_hashes_the_json_line_of_each_entry():
+    """The digest formats a listing's entries directly; its bytes stay those of json.dumps (an old
+    output's fingerprint still matches), whatever the name holds."""
+    import hashlib
+    import json
+
+    from img2tfrecord.pipeline.listing import digest
+
+    entries = [
+        ("class0/a.jpg", 12),
+        ("ü/\udcff\"\\\n\t.jpg", 2**70, 1.5e-300),
+        ("x", 1723456789.123456, 3),
+        ("", 0, 0.0),
+        ("flag", True),  # not a plain number: json.dumps itself
+        ["a list", 1],
+        ("odd", float("nan")),
+    ]
+    expected = hashlib.sha256()
+    for entry in entries:
+        expected.update(json.dumps(entry, sort_keys=True, default=str).encode("utf-8", "surrogateescape") + b"\n")
+    assert digest(entries) == expected.hexdigest()

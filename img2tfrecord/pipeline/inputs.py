@@ -31,7 +31,7 @@ import logging
 import os
 from typing import Dict, List, Optional
 
-from img2tfrecord.pipeline.listing import local_matcher
+from img2tfrecord.pipeline.listing import listed_paths, local_matcher
 from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.layout import is_text, printable
@@ -66,6 +66,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
     """Walk the local input root ``base`` like Beam's listing does and report what it leaves out."""
     report = LocalInputReport()
     matches = local_matcher(pattern)
+    listed = listed_paths(pattern)  # files the launch's listing found (and stat'ed) already
     whole_folder = pattern == base + "**"
     files_per_class: Dict[str, int] = {}
     outputs: List[str] = []  # folders holding earlier outputs, not walked into
@@ -101,7 +102,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
                 continue
             if not is_text(relpath):
                 report.bad_names.append(printable(relpath))
-            if not os.path.exists(path):
+            if path not in listed and not os.path.exists(path):  # the listing left it out: a broken link?
                 report.broken_links.append(printable(relpath))
                 continue
             report.files += 1

@@ -13,9 +13,10 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import math
 import os
 import re
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.readers import storage
@@ -26,8 +27,23 @@ def digest(entries) -> str:
     """sha256 of a listing: one JSON line per entry, in the given (sorted) order."""
     h = hashlib.sha256()
     for entry in entries:
-        h.update(json.dumps(entry, sort_keys=True, default=str).encode("utf-8", "surrogateescape") + b"\n")
+        h.update(_json_line(entry).encode("utf-8", "surrogateescape") + b"\n")
     return h.hexdigest()
+
+
+def _json_line(entry) -> str:
+    """``json.dumps(entry, sort_keys=True, default=str)``; a tuple of names and numbers (a listing's
+    entry) formatted directly, with the same bytes: one encoder per call is most of a large digest."""
+    if type(entry) is tuple and all(type(v) is str or type(v) is int or _finite(v) for v in entry):
+        return "[" + ", ".join(_ascii_string(v) if type(v) is str else repr(v) for v in entry) + "]"
+    return json.dumps(entry, sort_keys=True, default=str)
+
+
+def _finite(value) -> bool:
+    return type(value) is float and math.isfinite(value)
+
+
+_ascii_string = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str (ensure_ascii)
 
 
 def _is_uri(path: str) -> bool:
@@ -99,6 +115,12 @@ def list_stamped(pattern: str) -> List[Tuple[str, int, float]]:
 
 
 _GLOB_PREFIX = re.compile(r"^[^[*?]*")  # what Beam's match takes for the literal part of a pattern
+
+
+def listed_paths(pattern: str) -> FrozenSet[str]:
+    """The paths of ``pattern``'s listing when this ``listing_once()`` block has made it, else empty."""
+    listing = (_LISTINGS.get() or {}).get(pattern)
+    return frozenset(path for path, _, _ in listing) if listing else frozenset()
 
 
 def _list(pattern: str) -> List[Tuple[str, int, float]]:
