@@ -185,6 +185,9 @@ def test_nothing_new_exits_0_and_changes_no_byte(three_generations):
     plan = api.plan(src, out, append=True, pipeline_options=BEAM, **OPTIONS)
     assert (plan.append.generation, plan.append.new, plan.append.retried, plan.inputs) == (3, 0, 0, 0)
     assert plan.append.unchanged == docs[-1].accounting.inputs and plan.append.refused is None
+    # The plan says the run would write nothing, and times it as the run goes: its launch, no Beam graph.
+    assert plan.append.nothing_new and "would change nothing" in plan.output.note
+    assert plan.time.startup_parts["graph"] == 0 and plan.time.startup_parts["listing"] > 0
 
 
 @pytest.mark.e2e
@@ -229,7 +232,7 @@ def test_changed_removed_new_classes_and_other_options_are_refused_with_one_line
         ["class1/img_0001.jpg"],
     )
     assert plan.append.refused is not None and plan.append.refused.endswith("rebuild with --overwrite")
-    assert plan.inputs == 0 and "--append" in plan.output.note
+    assert plan.inputs == 0 and "--append" in plan.output.note and not plan.append.nothing_new
     assert _bytes_and_times(out) == before
 
 

@@ -23,6 +23,7 @@ import posixpath
 import time
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
+from img2tfrecord.conversion.appends import stale_inputs
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import (
     Clip,
@@ -58,7 +59,7 @@ from img2tfrecord.pipeline.preview_report import (
     TimeEstimate,
 )
 from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
-from img2tfrecord.pipeline.startup import ImportTimer, Startup, measure
+from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
@@ -135,8 +136,8 @@ def _has_bytes(item: Item) -> bool:
     return all(not (isinstance(f.member, InlineMember) and f.size and not f.member.data) for f in _frames(item))
 
 
-def _output_state(config: ConvertConfig) -> OutputState:
-    """What the output location holds, listed only."""
+def _output_state(config: ConvertConfig, nothing_new: bool = False) -> OutputState:
+    """What the output location holds, listed only; ``nothing_new``: an append would find nothing to add."""
     path = config.output
     existing = list_output(path)
     try:  # Beam's staging folders a killed run can leave: empty, so not listed as files
@@ -149,6 +150,8 @@ def _output_state(config: ConvertConfig) -> OutputState:
         exists, note = True, "not a folder: a run cannot write there"
     elif not exists:
         note = "absent or empty: a run writes there"
+    elif config.append and finished and nothing_new:
+        note = "a finished conversion holding every input: a run would change nothing (--append)"
     elif config.append and finished:
         note = "a finished conversion: a run would add a generation of new shards to it (--append)"
     elif config.overwrite:
@@ -286,7 +289,11 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
     analysed = config.analyze and not plan.input.annotations and not config.sequence
     if imports.analysis != analysed:  # detection: no analysis, which the plan knows only now
         imports = ImportTimer(analysed)
-    startup = measure(dataclasses.replace(config, processes=processes), plan, listing_seconds, imports)
+    if append is not None and append.nothing_new:  # the run ends at its launch: no Beam, no job
+        imports.close()
+        startup = launch_only(listing_seconds)
+    else:
+        startup = measure(dataclasses.replace(config, processes=processes), plan, listing_seconds, imports)
     return RunPlan(
         input=config.input,
         input_kind=plan.input.input_kind,
@@ -315,7 +322,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         size_ratio=round(plan.sizing.size_ratio, 4),
         estimated_bytes=int(sum(info.bytes for info in splits.values())),
         time=_time_sample(converter, placed, labels, processes, startup),
-        output=_output_state(config),
+        output=_output_state(config, nothing_new=append is not None and append.nothing_new),
         local_checks=local_checks,
         skipped_outputs=list(plan.input.skipped_outputs),
         append=append,
@@ -333,6 +340,8 @@ def _narrow_to_append(
     listing.skipped = []
     new_classes = new_classes_of(plan, listing.files, previous)
     plan = sized_for(config, plan, converter, listing.files)
+    refused = refusal(changes, new_classes, config.allow_new_classes, list_file=False)
+    withdraws = changes.accepted and bool(stale_inputs(changes))
     summary = AppendPlan(
         generation=previous.generations[-1].number + 1,
         new=len(changes.new),
@@ -341,7 +350,8 @@ def _narrow_to_append(
         changed=_listed([now.relpath for _, now in changes.changed]),
         removed=_listed([e.relpath for e in changes.removed]),
         new_classes=new_classes,
-        refused=refusal(changes, new_classes, config.allow_new_classes, list_file=False),
+        refused=refused,
         accepted=changes.accepted,
+        nothing_new=refused is None and not changes.to_convert and not withdraws,  # as plan_append decides
     )
     return plan, list(previous.labels) + new_classes, summary

@@ -75,6 +75,7 @@ class AppendPlan:
     new_classes: List[str]
     refused: Optional[str]  # the line the run would exit 2 with; None: it would go on
     accepted: bool = False  # --accept-changes: the changed and removed inputs' records are withdrawn
+    nothing_new: bool = False  # nothing to convert or withdraw: the run ends at its launch, writing nothing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,10 +149,16 @@ def format_plan(p: RunPlan) -> str:
     )
     if p.append is not None:
         a = p.append
-        lines.append(
-            f"append: generation {a.generation} converts {a.new} new and {a.retried} retried input(s); "
-            f"{a.unchanged} unchanged" + (f"; new classes: {', '.join(a.new_classes)}" if a.new_classes else "")
-        )
+        if a.nothing_new:
+            lines.append(
+                f"append: nothing new since generation {a.generation - 1} ({a.unchanged} unchanged): "
+                "a run would write nothing"
+            )
+        else:
+            lines.append(
+                f"append: generation {a.generation} converts {a.new} new and {a.retried} retried input(s); "
+                f"{a.unchanged} unchanged" + (f"; new classes: {', '.join(a.new_classes)}" if a.new_classes else "")
+            )
         accepted = ", records withdrawn" if a.accepted else ""
         if a.changed.count:
             again = ", converted again" if a.accepted else ""

@@ -11,14 +11,16 @@ import dataclasses
 import subprocess
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import Plan
 
 # What a run's launcher imports before it lists anything; the analysis adds TensorFlow and tf.Transform.
+# An append that finds nothing new imports only the launch (no Beam).
 _RUN_MODULES = ("img2tfrecord.pipeline.run",)
 _ANALYSIS_MODULES = ("img2tfrecord.transforms.analyze",)
+_LAUNCH_MODULES = ("img2tfrecord.pipeline.launch",)
 _IMPORT_TIMEOUT_S = 120.0
 
 
@@ -38,19 +40,20 @@ class Startup:
         return {name: round(value, 2) for name, value in dataclasses.asdict(self).items()}
 
 
-_MEASURED: Dict[bool, float] = {}  # analysis -> import seconds, once per process
+_MEASURED: Dict[Tuple[bool, bool], float] = {}  # (analysis, job) -> import seconds, once per process
 
 
 class ImportTimer:
     """A fresh interpreter importing a run's modules, started at once beside the caller's own work;
     :meth:`seconds` is its wall time from start to the end of its imports (0.0 if it failed)."""
 
-    def __init__(self, analysis: bool):
+    def __init__(self, analysis: bool, job: bool = True):
         self.analysis = analysis
+        self._key = (analysis, job)  # job False: the launch alone, of a run that ends before any job
         self._proc: Optional[subprocess.Popen] = None
-        if analysis in _MEASURED:
+        if self._key in _MEASURED:
             return
-        modules = _RUN_MODULES + (_ANALYSIS_MODULES if analysis else ())
+        modules = (_RUN_MODULES + (_ANALYSIS_MODULES if analysis else ())) if job else _LAUNCH_MODULES
         code = "; ".join(f"import {m}" for m in modules) + "; import time; print(time.time())"
         self._started = time.time()
         try:
@@ -62,7 +65,7 @@ class ImportTimer:
                 text=True,
             )
         except OSError:
-            _MEASURED[analysis] = 0.0
+            _MEASURED[self._key] = 0.0
 
     def close(self) -> None:
         """Stop the interpreter if it is still importing (the plan failed before it needed the figure)."""
@@ -80,9 +83,9 @@ class ImportTimer:
                 self._proc.kill()
                 self._proc.communicate()
                 ended = None
-            _MEASURED[self.analysis] = 0.0 if ended is None else max(0.0, ended - self._started)
+            _MEASURED[self._key] = 0.0 if ended is None else max(0.0, ended - self._started)
             self._proc = None
-        return _MEASURED[self.analysis]
+        return _MEASURED[self._key]
 
 
 def graph_seconds(config: ConvertConfig, plan: Plan) -> float:
@@ -95,6 +98,15 @@ def graph_seconds(config: ConvertConfig, plan: Plan) -> float:
     started = time.perf_counter()
     build_pipeline(beam.Pipeline(options=PipelineOptions([])), dataclasses.replace(config, analyze=False), plan)
     return time.perf_counter() - started
+
+
+def launch_only(listing_seconds: float) -> Startup:
+    """The start-up of a run that ends at its launch (an append with nothing new): no Beam, no graph."""
+    imports = ImportTimer(analysis=False, job=False)
+    try:
+        return Startup(imports.seconds(), listing_seconds, 0.0)
+    finally:
+        imports.close()
 
 
 def measure(config: ConvertConfig, plan: Plan, listing_seconds: float, imports: ImportTimer) -> Startup:
