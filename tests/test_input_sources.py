@@ -151,7 +151,7 @@ def test_a_listing_digest_hashes_the_json_line_of_each_entry():
 
     entries = [
         ("class0/a.jpg", 12),
-        ("ü/\udcff\"\\\n\t.jpg", 2**70, 1.5e-300),
+        ('ü/\udcff"\\\n\t.jpg', 2**70, 1.5e-300),
         ("x", 1723456789.123456, 3),
         ("", 0, 0.0),
         ("flag", True),  # not a plain number: json.dumps itself
