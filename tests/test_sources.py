@@ -8,6 +8,7 @@ import io
 import json
 import os
 import tarfile
+from unittest import mock
 
 import images as I
 import pytest
@@ -309,6 +310,20 @@ def test_launch_plan_preview_and_local_checks_leave_out_an_old_output(inputs, tm
     assert listing.skipped == [] and listing.errors == []
     report = scan_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
     assert report.files == len(inputs["files"]) and report.empty_class_folders == []
+    # A launch walks the folder once: its listing, then the local check over the same walk.
+    from img2tfrecord.pipeline import listing as listing_module
+
+    walks = []
+    walk = os.walk
+
+    def counted(top, *args, **kwargs):
+        walks.append(top)
+        return walk(top, *args, **kwargs)
+
+    with mock.patch.object(listing_module.os, "walk", counted), listing_module.listing_once():
+        plan = make_plan(config)
+        assert scan_local_input(plan.input.base, plan.input.pattern, plan.input.layout) == report
+    assert walks == [root]
     # An input that is itself an output.
     from img2tfrecord.pipeline.plan_model import PlanError
 

@@ -1,11 +1,11 @@
 """Launch-time checks of a local input folder: what the pipeline's listing cannot report.
 
-The pipeline lists a local input with Beam's ``LocalFileSystem``, which walks
-folders with ``os.walk``: links to folders are not followed (so a link loop
-cannot make the listing run forever), broken links and folders that cannot be
-listed are left out without a word, and an empty folder has no file to list.
-This module walks the input once, the same way, before the pipeline starts,
-and says what it finds:
+A local input is listed as Beam's ``LocalFileSystem`` lists it, with
+``os.walk``: links to folders are not followed (so a link loop cannot make the
+listing run forever), broken links and folders that cannot be listed are left
+out without a word, and an empty folder has no file to list. This module reads
+that same walk (``listing.walk_folder``: the launch walks the folder once)
+before the pipeline starts, and says what it finds:
 
 * file names that are not valid UTF-8 are warned about: a record stores its
   name as text, so each such file becomes an ``errors.jsonl`` row (reason
@@ -16,7 +16,7 @@ and says what it finds:
   followed), broken links and folders that cannot be listed are warned
   about: none of them gives an input.
 
-Folders holding an earlier img2tfrecord output are not walked into
+Folders holding an earlier img2tfrecord output are not looked into
 (``sources/layout.py`` ``marks_output``; the launch plan warns about them).
 
 Only local filesystems have empty folders, links or unreadable folders;
@@ -31,7 +31,7 @@ import logging
 import os
 from typing import Dict, List, Optional
 
-from img2tfrecord.pipeline.listing import listed_paths, local_matcher
+from img2tfrecord.pipeline.listing import listed_paths, local_matcher, walk_folder
 from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.layout import is_text, printable
@@ -63,7 +63,8 @@ def _class_folder(relpath: str, layout: str) -> Optional[str]:
 
 
 def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
-    """Walk the local input root ``base`` like Beam's listing does and report what it leaves out."""
+    """Walk the local input root ``base`` like Beam's listing does (the launch's own walk of it, inside
+    ``listing.listing_once()``) and report what it leaves out."""
     report = LocalInputReport()
     matches = local_matcher(pattern)
     listed = listed_paths(pattern)  # files the launch's listing found (and stat'ed) already
@@ -71,17 +72,20 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
     files_per_class: Dict[str, int] = {}
     outputs: List[str] = []  # folders holding earlier outputs, not walked into
     root = base.rstrip("/") or "/"
+    walk = walk_folder(root)  # the walk the launch's listing made, when it made one
+    pruned: List[str] = []  # folders of earlier outputs: what is inside them is not looked at
 
-    def unlistable(error: OSError) -> None:
-        if whole_folder:  # a glob's scope is narrower than the folder walked
-            report.unlistable.append(printable(layouts.relative_path(base, error.filename + "/") or "."))
+    def inside_pruned(folder: str) -> bool:
+        return any(folder.startswith(p.rstrip(os.sep) + os.sep) for p in pruned)
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
+    for dirpath, dirnames, filenames in walk.entries:
+        if pruned and inside_pruned(dirpath):
+            continue
         rel_dir = layouts.relative_path(base, dirpath + "/").rstrip("/")
         if any(layouts.marks_output(n) for n in filenames) or any(
             layouts.marks_output(n, is_folder=True) for n in dirnames
         ):  # an earlier output: not an input, and not an empty class folder (the plan warned about it)
-            dirnames[:] = []
+            pruned.append(dirpath)
             files_per_class.pop(rel_dir, None)
             outputs.append(rel_dir)
             continue
@@ -113,6 +117,10 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
             folder = _class_folder(relpath, layout)
             if folder is not None:
                 files_per_class[folder] = files_per_class.get(folder, 0) + 1
+    if whole_folder:  # a glob's scope is narrower than the folder walked
+        for error in walk.unlistable:
+            if not inside_pruned(str(error.filename)):
+                report.unlistable.append(printable(layouts.relative_path(base, f"{error.filename}/") or "."))
     if layout == layouts.LAYOUT_SPLIT:  # only folders inside split folders are class folders
         files_per_class = {k: n for k, n in files_per_class.items() if split_of_folder(k.split("/", 1)[0]) is not None}
     report.empty_class_folders = sorted(  # a folder of earlier outputs only is not an empty class: warned about

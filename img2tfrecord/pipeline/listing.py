@@ -16,7 +16,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Tuple
 
 from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.readers import storage
@@ -87,15 +87,44 @@ _LISTINGS: contextvars.ContextVar[Optional[Dict[str, List[Tuple[str, int, float]
 )
 
 
+class FolderWalk(NamedTuple):
+    """``os.walk`` of a local folder, top-down, nothing pruned, links to folders not followed."""
+
+    entries: List[Tuple[str, List[str], List[str]]]  # (folder, its sub-folders, its files)
+    unlistable: List[OSError]  # the folders it could not list
+
+
+# root folder -> its walk, inside listing_once(), where the listing and the local check share it.
+_WALKS: contextvars.ContextVar[Optional[Dict[str, FolderWalk]]] = contextvars.ContextVar(
+    "img2tfrecord_walks", default=None
+)
+
+
 @contextlib.contextmanager
 def listing_once() -> Iterator[None]:
     """Inside the block each pattern is listed once and that listing reused (the plan, then ``--plan``'s
-    count of every input): a bucket of a million objects is not listed twice."""
+    count of every input), and a local folder walked once (the listing, then the local check): a
+    bucket of a million objects is not listed twice, nor a folder of a million files walked twice."""
     token = _LISTINGS.set({})
+    walks = _WALKS.set({})
     try:
         yield
     finally:
+        _WALKS.reset(walks)
         _LISTINGS.reset(token)
+
+
+def walk_folder(root: str) -> FolderWalk:
+    """The walk of the local folder ``root`` (the one this ``listing_once()`` block made already, if any).
+    Callers must not change its lists."""
+    walks = _WALKS.get()
+    if walks is not None and root in walks:
+        return walks[root]
+    unlistable: List[OSError] = []
+    found = FolderWalk(list(os.walk(root, onerror=unlistable.append)), unlistable)
+    if walks is not None:
+        walks[root] = found
+    return found
 
 
 def list_input(pattern: str) -> List[Tuple[str, int]]:
@@ -131,7 +160,7 @@ def _list(pattern: str) -> List[Tuple[str, int, float]]:
         return [found for found in (_stat(pattern),) if found is not None]
     matches = local_matcher(pattern)
     listed = []
-    for folder, _, names in os.walk(os.path.dirname(literal)):
+    for folder, _, names in walk_folder(os.path.dirname(literal)).entries:
         for name in names:
             path = os.path.join(folder, name)
             if matches is None or matches(path):
