@@ -16,8 +16,8 @@ from typing import Dict, Optional, Tuple
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import Plan
 
-# What a run's launcher imports before it lists anything; the analysis adds TensorFlow and tf.Transform.
-# An append that finds nothing new imports only the launch (no Beam).
+# What a run imports: the launch, then Beam with the job's modules; the analysis adds TensorFlow and
+# tf.Transform. An append that finds nothing new imports only the launch (no Beam).
 _RUN_MODULES = ("img2tfrecord.pipeline.run",)
 _ANALYSIS_MODULES = ("img2tfrecord.transforms.analyze",)
 _LAUNCH_MODULES = ("img2tfrecord.pipeline.launch",)
