@@ -392,7 +392,7 @@ def test_refuses_non_empty_output_and_overwrites_only_its_own(messy_input, messy
     shards = [manifest.shard_file_name(split, i, 2) for split in ("train", "validation", "test") for i in range(2)]
     assert sorted(os.listdir(out)) == sorted(own + analysis + shards)
     proc = convert(root, out)
-    assert proc.returncode == 2 and "--overwrite" in proc.stderr
+    assert proc.returncode == 2 and "--overwrite to replace it, or --append to add" in proc.stderr
     proc = convert(root, out, "--overwrite", "--num-shards", "1", *ONE)  # one split, without the analysis
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(os.listdir(out)) == sorted(own + ["train-00000-of-00001.tfrecord"])

@@ -156,8 +156,14 @@ def prepare_output(
                 f"output {output_dir} holds the staging folder of an unfinished conversion "
                 f"({os.path.basename(_temp_folders(output_dir)[0])}); pass --overwrite to replace it{also}"
             )
-        what = "a finished conversion" if finished else f"{len(existing)} file(s)"
-        raise OutputNotEmpty(f"output {output_dir} already holds {what}; pass --overwrite to replace it{also}")
+        if finished:  # a scheduled job over a growing input adds to it instead
+            raise OutputNotEmpty(
+                f"output {output_dir} already holds a finished conversion; pass --overwrite to replace it, "
+                f"or --append to add the inputs that are new since{also}"
+            )
+        raise OutputNotEmpty(
+            f"output {output_dir} already holds {len(existing)} file(s); pass --overwrite to replace it{also}"
+        )
     if lock is not None:
         lock.ensure_held()
     _clear(output_dir, existing)
