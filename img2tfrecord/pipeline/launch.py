@@ -26,7 +26,7 @@ from img2tfrecord.pipeline.append import (
     work_items,
 )
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.inputs import check_local_input
+from img2tfrecord.pipeline.inputs import LocalInputReport, check_local_input
 from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
@@ -37,7 +37,7 @@ from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources.layout import class_names
 
-__all__ = ["Launched", "NothingNew", "image_converter", "launch", "run_dir"]
+__all__ = ["Launched", "NothingNew", "check_local", "image_converter", "launch", "run_dir"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +82,11 @@ def launch(config: ConvertConfig, plan: Optional[Plan] = None) -> Launched:
         plan = plan or make_plan(config, whole=not appending)
         if appending:
             append = plan_append(config, plan, image_converter(config, plan))
-            _check_local(append.plan)
+            check_local(append.plan)
             log_append(append)
             ledger = list(append.changes.to_convert)  # the junk was counted by the run that made the output
             return Launched(append.plan, ledger, append.listed, (), None, append)
-        _check_local(plan)
+        check_local(plan)
         if config.append:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
         if not keeps_ledger(config, plan):
@@ -96,8 +96,9 @@ def launch(config: ConvertConfig, plan: Optional[Plan] = None) -> Launched:
         return Launched(plan, ledger, listed, junk, class_names(listed[0], plan.input.layout))
 
 
-def _check_local(plan: Plan) -> None:
-    """Warnings about a local input folder's empty class folders, links and unlistable folders;
-    InputProblem for names no record can carry."""
-    if plan.input.input_kind == kinds.INPUT_FOLDER and not storage.is_remote(plan.input.base):
-        check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
+def check_local(plan: Plan) -> Optional[LocalInputReport]:
+    """The launch check of a local input folder (None for any other input): its empty class folders,
+    links and unlistable folders logged as warnings; InputProblem for names no record can carry."""
+    if plan.input.input_kind != kinds.INPUT_FOLDER or storage.is_remote(plan.input.base):
+        return None
+    return check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)

@@ -200,10 +200,8 @@ def file_pattern(path: str) -> Tuple[str, str]:
 
 
 def file_size(path: str) -> Optional[int]:
+    """The size of the file ``path``; None when there is none or it cannot be read."""
     try:
-        if not _is_uri(path):
-            return os.path.getsize(path)
-        found = storage.beam_filesystems().match([path])[0].metadata_list
-        return found[0].size_in_bytes if found else None
+        return storage.file_size(path)
     except Exception:
         return None

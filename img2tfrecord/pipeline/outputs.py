@@ -31,11 +31,12 @@ def check_writable(output_dir: str) -> None:
     where permission bits say no; the filesystem still refuses a read-only
     mount or a path through a file.
     """
-    probe = storage.beam_filesystems().join(output_dir, manifest.TEMP_PREFIXES[1] + "write-check")
+    probe = storage.join(output_dir, manifest.TEMP_PREFIXES[1] + "write-check")
     try:
-        with storage.beam_filesystems().create(probe) as f:
+        filesystems = storage.beam_filesystems()
+        with filesystems.create(probe) as f:
             f.write(b"img2tfrecord write check\n")
-        storage.beam_filesystems().delete([probe])
+        filesystems.delete([probe])
     except Exception as e:  # pylint: disable=broad-except
         raise OutputNotWritable(f"output {output_dir} is not writable: {error_cause(e)}") from None
 
@@ -67,8 +68,9 @@ def _run_folders(output_dir: str, existing: List[str]) -> List[str]:
 
 def _read_fingerprint(output_dir: str) -> Optional[str]:
     try:
-        with storage.beam_filesystems().open(storage.beam_filesystems().join(output_dir, manifest.MANIFEST_FILE)) as f:
-            return dataset_manifest.loads(f.read().decode("utf-8")).run_fingerprint
+        return dataset_manifest.loads(
+            storage.read_text(storage.join(output_dir, manifest.MANIFEST_FILE))
+        ).run_fingerprint
     except Exception:  # pylint: disable=broad-except
         return None
 
@@ -229,14 +231,15 @@ def _clear(output_dir: str, paths: List[str], keep_folders: Sequence[str] = ()) 
     # _SUCCESS goes first: an interrupted clean-up never leaves a directory that looks complete.
     paths = sorted(paths, key=lambda p: posixpath.basename(p) != manifest.SUCCESS_FILE)
     try:
+        filesystems = storage.beam_filesystems()
         if paths:
-            storage.beam_filesystems().delete(paths)
+            filesystems.delete(paths)
         for path in paths:  # local filesystems leave the emptied folders
             rel = _relative(base, path)
             if "/" in rel and rel.split("/", 1)[0] not in keep_folders:
                 folder = base + rel.split("/", 1)[0]
-                if storage.beam_filesystems().exists(folder):
-                    storage.beam_filesystems().delete([folder])
+                if storage.exists(folder):
+                    filesystems.delete([folder])
     except Exception as e:  # pylint: disable=broad-except
         raise OutputNotWritable(f"cannot clear output {output_dir}: {error_cause(e)}") from None
     _remove_temp_folders(output_dir, keep_folders)
@@ -294,8 +297,7 @@ def remove_write_staging(output_dir: str) -> None:
 
 def finished_shards(output_dir: str, run_folder: str) -> int:
     """How many shards the staging folder ``run_folder`` records as finished (what ``--resume`` keeps)."""
-    done = storage.beam_filesystems().join(output_dir, run_folder, manifest.RUN_DONE_DIR)
     try:
-        return len(storage.beam_filesystems().match([storage.beam_filesystems().join(done, "*")])[0].metadata_list)
+        return len(storage.listdir(storage.join(output_dir, run_folder, manifest.RUN_DONE_DIR)))
     except Exception:  # pylint: disable=broad-except  # no staging folder yet
         return 0

@@ -43,8 +43,7 @@ from img2tfrecord.pipeline.append import (
     sized_for,
 )
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.inputs import check_local_input
-from img2tfrecord.pipeline.launch import image_converter
+from img2tfrecord.pipeline.launch import check_local, image_converter
 from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.outputs import list_output
 from img2tfrecord.pipeline.plan import make_plan
@@ -61,7 +60,6 @@ from img2tfrecord.pipeline.preview_report import (
 from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
 from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
 from img2tfrecord.schemas import manifest
-from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.inputs import Discovered, Finding, discover
 from img2tfrecord.sources.inputs.archive import MEMBERS
@@ -170,9 +168,9 @@ def _listed(names: Sequence[str]) -> Listed:
 
 def _local_checks(plan: Plan) -> Dict[str, List[str]]:
     """The launch-time checks of a local folder the run makes (warnings are logged as the run logs them)."""
-    if plan.input.input_kind != kinds.INPUT_FOLDER or "://" in plan.input.base:
+    report = check_local(plan)
+    if report is None:
         return {}
-    report = check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
     found = {  # names that are not UTF-8 are among the rejected (bad_name)
         "empty_class_folders": report.empty_class_folders,
         "folder_links": report.folder_links,
