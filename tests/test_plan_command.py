@@ -74,7 +74,8 @@ def test_the_plan_of_class_folders_counts_what_the_run_writes_per_split_and_clas
     assert t["processes"] == 1, "a run of a few small files converts in one process"
     assert t["seconds"] >= t["startup_seconds"] > 0
     parts = t["startup_parts"]  # measured: a fresh interpreter's imports, this plan's listing, the run's graph
-    assert set(parts) == {"imports", "listing", "graph"} and all(v > 0 for v in parts.values())
+    assert set(parts) == {"imports", "listing", "graph"} and parts["imports"] > 0 and parts["graph"] > 0
+    assert parts["listing"] >= 0, "a listing of a few files may take under 5 ms, shown as 0.0"
     assert abs(sum(parts.values()) - t["startup_seconds"]) < 0.1
     assert found["output"]["exists"] is False
 
