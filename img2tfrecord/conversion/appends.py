@@ -105,7 +105,8 @@ def compare(
             continue
         before, outcome = found
         if outcome != WRITTEN:  # no record holds it: a changed input is simply tried again
-            if retry_rejected or outcome in TRANSIENT_REASONS or before.changed(entry):
+            unlisted = before.size < 0 and entry.size < 0  # a manifest row whose image was missing then and now
+            if retry_rejected or (outcome in TRANSIENT_REASONS and not unlisted) or before.changed(entry):
                 retried.append(entry)
             else:
                 unchanged += 1
@@ -127,7 +128,7 @@ def stale_inputs(changes: InputChanges) -> Dict[str, str]:
 def locate(
     stale: Mapping[str, str],
     generations: Sequence[GenerationInputs],
-    split_of: Callable[[str], Optional[str]],
+    split_of: Callable[[LedgerEntry], Optional[str]],
     seed: int,
     compression: str = "none",
 ) -> List[Withdrawal]:
@@ -135,8 +136,8 @@ def locate(
 
     A record lives in the latest generation that wrote it; its shard is the seeded hash of its relpath
     over that generation's shard count of its split, and its index its rank among the shard's records
-    by (shuffle key, relpath). ``split_of``: a relpath's split (None: it has none). Raises ValueError
-    for an input no generation wrote.
+    by (shuffle key, relpath). ``split_of``: the split of an input as a generation's ledger entry records
+    it (None: it has none). Raises ValueError for an input no generation wrote.
     """
     holder = {
         relpath: generation for relpath, (_, outcome, generation) in _latest(generations).items() if outcome == WRITTEN
@@ -144,9 +145,16 @@ def locate(
     found = []
     by_shard: Dict[Tuple[int, int], Dict[int, List[str]]] = {}  # (generation, shard count) -> shard -> relpaths
     members: Dict[Tuple[int, str, int], List[str]] = {}
+    entries: Dict[int, Dict[str, LedgerEntry]] = {}  # generation -> relpath -> its entry there
+
+    def entry_in(generation: GenerationInputs, relpath: str) -> LedgerEntry:
+        if generation.number not in entries:
+            entries[generation.number] = {e.relpath: e for e in generation.ledger}
+        return entries[generation.number][relpath]
+
     for relpath, change in stale.items():
         holding = holder.get(relpath)
-        split = split_of(relpath)
+        split = split_of(entry_in(holding, relpath)) if holding is not None else None
         if holding is None or split is None or split not in holding.shards:
             raise ValueError(f"no generation holds a record of {relpath}")
         n = holding.shards[split]
@@ -158,7 +166,7 @@ def locate(
                 for r in holding.written():
                     groups.setdefault(assign_shard(r, seed, n), []).append(r)
                 by_shard[(holding.number, n)] = groups
-            mine = [r for r in by_shard[(holding.number, n)].get(shard, []) if split_of(r) == split]
+            mine = [r for r in by_shard[(holding.number, n)].get(shard, []) if split_of(entry_in(holding, r)) == split]
             members[key] = sorted(mine, key=lambda r: (shuffle_key(r, seed), r))
         file = manifest.shard_file_name(split, shard, n, compression, generation=holding.number)
         found.append(Withdrawal(relpath, split, file, members[key].index(relpath), change))

@@ -1,7 +1,7 @@
 """``convert --append`` at launch: the output's generations and ledgers against a new listing of the input.
 
-Every run over a folder input writes the ledger of its inputs (``listed_inputs``, ``write_ledger``)
-before its pipeline starts; an append reads every generation's ledger and error report, lists the
+Every run over a folder or manifest input writes the ledger of its inputs (``input_ledger.py``,
+``write_ledger``) before its pipeline starts; an append reads every generation's ledger and error report, lists the
 input once, and either refuses (changed or removed inputs, new classes, other options: a
 ``PlanError``, exit 2, before anything is written), finds nothing new, or describes the next
 generation (:class:`AppendRun`): exactly the inputs to convert, their labels and their shard counts.
@@ -20,7 +20,8 @@ from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.listing import digest, list_stamped, resolve_input
+from img2tfrecord.pipeline.input_ledger import InputLedger, input_ledger
+from img2tfrecord.pipeline.listing import digest, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
 from img2tfrecord.pipeline.withdrawals import SplitOf, withdrawals
@@ -32,8 +33,6 @@ from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
-from img2tfrecord.sources.inputs import ERRORS, FILES
-from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import PlacementError
 
 # Options an append may give otherwise than the run that made the output: they do not change a record.
@@ -77,29 +76,7 @@ class AppendRun:
 
 
 # ---------------------------------------------------------------------------
-# The ledger every folder run writes.
-
-
-def listed_inputs(plan: Plan) -> Tuple[List[LedgerEntry], List[str]]:
-    """``(inputs, junk)`` of a folder plan's launch listing: the inputs sorted, the junk as the run
-    reports it (printable relative paths), files inside earlier outputs in neither."""
-    found, junk = [], []
-    for path, size, mtime in list_stamped(plan.input.pattern):
-        if not path.startswith(plan.input.base):
-            continue
-        relpath = layouts.relative_path(plan.input.base, path)
-        if layouts.in_folders(relpath, plan.input.skipped_outputs):
-            continue
-        if layouts.is_junk(relpath):
-            junk.append(layouts.printable(relpath))
-        else:
-            found.append(LedgerEntry(relpath, size, mtime))
-    return sorted(found), sorted(junk)
-
-
-def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
-    """Whether a run writes an input ledger: folder inputs of images (not clips, not detection)."""
-    return plan.input.input_kind == kinds.INPUT_FOLDER and not plan.input.annotations and not config.sequence
+# The ledger every folder and manifest run writes.
 
 
 def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
@@ -179,43 +156,64 @@ def _shown(value) -> str:
 # The append.
 
 
-def compare_with_output(
-    config: ConvertConfig, plan: Plan
-) -> Tuple[DatasetManifest, List[GenerationInputs], InputChanges]:
-    """The finished output an append adds to, its generations and the input compared with their ledgers
-    (changes accepted with ``--accept-changes``); PlanError when the input kind, the options or the output
-    allow no append."""
-    if not keeps_ledger(config, plan):
+def append_ledger(config: ConvertConfig, plan: Plan) -> InputLedger:
+    """The listing of the inputs an append compares with the output; PlanError for an input kind or
+    options that allow no append."""
+    ledger = input_ledger(config, plan)
+    if ledger is None:
         raise PlanError(
-            "--append adds new files of a folder input (class folders, split folders or a glob of images); "
-            "archives, manifests, annotations and --sequence clips are converted whole: rebuild with --overwrite"
+            "--append adds new inputs of a folder (class folders, split folders or a glob of images) or of "
+            "CSV/JSONL manifests; archives, annotations and --sequence clips are converted whole: rebuild "
+            "with --overwrite"
         )
     if config.dedupe:
         raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")
+    repeated = ledger.repeated()
+    if repeated:
+        raise PlanError(
+            f"--append: {len(repeated)} image(s) are named by more than one manifest row (e.g. {repeated[0]}); "
+            "an append tells rows apart by the image they name: remove the repeated rows, or rebuild with "
+            "--overwrite"
+        )
+    return ledger
+
+
+def compare_with_output(
+    config: ConvertConfig, plan: Plan, ledger: InputLedger
+) -> Tuple[DatasetManifest, List[GenerationInputs], InputChanges]:
+    """The finished output an append adds to, its generations and the input ``ledger`` lists compared
+    with theirs (changes accepted with ``--accept-changes``); PlanError when the options or the output
+    allow no append."""
     previous = read_finished(config.output)
     check_options(config, previous)
+    new_splits = sorted(set(plan.input.split_names) - set(previous.splits))
+    if new_splits and plan.input.has_split_column:
+        raise PlanError(
+            f"--append: the manifest names split(s) {', '.join(new_splits)} the output does not have; an append "
+            "adds records to the output's splits: rebuild with --overwrite"
+        )
     generations = generation_inputs(config.output, previous)
-    changes = compare(listed_inputs(plan)[0], outcomes(generations), config.retry_rejected)
+    changes = compare(ledger.entries, outcomes(generations), config.retry_rejected)
     return previous, generations, dataclasses.replace(changes, accepted=config.accept_changes)
 
 
 def new_classes_of(plan: Plan, items: Sequence[WorkItem], previous: DatasetManifest) -> List[str]:
-    """The class folders of ``items`` the output does not have, sorted."""
-    found = {layouts.class_of(item.relpath, plan.input.layout) for item in items}
-    return sorted({c for c in found if c is not None} - set(previous.labels))
+    """The classes of ``items`` (class folders, or a manifest's labels) the output does not have, sorted."""
+    return sorted(set(layouts.class_names(items, plan.input.layout)) - set(previous.labels))
 
 
 def refusal(
-    changes: InputChanges, new_classes: Sequence[str], allow_new_classes: bool, list_file: bool = True
+    plan: Plan, changes: InputChanges, new_classes: Sequence[str], allow_new_classes: bool, list_file: bool = True
 ) -> Optional[str]:
     """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
     changed and removed inputs are also listed in a local file the line names."""
+    noun = "label(s)" if plan.input.input_kind == kinds.INPUT_MANIFEST else "class folder(s)"
     if (changes.changed or changes.removed) and not changes.accepted:
         return _changes_refused(changes, list_file)
     if new_classes and not allow_new_classes:
         shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
         return (
-            f"--append: {len(new_classes)} new class folder(s) ({shown}) not among the output's classes; "
+            f"--append: {len(new_classes)} new {noun} ({shown}) not among the output's classes; "
             "pass --allow-new-classes to add them with the next ids, or rebuild with --overwrite"
         )
     return None
@@ -227,19 +225,21 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     ``plan`` is the launch plan of the whole input (its listing is reused when inside
     ``listing.listing_once``); ``converter`` places each new input in its split.
     """
-    previous, generations, changes = compare_with_output(config, plan)
+    ledger = append_ledger(config, plan)
+    previous, generations, changes = compare_with_output(config, plan, ledger)
     number = previous.generations[-1].number
-    items, rejected = work_items(plan, changes.to_convert)
+    items, rejected = ledger.work_items(changes.to_convert)
     new_classes = new_classes_of(plan, items, previous)
-    refused = refusal(changes, new_classes, config.allow_new_classes)
+    refused = refusal(plan, changes, new_classes, config.allow_new_classes)
     if refused:
         raise PlanError(refused)
     stale = stale_inputs(changes) if changes.accepted else {}
     if not changes.to_convert and not stale:
         raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
     base = analysis_base(config, previous)
+    split_of = SplitOf(converter, ledger.placed_item)
     withdrawn, withdrawn_totals = withdrawals(
-        config.output, previous, generations, stale, SplitOf(plan, converter, work_items), config.seed, base is not None
+        config.output, previous, generations, stale, split_of, config.seed, base is not None
     )
     if base is not None:
         base.subtract(withdrawn_totals)
@@ -261,20 +261,6 @@ def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[
     if not config.analyze or not all(g.analyzed for g in previous.generations):
         return None
     return totals_of(previous.statistics, previous.channels or 3)
-
-
-def work_items(plan: Plan, entries: Sequence[LedgerEntry]) -> Tuple[List[WorkItem], List[ErrorRow]]:
-    """The work items of ``entries``, made by the pipeline's own discovery of a folder (``FolderSource``)."""
-    source = FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)
-    items: List[WorkItem] = []
-    rejected: List[ErrorRow] = []
-    for entry in entries:
-        for tag, found in source.read(plan.input.base + entry.relpath, entry.size):
-            if tag == FILES:
-                items.append(found)
-            elif tag == ERRORS:
-                rejected.append(found)
-    return items, rejected
 
 
 def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Sequence[WorkItem]) -> Plan:

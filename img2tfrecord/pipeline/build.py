@@ -20,12 +20,14 @@ import img2tfrecord
 from img2tfrecord import faults
 from img2tfrecord.images.options import image_library_versions
 from img2tfrecord.model import ERRORS
-from img2tfrecord.pipeline.append import AppendRun, keeps_ledger
+from img2tfrecord.pipeline.append import AppendRun
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.input_ledger import keeps_ledger
 from img2tfrecord.pipeline.launch import image_converter, run_dir
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
+from img2tfrecord.sources import kinds
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
@@ -83,13 +85,14 @@ def build_pipeline(
 ) -> None:
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished.
 
-    A folder input's work items are those of the input ledger the launcher writes before the run
-    (``pipeline/append.py``): the input is listed once, and the ledger holds exactly what was converted;
+    A folder or manifest input's work items are those the launcher listed for the input ledger it writes
+    before the run (``pipeline/input_ledger.py``): the input is listed once, and the ledger holds exactly
+    what was converted;
     ``junk`` are the names that listing skipped, ``labels`` the classes it found (None: discovered in the
     graph, in a pass over the work items). ``append``: the next generation of a finished output,
     converted with the output's labels into shards named after the generation. ``after_success``:
     called by the job once ``_SUCCESS`` is written (a job submitted without waiting removes its lock).
-    ``placed``: the folder's work items grouped by shard at launch (``conversion/placement.py``), read by
+    ``placed``: those work items grouped by shard at launch (``conversion/placement.py``), read by
     each shard's writer instead of discovered and shuffled in the graph.
     """
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
@@ -105,7 +108,9 @@ def build_pipeline(
         num_skipped = p | "Skipped" >> ListedJunk(junk) | "CountSkipped" >> beam.combiners.Count.Globally()
     else:
         # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
-        ledger_path = FileSystems.join(run_dir(config, plan), manifest.RUN_LEDGER_FILE) if ledger else None
+        # A folder's files are read from its ledger; manifests are read again (the ledger holds no paths).
+        reads_ledger = ledger is not None and plan.input.input_kind == kinds.INPUT_FOLDER
+        ledger_path = FileSystems.join(run_dir(config, plan), manifest.RUN_LEDGER_FILE) if reads_ledger else None
         step = "DiscoverAnnotations" if plan.input.annotations else "DiscoverImages"
         discovered = p | step >> Discover(plan.input.source(config), ledger_path, junk)
         files = discovered["files"]

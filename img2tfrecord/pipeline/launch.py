@@ -1,7 +1,7 @@
 """The launch: what a run converts, decided from one listing of the input before Beam is loaded.
 
 ``launch`` plans the run, checks a local input folder, writes nothing, and returns what the graph
-needs: a folder run's ledger and work items, its classes, and for ``--append`` the next generation
+needs: a folder or manifest run's ledger and work items, its classes, and for ``--append`` the next generation
 (or ``NothingNew``). Over a local folder none of it imports Beam, so a scheduled append that finds
 nothing new ends without loading it.
 """
@@ -15,17 +15,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 from img2tfrecord.conversion.converter import ClipConverter, Converter, DetectionConverter, ImageConverter
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import ErrorRow, WorkItem
-from img2tfrecord.pipeline.append import (
-    AppendRun,
-    NothingNew,
-    is_finished,
-    keeps_ledger,
-    listed_inputs,
-    log_append,
-    plan_append,
-    work_items,
-)
+from img2tfrecord.pipeline.append import AppendRun, NothingNew, is_finished, log_append, plan_append
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.input_ledger import input_ledger
 from img2tfrecord.pipeline.inputs import LocalInputReport, check_local_input
 from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan import make_plan
@@ -42,9 +34,9 @@ __all__ = ["Launched", "NothingNew", "check_local", "image_converter", "launch",
 
 @dataclasses.dataclass(frozen=True)
 class Launched:
-    """What the launch found. ``ledger``: the inputs a folder run converts (None: the graph discovers
-    them); ``listed``: their work items and the rows rejected while making them; ``junk``: the files
-    the run reports as left out; ``labels``: a folder run's classes; ``append``: the next generation."""
+    """What the launch found. ``ledger``: the inputs a folder or manifest run converts (None: the graph
+    discovers them); ``listed``: their work items and the rows rejected while making them; ``junk``: the
+    files the run reports as left out; ``labels``: their classes; ``append``: the next generation."""
 
     plan: Plan
     ledger: Optional[List[LedgerEntry]] = None
@@ -89,11 +81,11 @@ def launch(config: ConvertConfig, plan: Optional[Plan] = None) -> Launched:
         check_local(plan)
         if config.append:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
-        if not keeps_ledger(config, plan):
+        found = input_ledger(config, plan)
+        if found is None:
             return Launched(plan)
-        ledger, junk = listed_inputs(plan)
-        listed = work_items(plan, ledger)
-        return Launched(plan, ledger, listed, junk, class_names(listed[0], plan.input.layout))
+        listed = found.work_items(found.entries)
+        return Launched(plan, found.entries, listed, found.junk, class_names(listed[0], plan.input.layout))
 
 
 def check_local(plan: Plan) -> Optional[LocalInputReport]:

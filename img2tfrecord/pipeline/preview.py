@@ -36,6 +36,7 @@ from img2tfrecord.model import (
 )
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.append import (
+    append_ledger,
     compare_with_output,
     is_finished,
     new_classes_of,
@@ -331,14 +332,14 @@ def _narrow_to_append(
     config: ConvertConfig, plan: Plan, converter, listing: Discovered
 ) -> Tuple[Plan, List[str], AppendPlan]:
     """``--plan --append``: the listing narrowed to what the next generation converts, its plan and labels."""
-    previous, _, changes = compare_with_output(config, plan)
+    previous, _, changes = compare_with_output(config, plan, append_ledger(config, plan))
     keep = {e.relpath for e in changes.to_convert}
     listing.files = [f for f in listing.files if f.relpath in keep]
-    listing.errors = [row for row in listing.errors if row.get("relpath") in keep]
+    listing.errors = [row for row in listing.errors if (row.get("relpath") or row.get("path")) in keep]
     listing.skipped = []
     new_classes = new_classes_of(plan, listing.files, previous)
     plan = sized_for(config, plan, converter, listing.files)
-    refused = refusal(changes, new_classes, config.allow_new_classes, list_file=False)
+    refused = refusal(plan, changes, new_classes, config.allow_new_classes, list_file=False)
     withdraws = changes.accepted and bool(stale_inputs(changes))
     summary = AppendPlan(
         generation=previous.generations[-1].number + 1,

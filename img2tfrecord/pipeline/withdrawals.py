@@ -9,14 +9,15 @@ the append (``PlanError``) before anything is written.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals
 from img2tfrecord.images.options import ConvertedImage, ImageError
 from img2tfrecord.images.statistics import pixel_sums
-from img2tfrecord.pipeline.plan_model import Plan, PlanError
+from img2tfrecord.model import WorkItem
+from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import ReadError
 from img2tfrecord.readers.split_shards import shard_info, shard_offsets
@@ -30,23 +31,22 @@ from img2tfrecord.sources.layout import PlacementError
 
 
 class SplitOf:
-    """relpath -> its split (None: it has none), as the run placed it: the converter's placement of the
-    work item ``work_items(plan, [entry])`` builds for it."""
+    """A recorded input -> its split (None: it has none), as the run placed it: the converter's placement
+    of the work item ``placed_item`` makes of its ledger entry."""
 
-    def __init__(self, plan: Plan, converter: Converter, work_items):
-        self._plan = plan
+    def __init__(self, converter: Converter, placed_item: Callable[[LedgerEntry], Optional[WorkItem]]):
         self._converter = converter
-        self._work_items = work_items
+        self._placed_item = placed_item
         self._known: Dict[str, Optional[str]] = {}
 
-    def __call__(self, relpath: str) -> Optional[str]:
-        if relpath not in self._known:
-            items, _ = self._work_items(self._plan, [LedgerEntry(relpath, 0, 0.0)])
+    def __call__(self, entry: LedgerEntry) -> Optional[str]:
+        if entry.relpath not in self._known:
+            item = self._placed_item(entry)
             try:
-                self._known[relpath] = self._converter.split_of(items[0]) if items else None
+                self._known[entry.relpath] = self._converter.split_of(item) if item is not None else None
             except PlacementError:
-                self._known[relpath] = None
-        return self._known[relpath]
+                self._known[entry.relpath] = None
+        return self._known[entry.relpath]
 
 
 def withdrawals(

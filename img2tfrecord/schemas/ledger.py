@@ -4,14 +4,16 @@
 generation took, ``{"relpath", "size", "mtime"}``, sorted by relpath, gzip-compressed without a
 timestamp (the same inputs give the same bytes). ``mtime`` is the filesystem's change marker: a
 file's modification time, an object's update time on gs://; with ``size`` it tells a replaced input
-from the one converted. Nothing here does I/O.
+from the one converted. A manifest row's entry adds ``"row": [label, split]`` (null where the
+manifest has no such column): a row whose label or split changed is a changed input too. A row
+naming no image is keyed by where it is (``manifest:line``), with size -1. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-from typing import Iterable, List, NamedTuple
+from typing import Iterable, List, NamedTuple, Optional, Tuple
 
 
 class LedgerEntry(NamedTuple):
@@ -20,10 +22,23 @@ class LedgerEntry(NamedTuple):
     relpath: str
     size: int
     mtime: float
+    row: str = ""  # a manifest row's placement, the JSON text of [label, split] (see row_text); "" for a file
 
     def changed(self, other: LedgerEntry) -> bool:
         """True when ``other`` (the same relpath, listed later) is not the input this entry recorded."""
-        return self.size != other.size or self.mtime != other.mtime
+        return self.size != other.size or self.mtime != other.mtime or self.row != other.row
+
+    def placement(self) -> Tuple[Optional[str], Optional[str]]:
+        """``(label, split)`` of a manifest row's entry (both None for a file's)."""
+        if not self.row:
+            return None, None
+        label, split = json.loads(self.row)
+        return label, split
+
+
+def row_text(label: Optional[str], split: Optional[str]) -> str:
+    """The ``row`` of a manifest row's entry: what the ledger file holds for it, as compact JSON text."""
+    return json.dumps([label, split])
 
 
 def ledger_bytes(entries: Iterable[LedgerEntry]) -> bytes:
@@ -31,7 +46,9 @@ def ledger_bytes(entries: Iterable[LedgerEntry]) -> bytes:
     # What json.dumps gives for {"relpath", "size", "mtime"} (ensure_ascii, its default separators), formatted
     # directly: one call per entry is most of a large listing's ledger time.
     lines = (
-        f'{{"relpath": {json.dumps(e.relpath)}, "size": {int(e.size)}, "mtime": {float(e.mtime)!r}}}\n'
+        f'{{"relpath": {json.dumps(e.relpath)}, "size": {int(e.size)}, "mtime": {float(e.mtime)!r}'
+        + (f', "row": {e.row}' if e.row else "")
+        + "}\n"
         for e in sorted(entries)
     )
     return gzip.compress("".join(lines).encode("ascii"), mtime=0)  # names escaped: any name, even not UTF-8
@@ -47,7 +64,11 @@ def parse_ledger(data: bytes, where: str) -> List[LedgerEntry]:
     for number, line in enumerate(text.splitlines(), 1):
         try:
             doc = json.loads(line)
-            entries.append(LedgerEntry(str(doc["relpath"]), int(doc["size"]), float(doc["mtime"])))
+            row = doc.get("row")
+            if row is not None:
+                label, split = row
+                row = row_text(label, split)
+            entries.append(LedgerEntry(str(doc["relpath"]), int(doc["size"]), float(doc["mtime"]), row or ""))
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{where}: line {number} is not a ledger entry") from None
     return entries

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
-from img2tfrecord.model import ERRORS
+from img2tfrecord.model import ERRORS, ErrorRow, WorkItem
 from img2tfrecord.sources import manifests
 from img2tfrecord.sources.inputs import FILES, Finding, InputSource
 from img2tfrecord.sources.kinds import INPUT_MANIFEST
+
+
+class Row(NamedTuple):
+    """One manifest row: its work item or error row, and the label and split it names as written
+    (the split folded as ``canonical_split``; None where the manifest has no such column)."""
+
+    found: Union[WorkItem, ErrorRow]
+    label: Optional[str]
+    split: Optional[str]
+
+    @property
+    def ok(self) -> bool:
+        return isinstance(self.found, WorkItem)
 
 
 class ManifestSource(InputSource):
@@ -21,7 +34,18 @@ class ManifestSource(InputSource):
         self.has_split = has_split
         self.split_names = tuple(split_names)
 
-    def read(self, path: str, size: int) -> Iterator[Finding]:
+    def is_unit(self, path: str) -> bool:
+        return manifests.manifest_kind(path) is not None
+
+    def rows(self, path: str) -> Iterator[Row]:
+        """Every row of the manifest at ``path``, in order."""
         for number, row in manifests.manifest_rows(path):
-            ok, out = manifests.row_to_source(path, number, row, self.labeled, self.has_split, self.split_names)
-            yield (FILES, out) if ok else (ERRORS, out)
+            _, out = manifests.row_to_source(path, number, row, self.labeled, self.has_split, self.split_names)
+            good = "error" not in row
+            label = str(row.get("label", "")) if self.labeled and good else None
+            split = manifests.canonical_split(str(row.get("split", ""))) if self.has_split and good else None
+            yield Row(out, label, split)
+
+    def read(self, path: str, size: int) -> Iterator[Finding]:
+        for row in self.rows(path):
+            yield (FILES, row.found) if row.ok else (ERRORS, row.found)

@@ -1,0 +1,168 @@
+"""The inputs a run's ledger records, listed at launch: a folder's files, or the rows of manifests.
+
+A folder run and a manifest run write the ledger of their inputs (``schemas/ledger.py``); an append
+compares a new listing with it. Both kinds list their inputs here once and make the work items of
+any subset of them (the whole run, or the inputs an append converts); ``placed_item`` makes, from a
+ledger entry alone, a work item that a converter places in the split the entry's record went to.
+Archives, annotations and ``--sequence`` clips keep no ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from img2tfrecord.model import ErrorRow, RowPlacement, WorkItem
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.listing import list_input, list_stamped
+from img2tfrecord.pipeline.plan_model import Plan
+from img2tfrecord.readers import storage
+from img2tfrecord.schemas.ledger import LedgerEntry, row_text
+from img2tfrecord.sources import kinds
+from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.inputs import ERRORS, FILES
+from img2tfrecord.sources.inputs.folder import FolderSource
+from img2tfrecord.sources.inputs.manifest import ManifestSource
+
+Listed = Tuple[List[WorkItem], List[ErrorRow]]  # work items, and the inputs rejected while making them
+
+
+class InputLedger:
+    """The inputs of one listing: ``entries`` (sorted by relpath) and the ``junk`` names it left out."""
+
+    entries: List[LedgerEntry]
+    junk: List[str]
+
+    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+        """The work items of ``entries`` (a subset of this listing's), and the rows rejected making them."""
+        raise NotImplementedError
+
+    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+        """A work item the converter places where the record of ``entry`` (as a ledger holds it) went."""
+        raise NotImplementedError
+
+    def repeated(self) -> List[str]:
+        """The relpaths more than one input names (a manifest naming an image twice), sorted."""
+        return []
+
+
+def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
+    """Whether a run writes an input ledger: folders and manifests of images (not clips, not detection)."""
+    return (
+        plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST)
+        and not plan.input.annotations
+        and not config.sequence
+    )
+
+
+def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
+    """The listing of ``plan``'s inputs, or None for an input kind that keeps no ledger."""
+    if not keeps_ledger(config, plan):
+        return None
+    if plan.input.input_kind == kinds.INPUT_MANIFEST:
+        return ManifestLedger(plan)
+    return FolderLedger(plan)
+
+
+class FolderLedger(InputLedger):
+    """The files of a folder plan's launch listing; files inside earlier outputs are neither inputs nor junk."""
+
+    def __init__(self, plan: Plan):
+        self._source = FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)
+        found, junk = [], []
+        for path, size, mtime in list_stamped(plan.input.pattern):
+            if not path.startswith(plan.input.base):
+                continue
+            relpath = layouts.relative_path(plan.input.base, path)
+            if layouts.in_folders(relpath, plan.input.skipped_outputs):
+                continue
+            if layouts.is_junk(relpath):
+                junk.append(layouts.printable(relpath))
+            else:
+                found.append(LedgerEntry(relpath, size, mtime))
+        self.entries, self.junk = sorted(found), sorted(junk)
+
+    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+        items: List[WorkItem] = []
+        rejected: List[ErrorRow] = []
+        for entry in entries:
+            for tag, found in self._source.read(self._source.base + entry.relpath, entry.size):
+                if tag == FILES:
+                    items.append(found)
+                elif tag == ERRORS:
+                    rejected.append(found)
+        return items, rejected
+
+    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+        items, _ = self.work_items([entry._replace(size=0)])
+        return items[0] if items else None
+
+
+class ManifestLedger(InputLedger):
+    """The rows of every manifest a plan names, each with the size and change marker of its image.
+
+    A row is keyed by the relpath of the image it names (a row naming none, by ``manifest:line``);
+    its label and split are part of its entry, so a row relabelled or moved to another split is a
+    changed input. Rows naming an image that cannot be listed get size -1: the run rejects them.
+    """
+
+    def __init__(self, plan: Plan):
+        self._source = ManifestSource(
+            plan.input.pattern, plan.input.labeled, plan.input.has_split_column, plan.input.split_names
+        )
+        self._by_key: Dict[str, List[Union[WorkItem, ErrorRow]]] = {}
+        rows = [row for path, _ in self._source.units(list_input) for row in self._source.rows(path)]
+        stamps = _stamps([row.found.path for row in rows if isinstance(row.found, WorkItem)])
+        entries = []
+        for row in rows:
+            found = row.found
+            if isinstance(found, WorkItem):
+                key = found.relpath
+                size, mtime = stamps.get(found.path, (-1, 0.0))
+            else:
+                key = found["relpath"] or found["path"]
+                size, mtime = -1, 0.0
+            placement = row_text(row.label, row.split) if (row.label, row.split) != (None, None) else ""
+            entries.append(LedgerEntry(key, size, mtime, placement))
+            self._by_key.setdefault(key, []).append(found)
+        self.entries, self.junk = sorted(entries), []
+
+    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+        items: List[WorkItem] = []
+        rejected: List[ErrorRow] = []
+        for key in sorted({e.relpath for e in entries}):
+            for found in self._by_key.get(key, ()):
+                if isinstance(found, WorkItem):
+                    items.append(found)
+                else:
+                    rejected.append(found)
+        return items, rejected
+
+    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+        label, split = entry.placement()
+        return WorkItem(entry.relpath, entry.relpath, 0, row=RowPlacement(split, label))
+
+    def repeated(self) -> List[str]:
+        return sorted(key for key, rows in self._by_key.items() if len(rows) > 1)
+
+
+def _stamps(paths: Sequence[str]) -> Dict[str, Tuple[int, float]]:
+    """path -> (size, change marker) of the files ``paths`` name that exist: a local file's stat, and
+    on a remote filesystem one listing per folder holding them."""
+    found: Dict[str, Tuple[int, float]] = {}
+    remote: Dict[str, set] = {}
+    for path in paths:
+        if storage.is_remote(path):
+            remote.setdefault(posixpath.dirname(path), set()).add(path)
+            continue
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        found[path] = (stat.st_size, stat.st_mtime)
+    for folder, wanted in sorted(remote.items()):
+        for path, size, mtime in list_stamped(folder + "/*"):
+            if path in wanted:
+                found[path] = (size, mtime)
+    return found
