@@ -118,6 +118,16 @@ def test_a_folder_without_images_is_refused(tmp_path):
     assert line.endswith("point --input at a folder of images with one sub-folder per class"), line
 
 
+def test_a_folder_of_archives_or_of_manifests_names_the_input_that_converts_them(tmp_path):
+    dumps, exports = str(tmp_path / "dumps"), str(tmp_path / "exports")
+    write_tree(dumps, {"day1.zip": b"PK\x05\x06" + bytes(18), "day2.tar.gz": b"\x1f\x8b"})
+    write_tree(exports, {"labels.csv": b"path,label\na.jpg,cat\n"})
+    line = refused(tmp_path, "--input", dumps, "--output", str(tmp_path / "out"))
+    assert line.endswith(f"are archives; convert them with --input '{dumps}/*'"), line
+    line = refused(tmp_path, "--input", exports, "--output", str(tmp_path / "out"))
+    assert line.endswith(f"are manifests; give one as --input, e.g. {exports}/labels.csv"), line
+
+
 def test_a_mistyped_input_or_an_output_that_is_a_file_is_named(tmp_path):
     src = str(tmp_path / "photos")
     photos(src)

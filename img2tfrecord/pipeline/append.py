@@ -51,7 +51,8 @@ class AppendRun:
     ``plan`` is the run's plan narrowed to ``items`` (its shard counts sized from them, its
     ``generation`` set); ``labels`` are the output's classes, then any new ones (``--allow-new-classes``);
     ``withdrawn``: the records of changed and removed inputs it withdraws (``--accept-changes``);
-    ``listed``: the work items of the inputs it converts and the rows rejected while making them;
+    ``listed``: the work items of the inputs it converts and the rows rejected while making them (None:
+    the pipeline reads them, from the archives ``plan.input.units`` names);
     ``analysis_base``: the totals of the train records the output's statistics cover, less the
     withdrawn ones, which the generation's analysis adds to (None: it is not analysed).
     """
@@ -63,7 +64,7 @@ class AppendRun:
     new_classes: Tuple[str, ...]
     withdrawn: Tuple[Withdrawal, ...] = ()
     analysis_base: Optional[RunTotals] = None
-    listed: Tuple[List[WorkItem], List[ErrorRow]] = ([], [])
+    listed: Optional[Tuple[List[WorkItem], List[ErrorRow]]] = ([], [])
 
     @property
     def generation(self) -> int:
@@ -112,7 +113,7 @@ def read_finished(output: str) -> DatasetManifest:
         raise PlanError(f"--append: cannot read {output}/{manifest.MANIFEST_FILE}: {e}") from None
     if not doc.generations:
         raise PlanError(
-            f"--append: {output} has no input ledger (it was made from archives, manifests or annotations, or "
+            f"--append: {output} has no input ledger (it was made from annotations or --sequence clips, or "
             "by an img2tfrecord before 0.9); convert it again with --overwrite once, then append"
         )
     return doc
@@ -162,9 +163,9 @@ def append_ledger(config: ConvertConfig, plan: Plan) -> InputLedger:
     ledger = input_ledger(config, plan)
     if ledger is None:
         raise PlanError(
-            "--append adds new inputs of a folder (class folders, split folders or a glob of images) or of "
-            "CSV/JSONL manifests; archives, annotations and --sequence clips are converted whole: rebuild "
-            "with --overwrite"
+            "--append adds new inputs of a folder (class folders, split folders or a glob of images), of "
+            "CSV/JSONL manifests or new archives; detection annotations and --sequence clips are converted "
+            "whole: rebuild with --overwrite"
         )
     if config.dedupe:
         raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")
@@ -203,13 +204,20 @@ def new_classes_of(plan: Plan, items: Sequence[WorkItem], previous: DatasetManif
 
 
 def refusal(
-    plan: Plan, changes: InputChanges, new_classes: Sequence[str], allow_new_classes: bool, list_file: bool = True
+    plan: Plan,
+    changes: InputChanges,
+    new_classes: Sequence[str],
+    allow_new_classes: bool,
+    list_file: bool = True,
+    ledger: Optional[InputLedger] = None,
 ) -> Optional[str]:
     """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
-    changed and removed inputs are also listed in a local file the line names."""
+    changed and removed inputs are also listed in a local file the line names. An archive that changed
+    or is gone is refused even with ``--accept-changes`` (its records cannot be withdrawn one by one)."""
     noun = "label(s)" if plan.input.input_kind == kinds.INPUT_MANIFEST else "class folder(s)"
-    if (changes.changed or changes.removed) and not changes.accepted:
-        return _changes_refused(changes, list_file)
+    withdraws = ledger is None or ledger.withdraws
+    if (changes.changed or changes.removed) and (not changes.accepted or not withdraws):
+        return _changes_refused(changes, list_file, ledger.noun if ledger is not None else "input(s)", withdraws)
     if new_classes and not allow_new_classes:
         shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
         return (
@@ -230,7 +238,7 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     number = previous.generations[-1].number
     items, rejected = ledger.work_items(changes.to_convert)
     new_classes = new_classes_of(plan, items, previous)
-    refused = refusal(plan, changes, new_classes, config.allow_new_classes)
+    refused = refusal(plan, changes, new_classes, config.allow_new_classes, ledger=ledger)
     if refused:
         raise PlanError(refused)
     stale = stale_inputs(changes) if changes.accepted else {}
@@ -246,13 +254,16 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     sized = sized_for(config, plan, converter, items).sizing
     narrowed = Plan(
         dataclasses.replace(
-            plan.input, listing_digest=digest((e.relpath, e.size, e.mtime) for e in changes.to_convert)
+            plan.input,
+            listing_digest=digest((e.relpath, e.size, e.mtime) for e in changes.to_convert),
+            units=ledger.units(changes.to_convert),
         ),
         dataclasses.replace(sized, num_files=len(items) + len(rejected), input_bytes=sum(i.size for i in items)),
         generation=number + 1,
     )
     labels = tuple(previous.labels) + tuple(new_classes)
-    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base, (items, rejected))
+    listed = (items, rejected) if ledger.places_at_launch else None
+    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base, listed)
 
 
 def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[RunTotals]:
@@ -281,19 +292,21 @@ def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Se
     return dataclasses.replace(plan, sizing=dataclasses.replace(plan.sizing, size_ratio=ratio, num_shards=counts))
 
 
-def _changes_refused(changes: InputChanges, list_file: bool) -> str:
+def _changes_refused(changes: InputChanges, list_file: bool, noun: str = "input(s)", withdraws: bool = True) -> str:
     """The refusal of changed or removed inputs: counts per kind on one line, the list in a local file."""
     parts = []
     if changes.changed:
         parts.append(
-            f"{len(changes.changed)} input(s) changed since they were converted (e.g. {changes.changed[0][1].relpath})"
+            f"{len(changes.changed)} {noun} changed since they were converted (e.g. {changes.changed[0][1].relpath})"
         )
     if changes.removed:
-        parts.append(f"{len(changes.removed)} converted input(s) removed (e.g. {changes.removed[0].relpath})")
-    line = (
-        f"--append: {'; '.join(parts)}; their records would be stale: pass --accept-changes to withdraw them "
-        "(and convert the changed ones again), or rebuild with --overwrite"
+        parts.append(f"{len(changes.removed)} converted {noun} removed (e.g. {changes.removed[0].relpath})")
+    choice = (
+        "pass --accept-changes to withdraw them (and convert the changed ones again), or rebuild with --overwrite"
+        if withdraws
+        else "an archive's records cannot be withdrawn one by one: rebuild with --overwrite"
     )
+    line = f"--append: {'; '.join(parts)}; their records would be stale: {choice}"
     if not list_file:
         return line
     with tempfile.NamedTemporaryFile(

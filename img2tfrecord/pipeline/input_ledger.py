@@ -1,10 +1,11 @@
-"""The inputs a run's ledger records, listed at launch: a folder's files, or the rows of manifests.
+"""The inputs a run's ledger records, listed at launch: a folder's files, the rows of manifests, archives.
 
-A folder run and a manifest run write the ledger of their inputs (``schemas/ledger.py``); an append
-compares a new listing with it. Both kinds list their inputs here once and make the work items of
-any subset of them (the whole run, or the inputs an append converts); ``placed_item`` makes, from a
+A folder, manifest or archive run writes the ledger of its inputs (``schemas/ledger.py``); an append
+compares a new listing with it. Each kind lists its inputs here once and makes the work items of any
+subset of them (the whole run, or the inputs an append converts); ``placed_item`` makes, from a
 ledger entry alone, a work item that a converter places in the split the entry's record went to.
-Archives, annotations and ``--sequence`` clips keep no ledger.
+An archive is one entry (its members are read by the pipeline). Annotations and ``--sequence`` clips
+keep no ledger.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from img2tfrecord.model import ErrorRow, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_input, list_stamped
 from img2tfrecord.pipeline.plan_model import Plan
+from img2tfrecord.pipeline.sizing import SAMPLE_SIZE
 from img2tfrecord.readers import storage
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
-from img2tfrecord.sources import kinds
+from img2tfrecord.sources import archives, kinds
 from img2tfrecord.sources import layout as layouts
-from img2tfrecord.sources.inputs import ERRORS, FILES
+from img2tfrecord.sources.inputs import ERRORS, FILES, discover
+from img2tfrecord.sources.inputs.archive import ArchiveSource, slim_members
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.inputs.manifest import ManifestSource
 
@@ -29,10 +32,18 @@ Listed = Tuple[List[WorkItem], List[ErrorRow]]  # work items, and the inputs rej
 
 
 class InputLedger:
-    """The inputs of one listing: ``entries`` (sorted by relpath) and the ``junk`` names it left out."""
+    """The inputs of one listing: ``entries`` (sorted by relpath) and the ``junk`` names it left out.
+
+    ``places_at_launch``: its work items can be grouped by shard at launch (not an archive's, whose
+    tar.gz members carry their bytes); ``withdraws``: a changed or removed entry's records can be
+    withdrawn one by one (not an archive's, whose members the ledger does not list).
+    """
 
     entries: List[LedgerEntry]
     junk: List[str]
+    places_at_launch = True
+    withdraws = True
+    noun = "input(s)"
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
         """The work items of ``entries`` (a subset of this listing's), and the rows rejected making them."""
@@ -46,11 +57,22 @@ class InputLedger:
         """The relpaths more than one input names (a manifest naming an image twice), sorted."""
         return []
 
+    def key_of(self, found: Union[WorkItem, ErrorRow]) -> str:
+        """The ledger key of the input a work item or early error row came from."""
+        if isinstance(found, WorkItem):
+            return found.relpath
+        return found["relpath"] or found["path"]
+
+    def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
+        """What the pipeline reads for ``entries`` instead of the plan's pattern (archives), or ()."""
+        return ()
+
 
 def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
-    """Whether a run writes an input ledger: folders and manifests of images (not clips, not detection)."""
+    """Whether a run writes an input ledger: folders, manifests and archives of images (not clips, not
+    detection)."""
     return (
-        plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST)
+        plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST, kinds.INPUT_ARCHIVES)
         and not plan.input.annotations
         and not config.sequence
     )
@@ -62,6 +84,8 @@ def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
         return None
     if plan.input.input_kind == kinds.INPUT_MANIFEST:
         return ManifestLedger(plan)
+    if plan.input.input_kind == kinds.INPUT_ARCHIVES:
+        return ArchiveLedger(config, plan)
     return FolderLedger(plan)
 
 
@@ -145,6 +169,45 @@ class ManifestLedger(InputLedger):
 
     def repeated(self) -> List[str]:
         return sorted(key for key, rows in self._by_key.items() if len(rows) > 1)
+
+
+class ArchiveLedger(InputLedger):
+    """The archives a plan's pattern matches, each one entry (relative to the plan's base)."""
+
+    places_at_launch = False
+    withdraws = False
+    noun = "archive(s)"
+
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        self._base = plan.input.base
+        self._limit = config.image.max_file_bytes
+        self._sequence = bool(config.sequence)
+        self._pattern = plan.input.pattern
+        self.entries = sorted(
+            LedgerEntry(layouts.relative_path(self._base, path), size, mtime)
+            for path, size, mtime in list_stamped(plan.input.pattern)
+            if path.startswith(self._base) and archives.archive_kind(path)
+        )
+        self.junk = []
+
+    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+        """The members of the archives ``entries`` name, read in this process (most tar.gz members
+        without their bytes: these items size and label an append, the pipeline converts from the archives)."""
+        if not entries:
+            return [], []
+        source = ArchiveSource(self._pattern, self._limit, self._sequence, self.units(entries))
+        found = discover(source, list_input, slim_members(4 * SAMPLE_SIZE))
+        return found.files, found.errors
+
+    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+        return None
+
+    def key_of(self, found: Union[WorkItem, ErrorRow]) -> str:
+        path = found.path if isinstance(found, WorkItem) else found["path"]
+        return layouts.relative_path(self._base, path.split(archives.MEMBER_SEPARATOR, 1)[0])
+
+    def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
+        return tuple(self._base + e.relpath for e in entries)
 
 
 def _stamps(paths: Sequence[str]) -> Dict[str, Tuple[int, float]]:

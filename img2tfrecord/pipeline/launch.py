@@ -84,6 +84,8 @@ def launch(config: ConvertConfig, plan: Optional[Plan] = None) -> Launched:
         found = input_ledger(config, plan)
         if found is None:
             return Launched(plan)
+        if not found.places_at_launch:  # archives: the pipeline reads their members
+            return Launched(plan, found.entries, None, found.junk)
         listed = found.work_items(found.entries)
         return Launched(plan, found.entries, listed, found.junk, class_names(listed[0], plan.input.layout))
 

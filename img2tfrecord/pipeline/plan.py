@@ -198,9 +198,15 @@ def _check_images(config: ConvertConfig, files: List[WorkItem], layout: str, in_
         files, config.image.max_file_bytes, config.image.max_pixels
     ):
         shown = ", ".join(repr(layouts.printable(f.relpath)) for f in files[:3])
+        listed = f"its {len(files)} file(s) ({shown}{', ...' if len(files) > 3 else ''})"
+        if not in_archives and all(archives.archive_kind(f.relpath) for f in files):
+            glob = config.input.rstrip("/") + "/*"
+            raise PlanError(f"no images in {where}: {listed} are archives; convert them with --input '{glob}'")
+        if not in_archives and all(manifests.manifest_kind(f.relpath) for f in files):
+            raise PlanError(f"no images in {where}: {listed} are manifests; give one as --input, e.g. {files[0].path}")
         raise PlanError(
-            f"no images in {where}: its {len(files)} file(s) ({shown}{', ...' if len(files) > 3 else ''}) "
-            "are not images; point --input at a folder of images with one sub-folder per class"
+            f"no images in {where}: {listed} are not images; point --input at a folder of images with one "
+            "sub-folder per class"
         )
     if any(layouts.class_of(f.relpath, layout) is not None for f in files):
         return

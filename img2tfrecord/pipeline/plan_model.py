@@ -44,6 +44,7 @@ class InputPlan:
     patterns: Tuple[str, ...] = ()  # detection: globs of the annotation files the pipeline reads
     listing_complete: bool = True  # False: Sizing.num_files counts what a partial peek into the archives saw
     skipped_outputs: Tuple[str, ...] = ()  # a folder's folders holding earlier outputs: not inputs (relative)
+    units: Tuple[str, ...] = ()  # archives: the ones the pipeline reads instead of matching pattern (an append's)
 
     @property
     def task(self) -> str:
@@ -59,7 +60,7 @@ class InputPlan:
         if self.annotations:
             return AnnotationSource(self.annotations, self.patterns, self.base, self.split_names, self.has_split_column)
         if self.input_kind == kinds.INPUT_ARCHIVES:
-            return ArchiveSource(self.pattern, limit, config.sequence)
+            return ArchiveSource(self.pattern, limit, config.sequence, self.units)
         if self.input_kind == kinds.INPUT_MANIFEST:
             return ManifestSource(self.pattern, self.labeled, self.has_split_column, self.split_names)
         return FolderSource(self.pattern, self.base, self.skipped_outputs)

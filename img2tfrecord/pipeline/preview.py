@@ -30,7 +30,6 @@ from img2tfrecord.model import (
     DetectionPlacement,
     ErrorRow,
     InlineMember,
-    MemberEntry,
     WorkItem,
     error_row,
 )
@@ -62,14 +61,13 @@ from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
 from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import layout as layouts
-from img2tfrecord.sources.inputs import Discovered, Finding, discover
-from img2tfrecord.sources.inputs.archive import MEMBERS
+from img2tfrecord.sources.inputs import Discovered, discover
+from img2tfrecord.sources.inputs.archive import slim_members
 from img2tfrecord.transforms.sequence import clip_key
 
 SAMPLE_SIZE = 16  # inputs converted and timed
 SAMPLE_PASSES = 2
 EXAMPLES = 5  # paths quoted per list
-_INLINE_KEPT = 4 * SAMPLE_SIZE  # tar.gz members whose bytes are kept for the sample; the rest are dropped
 
 Item = Union[WorkItem, Clip]
 
@@ -82,25 +80,10 @@ class _SplitTally:
     bytes: float = 0.0
 
 
-def _slim():
-    """A ``discover`` slim keeping the bytes of the first few tar.gz members only (the sample needs no more)."""
-    kept = [0]
-
-    def slim(finding: Finding) -> Finding:
-        tag, value = finding
-        if tag == MEMBERS and isinstance(value[1], MemberEntry) and isinstance(value[1].member, InlineMember):
-            kept[0] += 1
-            if kept[0] > _INLINE_KEPT:
-                return tag, (value[0], value[1]._replace(member=InlineMember(b"")))
-        return finding
-
-    return slim
-
-
 def list_sources(config: ConvertConfig, plan: Plan) -> Discovered:
     """Every work item, junk name and early error row the run's discovery step would give: the run's
     own source (``InputPlan.source``), read in this process."""
-    return discover(plan.input.source(config), list_input, _slim())
+    return discover(plan.input.source(config), list_input, slim_members(4 * SAMPLE_SIZE))
 
 
 def _clips(files: Sequence[WorkItem], layout: str) -> List[Clip]:
@@ -332,14 +315,15 @@ def _narrow_to_append(
     config: ConvertConfig, plan: Plan, converter, listing: Discovered
 ) -> Tuple[Plan, List[str], AppendPlan]:
     """``--plan --append``: the listing narrowed to what the next generation converts, its plan and labels."""
-    previous, _, changes = compare_with_output(config, plan, append_ledger(config, plan))
+    ledger = append_ledger(config, plan)
+    previous, _, changes = compare_with_output(config, plan, ledger)
     keep = {e.relpath for e in changes.to_convert}
-    listing.files = [f for f in listing.files if f.relpath in keep]
-    listing.errors = [row for row in listing.errors if (row.get("relpath") or row.get("path")) in keep]
+    listing.files = [f for f in listing.files if ledger.key_of(f) in keep]
+    listing.errors = [row for row in listing.errors if ledger.key_of(row) in keep]
     listing.skipped = []
     new_classes = new_classes_of(plan, listing.files, previous)
     plan = sized_for(config, plan, converter, listing.files)
-    refused = refusal(plan, changes, new_classes, config.allow_new_classes, list_file=False)
+    refused = refusal(plan, changes, new_classes, config.allow_new_classes, list_file=False, ledger=ledger)
     withdraws = changes.accepted and bool(stale_inputs(changes))
     summary = AppendPlan(
         generation=previous.generations[-1].number + 1,

@@ -3,9 +3,9 @@ that wraps the whole archive (``archives.top_folder_to_strip``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
-from img2tfrecord.model import ERRORS, MemberEntry, SkippedEntry, error_row
+from img2tfrecord.model import ERRORS, InlineMember, MemberEntry, SkippedEntry, error_row
 from img2tfrecord.sources import archives
 from img2tfrecord.sources.inputs import FILES, SKIPPED, Finding, InputSource
 from img2tfrecord.sources.kinds import INPUT_ARCHIVES
@@ -14,14 +14,15 @@ MEMBERS = "members"  # (archive, MemberEntry), joined with its archive's wrappin
 
 
 class ArchiveSource(InputSource):
-    """The archives ``pattern`` matches; members over ``max_file_bytes`` are rejected when listed."""
+    """The archives ``pattern`` matches (``units``: these archives instead, an append's new ones); members
+    over ``max_file_bytes`` are rejected when listed."""
 
     kind = INPUT_ARCHIVES
     join_tags = (MEMBERS,)
     spread_units = True
 
-    def __init__(self, pattern: str, max_file_bytes: int, sequence: bool = False):
-        super().__init__((pattern,))
+    def __init__(self, pattern: str, max_file_bytes: int, sequence: bool = False, units: Sequence[str] = ()):
+        super().__init__(tuple(units) or (pattern,))
         self.max_file_bytes = max_file_bytes
         self.min_depth = archives.MIN_DEPTH_SEQUENCES if sequence else archives.MIN_DEPTH_IMAGES
 
@@ -48,3 +49,19 @@ class ArchiveSource(InputSource):
         """``(archive, partial wrapping folder)`` of one member, for a combine per archive (``archives.merge_top``)."""
         archive, entry = member
         return archive, archives.top_of(entry.name, self.min_depth)
+
+
+def slim_members(keep: int) -> Callable[[Finding], Finding]:
+    """A ``discover`` slim for a listing made at launch: the bytes of the first ``keep`` tar.gz members
+    are kept (a size sample needs no more), the others' dropped."""
+    kept = [0]
+
+    def slim(finding: Finding) -> Finding:
+        tag, value = finding
+        if tag == MEMBERS and isinstance(value[1], MemberEntry) and isinstance(value[1].member, InlineMember):
+            kept[0] += 1
+            if kept[0] > keep:
+                return tag, (value[0], value[1]._replace(member=InlineMember(b"")))
+        return finding
+
+    return slim

@@ -1,0 +1,114 @@
+"""``convert --append`` over a glob of archives: new archives become a generation; a changed or removed
+archive is refused (its records cannot be withdrawn one by one)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import zipfile
+
+import images as I
+import pytest
+from helpers.outputs import records_by_relpath
+
+from img2tfrecord import api
+from img2tfrecord.errors import UsageError
+from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.ledger import parse_ledger
+from img2tfrecord.verification import verify
+
+OPTIONS = dict(splits={"train": 0.7, "test": 0.3}, seed=5, image_size=32, analyze=False, processes=1)
+BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+
+
+def _zip(path: str, members) -> None:
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members:
+            z.writestr(name, data)
+
+
+def _tgz(path: str, members) -> None:
+    with tarfile.open(path, "w:gz") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def _photos(prefix: str, classes, count: int, seed: int):
+    return [
+        (f"{prefix}{c}/{seed}_{i}.jpg", I.jpeg(40 + i, 30, I.noise(4, 3, seed=seed * 100 + i).resize((40 + i, 30))))
+        for c in classes
+        for i in range(count)
+    ]
+
+
+@pytest.fixture(scope="module")
+def days(tmp_path_factory):
+    """Five nightly archives: zip and tar.gz, some wrapped in a folder, one with a bad member, one a new class."""
+    root = str(tmp_path_factory.mktemp("archive-days"))
+    _zip(os.path.join(root, "day1.zip"), _photos("export/", ("cat", "dog"), 6, 1))
+    _tgz(os.path.join(root, "day2.tar.gz"), _photos("", ("cat", "dog"), 5, 2) + [("cat/broken.jpg", b"not a jpeg")])
+    _zip(os.path.join(root, "day3.zip"), _photos("", ("cat", "dog"), 4, 3))
+    _tgz(os.path.join(root, "day4.tgz"), _photos("wrap/", ("cat", "dog"), 4, 4))
+    _zip(os.path.join(root, "day5.zip"), _photos("", ("owl",), 3, 5))
+    return root
+
+
+def _arrive(days: str, src: str, *names: str) -> None:
+    for name in names:
+        shutil.copy2(os.path.join(days, name), os.path.join(src, name))
+
+
+def _convert(src: str, out: str, **extra):
+    return api.convert(os.path.join(src, "*"), out, pipeline_options=BEAM, **{**OPTIONS, **extra})
+
+
+@pytest.mark.e2e
+def test_new_archives_give_the_records_of_one_run_over_all_of_them(days, tmp_path):
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    os.makedirs(src)
+    _arrive(days, src, "day1.zip", "day2.tar.gz")
+    first = _convert(src, out, append=True)  # the first night: everything, generation 0
+    assert first.accounting.inputs == 23 and first.accounting.rejected == 1
+    with open(os.path.join(out, manifest.ledger_file(0)), "rb") as f:
+        assert [e.relpath for e in parse_ledger(f.read(), "ledger")] == ["day1.zip", "day2.tar.gz"]
+    _arrive(days, src, "day3.zip", "day4.tgz")
+    plan = api.plan(os.path.join(src, "*"), out, append=True, pipeline_options=BEAM, **OPTIONS)
+    assert plan.append is not None and (plan.append.new, plan.append.unchanged) == (2, 2) and plan.inputs == 16
+    second = _convert(src, out, append=True)
+    assert (second.generations[-1].inputs, second.generations[-1].written) == (16, 16)
+    again = _convert(src, out, append=True)  # nothing new
+    assert again.generations == second.generations
+    _arrive(days, src, "day5.zip")
+    with pytest.raises(UsageError, match=r"1 new class folder\(s\) \('owl'\)"):
+        _convert(src, out, append=True)
+    third = _convert(src, out, append=True, allow_new_classes=True)
+    assert third.labels == ("cat", "dog", "owl")
+    full = str(tmp_path / "full")
+    _convert(src, full)
+    assert records_by_relpath(out) == records_by_relpath(full)
+    acc = third.accounting
+    assert acc.inputs == 42 == acc.written + acc.rejected and acc.rejected_by_reason == {"not_an_image": 1}
+    report = verify(out)
+    assert report.ok, report.text()
+
+
+@pytest.mark.e2e
+def test_a_changed_or_removed_archive_is_refused_even_when_changes_are_accepted(days, tmp_path):
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    os.makedirs(src)
+    _arrive(days, src, "day1.zip", "day3.zip")
+    _convert(src, out)
+    _zip(os.path.join(src, "day1.zip"), _photos("", ("cat",), 2, 9))  # re-exported
+    os.remove(os.path.join(src, "day3.zip"))
+    for accept in (False, True):
+        with pytest.raises(UsageError) as refused:
+            _convert(src, out, append=True, accept_changes=accept)
+        line = str(refused.value)
+        assert "1 archive(s) changed since they were converted (e.g. day1.zip)" in line
+        assert "1 converted archive(s) removed (e.g. day3.zip)" in line
+        assert "an archive's records cannot be withdrawn one by one: rebuild with --overwrite" in line
+        os.remove(line.rsplit("the list is in ", 1)[1].rstrip(")"))
