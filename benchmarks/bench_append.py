@@ -2,13 +2,17 @@
 
 The input is the cached benchmark corpus less every 100th file (hard links, so nothing is copied);
 ``convert`` converts it whole, the held-back files are linked in, ``convert --append`` converts
-them, and a second ``--append`` finds nothing new. Each command is a fresh process timed from start
-to exit with ``/usr/bin/time -v`` (CPU includes the conversion processes), in the same run, so the
-ratios compare like with like. Also reported: the ledger's bytes per million inputs, and what
-listing the input costs per 1,000 files (``FileSystems.match`` with sizes and change markers).
+them, and a second ``--append`` finds nothing new. ``--input-kind manifest`` gives the same files
+as a CSV manifest (path,label) that gains the new rows; ``--input-kind archives`` packs them into
+zip archives, one per class (stored, not compressed), and the new files into one more. Each command
+is a fresh process timed from start to exit with ``/usr/bin/time -v`` (CPU includes the conversion
+processes), in the same run, so the ratios compare like with like. Also reported: the ledger's bytes
+per million inputs, and what listing the input folder costs per 1,000 files (with sizes and change
+markers).
 
     .venv/bin/python benchmarks/bench_append.py --num-images 24000 --runs 2
     .venv/bin/python benchmarks/bench_append.py --kind mixed --num-images 12000 --runs 1
+    .venv/bin/python benchmarks/bench_append.py --input-kind manifest --convert-args=--no-analyze
 
 Prints a table and writes ``benchmarks/results/bench_append-<time>.json``.
 """
@@ -22,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -48,6 +53,26 @@ def _link_tree(src: str, dst: str, keep) -> int:
     return count
 
 
+def _write_manifest(path: str, src: str, relpaths) -> None:
+    """A CSV manifest naming ``relpaths`` (relative to the manifest's folder), labelled by their folder."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("path,label\n")
+        for relpath in relpaths:
+            f.write(f"{relpath},{relpath.split('/')[0]}\n")
+
+
+def _write_archives(folder: str, src: str, relpaths, name=None) -> None:
+    """``relpaths`` of ``src`` packed into stored zips in ``folder``: one per class, or all in ``name``."""
+    groups = {}
+    for relpath in relpaths:
+        groups.setdefault(name or f"{relpath.split('/')[0]}.zip", []).append(relpath)
+    os.makedirs(folder, exist_ok=True)
+    for archive, members in groups.items():
+        with zipfile.ZipFile(os.path.join(folder, archive), "w", zipfile.ZIP_STORED) as z:
+            for relpath in members:
+                z.write(os.path.join(src, relpath), relpath)
+
+
 def _listing_seconds(folder: str) -> float:
     """Seconds to list ``folder`` with sizes and change markers, as a run's launch does (median of 3)."""
     from img2tfrecord.pipeline.listing import list_stamped
@@ -67,6 +92,7 @@ def main(argv=None):
     parser.add_argument("--every", type=int, default=100, help="every N-th file is new (default 100: 1%%)")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--convert-args", default="", help="extra arguments for every convert, e.g. '--no-analyze'")
+    parser.add_argument("--input-kind", choices=("folder", "manifest", "archives"), default="folder")
     args = parser.parse_args(argv)
 
     src = os.path.join(HERE, "results", f"corpus-{args.kind}-{args.num_images}")
@@ -82,12 +108,26 @@ def main(argv=None):
     try:
         for run in range(args.runs):
             data, out = os.path.join(work, f"in-{run}"), os.path.join(work, f"out-{run}")
-            _link_tree(src, data, lambda r: r not in new)
-            cmd = [sys.executable, "-m", "img2tfrecord", "convert", "--input", data, "--output", out, "-q"]
+            kept = [r for r in relpaths if r not in new]
+            if args.input_kind == "archives":
+                _write_archives(data, src, kept)
+                given = os.path.join(data, "*")
+            else:
+                _link_tree(src, data, lambda r: r not in new)
+                given = data
+            if args.input_kind == "manifest":
+                given = os.path.join(data, "labels.csv")
+                _write_manifest(given, src, kept)
+            cmd = [sys.executable, "-m", "img2tfrecord", "convert", "--input", given, "--output", out, "-q"]
             cmd += ["--image-size", "224", "--format", "jpeg", "--quality", "90", *args.convert_args.split()]
             for name in rows:
                 if name == "append":
-                    _link_tree(src, data, lambda r: r in new)
+                    if args.input_kind == "archives":
+                        _write_archives(data, src, sorted(new), name="new.zip")
+                    else:
+                        _link_tree(src, data, lambda r: r in new)
+                    if args.input_kind == "manifest":
+                        _write_manifest(given, src, relpaths)
                 seconds, rss, cpu = timed(cmd + (["--append"] if name != "full" else []), env)
                 rows[name].append({"seconds": seconds, "cpu_seconds": cpu, "peak_rss_mb": rss})
                 print(f"run {run + 1}/{args.runs} {name:12s} {seconds:7.1f} s  {cpu:7.1f} s CPU  {rss:5.0f} MB")
@@ -110,7 +150,7 @@ def main(argv=None):
         "ledger_bytes_per_million_inputs": (ledger_bytes or 0) / len(relpaths) * 1e6,
         "local_listing_seconds_per_1000_files": (listing or 0.0) / len(relpaths) * 1000,
     }
-    print(f"{args.num_images} {args.kind} images, {len(new)} new; medians of {args.runs} run(s):")
+    print(f"{args.num_images} {args.kind} images ({args.input_kind}), {len(new)} new; medians of {args.runs} run(s):")
     for name, m in median.items():
         print(f"  {name:12s} {m['seconds']:7.1f} s  {m['cpu_seconds']:7.1f} s CPU  {m['peak_rss_mb']:5.0f} MB")
     for key, value in summary.items():
@@ -120,6 +160,7 @@ def main(argv=None):
         {
             "num_images": args.num_images,
             "kind": args.kind,
+            "input_kind": args.input_kind,
             "new_files": len(new),
             "convert_args": args.convert_args,
             "runs": rows,

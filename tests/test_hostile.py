@@ -355,8 +355,9 @@ def test_beam_listing_does_not_follow_folder_links(tmp_path):
 
 
 def test_decode_timeout_stops_work_on_a_slow_image():
-    # 6 MP of JPEG to PNG takes about a second; with a 20 ms limit the work stops at the next read.
-    data = I.jpeg(3000, 2000, I.noise(150, 100).resize((3000, 2000)))
+    # 6 MP of noise as JPEG (several MB, fed to the decoder 64 KiB at a time) to PNG takes over a second;
+    # with a 20 ms limit the work stops at a read during the decode.
+    data = I.jpeg(3000, 2000, I.noise(3000, 2000))
     slow = ImageOptions(format="png")
     start = time.monotonic()
     convert_image(data, slow)
