@@ -187,7 +187,7 @@ def test_nothing_new_exits_0_and_changes_no_byte(three_generations):
     assert plan.append.unchanged == docs[-1].accounting.inputs and plan.append.refused is None
     # The plan says the run would write nothing, and times it as the run goes: its launch, no Beam graph.
     assert plan.append.nothing_new and "would change nothing" in plan.output.note
-    assert plan.time.startup_parts["graph"] == 0 and plan.time.startup_parts["listing"] > 0
+    assert plan.time.startup_parts["graph"] == 0 and plan.time.startup_parts["listing"] >= 0
 
 
 @pytest.mark.e2e

@@ -112,3 +112,15 @@ def test_a_changed_or_removed_archive_is_refused_even_when_changes_are_accepted(
         assert "1 converted archive(s) removed (e.g. day3.zip)" in line
         assert "an archive's records cannot be withdrawn one by one: rebuild with --overwrite" in line
         os.remove(line.rsplit("the list is in ", 1)[1].rstrip(")"))
+
+
+@pytest.mark.e2e
+def test_a_glob_over_dated_folders_appends_the_archives_of_a_new_folder(days, tmp_path):
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    for folder, name in (("2026-11-01", "day1.zip"), ("2026-11-02", "day3.zip")):
+        os.makedirs(os.path.join(src, folder))
+        shutil.copy2(os.path.join(days, name), os.path.join(src, folder, name))
+        doc = api.convert(os.path.join(src, "*", "*.zip"), out, append=True, pipeline_options=BEAM, **OPTIONS)
+    assert [g.inputs for g in doc.generations] == [12, 8]
+    with open(os.path.join(out, manifest.ledger_file(1)), "rb") as f:
+        assert [e.relpath for e in parse_ledger(f.read(), "ledger")] == ["2026-11-02/day3.zip"]

@@ -179,7 +179,9 @@ class ArchiveLedger(InputLedger):
     noun = "archive(s)"
 
     def __init__(self, config: ConvertConfig, plan: Plan):
-        self._base = plan.input.base
+        # Relative to the folder above the first glob in the pattern ('dumps/*/day.zip' -> 'dumps/').
+        literal = kinds.GLOB_CHARS.split(plan.input.pattern, 1)[0]
+        self._base = literal[: literal.rfind("/") + 1]
         self._limit = config.image.max_file_bytes
         self._sequence = bool(config.sequence)
         self._pattern = plan.input.pattern

@@ -63,20 +63,20 @@ _PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launc
 
 
 def make_plan(config: ConvertConfig, whole: bool = True) -> Plan:
-    """The launch plan of ``config``; ``whole`` False: a folder input's plan without what only a run over
-    all of it needs (the size sample, the listing digest), for an append, which sizes its new inputs."""
+    """The launch plan of ``config``; ``whole`` False: a plan without what only a run over all of the
+    input needs (the size sample; a folder's listing digest), for an append, which sizes its new inputs."""
     kind = kinds.input_kind(config.input)
     detect = config.task != TASK_CLASSIFICATION
     forced = config.task == TASK_DETECTION
     if kind == kinds.INPUT_ARCHIVES:
-        return _plan_archives(config)
+        return _plan_archives(config, whole)
     if kind == kinds.INPUT_MANIFEST:
         if detect:
             base, pattern = file_pattern(config.input)
             found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_kind(p))
             if found and (forced or detection.is_box_manifest(found[0])):
                 return plan_box_manifest(config, base, pattern, found)
-        return _plan_manifest(config)
+        return _plan_manifest(config, whole)
     if detect and config.input.lower().endswith(".json"):
         base, pattern = file_pattern(config.input)
         found = sorted(p for p, _ in list_input(pattern))
@@ -92,7 +92,7 @@ def make_plan(config: ConvertConfig, whole: bool = True) -> Plan:
     listing = list_input(pattern)
     faults.pause_at("listing")
     if kinds.GLOB_CHARS.search(config.input) and listing and all(archives.archive_kind(p) for p, _ in listing):
-        return _plan_archives(config)  # a glob such as 'shards/*' that matches only archives
+        return _plan_archives(config, whole)  # a glob such as 'shards/*' that matches only archives
     listed = [(path, layouts.relative_path(base, path), size) for path, size in listing if path.startswith(base)]
     outputs = _skip_outputs(config, [relpath for _, relpath, _ in listed])
     files = [
@@ -252,7 +252,7 @@ def _split_bytes(config: ConvertConfig, layout: str, split_names, files, ratio: 
     return split_bytes
 
 
-def _plan_archives(config: ConvertConfig) -> Plan:
+def _plan_archives(config: ConvertConfig, whole: bool = True) -> Plan:
     base, pattern = file_pattern(config.input)
     found = sorted((p, size) for p, size in list_input(pattern) if archives.archive_kind(p))
     if not found:
@@ -285,7 +285,7 @@ def _plan_archives(config: ConvertConfig) -> Plan:
         _check_images(config, files, layout, in_archives=True)
     if layout == layouts.LAYOUT_SPLIT and not complete:
         split_names = tuple(sorted(set(SPLIT_FOLDERS.values())))
-    ratio = estimate_size_ratio(config, files)
+    ratio = estimate_size_ratio(config, files) if whole else 1.0  # an append sizes its new inputs
     split_bytes = _split_bytes(config, layout, split_names, files, ratio)
     input_bytes = sum(size for _, size in found)
     seen = sum(f.size for f in files)
@@ -305,7 +305,7 @@ def _plan_archives(config: ConvertConfig) -> Plan:
     )
 
 
-def _plan_manifest(config: ConvertConfig) -> Plan:
+def _plan_manifest(config: ConvertConfig, whole: bool = True) -> Plan:
     base, pattern = file_pattern(config.input)
     found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_kind(p))
     if not found:
@@ -339,7 +339,7 @@ def _plan_manifest(config: ConvertConfig) -> Plan:
         split_names = tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
 
     resolved = [manifests.resolve_row_path(path, row["path"]) for path, _, row in rows]  # (path, relpath)
-    mean_size, ratio = sampled_sizes(config, resolved)
+    mean_size, ratio = sampled_sizes(config, resolved) if whole else (0.0, 1.0)  # an append sizes its new rows
     record_bytes = estimated_record_bytes(mean_size, ratio)
     split_bytes = {name: 0.0 for name in split_names}
     for (_, _, row), (_, relpath) in zip(rows, resolved):
