@@ -6,11 +6,14 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 import zipfile
 
 import images as I
 import pytest
+from conftest import cli_env
 from helpers.outputs import records_by_relpath
 
 from img2tfrecord import api
@@ -82,6 +85,14 @@ def test_new_archives_give_the_records_of_one_run_over_all_of_them(days, tmp_pat
     assert (second.generations[-1].inputs, second.generations[-1].written) == (16, 16)
     again = _convert(src, out, append=True)  # nothing new
     assert again.generations == second.generations
+    # A process of its own: a nightly glob of archives with nothing new loads no Beam either.
+    loaded = "import sys; from img2tfrecord.cli import main; code = main(sys.argv[1:]); "
+    loaded += "print('loaded', [m for m in ('apache_beam', 'tensorflow') if m in sys.modules]); sys.exit(code)"
+    args = ["convert", "--input", os.path.join(src, "*"), "--output", out, "--append", "--no-analyze"]
+    args += ["--splits", "train=0.7,test=0.3", "--seed", "5", "--image-size", "32"]
+    proc = subprocess.run([sys.executable, "-c", loaded, *args], capture_output=True, text=True, env=cli_env())
+    assert proc.returncode == 0 and "nothing new since generation 1" in proc.stderr, proc.stderr[-2000:]
+    assert "loaded []" in proc.stdout, proc.stdout
     _arrive(days, src, "day5.zip")
     with pytest.raises(UsageError, match=r"1 new class folder\(s\) \('owl'\)"):
         _convert(src, out, append=True)

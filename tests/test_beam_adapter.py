@@ -152,3 +152,26 @@ def test_a_local_folder_is_listed_as_beams_match_lists_it(tmp_path):
         ]
         assert listing._list(pattern) == beams, f"{BEAM}: {pattern}"
     assert len(listing._list(f"{root}/**")) == 8
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "/a/*.zip",
+        "/a/**",
+        "/a/b?/[!x]*.jpg",
+        "/a/[]x]/c",
+        "/a/[^y]z",
+        "/a/[open",
+        "/a/back\\slash/*",
+        "gs://b/d/*/*.tgz",
+        "/a/é ü/*.jpg",
+        "/a/[a-c]/**/x.png",
+        "/a/.+()$^{}|",
+    ],
+)
+def test_a_local_glob_is_translated_as_beams_match_translates_it(pattern):
+    """The launch matches a local glob without importing Beam: with Beam's own regular expression."""
+    from img2tfrecord.pipeline import listing
+
+    assert listing.glob_regex(pattern) == filesystem.FileSystem.translate_pattern(pattern), BEAM
