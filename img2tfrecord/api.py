@@ -305,7 +305,8 @@ def run_config(
     ConversionFailed (the runner's exception as ``__cause__``), and ``pipeline.run.Interrupted``
     (a KeyboardInterrupt) on SIGINT or SIGTERM.
     """
-    from img2tfrecord.pipeline.launch import NothingNew, launch
+    from img2tfrecord.conversion.pool import close_started
+    from img2tfrecord.pipeline.launch import NothingNew, launch, start_pool_early
     from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.output_errors import OutputNotWritable
     from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotEmpty, staging_left
@@ -323,9 +324,14 @@ def run_config(
                 logging.info("%s", e)
                 return read_manifest(config.output)
             launched = None  # the run removes what a stopped append left, under the output's lock
-        from img2tfrecord.pipeline.run import run as run_pipeline
+        if launched is not None:
+            start_pool_early(config, launched, pipeline_args)  # its processes start while Beam is imported
+        try:
+            from img2tfrecord.pipeline.run import run as run_pipeline
 
-        return run_pipeline(config, pipeline_args, wait=wait, show_progress=show_progress, launched=launched)
+            return run_pipeline(config, pipeline_args, wait=wait, show_progress=show_progress, launched=launched)
+        finally:
+            close_started()
     except AlreadyComplete as e:
         logging.info("%s", e)
         return read_manifest(config.output)

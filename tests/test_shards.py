@@ -396,3 +396,31 @@ def test_workers_exit_when_the_process_that_started_them_is_killed():
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in pids if _alive(pid)], "conversion processes outlived the killed runner"
+
+
+def test_a_local_run_converts_with_the_pool_started_before_beam_and_leaves_none_open(tmp_path, monkeypatch):
+    """``convert`` starts its conversion processes while it imports Beam; the shard writer takes that pool
+    instead of starting its own, and a run that ends before its writer (here: refused, the output is
+    finished already) closes the pool it started."""
+    from img2tfrecord import api
+    from img2tfrecord.conversion import pool
+
+    made = []
+    real_init = ConversionPool.__init__
+
+    def counted(self, *args, **kwargs):
+        made.append(args[1])
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConversionPool, "__init__", counted)
+    src = str(tmp_path / "in")
+    write_tree(src, {f"c{i % 2}/{i}.jpg": I.jpeg(40, 30) for i in range(12)})
+    out = str(tmp_path / "out")
+    doc = api.convert(src, out, processes=2, analyze=False, image_size=16)
+    assert doc.accounting.written == 12
+    assert made == [2] and not pool._STARTED and not pool._OPEN
+    from img2tfrecord.errors import UsageError
+
+    with pytest.raises(UsageError, match="already holds a finished conversion"):  # refused under the lock
+        api.convert(src, out, processes=2, analyze=False, image_size=16)
+    assert made == [2, 2] and not pool._STARTED and not pool._OPEN

@@ -36,6 +36,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import weakref
@@ -66,6 +67,32 @@ def close_open_pools() -> None:
     """Close every pool of this process that is still open (a run stopped before its steps were torn down)."""
     for pool in list(_OPEN):
         pool.close()
+
+
+# Pools started ahead of the step that uses them: (the converter pickled, processes, batch size, pool).
+_STARTED: List[Tuple[bytes, int, int, ConversionPool]] = []
+
+
+def start_early(converter: Converter[Any], processes: int, batch_size: int = 32) -> None:
+    """Start a pool now for a step that runs later in this process (``take_started``): its processes
+    start on the other cores while this one imports Beam and builds the job."""
+    _STARTED.append((pickle.dumps(converter), processes, batch_size, ConversionPool(converter, processes, batch_size)))
+
+
+def take_started(converter: Converter[Any], processes: int, batch_size: int = 32) -> Optional[ConversionPool]:
+    """The pool ``start_early`` started for the same converter, processes and batch size (once), or None."""
+    key = pickle.dumps(converter)
+    for i, (started, n, size, pool) in enumerate(_STARTED):
+        if (started, n, size) == (key, processes, batch_size):
+            del _STARTED[i]
+            return pool
+    return None
+
+
+def close_started() -> None:
+    """Close the pools started early that no step took (the run ended before its writers)."""
+    while _STARTED:
+        _STARTED.pop()[3].close()
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from img2tfrecord.pipeline.inputs import LocalInputReport, check_local_input
 from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan
+from img2tfrecord.pipeline.sizing import processes_for
 from img2tfrecord.readers import storage
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
@@ -29,7 +30,7 @@ from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources.layout import class_names
 
-__all__ = ["Launched", "NothingNew", "check_local", "image_converter", "launch", "run_dir"]
+__all__ = ["Launched", "NothingNew", "check_local", "image_converter", "launch", "run_dir", "start_pool_early"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,3 +97,20 @@ def check_local(plan: Plan) -> Optional[LocalInputReport]:
     if plan.input.input_kind != kinds.INPUT_FOLDER or storage.is_remote(plan.input.base):
         return None
     return check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
+
+
+def start_pool_early(config: ConvertConfig, launched: Launched, pipeline_args: Sequence[str]) -> bool:
+    """Start the conversion pool of a run on the default local runner before Beam is imported; True when
+    started. The shard writer takes it (``conversion.pool.take_started``), so its processes are ready when
+    the first shard converts instead of starting then. Not for other runners (their workers convert),
+    clips (one per batch), or a run of one conversion process."""
+    if any(arg.startswith(("--runner", "--direct_running_mode")) for arg in pipeline_args) or config.sequence:
+        return False
+    plan = launched.plan
+    processes = config.processes or processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
+    if processes < 2:
+        return False
+    from img2tfrecord.conversion.pool import start_early
+
+    start_early(image_converter(config, plan), processes)
+    return True

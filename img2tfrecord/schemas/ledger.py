@@ -1,7 +1,7 @@
 """The input ledger: which inputs each generation of an output converted, as ``convert --append`` compares them.
 
 ``ledger/generation-<N>.jsonl.gz`` (``manifest.ledger_file``) holds one JSON object per input the
-generation took, ``{"relpath", "size", "mtime"}``, sorted by relpath, gzip-compressed without a
+generation took, ``{"relpath", "size", "mtime"}``, sorted by relpath, gzip-compressed (level 6) without a
 timestamp (the same inputs give the same bytes). ``mtime`` is the filesystem's change marker: a
 file's modification time, an object's update time on gs://; with ``size`` it tells a replaced input
 from the one converted. A manifest row's entry adds ``"row": [label, split]`` (null where the
@@ -51,7 +51,9 @@ def ledger_bytes(entries: Iterable[LedgerEntry]) -> bytes:
         + "}\n"
         for e in sorted(entries)
     )
-    return gzip.compress("".join(lines).encode("ascii"), mtime=0)  # names escaped: any name, even not UTF-8
+    # zlib's default level: it is written before the job starts, and level 9 takes several times as long.
+    # ASCII: names are escaped, so any name (even one that is not UTF-8) is carried.
+    return gzip.compress("".join(lines).encode("ascii"), compresslevel=6, mtime=0)
 
 
 def parse_ledger(data: bytes, where: str) -> List[LedgerEntry]:

@@ -17,7 +17,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.placement import writing_order
-from img2tfrecord.conversion.pool import ConversionPool
+from img2tfrecord.conversion.pool import ConversionPool, take_started
 from img2tfrecord.model import ERRORS, DetectionRecord, Record, ShardItem, ShardResult
 from img2tfrecord.transforms import done_files
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, ShardSinks
@@ -192,7 +192,9 @@ class WriteShardsFn(beam.DoFn):
 
     def setup(self):
         if self._processes > 1:  # first: its processes start while the staging folder is made
-            self._pool = ConversionPool(self._converter, self._processes, self._batch_size)
+            self._pool = take_started(self._converter, self._processes, self._batch_size) or ConversionPool(
+                self._converter, self._processes, self._batch_size
+            )
         try:
             self._sinks.initialize()
         except BaseException:
