@@ -57,6 +57,17 @@ def pool(tmp_path_factory):
     return root, rows
 
 
+def _equals_a_full_run(listing: str, out: str, tmp_path):
+    """Assert that ``out`` holds, split for split, the records of one run over ``listing`` now, and verifies;
+    -> that run's manifest."""
+    full = str(tmp_path / "full")
+    doc = _convert(listing, full)
+    assert records_by_relpath(out) == records_by_relpath(full)
+    report = verify(out)
+    assert report.ok, report.text()
+    return doc
+
+
 def _copy(pool_root: str, dst: str) -> str:
     shutil.copytree(pool_root, dst)
     return dst
@@ -90,15 +101,11 @@ def test_appended_rows_give_the_records_of_one_run_over_the_final_manifest(pool,
     _write_rows(listing, rows + bad)
     third = _convert(listing, out, append=True)
     assert (third.generations[-1].inputs, third.generations[-1].written) == (8, 8)
-    full = str(tmp_path / "full")
-    assert _convert(listing, full).labels == third.labels == LABELS
-    assert records_by_relpath(out) == records_by_relpath(full)
+    assert _equals_a_full_run(listing, out, tmp_path).labels == third.labels == LABELS
     # Each generation counts what it tried: the image missing in generation 1 is a rejection there.
     acc = third.accounting
     assert (acc.inputs, acc.written) == (len(rows) + 3, len(rows) + 1) and acc.inputs == acc.written + acc.rejected
     assert acc.rejected_by_reason == {"truncated": 1, "not_found": 1}
-    report = verify(out)
-    assert report.ok, report.text()
 
 
 @pytest.mark.e2e
@@ -120,11 +127,7 @@ def test_relabelled_and_removed_rows_are_refused_then_withdrawn_with_accept_chan
     os.remove(line.rsplit("the list is in ", 1)[1].rstrip(")"))
     doc = _convert(listing, out, append=True, accept_changes=True)
     assert sorted(w.relpath for w in doc.generations[-1].withdrawn) == sorted(["img/05.jpg", edited[2]["path"]])
-    full = str(tmp_path / "full")
-    _convert(listing, full)
-    assert records_by_relpath(out) == records_by_relpath(full)
-    report = verify(out)
-    assert report.ok, report.text()
+    _equals_a_full_run(listing, out, tmp_path)
 
 
 @pytest.mark.e2e

@@ -1,10 +1,11 @@
 """``convert --append`` at launch: the output's generations and ledgers against a new listing of the input.
 
-Every run over a folder or manifest input writes the ledger of its inputs (``input_ledger.py``,
-``write_ledger``) before its pipeline starts; an append reads every generation's ledger and error report, lists the
-input once, and either refuses (changed or removed inputs, new classes, other options: a
-``PlanError``, exit 2, before anything is written), finds nothing new, or describes the next
-generation (:class:`AppendRun`): exactly the inputs to convert, their labels and their shard counts.
+Every run over a folder, manifest or archive input writes the ledger of its inputs
+(``input_ledger.py``, ``write_ledger``) before its pipeline starts; an append reads every generation's
+ledger and error report, lists the input once, and either refuses (changed or removed inputs, new
+classes, other options: a ``PlanError``, exit 2, before anything is written), finds nothing new, or
+describes the next generation (:class:`AppendRun`): exactly the inputs to convert, their labels and
+their shard counts.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class AppendRun:
 
 
 # ---------------------------------------------------------------------------
-# The ledger every folder and manifest run writes.
+# The ledger every folder, manifest and archive run writes.
 
 
 def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
