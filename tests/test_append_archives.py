@@ -14,10 +14,12 @@ import zipfile
 import images as I
 import pytest
 from conftest import cli_env
+from gcs_emulator import gcs_fixture  # noqa: F401 - the gcs fixture
 from helpers.outputs import records_by_relpath
 
 from img2tfrecord import api
 from img2tfrecord.errors import UsageError
+from img2tfrecord.readers import storage
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.ledger import parse_ledger
 from img2tfrecord.verification import verify
@@ -135,3 +137,31 @@ def test_a_glob_over_dated_folders_appends_the_archives_of_a_new_folder(days, tm
     assert [g.inputs for g in doc.generations] == [12, 8]
     with open(os.path.join(out, manifest.ledger_file(1)), "rb") as f:
         assert [e.relpath for e in parse_ledger(f.read(), "ledger")] == ["2026-11-02/day3.zip"]
+
+
+@pytest.mark.e2e
+def test_archives_on_cloud_storage_append_as_local_ones_and_translate_as_a_dataflow_job(gcs, days, tmp_path):
+    """A glob of archives in a bucket: the same generations and shard bytes as a local folder of them, and
+    the append's job (reading the new archive alone) builds and translates for Dataflow."""
+    from conftest import DATAFLOW_DRY_RUN, shard_digests
+
+    local = str(tmp_path / "in")
+    os.makedirs(local)
+    remote = gcs.url("archive-append", "in")
+    outputs = {}
+    for where, base in (("local", local), ("remote", remote)):
+        out = str(tmp_path / f"out-{where}")
+        for names in (("day1.zip", "day2.tar.gz"), ("day3.zip",)):
+            for name in names:
+                if where == "local":
+                    _arrive(days, local, name)
+                else:
+                    storage.write_bytes(f"{remote}/{name}", open(os.path.join(days, name), "rb").read())
+            doc = api.convert(f"{base}/*", out, append=True, pipeline_options=BEAM, **OPTIONS)
+        outputs[where] = (out, doc)
+    (local_out, local_doc), (remote_out, remote_doc) = outputs["local"], outputs["remote"]
+    assert [g.inputs for g in remote_doc.generations] == [g.inputs for g in local_doc.generations] == [23, 8]
+    assert shard_digests(remote_out) == shard_digests(local_out)
+    storage.write_bytes(f"{remote}/day4.tgz", open(os.path.join(days, "day4.tgz"), "rb").read())
+    dry = api.convert(f"{remote}/*", remote_out, append=True, pipeline_options=list(DATAFLOW_DRY_RUN), **OPTIONS)
+    assert dry is None and len(records_by_relpath(remote_out)["train"]) == remote_doc.splits["train"].num_examples
