@@ -118,7 +118,8 @@ def make_plan(config: ConvertConfig, whole: bool = True) -> Plan:
     layout, split_names = _layout(config, files)
     _check_images(config, files, layout)
     ratio = estimate_size_ratio(config, files) if whole else 1.0
-    split_bytes = _split_bytes(config, layout, split_names, files, ratio)
+    # An append sizes the splits of its new inputs (append.sized_for), not of the whole input.
+    split_bytes = _split_bytes(config, layout, split_names, files, ratio) if whole else {}
     return Plan(
         InputPlan(
             base=base,

@@ -62,15 +62,20 @@ def parse_ledger(data: bytes, where: str) -> List[LedgerEntry]:
         text = gzip.decompress(data).decode("ascii")
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise ValueError(f"{where}: not a gzip file ({e})") from None
+    lines = text.splitlines()
+    try:  # one JSON document for the whole file: one parse instead of one per line
+        docs = json.loads("[" + ",".join(lines) + "]")
+    except ValueError:
+        docs = None  # a line that is not JSON: found and named below
     entries = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         try:
-            doc = json.loads(line)
+            doc = docs[number - 1] if docs is not None else json.loads(line)
             row = doc.get("row")
             if row is not None:
                 label, split = row
                 row = row_text(label, split)
             entries.append(LedgerEntry(str(doc["relpath"]), int(doc["size"]), float(doc["mtime"]), row or ""))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise ValueError(f"{where}: line {number} is not a ledger entry") from None
     return entries
