@@ -24,6 +24,7 @@ import time
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.appends import stale_inputs
+from img2tfrecord.conversion.placement import place
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import (
     Clip,
@@ -31,7 +32,6 @@ from img2tfrecord.model import (
     ErrorRow,
     InlineMember,
     WorkItem,
-    error_row,
 )
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.append import (
@@ -230,24 +230,15 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
     mean_size = (
         plan.sizing.input_bytes / plan.sizing.num_files if plan.sizing.num_files else 0.0
     )  # manifest rows carry no size
+    shard_counts = {name: max(1, plan.sizing.num_shards.get(name, 0)) for name in splits}
     for item in items:
-        try:
-            split = converter.split_of(item)
-        except layouts.PlacementError:
-            rejected.append(converter(item, [])[1])  # the converter's own rejection, nothing read
+        key, found = place(converter, item, config.seed, shard_counts)  # as the run places it
+        if key is None:
+            rejected.append(found)  # type: ignore[arg-type]
             continue
+        split = key[0]
         if isinstance(item, Clip) and not item.is_clip:
             rejected.append(converter(item, [])[1])
-            continue
-        if split not in splits:
-            rejected.append(
-                error_row(
-                    converter.path_of(item),
-                    converter.relpath_of(item),
-                    "unknown_split",
-                    f"split {split!r} was not seen when the run was planned (splits: {', '.join(splits)})",
-                )
-            )
             continue
         if _missing_local_file(item):  # named by a manifest or annotation: the converter's not_found row
             rejected.append(converter(item, labels)[1])
