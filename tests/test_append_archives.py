@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -165,3 +166,33 @@ def test_archives_on_cloud_storage_append_as_local_ones_and_translate_as_a_dataf
     storage.write_bytes(f"{remote}/day4.tgz", open(os.path.join(days, "day4.tgz"), "rb").read())
     dry = api.convert(f"{remote}/*", remote_out, append=True, pipeline_options=list(DATAFLOW_DRY_RUN), **OPTIONS)
     assert dry is None and len(records_by_relpath(remote_out)["train"]) == remote_doc.splits["train"].num_examples
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("phase", ["converting", "committing"])
+def test_a_killed_archive_append_leaves_the_output_readable_and_resume_finishes_it(days, tmp_path, phase):
+    """The pipeline reads an append's new archives itself: killed at a phase, the last generation still
+    verifies, and ``--append --resume`` gives the output an uninterrupted append gives."""
+    from conftest import convert
+    from helpers.processes import kill_when
+
+    from img2tfrecord import faults
+
+    src, out, reference = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "reference")
+    os.makedirs(src)
+    _arrive(days, src, "day1.zip", "day2.tar.gz")
+    _convert(src, out)
+    shutil.copytree(out, reference)
+    _arrive(days, src, "day3.zip", "day4.tgz")
+    args = ("--splits", "train=0.7,test=0.3", "--seed", "5", "--image-size", "32", "--no-analyze", "--processes", "1")
+    marker = str(tmp_path / "paused")
+    env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
+    command = ("convert", "--input", os.path.join(src, "*"), "--output", out, *args, "--append")
+    assert kill_when(command, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
+    report = verify(out)
+    assert report.ok, report.text()
+    resumed = convert(os.path.join(src, "*"), out, *args, "--append", "--resume", runner=())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _convert(src, reference, append=True)
+    assert records_by_relpath(out) == records_by_relpath(reference)
+    assert verify(out).ok
