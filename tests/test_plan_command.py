@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 
@@ -73,8 +74,9 @@ def test_the_plan_of_class_folders_counts_what_the_run_writes_per_split_and_clas
     assert t["sample_size"] == 16 and t["seconds_per_input"] > 0
     assert t["processes"] == 1, "a run of a few small files converts in one process"
     assert t["seconds"] >= t["startup_seconds"] > 0
-    parts = t["startup_parts"]  # measured: a fresh interpreter's imports, this plan's listing, the run's graph
-    assert set(parts) == {"imports", "listing", "graph"} and parts["imports"] > 0 and parts["graph"] > 0
+    parts = t["startup_parts"]  # measured: a fresh interpreter's imports, this plan's listing, the run's graph,
+    # its placement
+    assert set(parts) == {"imports", "listing", "graph", "placement"} and parts["imports"] > 0 and parts["graph"] > 0
     assert parts["listing"] >= 0, "a listing of a few files may take under 5 ms, shown as 0.0"
     assert abs(sum(parts.values()) - t["startup_seconds"]) < 0.1
     assert found["output"]["exists"] is False
@@ -301,3 +303,17 @@ def test_a_missing_input_exits_2_with_one_line(tmp_path):
         proc.stderr
     )
     assert proc.stdout == ""
+
+
+def test_the_plans_start_up_times_the_placement_a_folder_or_manifest_run_does_at_launch(class_folder, tmp_path):
+    from img2tfrecord.model import WorkItem
+    from img2tfrecord.pipeline.config import ConvertConfig
+    from img2tfrecord.pipeline.input_ledger import places_at_launch
+    from img2tfrecord.pipeline.plan import make_plan
+    from img2tfrecord.pipeline.startup import placement_seconds
+
+    config = ConvertConfig(input=class_folder, output=str(tmp_path / "out"), analyze=False)
+    plan = make_plan(config)
+    assert places_at_launch(config, plan) and not places_at_launch(dataclasses.replace(config, dedupe=True), plan)
+    items = [WorkItem(f"/x/{c}/{i}.jpg", f"{c}/{i}.jpg", 10) for c in ("cat", "dog") for i in range(5000)]
+    assert placement_seconds(config, plan, items) > 0 and placement_seconds(config, plan, []) == 0.0

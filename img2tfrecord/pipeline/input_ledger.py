@@ -89,6 +89,11 @@ def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
     return FolderLedger(plan)
 
 
+def places_at_launch(config: ConvertConfig, plan: Plan) -> bool:
+    """Whether a run of ``plan`` groups its work items by shard at launch (``placing.place_listing``)."""
+    return keeps_ledger(config, plan) and plan.input.input_kind != kinds.INPUT_ARCHIVES and not config.dedupe
+
+
 class FolderLedger(InputLedger):
     """The files of a folder plan's launch listing; files inside earlier outputs are neither inputs nor junk."""
 

@@ -43,6 +43,7 @@ from img2tfrecord.pipeline.append import (
     sized_for,
 )
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.input_ledger import places_at_launch
 from img2tfrecord.pipeline.launch import check_local, image_converter
 from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.outputs import list_output
@@ -266,7 +267,10 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         imports.close()
         startup = launch_only(listing_seconds)
     else:
-        startup = measure(dataclasses.replace(config, processes=processes), plan, listing_seconds, imports)
+        placed_at_launch = placed if places_at_launch(config, plan) else []
+        startup = measure(
+            dataclasses.replace(config, processes=processes), plan, listing_seconds, imports, placed_at_launch
+        )
     return RunPlan(
         input=config.input,
         input_kind=plan.input.input_kind,

@@ -50,7 +50,7 @@ class TimeEstimate:
     sample_size: int
     sample_seconds: float
     sample_rejected: Dict[str, int]  # reasons of the sampled inputs the converter rejected
-    startup_parts: Dict[str, float] = dataclasses.field(default_factory=dict)  # imports, listing, graph (seconds)
+    startup_parts: Dict[str, float] = dataclasses.field(default_factory=dict)  # imports, listing, graph, placement (s)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""A run's fixed start-up, measured for ``convert --plan``: its imports, its listing and its Beam graph.
+"""A run's fixed start-up, measured for ``convert --plan``: its imports, its listing, its placement and
+its Beam graph.
 
 The imports are timed in a fresh interpreter (a run starts one; the planning process has imported
 Beam already), started beside the plan's own work and once per process; the listing is the plan's
-own; the graph is built, not run.
+own; the placement groups the plan's work items by shard as the launch does; the graph is built, not
+run.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import dataclasses
 import subprocess
 import sys
 import time
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import Plan
@@ -31,10 +33,11 @@ class Startup:
     imports: float  # a fresh interpreter importing the run's modules (with the analysis: TensorFlow, tf.Transform)
     listing: float  # listing the input and reading what it names, as the plan did
     graph: float  # building the run's Beam graph (the analysis' graph is not built)
+    placement: float = 0.0  # grouping the work items by shard at launch (folders and manifests)
 
     @property
     def seconds(self) -> float:
-        return round(self.imports + self.listing + self.graph, 1)
+        return round(self.imports + self.listing + self.graph + self.placement, 1)
 
     def parts(self) -> Dict[str, float]:
         return {name: round(value, 2) for name, value in dataclasses.asdict(self).items()}
@@ -109,7 +112,26 @@ def launch_only(listing_seconds: float) -> Startup:
         imports.close()
 
 
-def measure(config: ConvertConfig, plan: Plan, listing_seconds: float, imports: ImportTimer) -> Startup:
+def measure(
+    config: ConvertConfig, plan: Plan, listing_seconds: float, imports: ImportTimer, items: Sequence[Any] = ()
+) -> Startup:
     """The start-up of running ``config`` as ``plan`` locally; ``listing_seconds``: what the plan's listing
-    took; ``imports``: started with the plan, for the analysis the run does or not."""
-    return Startup(imports.seconds(), listing_seconds, graph_seconds(config, plan))
+    took; ``imports``: started with the plan, for the analysis the run does or not; ``items``: the work
+    items the launch groups by shard (none: the pipeline groups them)."""
+    return Startup(
+        imports.seconds(), listing_seconds, graph_seconds(config, plan), placement_seconds(config, plan, items)
+    )
+
+
+def placement_seconds(config: ConvertConfig, plan: Plan, items: Sequence[Any]) -> float:
+    """Seconds the launch takes to place ``items`` in their shards and encode the groups, as ``place_listing``
+    does before it writes them."""
+    if not items:
+        return 0.0
+    from img2tfrecord.conversion.placement import place_all
+    from img2tfrecord.pipeline.launch import image_converter
+    from img2tfrecord.schemas import placed_items
+
+    started = time.perf_counter()
+    placed_items.encode(place_all(image_converter(config, plan), items, config.seed, plan.sizing.num_shards).shards)
+    return time.perf_counter() - started
