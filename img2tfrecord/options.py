@@ -261,7 +261,8 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         "--allow-new-classes",
         switch=True,
         doc_default="off",
-        help="with --append: add new class folders (or manifest labels) with the next ids (existing ids never change)",
+        help="with --append: add new classes (class folders, manifest labels, classes of objects) with the next "
+        "ids (existing ids never change)",
         template=Template("Allow new classes", "true to let --append add new class folders.", _BOOLEAN),
     ),
     Option(

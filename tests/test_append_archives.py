@@ -124,7 +124,7 @@ def test_a_changed_or_removed_archive_is_refused_even_when_changes_are_accepted(
         line = str(refused.value)
         assert "1 archive(s) changed since they were converted (e.g. day1.zip)" in line
         assert "1 converted archive(s) removed (e.g. day3.zip)" in line
-        assert "an archive's records cannot be withdrawn one by one: rebuild with --overwrite" in line
+        assert "so its records cannot be withdrawn one by one: rebuild with --overwrite" in line
         os.remove(line.rsplit("the list is in ", 1)[1].rstrip(")"))
 
 

@@ -151,7 +151,8 @@ def test_new_labels_new_splits_and_repeated_rows_are_refused_with_one_line(pool,
         api.convert(listing, out, pipeline_options=BEAM, append=True, **options)
     _write_rows(listing, base + [with_split[13], with_split[0]])
     with pytest.raises(
-        UsageError, match=r"1 image\(s\) are named by more than one manifest row \(e.g. img/more/00.jpg\)"
+        UsageError,
+        match=r"1 image\(s\) are named more than once, by two manifest rows or annotations \(e.g. img/more/00.jpg\)",
     ):
         api.convert(listing, out, pipeline_options=BEAM, append=True, **options)
     # --plan says the same before anything runs, and what the append would convert.

@@ -181,11 +181,16 @@ def _sum_counts(a: Mapping[str, int], b: Mapping[str, int]) -> Dict[str, int]:
 
 
 def _merge_split(old: SplitInfo, new: SplitInfo) -> SplitInfo:
+    def summed(a: Optional[Mapping[str, int]], b: Optional[Mapping[str, int]]) -> Optional[Dict[str, int]]:
+        return None if a is None and b is None else _sum_counts(a or {}, b or {})
+
     return SplitInfo(
         num_examples=old.num_examples + new.num_examples,
         num_bytes=old.num_bytes + new.num_bytes,
         examples_per_class=_sum_counts(old.examples_per_class, new.examples_per_class),
         shards=old.shards + new.shards,
+        boxes_per_class=summed(old.boxes_per_class, new.boxes_per_class),  # detection
+        dropped_boxes=summed(old.dropped_boxes, new.dropped_boxes),
     )
 
 

@@ -114,7 +114,7 @@ def read_finished(output: str) -> DatasetManifest:
         raise PlanError(f"--append: cannot read {output}/{manifest.MANIFEST_FILE}: {e}") from None
     if not doc.generations:
         raise PlanError(
-            f"--append: {output} has no input ledger (it was made from annotations or --sequence clips, or "
+            f"--append: {output} has no input ledger (it was made from annotations in archives or --sequence clips, or "
             "by an img2tfrecord before 0.9); convert it again with --overwrite once, then append"
         )
     return doc
@@ -165,17 +165,17 @@ def append_ledger(config: ConvertConfig, plan: Plan) -> InputLedger:
     if ledger is None:
         raise PlanError(
             "--append adds new inputs of a folder (class folders, split folders or a glob of images), of "
-            "CSV/JSONL manifests or new archives; detection annotations and --sequence clips are converted "
-            "whole: rebuild with --overwrite"
+            "CSV/JSONL manifests, new archives, or new annotated images beside their annotations; annotations "
+            "inside archives and --sequence clips are converted whole: rebuild with --overwrite"
         )
     if config.dedupe:
         raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")
     repeated = ledger.repeated()
     if repeated:
         raise PlanError(
-            f"--append: {len(repeated)} image(s) are named by more than one manifest row (e.g. {repeated[0]}); "
-            "an append tells rows apart by the image they name: remove the repeated rows, or rebuild with "
-            "--overwrite"
+            f"--append: {len(repeated)} image(s) are named more than once, by two manifest rows or annotations "
+            f"(e.g. {repeated[0]}); an append tells inputs apart by the image they name: remove the repeats, or "
+            "rebuild with --overwrite"
         )
     return ledger
 
@@ -215,10 +215,13 @@ def refusal(
     """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
     changed and removed inputs are also listed in a local file the line names. An archive that changed
     or is gone is refused even with ``--accept-changes`` (its records cannot be withdrawn one by one)."""
-    noun = "label(s)" if plan.input.input_kind == kinds.INPUT_MANIFEST else "class folder(s)"
-    withdraws = ledger is None or ledger.withdraws
-    if (changes.changed or changes.removed) and (not changes.accepted or not withdraws):
-        return _changes_refused(changes, list_file, ledger.noun if ledger is not None else "input(s)", withdraws)
+    if plan.input.annotations:
+        noun = "class(es) of objects"
+    else:
+        noun = "label(s)" if plan.input.input_kind == kinds.INPUT_MANIFEST else "class folder(s)"
+    unwithdrawable = ledger.unwithdrawable if ledger is not None else ""
+    if (changes.changed or changes.removed) and (not changes.accepted or unwithdrawable):
+        return _changes_refused(changes, list_file, ledger.noun if ledger is not None else "input(s)", unwithdrawable)
     if new_classes and not allow_new_classes:
         shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
         return (
@@ -293,7 +296,7 @@ def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Se
     return dataclasses.replace(plan, sizing=dataclasses.replace(plan.sizing, size_ratio=ratio, num_shards=counts))
 
 
-def _changes_refused(changes: InputChanges, list_file: bool, noun: str = "input(s)", withdraws: bool = True) -> str:
+def _changes_refused(changes: InputChanges, list_file: bool, noun: str = "input(s)", unwithdrawable: str = "") -> str:
     """The refusal of changed or removed inputs: counts per kind on one line, the list in a local file."""
     parts = []
     if changes.changed:
@@ -303,9 +306,9 @@ def _changes_refused(changes: InputChanges, list_file: bool, noun: str = "input(
     if changes.removed:
         parts.append(f"{len(changes.removed)} converted {noun} removed (e.g. {changes.removed[0].relpath})")
     choice = (
-        "pass --accept-changes to withdraw them (and convert the changed ones again), or rebuild with --overwrite"
-        if withdraws
-        else "an archive's records cannot be withdrawn one by one: rebuild with --overwrite"
+        f"{unwithdrawable}: rebuild with --overwrite"
+        if unwithdrawable
+        else "pass --accept-changes to withdraw them (and convert the changed ones again), or rebuild with --overwrite"
     )
     line = f"--append: {'; '.join(parts)}; their records would be stale: {choice}"
     if not list_file:

@@ -10,11 +10,12 @@ keep no ledger.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from img2tfrecord.model import ErrorRow, RowPlacement, WorkItem
+from img2tfrecord.model import DetectionPlacement, ErrorRow, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_input, list_stamped
 from img2tfrecord.pipeline.plan_model import Plan
@@ -35,14 +36,14 @@ class InputLedger:
     """The inputs of one listing: ``entries`` (sorted by relpath) and the ``junk`` names it left out.
 
     ``places_at_launch``: its work items can be grouped by shard at launch (not an archive's, whose
-    tar.gz members carry their bytes); ``withdraws``: a changed or removed entry's records can be
-    withdrawn one by one (not an archive's, whose members the ledger does not list).
+    tar.gz members carry their bytes); ``unwithdrawable``: why a changed or removed entry's records
+    cannot be withdrawn one by one ("" when they can).
     """
 
     entries: List[LedgerEntry]
     junk: List[str]
     places_at_launch = True
-    withdraws = True
+    unwithdrawable = ""
     noun = "input(s)"
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
@@ -69,19 +70,21 @@ class InputLedger:
 
 
 def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
-    """Whether a run writes an input ledger: folders, manifests and archives of images (not clips, not
-    detection)."""
-    return (
-        plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST, kinds.INPUT_ARCHIVES)
-        and not plan.input.annotations
-        and not config.sequence
-    )
+    """Whether a run writes an input ledger: folders, manifests and archives of images, and detection
+    annotations beside their images (not annotations inside archives, not clips)."""
+    if config.sequence:
+        return False
+    if plan.input.annotations:
+        return plan.input.input_kind == kinds.INPUT_DETECTION
+    return plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST, kinds.INPUT_ARCHIVES)
 
 
 def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
     """The listing of ``plan``'s inputs, or None for an input kind that keeps no ledger."""
     if not keeps_ledger(config, plan):
         return None
+    if plan.input.annotations:
+        return AnnotationLedger(config, plan)
     if plan.input.input_kind == kinds.INPUT_MANIFEST:
         return ManifestLedger(plan)
     if plan.input.input_kind == kinds.INPUT_ARCHIVES:
@@ -128,34 +131,17 @@ class FolderLedger(InputLedger):
         return items[0] if items else None
 
 
-class ManifestLedger(InputLedger):
-    """The rows of every manifest a plan names, each with the size and change marker of its image.
+class _ReadAtLaunch(InputLedger):
+    """Inputs read whole at launch (manifest rows, annotated images): each kept with its ledger entry,
+    keyed by the entry's relpath (an image named twice has two)."""
 
-    A row is keyed by the relpath of the image it names (a row naming none, by ``manifest:line``);
-    its label and split are part of its entry, so a row relabelled or moved to another split is a
-    changed input. Rows naming an image that cannot be listed get size -1: the run rejects them.
-    """
-
-    def __init__(self, plan: Plan):
-        self._source = ManifestSource(
-            plan.input.pattern, plan.input.labeled, plan.input.has_split_column, plan.input.split_names
-        )
+    def __init__(self) -> None:
         self._by_key: Dict[str, List[Union[WorkItem, ErrorRow]]] = {}
-        rows = [row for path, _ in self._source.units(list_input) for row in self._source.rows(path)]
-        stamps = _stamps([row.found.path for row in rows if isinstance(row.found, WorkItem)])
-        entries = []
-        for row in rows:
-            found = row.found
-            if isinstance(found, WorkItem):
-                key = found.relpath
-                size, mtime = stamps.get(found.path, (-1, 0.0))
-            else:
-                key = found["relpath"] or found["path"]
-                size, mtime = -1, 0.0
-            placement = row_text(row.label, row.split) if (row.label, row.split) != (None, None) else ""
-            entries.append(LedgerEntry(key, size, mtime, placement))
-            self._by_key.setdefault(key, []).append(found)
-        self.entries, self.junk = sorted(entries), []
+        self.entries, self.junk = [], []
+
+    def _add(self, entry: LedgerEntry, found: Union[WorkItem, ErrorRow]) -> None:
+        self.entries.append(entry)
+        self._by_key.setdefault(entry.relpath, []).append(found)
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
         items: List[WorkItem] = []
@@ -168,19 +154,47 @@ class ManifestLedger(InputLedger):
                     rejected.append(found)
         return items, rejected
 
+    def repeated(self) -> List[str]:
+        return sorted(key for key, found in self._by_key.items() if len(found) > 1)
+
+
+class ManifestLedger(_ReadAtLaunch):
+    """The rows of every manifest a plan names, each with the size and change marker of its image.
+
+    A row is keyed by the relpath of the image it names (a row naming none, by ``manifest:line``);
+    its label and split are part of its entry, so a row relabelled or moved to another split is a
+    changed input. Rows naming an image that cannot be listed get size -1: the run rejects them.
+    """
+
+    def __init__(self, plan: Plan):
+        super().__init__()
+        source = ManifestSource(
+            plan.input.pattern, plan.input.labeled, plan.input.has_split_column, plan.input.split_names
+        )
+        rows = [row for path, _ in source.units(list_input) for row in source.rows(path)]
+        stamps = _stamps([row.found.path for row in rows if isinstance(row.found, WorkItem)])
+        for row in rows:
+            found = row.found
+            if isinstance(found, WorkItem):
+                key = found.relpath
+                size, mtime = stamps.get(found.path, (-1, 0.0))
+            else:
+                key = found["relpath"] or found["path"]
+                size, mtime = -1, 0.0
+            placement = row_text(row.label, row.split) if (row.label, row.split) != (None, None) else ""
+            self._add(LedgerEntry(key, size, mtime, placement), found)
+        self.entries.sort()
+
     def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
         label, split = entry.placement()
         return WorkItem(entry.relpath, entry.relpath, 0, row=RowPlacement(split, label))
-
-    def repeated(self) -> List[str]:
-        return sorted(key for key, rows in self._by_key.items() if len(rows) > 1)
 
 
 class ArchiveLedger(InputLedger):
     """The archives a plan's pattern matches, each one entry (relative to the plan's base)."""
 
     places_at_launch = False
-    withdraws = False
+    unwithdrawable = "the ledger does not list an archive's members, so its records cannot be withdrawn one by one"
     noun = "archive(s)"
 
     def __init__(self, config: ConvertConfig, plan: Plan):
@@ -215,6 +229,38 @@ class ArchiveLedger(InputLedger):
 
     def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
         return tuple(self._base + e.relpath for e in entries)
+
+
+class AnnotationLedger(_ReadAtLaunch):
+    """The images detection annotations name (Pascal VOC, COCO, manifests of boxes), read at launch.
+
+    An image is keyed by its relpath, with its size and change marker, and, as its row, a digest of
+    its objects and its split: an image whose file or annotation changed is a changed input. Changed
+    and removed images are refused (their records' objects are not withdrawn one by one).
+    """
+
+    unwithdrawable = "withdrawing a detection record's objects from the output's counts is not supported"
+    noun = "annotated image(s)"
+
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        super().__init__()
+        found = discover(plan.input.source(config), list_input)
+        stamps = _stamps([item.path for item in found.files])
+        for item in found.files:
+            size, mtime = stamps.get(item.path, (-1, 0.0))
+            split = item.row.split if isinstance(item.row, DetectionPlacement) else None
+            self._add(LedgerEntry(item.relpath, size, mtime, row_text(_objects_digest(item), split)), item)
+        for row in found.errors:
+            self._add(LedgerEntry(row["relpath"] or row["path"], -1, 0.0), row)
+        self.entries.sort()
+
+    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+        return None
+
+
+def _objects_digest(item: WorkItem) -> str:
+    """16 hex digits of what an annotation says of an image: its objects and the boxes dropped."""
+    return hashlib.sha256(repr(item.row).encode("utf-8")).hexdigest()[:16]
 
 
 def _stamps(paths: Sequence[str]) -> Dict[str, Tuple[int, float]]:

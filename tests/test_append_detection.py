@@ -1,0 +1,122 @@
+"""``convert --append`` over detection annotations beside their images (Pascal VOC, COCO, manifests of
+boxes): newly annotated images become a generation; a changed or removed one is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from helpers.detection_inputs import RECTS, write_coco, write_csv, write_voc
+
+from img2tfrecord import api
+from img2tfrecord.errors import UsageError
+from img2tfrecord.readers import datasource
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import manifest
+from img2tfrecord.verification import verify
+
+OPTIONS = dict(splits={"train": 0.6, "test": 0.4}, seed=5, image_size=64, analyze=False, processes=1)
+BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+IMAGES = {f"img{i:02d}": 1 if i % 4 else 6 for i in range(14)}  # some EXIF-rotated
+
+
+def _convert(src: str, out: str, **extra):
+    return api.convert(src, out, pipeline_options=BEAM, **{**OPTIONS, "task": "detection", **extra})
+
+
+def _objects(output: str) -> dict:
+    """relpath -> (split, classes of its objects, their boxes) of every record a reader returns."""
+    doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
+    found = {}
+    for split in doc["splits"]:
+        for example in datasource.iter_split(output, split, decode=False):
+            relpath = example[keys.FILENAME].decode()
+            assert relpath not in found, f"{relpath} read twice"
+            found[relpath] = (split, list(example["image/object/class/text"]), list(example["image/object/bbox/xmin"]))
+    return found
+
+
+def _same_as_a_full_run(src: str, out: str, tmp_path) -> dict:
+    """Assert ``out`` holds, image for image, the records, splits and box counts of one run over ``src``."""
+    full = str(tmp_path / "full")
+    doc = _convert(src, full)
+    assert _objects(out) == _objects(full)
+    appended = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
+    for name, info in doc.splits.items():
+        split = appended["splits"][name]
+        assert (split["num_examples"], split["boxes_per_class"]) == (info.num_examples, info.boxes_per_class)
+        assert split.get("dropped_boxes") == info.dropped_boxes
+    report = verify(out)
+    assert report.ok, report.text()
+    return appended
+
+
+@pytest.mark.e2e
+def test_newly_annotated_voc_images_give_the_records_of_one_run_over_all_of_them(tmp_path):
+    pool, src = str(tmp_path / "pool"), str(tmp_path / "in")
+    write_voc(pool, IMAGES)
+    for folder in ("JPEGImages", "Annotations"):
+        os.makedirs(os.path.join(src, folder))
+    later = sorted(IMAGES)[10:]
+
+    def arrive(names):
+        for name in names:
+            shutil.copy2(os.path.join(pool, "JPEGImages", f"{name}.jpg"), os.path.join(src, "JPEGImages"))
+            shutil.copy2(os.path.join(pool, "Annotations", f"{name}.xml"), os.path.join(src, "Annotations"))
+
+    arrive(sorted(IMAGES)[:10])
+    out = str(tmp_path / "out")
+    assert [g.number for g in _convert(src, out, append=True).generations] == [0]  # the first night
+    arrive(later)
+    second = _convert(src, out, append=True)
+    assert (second.generations[-1].inputs, second.generations[-1].written) == (4, 4)
+    assert _convert(src, out, append=True).generations == second.generations  # nothing new
+    doc = _same_as_a_full_run(src, out, tmp_path)
+    assert sum(doc["splits"][s]["boxes_per_class"]["cat"] for s in doc["splits"]) == len(IMAGES)
+
+
+@pytest.mark.e2e
+def test_a_changed_or_removed_annotated_image_is_refused_even_when_changes_are_accepted(tmp_path):
+    src = str(tmp_path / "coco")
+    write_coco(src, dict(list(IMAGES.items())[:8]))
+    listing = os.path.join(src, "annotations", "instances_data.json")
+    out = str(tmp_path / "out")
+    _convert(listing, out)
+
+    def move_a_box(doc):
+        doc["annotations"][0]["bbox"][0] += 2  # one object of the first image moved
+        doc["images"].pop()  # the last image no longer annotated
+        doc["annotations"] = [a for a in doc["annotations"] if a["image_id"] != len(doc["images"]) + 1]
+
+    shutil.rmtree(src)
+    write_coco(src, dict(list(IMAGES.items())[:8]), change=move_a_box)
+    for accept in (False, True):
+        with pytest.raises(UsageError) as refused:
+            _convert(listing, out, append=True, accept_changes=accept)
+        line = str(refused.value)
+        assert "annotated image(s) changed since they were converted" in line
+        assert "1 converted annotated image(s) removed (e.g. images/img07.jpg)" in line
+        assert "withdrawing a detection record's objects" in line and "rebuild with --overwrite" in line
+        os.remove(line.rsplit("the list is in ", 1)[1].rstrip(")"))
+
+
+@pytest.mark.e2e
+def test_new_classes_of_objects_in_a_manifest_of_boxes_are_refused_then_added_with_the_next_ids(tmp_path):
+    src = str(tmp_path / "boxes")
+    listing = write_csv(src, dict(list(IMAGES.items())[:8]))
+    out = str(tmp_path / "out")
+    first = _convert(listing, out)
+    shutil.copy(os.path.join(src, "images", "img00.jpg"), os.path.join(src, "images", "new.jpg"))
+    (x0, y0, x1, y1), _ = RECTS["cat"]  # a box that stays inside the 64 px crop
+    with open(listing, "a") as f:
+        f.write(f"images/new.jpg,zebra,{x0},{y0},{x1},{y1}\n")
+    with pytest.raises(UsageError, match=r"1 new class\(es\) of objects \('zebra'\).*--allow-new-classes"):
+        _convert(listing, out, append=True)
+    doc = _convert(listing, out, append=True, allow_new_classes=True)
+    assert doc.labels == first.labels + ("zebra",) and doc.generations[-1].inputs == 1
+    with open(os.path.join(out, manifest.LABEL_MAP_FILE)) as f:
+        assert "zebra" in f.read()
+    assert _objects(out)["images/new.jpg"][1] == [b"zebra"]
+    assert verify(out).ok
