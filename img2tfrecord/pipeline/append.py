@@ -66,6 +66,7 @@ class AppendRun:
     withdrawn: Tuple[Withdrawal, ...] = ()
     analysis_base: Optional[RunTotals] = None
     listed: Optional[Tuple[List[WorkItem], List[ErrorRow]]] = ([], [])
+    noun: str = "input(s)"  # what the ledger counts: input(s), archive(s), annotated image(s)
 
     @property
     def generation(self) -> int:
@@ -267,7 +268,7 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     )
     labels = tuple(previous.labels) + tuple(new_classes)
     listed = (items, rejected) if ledger.places_at_launch else None
-    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base, listed)
+    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base, listed, ledger.noun)
 
 
 def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[RunTotals]:
@@ -330,11 +331,12 @@ def log_append(run: AppendRun) -> None:
     changes = run.changes
     changed = len(changes.changed) if changes.accepted else 0
     logging.info(
-        "append: generation %d converts %d new, %d retried and %d changed input(s); %d unchanged%s%s",
+        "append: generation %d converts %d new, %d retried and %d changed %s; %d unchanged%s%s",
         run.generation,
         len(changes.new),
         len(changes.retried),
         changed,
+        run.noun,
         changes.unchanged,
         f"; withdraws {len(run.withdrawn)} record(s) of changed or removed inputs" if run.withdrawn else "",
         f"; new classes {', '.join(run.new_classes)}" if run.new_classes else "",
