@@ -1,11 +1,11 @@
-"""The inputs a run's ledger records, listed at launch: a folder's files, the rows of manifests, archives.
+"""The inputs a run's ledger records, listed at launch: files, manifest rows, archives, annotated images.
 
-A folder, manifest or archive run writes the ledger of its inputs (``schemas/ledger.py``); an append
-compares a new listing with it. Each kind lists its inputs here once and makes the work items of any
-subset of them (the whole run, or the inputs an append converts); ``placed_item`` makes, from a
-ledger entry alone, a work item that a converter places in the split the entry's record went to.
-An archive is one entry (its members are read by the pipeline). Annotations and ``--sequence`` clips
-keep no ledger.
+A folder, manifest, archive or detection run writes the ledger of its inputs (``schemas/ledger.py``);
+an append compares a new listing with it. Each kind lists its inputs here once and makes the work
+items of any subset of them (the whole run, or the inputs an append converts); ``placed_item`` makes,
+from a ledger entry alone, a work item that a converter places in the split the entry's record went
+to. An archive is one entry (its members are read by the pipeline). Annotations inside archives and
+``--sequence`` clips keep no ledger.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class InputLedger:
 
     ``places_at_launch``: its work items can be grouped by shard at launch (not an archive's, whose
     tar.gz members carry their bytes); ``unwithdrawable``: why a changed or removed entry's records
-    cannot be withdrawn one by one ("" when they can).
+    cannot be withdrawn one by one ("" when they can); ``noun``: what one entry is, for messages.
     """
 
     entries: List[LedgerEntry]

@@ -1,9 +1,9 @@
 """The launch: what a run converts, decided from one listing of the input before Beam is loaded.
 
 ``launch`` plans the run, checks a local input folder, writes nothing, and returns what the graph
-needs: a folder or manifest run's ledger and work items, its classes, and for ``--append`` the next generation
-(or ``NothingNew``). Over a local folder none of it imports Beam, so a scheduled append that finds
-nothing new ends without loading it.
+needs: the run's ledger (``input_ledger.py``) and, where they are placed at launch, its work items and
+classes, and for ``--append`` the next generation (or ``NothingNew``). Over a local input none of it
+imports Beam, so a scheduled append that finds nothing new ends without loading it.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ __all__ = ["Launched", "NothingNew", "check_local", "image_converter", "launch",
 
 @dataclasses.dataclass(frozen=True)
 class Launched:
-    """What the launch found. ``ledger``: the inputs a folder or manifest run converts (None: the graph
-    discovers them); ``listed``: their work items and the rows rejected while making them; ``junk``: the
-    files the run reports as left out; ``labels``: their classes; ``append``: the next generation."""
+    """What the launch found. ``ledger``: the inputs the run records (None: it keeps no ledger);
+    ``listed``: their work items and the rows rejected while making them (None: the graph discovers
+    them); ``junk``: the files the run reports as left out; ``labels``: their classes; ``append``: the
+    next generation."""
 
     plan: Plan
     ledger: Optional[List[LedgerEntry]] = None
