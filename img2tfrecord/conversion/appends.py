@@ -198,10 +198,16 @@ def _withdraw(info: SplitInfo, withdrawn: Sequence[Withdrawal]) -> SplitInfo:
     if not withdrawn:
         return info
     per_class = dict(info.examples_per_class)
+    boxes = dict(info.boxes_per_class) if info.boxes_per_class is not None else None
     for w in withdrawn:
         if w.label is not None and per_class.get(w.label, 0) > 0:
             per_class[w.label] -= 1
-    return dataclasses.replace(info, num_examples=info.num_examples - len(withdrawn), examples_per_class=per_class)
+        for name, n in (w.boxes or {}).items():
+            if boxes is not None and boxes.get(name, 0) >= n:
+                boxes[name] -= n
+    return dataclasses.replace(
+        info, num_examples=info.num_examples - len(withdrawn), examples_per_class=per_class, boxes_per_class=boxes
+    )
 
 
 def merge(previous: DatasetManifest, added: DatasetManifest, generation: Generation) -> DatasetManifest:

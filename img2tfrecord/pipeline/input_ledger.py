@@ -15,7 +15,7 @@ import os
 import posixpath
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from img2tfrecord.model import DetectionPlacement, ErrorRow, RowPlacement, WorkItem
+from img2tfrecord.model import Annotation, DetectionPlacement, ErrorRow, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_input, list_stamped
 from img2tfrecord.pipeline.plan_model import Plan
@@ -235,11 +235,9 @@ class AnnotationLedger(_ReadAtLaunch):
     """The images detection annotations name (Pascal VOC, COCO, manifests of boxes), read at launch.
 
     An image is keyed by its relpath, with its size and change marker, and, as its row, a digest of
-    its objects and its split: an image whose file or annotation changed is a changed input. Changed
-    and removed images are refused (their records' objects are not withdrawn one by one).
+    its objects and its split: an image whose file or annotation changed is a changed input.
     """
 
-    unwithdrawable = "withdrawing a detection record's objects from the output's counts is not supported"
     noun = "annotated image(s)"
 
     def __init__(self, config: ConvertConfig, plan: Plan):
@@ -255,7 +253,8 @@ class AnnotationLedger(_ReadAtLaunch):
         self.entries.sort()
 
     def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
-        return None
+        split = entry.placement()[1]  # the split the annotations named (None: by the seeded hash)
+        return WorkItem(entry.relpath, entry.relpath, 0, row=DetectionPlacement(split, Annotation((), "")))
 
 
 def _objects_digest(item: WorkItem) -> str:

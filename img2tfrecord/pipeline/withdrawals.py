@@ -8,6 +8,7 @@ the append (``PlanError``) before anything is written.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -96,7 +97,9 @@ def withdrawals(
                     "ledgers say; rebuild with --overwrite"
                 )
             label = values.get(keys.CLASS_TEXT)
-            confirmed.append(dataclasses.replace(w, label=records.decode_text(label) if label else None))
+            objects = values.get(keys.OBJECT_CLASS_TEXT) if keys.OBJECT_CLASS_TEXT in doc.spec else None
+            boxes = dict(collections.Counter(records.decode_text(c) for c in objects)) if objects is not None else None
+            confirmed.append(dataclasses.replace(w, label=records.decode_text(label) if label else None, boxes=boxes))
             if with_totals and w.split == ANALYZED_SPLIT:
                 analysed.add(_record_totals(values, channels, label, file, w.index))
     return tuple(sorted(confirmed, key=lambda w: w.relpath)), analysed

@@ -21,7 +21,8 @@ REMOVED = "removed"  # the input is gone
 @dataclasses.dataclass(frozen=True)
 class Withdrawal:
     """A record no reader returns any more: record ``index`` of shard ``file`` (of split ``split``), written
-    from ``relpath``, which was ``change`` (:data:`CHANGED` or :data:`REMOVED`); ``label``: its class name."""
+    from ``relpath``, which was ``change`` (:data:`CHANGED` or :data:`REMOVED`); ``label``: its class name;
+    ``boxes``: a detection record's objects per class."""
 
     relpath: str
     split: str
@@ -29,6 +30,7 @@ class Withdrawal:
     index: int
     change: str
     label: Optional[str] = None
+    boxes: Optional[Dict[str, int]] = None
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Withdrawal:
@@ -43,6 +45,7 @@ class Withdrawal:
             index=count(doc.get("index"), f"{where}.index"),
             change=change,
             label=opt_string(doc.get("label"), f"{where}.label"),
+            boxes=counts(doc["boxes"], f"{where}.boxes") if "boxes" in doc else None,
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -55,6 +58,8 @@ class Withdrawal:
         }
         if self.label is not None:
             doc["label"] = self.label
+        if self.boxes is not None:
+            doc["boxes"] = dict(sorted(self.boxes.items()))
         return doc
 
 
