@@ -19,9 +19,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from img2tfrecord.conversion.appends import GenerationInputs, InputChanges, compare, outcomes, stale_inputs
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
-from img2tfrecord.model import ErrorRow, WorkItem
+from img2tfrecord.model import ErrorRow
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.input_ledger import InputLedger, input_ledger
+from img2tfrecord.pipeline.input_ledger import InputLedger, Item, frames_of, input_ledger
 from img2tfrecord.pipeline.listing import digest, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
@@ -65,7 +65,7 @@ class AppendRun:
     new_classes: Tuple[str, ...]
     withdrawn: Tuple[Withdrawal, ...] = ()
     analysis_base: Optional[RunTotals] = None
-    listed: Optional[Tuple[List[WorkItem], List[ErrorRow]]] = ([], [])
+    listed: Optional[Tuple[List[Item], List[ErrorRow]]] = ([], [])
     noun: str = "input(s)"  # what the ledger counts: input(s), archive(s), annotated image(s)
 
     @property
@@ -200,9 +200,9 @@ def compare_with_output(
     return previous, generations, dataclasses.replace(changes, accepted=config.accept_changes)
 
 
-def new_classes_of(plan: Plan, items: Sequence[WorkItem], previous: DatasetManifest) -> List[str]:
-    """The classes of ``items`` (class folders, or a manifest's labels) the output does not have, sorted."""
-    return sorted(set(layouts.class_names(items, plan.input.layout)) - set(previous.labels))
+def new_classes_of(plan: Plan, items: Sequence[Item], previous: DatasetManifest) -> List[str]:
+    """The classes of ``items`` (class folders, a manifest's labels, objects) the output does not have, sorted."""
+    return sorted(set(layouts.class_names(frames_of(items), plan.input.layout)) - set(previous.labels))
 
 
 def refusal(
@@ -263,7 +263,9 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
             listing_digest=digest((e.relpath, e.size, e.mtime) for e in changes.to_convert),
             units=ledger.units(changes.to_convert),
         ),
-        dataclasses.replace(sized, num_files=len(items) + len(rejected), input_bytes=sum(i.size for i in items)),
+        dataclasses.replace(
+            sized, num_files=len(items) + len(rejected), input_bytes=sum(f.size for f in frames_of(items))
+        ),
         generation=number + 1,
     )
     labels = tuple(previous.labels) + tuple(new_classes)
@@ -279,10 +281,11 @@ def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[
     return totals_of(previous.statistics, previous.channels or 3)
 
 
-def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Sequence[WorkItem]) -> Plan:
-    """``plan`` sized for a generation of ``items``: the size ratio sampled from them, and each split's
-    shards by ``--shard-size-mb`` from its new inputs, at most one per input (none for a split with none)."""
-    ratio = estimate_size_ratio(config, list(items))
+def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Sequence[Item]) -> Plan:
+    """``plan`` sized for a generation of ``items``: the size ratio sampled from their files, and each
+    split's shards by ``--shard-size-mb`` from its new inputs, at most one per input (none for a split
+    with none)."""
+    ratio = estimate_size_ratio(config, frames_of(items))
     split_bytes: Dict[str, float] = {}
     split_items: Dict[str, int] = {}
     for item in items:
@@ -290,7 +293,8 @@ def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Se
             split = converter.split_of(item)
         except PlacementError:
             continue  # the pipeline rejects it, as a full run would
-        split_bytes[split] = split_bytes.get(split, 0.0) + estimated_record_bytes(item.size, ratio)
+        size = sum(f.size for f in frames_of([item]))
+        split_bytes[split] = split_bytes.get(split, 0.0) + estimated_record_bytes(size, ratio)
         split_items[split] = split_items.get(split, 0) + 1
     sized = num_shards(dataclasses.replace(config, num_shards=None), list(split_bytes), split_bytes)
     counts = {name: min(n, split_items[name]) for name, n in sized.items()}

@@ -4,8 +4,8 @@ A folder, manifest, archive or detection run writes the ledger of its inputs (``
 an append compares a new listing with it. Each kind lists its inputs here once and makes the work
 items of any subset of them (the whole run, or the inputs an append converts); ``placed_item`` makes,
 from a ledger entry alone, a work item that a converter places in the split the entry's record went
-to. An archive is one entry (its members are read by the pipeline). Annotations inside archives and
-``--sequence`` clips keep no ledger.
+to. An archive is one entry (its members are read by the pipeline), and so is a ``--sequence`` clip
+(its frames grouped at launch). Annotations inside archives and clips inside archives keep no ledger.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import posixpath
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from img2tfrecord.model import Annotation, DetectionPlacement, ErrorRow, RowPlacement, WorkItem
+from img2tfrecord.model import Annotation, Clip, DetectionPlacement, ErrorRow, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_input, list_stamped
 from img2tfrecord.pipeline.plan_model import Plan
@@ -24,12 +24,14 @@ from img2tfrecord.readers import storage
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
 from img2tfrecord.sources import archives, kinds
 from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.clips import clip_key, group_clips
 from img2tfrecord.sources.inputs import ERRORS, FILES, discover
 from img2tfrecord.sources.inputs.archive import ArchiveSource, slim_members
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.inputs.manifest import ManifestSource
 
-Listed = Tuple[List[WorkItem], List[ErrorRow]]  # work items, and the inputs rejected while making them
+Item = Union[WorkItem, Clip]
+Listed = Tuple[List[Item], List[ErrorRow]]  # work items (clips with --sequence), and the inputs rejected making them
 
 
 class InputLedger:
@@ -50,7 +52,7 @@ class InputLedger:
         """The work items of ``entries`` (a subset of this listing's), and the rows rejected making them."""
         raise NotImplementedError
 
-    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         """A work item the converter places where the record of ``entry`` (as a ledger holds it) went."""
         raise NotImplementedError
 
@@ -70,10 +72,10 @@ class InputLedger:
 
 
 def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
-    """Whether a run writes an input ledger: folders, manifests and archives of images, and detection
-    annotations beside their images (not annotations inside archives, not clips)."""
+    """Whether a run writes an input ledger: folders, manifests and archives of images, detection
+    annotations beside their images, and clips of folders and manifests (not inside archives)."""
     if config.sequence:
-        return False
+        return plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST) and not plan.input.annotations
     if plan.input.annotations:
         return plan.input.input_kind == kinds.INPUT_DETECTION
     return plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST, kinds.INPUT_ARCHIVES)
@@ -85,6 +87,9 @@ def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
         return None
     if plan.input.annotations:
         return AnnotationLedger(config, plan)
+    if config.sequence:
+        frames = ManifestLedger(plan) if plan.input.input_kind == kinds.INPUT_MANIFEST else FolderLedger(plan)
+        return ClipLedger(frames, plan.input.layout)
     if plan.input.input_kind == kinds.INPUT_MANIFEST:
         return ManifestLedger(plan)
     if plan.input.input_kind == kinds.INPUT_ARCHIVES:
@@ -116,7 +121,7 @@ class FolderLedger(InputLedger):
         self.entries, self.junk = sorted(found), sorted(junk)
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
-        items: List[WorkItem] = []
+        items: List[Item] = []
         rejected: List[ErrorRow] = []
         for entry in entries:
             for tag, found in self._source.read(self._source.base + entry.relpath, entry.size):
@@ -126,7 +131,7 @@ class FolderLedger(InputLedger):
                     rejected.append(found)
         return items, rejected
 
-    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         items, _ = self.work_items([entry._replace(size=0)])
         return items[0] if items else None
 
@@ -144,7 +149,7 @@ class _ReadAtLaunch(InputLedger):
         self._by_key.setdefault(entry.relpath, []).append(found)
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
-        items: List[WorkItem] = []
+        items: List[Item] = []
         rejected: List[ErrorRow] = []
         for key in sorted({e.relpath for e in entries}):
             for found in self._by_key.get(key, ()):
@@ -185,7 +190,7 @@ class ManifestLedger(_ReadAtLaunch):
             self._add(LedgerEntry(key, size, mtime, placement), found)
         self.entries.sort()
 
-    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         label, split = entry.placement()
         return WorkItem(entry.relpath, entry.relpath, 0, row=RowPlacement(split, label))
 
@@ -218,9 +223,9 @@ class ArchiveLedger(InputLedger):
             return [], []
         source = ArchiveSource(self._pattern, self._limit, self._sequence, self.units(entries))
         found = discover(source, list_input, slim_members(4 * SAMPLE_SIZE))
-        return found.files, found.errors
+        return list(found.files), found.errors
 
-    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         return None
 
     def key_of(self, found: Union[WorkItem, ErrorRow]) -> str:
@@ -252,9 +257,64 @@ class AnnotationLedger(_ReadAtLaunch):
             self._add(LedgerEntry(row["relpath"] or row["path"], -1, 0.0), row)
         self.entries.sort()
 
-    def placed_item(self, entry: LedgerEntry) -> Optional[WorkItem]:
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         split = entry.placement()[1]  # the split the annotations named (None: by the seeded hash)
         return WorkItem(entry.relpath, entry.relpath, 0, row=DetectionPlacement(split, Annotation((), "")))
+
+
+class ClipLedger(InputLedger):
+    """``--sequence``: the clips the frames of a folder or manifest make, one entry each (their frames'
+    total size, latest change marker and a digest of every frame's entry as its row): a clip that gained,
+    lost or changed a frame is a changed input."""
+
+    unwithdrawable = "withdrawing a clip's record is not supported"
+    noun = "clip(s)"
+
+    def __init__(self, frames: InputLedger, layout: str):
+        self._frames = frames
+        self._layout = layout
+        items, rejected = frames.work_items(frames.entries)
+        by_relpath = {e.relpath: e for e in frames.entries}
+        self._by_key: Dict[str, List[Union[Clip, ErrorRow]]] = {}
+        entries = []
+        for clip in group_clips([i for i in items if isinstance(i, WorkItem)], layout):
+            own = [by_relpath[f.relpath] for f in clip.frames]
+            digest = hashlib.sha256(repr(sorted(own)).encode("utf-8")).hexdigest()[:16]
+            size, mtime = sum(e.size for e in own), max(e.mtime for e in own)
+            entries.append(LedgerEntry(clip.relpath, size, mtime, row_text(digest, None)))
+            self._by_key.setdefault(clip.relpath, []).append(clip)
+        for row in rejected:
+            key = row["relpath"] or row["path"]
+            entries.append(LedgerEntry(key, -1, 0.0))
+            self._by_key.setdefault(key, []).append(row)
+        self.entries, self.junk = sorted(entries), frames.junk
+
+    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+        items: List[Item] = []
+        rejected: List[ErrorRow] = []
+        for key in sorted({e.relpath for e in entries}):
+            for found in self._by_key.get(key, ()):
+                if isinstance(found, Clip):
+                    items.append(found)
+                else:
+                    rejected.append(found)
+        return items, rejected
+
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
+        return None
+
+    def repeated(self) -> List[str]:
+        return self._frames.repeated()
+
+    def key_of(self, found: Union[WorkItem, ErrorRow]) -> str:
+        if isinstance(found, WorkItem):  # a frame: the clip it belongs to
+            return clip_key(found, self._layout)[0][0]
+        return super().key_of(found)
+
+
+def frames_of(items: Sequence[Item]) -> List[WorkItem]:
+    """The files of work items: a clip's frames, an image itself."""
+    return [frame for item in items for frame in (item.frames if isinstance(item, Clip) else (item,))]
 
 
 def _objects_digest(item: WorkItem) -> str:

@@ -14,10 +14,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.converter import ClipConverter, Converter, DetectionConverter, ImageConverter
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
-from img2tfrecord.model import ErrorRow, WorkItem
+from img2tfrecord.model import ErrorRow
 from img2tfrecord.pipeline.append import AppendRun, NothingNew, is_finished, log_append, plan_append
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.input_ledger import input_ledger
+from img2tfrecord.pipeline.input_ledger import Item, frames_of, input_ledger
 from img2tfrecord.pipeline.inputs import LocalInputReport, check_local_input
 from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan import make_plan
@@ -42,7 +42,7 @@ class Launched:
 
     plan: Plan
     ledger: Optional[List[LedgerEntry]] = None
-    listed: Optional[Tuple[List[WorkItem], List[ErrorRow]]] = None
+    listed: Optional[Tuple[List[Item], List[ErrorRow]]] = None
     junk: Sequence[str] = ()
     labels: Optional[Sequence[str]] = None
     append: Optional[AppendRun] = None
@@ -89,7 +89,7 @@ def launch(config: ConvertConfig, plan: Optional[Plan] = None) -> Launched:
         if not found.places_at_launch:  # archives: the pipeline reads their members
             return Launched(plan, found.entries, None, found.junk)
         listed = found.work_items(found.entries)
-        return Launched(plan, found.entries, listed, found.junk, class_names(listed[0], plan.input.layout))
+        return Launched(plan, found.entries, listed, found.junk, class_names(frames_of(listed[0]), plan.input.layout))
 
 
 def check_local(plan: Plan) -> Optional[LocalInputReport]:

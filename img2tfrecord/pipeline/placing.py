@@ -6,28 +6,29 @@ then starts converting at once instead of first discovering and shuffling every 
 
 from __future__ import annotations
 
-from typing import List, Mapping, Sequence, Tuple
+from typing import Any, List, Mapping, Sequence, Tuple
 
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.placement import place_all
-from img2tfrecord.model import ErrorRow, WorkItem
+from img2tfrecord.model import ErrorRow
 from img2tfrecord.schemas import manifest, placed_items
 from img2tfrecord.transforms.placed_shards import PlacedShards
 
 
 def place_listing(
     converter: Converter,
-    items: Sequence[WorkItem],
+    items: Sequence[Any],
     rejected: Sequence[ErrorRow],
     seed: int,
     num_shards: Mapping[str, int],
     run_dir: str,
     spread: bool,
 ) -> Tuple[PlacedShards, bytes]:
-    """``(what the graph reads, the file's bytes)`` for the work ``items`` of a listing and the rows it
-    ``rejected``; ``spread``: the runner spreads the shards over workers (not a local runner)."""
+    """``(what the graph reads, the file's bytes)`` for the work ``items`` of a listing (images, or clips
+    with ``--sequence``) and the rows it ``rejected``; ``spread``: the runner spreads the shards over
+    workers (not a local runner)."""
     placement = place_all(converter, items, seed, num_shards)
     data, blocks = placed_items.encode(placement.shards)
     all_rejected: List[ErrorRow] = [*rejected, *placement.rejected]

@@ -21,7 +21,7 @@ import dataclasses
 import os
 import posixpath
 import time
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.appends import stale_inputs
 from img2tfrecord.conversion.placement import place
@@ -62,9 +62,9 @@ from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
 from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.clips import group_clips
 from img2tfrecord.sources.inputs import Discovered, discover
 from img2tfrecord.sources.inputs.archive import slim_members
-from img2tfrecord.transforms.sequence import clip_key
 
 SAMPLE_SIZE = 16  # inputs converted and timed
 SAMPLE_PASSES = 2
@@ -85,18 +85,6 @@ def list_sources(config: ConvertConfig, plan: Plan) -> Discovered:
     """Every work item, junk name and early error row the run's discovery step would give: the run's
     own source (``InputPlan.source``), read in this process."""
     return discover(plan.input.source(config), list_input, slim_members(4 * SAMPLE_SIZE))
-
-
-def _clips(files: Sequence[WorkItem], layout: str) -> List[Clip]:
-    """Frames grouped into clips as ``transforms/sequence.py``'s GroupClips does."""
-    grouped: Dict[Any, List[WorkItem]] = {}
-    for frame in files:
-        key, _ = clip_key(frame, layout)
-        grouped.setdefault(key, []).append(frame)
-    return [
-        Clip(relpath, is_clip, tuple(sorted(frames, key=lambda s: s.relpath)))
-        for (relpath, is_clip), frames in sorted(grouped.items())
-    ]
 
 
 def _frames(item: Item) -> Sequence[WorkItem]:
@@ -223,7 +211,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
             plan, labels, append = _narrow_to_append(config, plan, converter, listing)
     listing_seconds = time.perf_counter() - started
     processes = processes or config.processes or processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
-    items: List[Item] = list(_clips(listing.files, plan.input.layout) if config.sequence else listing.files)
+    items: List[Item] = list(group_clips(listing.files, plan.input.layout) if config.sequence else listing.files)
 
     rejected: List[ErrorRow] = list(listing.errors)  # the rejections found without converting
     placed: List[Item] = []
@@ -317,7 +305,8 @@ def _narrow_to_append(
     listing.errors = [row for row in listing.errors if ledger.key_of(row) in keep]
     listing.skipped = []
     new_classes = new_classes_of(plan, listing.files, previous)
-    plan = sized_for(config, plan, converter, listing.files)
+    units = group_clips(listing.files, plan.input.layout) if config.sequence else listing.files
+    plan = sized_for(config, plan, converter, units)
     refused = refusal(plan, changes, new_classes, config.allow_new_classes, list_file=False, ledger=ledger)
     withdraws = changes.accepted and bool(stale_inputs(changes))
     summary = AppendPlan(

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals
 from img2tfrecord.images.options import ConvertedImage, ImageError
 from img2tfrecord.images.statistics import pixel_sums
-from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import ReadError
@@ -35,7 +34,7 @@ class SplitOf:
     """A recorded input -> its split (None: it has none), as the run placed it: the converter's placement
     of the work item ``placed_item`` makes of its ledger entry."""
 
-    def __init__(self, converter: Converter, placed_item: Callable[[LedgerEntry], Optional[WorkItem]]):
+    def __init__(self, converter: Converter, placed_item: Callable[[LedgerEntry], Optional[Any]]):
         self._converter = converter
         self._placed_item = placed_item
         self._known: Dict[str, Optional[str]] = {}

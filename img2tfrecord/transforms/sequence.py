@@ -20,32 +20,16 @@ frames differ is rejected as ``inconsistent_frames``.
 
 from __future__ import annotations
 
-import posixpath
-from typing import Tuple
-
 import apache_beam as beam
 
-from img2tfrecord.model import Clip, WorkItem
-from img2tfrecord.sources.layout import LAYOUT_MANIFEST, LAYOUT_SPLIT
-
-
-def _min_depth(layout: str) -> int:
-    """Path parts of a frame inside a clip: class/clip/frame, split/class/clip/frame, clip/frame."""
-    return {LAYOUT_SPLIT: 4, LAYOUT_MANIFEST: 2}.get(layout, 3)
-
-
-def clip_key(source: WorkItem, layout: str) -> Tuple[Tuple[str, bool], WorkItem]:
-    """``((clip relpath, True), frame)``, or ``((relpath, False), frame)`` for a frame outside any clip."""
-    relpath = source.relpath
-    if len(relpath.split("/")) < _min_depth(layout):
-        return (relpath, False), source
-    return (posixpath.dirname(relpath), True), source
+from img2tfrecord.model import Clip
+from img2tfrecord.sources.clips import clip_key, clip_of
 
 
 def _clip(element) -> Clip:
-    """A grouped clip as the work item ``ClipConverter`` takes: frames in name order."""
-    (relpath, is_clip), frames = element
-    return Clip(relpath, is_clip, tuple(sorted(frames, key=lambda s: s.relpath)))
+    """A grouped clip as the work item ``ClipConverter`` takes (``sources.clips.clip_of``)."""
+    key, frames = element
+    return clip_of(key, frames)
 
 
 class GroupClips(beam.PTransform):
