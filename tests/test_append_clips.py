@@ -1,5 +1,5 @@
 """``convert --sequence --append``: new clip folders become a generation; a clip that gained, lost or
-changed a frame is refused (its record cannot be withdrawn)."""
+changed a frame is refused, or withdrawn and converted again with ``--accept-changes``."""
 
 from __future__ import annotations
 
@@ -28,10 +28,13 @@ def _convert(src: str, out: str, **extra):
 def _clips(output: str) -> dict:
     """clip -> (split, class, frame bytes) of every live record, read without TensorFlow."""
     doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
+    withdrawn = {(w["file"], w["index"]) for g in doc.get("generations", []) for w in g.get("withdrawn", [])}
     found = {}
     for split, info in doc["splits"].items():
         for shard in info["shards"]:
-            for _, _, data in records.iter_records(os.path.join(output, shard["file"]), doc["compression"]):
+            for index, _, data in records.iter_records(os.path.join(output, shard["file"]), doc["compression"]):
+                if (shard["file"], index) in withdrawn:
+                    continue
                 context = example_proto.SequenceExample.FromString(data)
                 name = context.context.feature[keys.CLIP_NAME].bytes_list.value[0].decode()
                 frames = context.feature_lists.feature_list[keys.IMAGE_ENCODED].feature
@@ -65,18 +68,38 @@ def test_new_clip_folders_give_the_records_of_one_run_over_all_of_them(tmp_path)
 
 
 @pytest.mark.e2e
-def test_a_clip_that_gained_or_lost_a_frame_is_refused_even_when_changes_are_accepted(tmp_path):
+@pytest.mark.parametrize("listed", ["folder", "manifest"])
+def test_a_clip_that_gained_or_lost_a_frame_is_refused_then_withdrawn_with_accept_changes(tmp_path, listed):
     files, _ = clip_dataset()
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
     write_tree(src, files)
-    _convert(src, out)
+    given = src
+    if listed == "manifest":  # a manifest of frames: a clip is the folder of its rows' paths
+        given = os.path.join(src, "frames.csv")
+
+        def write_manifest():
+            names = sorted(
+                os.path.relpath(os.path.join(d, n), src) for d, _, ns in os.walk(src) for n in ns if n.endswith(".png")
+            )
+            with open(given, "w") as f:
+                f.write("path,label\n" + "".join(f"{n},{n.split('/')[0]}\n" for n in names))
+
+        write_manifest()
+    _convert(given, out)
     write_tree(src, {"run/clip_a/frame_4.png": frame(4, 0)})
     os.remove(os.path.join(src, "walk", "clip_d", "frame_1.png"))
-    for accept in (False, True):
-        with pytest.raises(UsageError) as refused:
-            _convert(src, out, append=True, accept_changes=accept)
-        line = str(refused.value)
-        assert "1 clip(s) changed since they were converted (e.g. run/clip_a)" in line
-        assert "1 converted clip(s) removed (e.g. walk/clip_d)" in line
-        assert "withdrawing a clip's record is not supported: rebuild with --overwrite" in line
-        os.remove(line.rsplit("the list is in ", 1)[1].rstrip(")"))
+    if listed == "manifest":
+        write_manifest()
+    with pytest.raises(UsageError) as refused:
+        _convert(given, out, append=True)
+    line = str(refused.value)
+    assert "1 clip(s) changed since they were converted (e.g. run/clip_a)" in line
+    assert "1 converted clip(s) removed (e.g. walk/clip_d)" in line and "--accept-changes" in line
+    os.remove(line.rsplit("the list is in ", 1)[1].rstrip(")"))
+    doc = _convert(given, out, append=True, accept_changes=True)
+    assert sorted(w.relpath for w in doc.generations[-1].withdrawn) == ["run/clip_a", "walk/clip_d"]
+    full = str(tmp_path / "full")
+    _convert(given, full)
+    assert _clips(out) == _clips(full) and len(_clips(out)["run/clip_a"][2]) == 4
+    report = verify(out)
+    assert report.ok, report.text()

@@ -15,6 +15,7 @@ import os
 import posixpath
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from img2tfrecord.conversion.converter import natural_key
 from img2tfrecord.model import Annotation, Clip, DetectionPlacement, ErrorRow, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_input, list_stamped
@@ -263,11 +264,11 @@ class AnnotationLedger(_ReadAtLaunch):
 
 
 class ClipLedger(InputLedger):
-    """``--sequence``: the clips the frames of a folder or manifest make, one entry each (their frames'
-    total size, latest change marker and a digest of every frame's entry as its row): a clip that gained,
-    lost or changed a frame is a changed input."""
+    """``--sequence``: the clips the frames of a folder or manifest make, one entry each: their frames'
+    total size and latest change marker, and as its row a digest of every frame's entry and the split
+    its first frame names (what ``ClipConverter.split_of`` reads): a clip that gained, lost or changed
+    a frame is a changed input."""
 
-    unwithdrawable = "withdrawing a clip's record is not supported"
     noun = "clip(s)"
 
     def __init__(self, frames: InputLedger, layout: str):
@@ -281,7 +282,9 @@ class ClipLedger(InputLedger):
             own = [by_relpath[f.relpath] for f in clip.frames]
             digest = hashlib.sha256(repr(sorted(own)).encode("utf-8")).hexdigest()[:16]
             size, mtime = sum(e.size for e in own), max(e.mtime for e in own)
-            entries.append(LedgerEntry(clip.relpath, size, mtime, row_text(digest, None)))
+            first = min(clip.frames, key=lambda f: natural_key(posixpath.basename(f.relpath)))
+            split = layouts.placement(first, layout)[0] if clip.is_clip else None
+            entries.append(LedgerEntry(clip.relpath, size, mtime, row_text(digest, split)))
             self._by_key.setdefault(clip.relpath, []).append(clip)
         for row in rejected:
             key = row["relpath"] or row["path"]
@@ -301,7 +304,9 @@ class ClipLedger(InputLedger):
         return items, rejected
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
-        return None
+        split = entry.placement()[1]  # its first frame's split folder or row split (None: the seeded hash)
+        frame = WorkItem(entry.relpath, entry.relpath, 0, row=RowPlacement(split, None))
+        return Clip(entry.relpath, True, (frame,))
 
     def repeated(self) -> List[str]:
         return self._frames.repeated()

@@ -88,19 +88,22 @@ def withdrawals(
                     f"--accept-changes: {file} has no record {w.index}, where the ledgers place {w.relpath}; "
                     "rebuild with --overwrite"
                 )
-            values = records.parse_example(found[w.index], doc.spec)
-            name = records.decode_text(values.get(keys.FILENAME, b""))
+            sequence = doc.is_sequence
+            try:
+                name, label_name = records.record_source(found[w.index], doc.spec, sequence)
+            except records.ExampleError as e:
+                raise PlanError(f"--accept-changes: record {w.index} of {file} cannot be read: {e}") from None
             if name != w.relpath:
                 raise PlanError(
                     f"--accept-changes: record {w.index} of {file} holds {name!r}, not {w.relpath!r} as the "
                     "ledgers say; rebuild with --overwrite"
                 )
-            label = values.get(keys.CLASS_TEXT)
+            values = {} if sequence else records.parse_example(found[w.index], doc.spec)
             objects = values.get(keys.OBJECT_CLASS_TEXT) if keys.OBJECT_CLASS_TEXT in doc.spec else None
             boxes = dict(collections.Counter(records.decode_text(c) for c in objects)) if objects is not None else None
-            confirmed.append(dataclasses.replace(w, label=records.decode_text(label) if label else None, boxes=boxes))
-            if with_totals and w.split == ANALYZED_SPLIT:
-                analysed.add(_record_totals(values, channels, label, file, w.index))
+            confirmed.append(dataclasses.replace(w, label=label_name or None, boxes=boxes))
+            if with_totals and w.split == ANALYZED_SPLIT and not sequence:
+                analysed.add(_record_totals(values, channels, values.get(keys.CLASS_TEXT), file, w.index))
     return tuple(sorted(confirmed, key=lambda w: w.relpath)), analysed
 
 

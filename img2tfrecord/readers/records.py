@@ -257,3 +257,21 @@ __all__ = [
     "scan_records",
     "walk_offsets",
 ]
+
+
+def record_source(data: bytes, spec_json: Mapping[str, Mapping[str, Any]], sequence: bool) -> Tuple[str, str]:
+    """``(the input a record was written from, its class name or "")``: an Example's ``image/filename``, a
+    SequenceExample's ``clip/name`` (its context). Raises :class:`ExampleError` for a record that is neither."""
+    if not sequence:
+        values = parse_example(data, spec_json)
+        return decode_text(values.get(features.FILENAME, b"")), decode_text(values.get(features.CLASS_TEXT, b""))
+    try:
+        context = example_proto.SequenceExample.FromString(data).context.feature
+    except Exception as e:  # protobuf's DecodeError, or anything a damaged buffer triggers
+        raise ExampleError(f"not a tf.train.SequenceExample: {e}") from None
+
+    def text(key: str) -> str:
+        found = context[key].bytes_list.value if key in context else []
+        return decode_text(found[0]) if found else ""
+
+    return text(features.CLIP_NAME), text(features.CLASS_TEXT)

@@ -244,7 +244,7 @@ def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Option
 
 def _check_withdrawn(data: bytes, relpath: str, ctx: _Context, name: str, record: Any, report: Report) -> None:
     try:
-        found = records.decode_text(records.parse_example(data, ctx.spec).get(keys.FILENAME, b""))
+        found, _ = records.record_source(data, ctx.spec, ctx.sequence)
     except ValueError:
         return  # the record's own problems are reported already
     if found != relpath:
