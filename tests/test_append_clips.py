@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 
 import pytest
 from helpers.datasets import clip_dataset, frame, write_tree
@@ -103,3 +104,26 @@ def test_a_clip_that_gained_or_lost_a_frame_is_refused_then_withdrawn_with_accep
     assert _clips(out) == _clips(full) and len(_clips(out)["run/clip_a"][2]) == 4
     report = verify(out)
     assert report.ok, report.text()
+
+
+@pytest.mark.e2e
+def test_clips_in_new_archives_give_the_records_of_one_run_over_all_of_them(tmp_path):
+    files, _ = clip_dataset()
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    os.makedirs(src)
+
+    def pack(name, members):
+        with zipfile.ZipFile(os.path.join(src, name), "w") as z:
+            for relpath, data in members.items():
+                z.writestr(relpath, data)
+
+    pack("day1.zip", files)
+    given = os.path.join(src, "*.zip")
+    _convert(given, out)
+    pack("day2.zip", {f"walk/clip_new{c}/frame_{i}.png": frame(i, 5 + c) for c in range(2) for i in range(1, 4)})
+    doc = _convert(given, out, append=True)
+    assert (doc.generations[-1].inputs, doc.generations[-1].written) == (2, 2)
+    full = str(tmp_path / "full")
+    _convert(given, full)
+    assert _clips(out) == _clips(full) and len(_clips(out)) == 6
+    assert verify(out).ok

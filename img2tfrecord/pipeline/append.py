@@ -115,7 +115,7 @@ def read_finished(output: str) -> DatasetManifest:
         raise PlanError(f"--append: cannot read {output}/{manifest.MANIFEST_FILE}: {e}") from None
     if not doc.generations:
         raise PlanError(
-            f"--append: {output} has no input ledger (it was made from annotations in archives or --sequence clips, or "
+            f"--append: {output} has no input ledger (it was made from annotations in archives, or "
             "by an img2tfrecord before 0.9); convert it again with --overwrite once, then append"
         )
     return doc
@@ -167,7 +167,7 @@ def append_ledger(config: ConvertConfig, plan: Plan) -> InputLedger:
         raise PlanError(
             "--append adds new inputs of a folder (class folders, split folders or a glob of images), of "
             "CSV/JSONL manifests, new archives, or new annotated images beside their annotations; annotations "
-            "inside archives and --sequence clips are converted whole: rebuild with --overwrite"
+            "inside archives are converted whole: rebuild with --overwrite"
         )
     if config.dedupe:
         raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")

@@ -5,7 +5,7 @@ an append compares a new listing with it. Each kind lists its inputs here once a
 items of any subset of them (the whole run, or the inputs an append converts); ``placed_item`` makes,
 from a ledger entry alone, a work item that a converter places in the split the entry's record went
 to. An archive is one entry (its members are read by the pipeline), and so is a ``--sequence`` clip
-(its frames grouped at launch). Annotations inside archives and clips inside archives keep no ledger.
+of a folder or manifest (its frames grouped at launch). Annotations inside archives keep no ledger.
 """
 
 from __future__ import annotations
@@ -76,7 +76,11 @@ def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
     """Whether a run writes an input ledger: folders, manifests and archives of images, detection
     annotations beside their images, and clips of folders and manifests (not inside archives)."""
     if config.sequence:
-        return plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST) and not plan.input.annotations
+        return not plan.input.annotations and plan.input.input_kind in (
+            kinds.INPUT_FOLDER,
+            kinds.INPUT_MANIFEST,
+            kinds.INPUT_ARCHIVES,
+        )
     if plan.input.annotations:
         return plan.input.input_kind == kinds.INPUT_DETECTION
     return plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST, kinds.INPUT_ARCHIVES)
@@ -88,7 +92,7 @@ def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
         return None
     if plan.input.annotations:
         return AnnotationLedger(config, plan)
-    if config.sequence:
+    if config.sequence and plan.input.input_kind != kinds.INPUT_ARCHIVES:
         frames = ManifestLedger(plan) if plan.input.input_kind == kinds.INPUT_MANIFEST else FolderLedger(plan)
         return ClipLedger(frames, plan.input.layout)
     if plan.input.input_kind == kinds.INPUT_MANIFEST:
@@ -209,6 +213,7 @@ class ArchiveLedger(InputLedger):
         self._base = literal[: literal.rfind("/") + 1]
         self._limit = config.image.max_file_bytes
         self._sequence = bool(config.sequence)
+        self._layout = plan.input.layout
         self._pattern = plan.input.pattern
         self.entries = sorted(
             LedgerEntry(layouts.relative_path(self._base, path), size, mtime)
@@ -218,13 +223,15 @@ class ArchiveLedger(InputLedger):
         self.junk = []
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
-        """The members of the archives ``entries`` name, read in this process (most tar.gz members
-        without their bytes: these items size and label an append, the pipeline converts from the archives)."""
+        """The members of the archives ``entries`` name (clips of them with ``--sequence``), read in this
+        process (most tar.gz members without their bytes: these items size and label an append, the
+        pipeline converts from the archives)."""
         if not entries:
             return [], []
         source = ArchiveSource(self._pattern, self._limit, self._sequence, self.units(entries))
         found = discover(source, list_input, slim_members(4 * SAMPLE_SIZE))
-        return list(found.files), found.errors
+        items: List[Item] = list(group_clips(found.files, self._layout) if self._sequence else found.files)
+        return items, found.errors
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         return None
