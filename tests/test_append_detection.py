@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from helpers.detection_inputs import RECTS, write_coco, write_csv, write_voc
+from helpers.detection_inputs import RECTS, pack, write_coco, write_csv, write_voc
 
 from img2tfrecord import api
 from img2tfrecord.errors import UsageError
@@ -128,3 +128,19 @@ def test_new_classes_of_objects_in_a_manifest_of_boxes_are_refused_then_added_wi
         assert "zebra" in f.read()
     assert _objects(out)["images/new.jpg"][1] == [b"zebra"]
     assert verify(out).ok
+
+
+@pytest.mark.e2e
+def test_annotated_images_in_new_archives_give_the_records_of_one_run_over_all_of_them(tmp_path):
+    """VOC folders packed in archives (zip and tar.gz): an archive is the entry, its annotations joined
+    with its images by the pipeline, its new classes and sizes found at launch."""
+    names = sorted(IMAGES)
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    os.makedirs(src)
+    for number, (part, archive) in enumerate(((names[:8], "day1.zip"), (names[8:], "day2.tar.gz"))):
+        voc = str(tmp_path / f"voc{number}")
+        write_voc(voc, {name: IMAGES[name] for name in part})
+        pack(voc, os.path.join(src, archive), top="VOC")
+        doc = _convert(os.path.join(src, "*"), out, append=True)
+    assert [g.inputs for g in doc.generations] == [8, 6]
+    _same_as_a_full_run(os.path.join(src, "*"), out, tmp_path)

@@ -115,8 +115,8 @@ def read_finished(output: str) -> DatasetManifest:
         raise PlanError(f"--append: cannot read {output}/{manifest.MANIFEST_FILE}: {e}") from None
     if not doc.generations:
         raise PlanError(
-            f"--append: {output} has no input ledger (it was made from annotations in archives, or "
-            "by an img2tfrecord before 0.9); convert it again with --overwrite once, then append"
+            f"--append: {output} has no input ledger (it was made by an img2tfrecord before 0.9); convert it "
+            "again with --overwrite once, then append"
         )
     return doc
 
@@ -164,11 +164,7 @@ def append_ledger(config: ConvertConfig, plan: Plan) -> InputLedger:
     options that allow no append."""
     ledger = input_ledger(config, plan)
     if ledger is None:
-        raise PlanError(
-            "--append adds new inputs of a folder (class folders, split folders or a glob of images), of "
-            "CSV/JSONL manifests, new archives, or new annotated images beside their annotations; annotations "
-            "inside archives are converted whole: rebuild with --overwrite"
-        )
+        raise PlanError(f"--append: {plan.input.input_kind} inputs keep no input ledger: rebuild with --overwrite")
     if config.dedupe:
         raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")
     repeated = ledger.repeated()

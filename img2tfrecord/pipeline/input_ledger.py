@@ -5,11 +5,12 @@ an append compares a new listing with it. Each kind lists its inputs here once a
 items of any subset of them (the whole run, or the inputs an append converts); ``placed_item`` makes,
 from a ledger entry alone, a work item that a converter places in the split the entry's record went
 to. An archive is one entry (its members are read by the pipeline), and so is a ``--sequence`` clip
-of a folder or manifest (its frames grouped at launch). Annotations inside archives keep no ledger.
+of a folder or manifest (its frames grouped at launch).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import posixpath
@@ -27,7 +28,7 @@ from img2tfrecord.sources import archives, kinds
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.clips import clip_key, group_clips
 from img2tfrecord.sources.inputs import ERRORS, FILES, discover
-from img2tfrecord.sources.inputs.archive import ArchiveSource, slim_members
+from img2tfrecord.sources.inputs.archive import slim_members
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.inputs.manifest import ManifestSource
 
@@ -73,8 +74,8 @@ class InputLedger:
 
 
 def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
-    """Whether a run writes an input ledger: folders, manifests and archives of images, detection
-    annotations beside their images, and clips of folders and manifests (not inside archives)."""
+    """Whether a run writes an input ledger: every input kind (folders, manifests, archives, detection
+    annotations beside their images or in archives, clips)."""
     if config.sequence:
         return not plan.input.annotations and plan.input.input_kind in (
             kinds.INPUT_FOLDER,
@@ -82,7 +83,7 @@ def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
             kinds.INPUT_ARCHIVES,
         )
     if plan.input.annotations:
-        return plan.input.input_kind == kinds.INPUT_DETECTION
+        return plan.input.input_kind in (kinds.INPUT_DETECTION, kinds.INPUT_ARCHIVES)
     return plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST, kinds.INPUT_ARCHIVES)
 
 
@@ -90,15 +91,15 @@ def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
     """The listing of ``plan``'s inputs, or None for an input kind that keeps no ledger."""
     if not keeps_ledger(config, plan):
         return None
+    if plan.input.input_kind == kinds.INPUT_ARCHIVES:
+        return ArchiveLedger(config, plan)
     if plan.input.annotations:
         return AnnotationLedger(config, plan)
-    if config.sequence and plan.input.input_kind != kinds.INPUT_ARCHIVES:
+    if config.sequence:
         frames = ManifestLedger(plan) if plan.input.input_kind == kinds.INPUT_MANIFEST else FolderLedger(plan)
         return ClipLedger(frames, plan.input.layout)
     if plan.input.input_kind == kinds.INPUT_MANIFEST:
         return ManifestLedger(plan)
-    if plan.input.input_kind == kinds.INPUT_ARCHIVES:
-        return ArchiveLedger(config, plan)
     return FolderLedger(plan)
 
 
@@ -201,7 +202,8 @@ class ManifestLedger(_ReadAtLaunch):
 
 
 class ArchiveLedger(InputLedger):
-    """The archives a plan's pattern matches, each one entry (relative to the plan's base)."""
+    """The archives a plan's pattern matches, each one entry (relative to the folder above the pattern's
+    first glob), whatever they hold: images, clips' frames, or detection annotations with their images."""
 
     places_at_launch = False
     unwithdrawable = "the ledger does not list an archive's members, so its records cannot be withdrawn one by one"
@@ -211,10 +213,7 @@ class ArchiveLedger(InputLedger):
         # Relative to the folder above the first glob in the pattern ('dumps/*/day.zip' -> 'dumps/').
         literal = kinds.GLOB_CHARS.split(plan.input.pattern, 1)[0]
         self._base = literal[: literal.rfind("/") + 1]
-        self._limit = config.image.max_file_bytes
-        self._sequence = bool(config.sequence)
-        self._layout = plan.input.layout
-        self._pattern = plan.input.pattern
+        self._config, self._plan = config, plan
         self.entries = sorted(
             LedgerEntry(layouts.relative_path(self._base, path), size, mtime)
             for path, size, mtime in list_stamped(plan.input.pattern)
@@ -228,9 +227,10 @@ class ArchiveLedger(InputLedger):
         pipeline converts from the archives)."""
         if not entries:
             return [], []
-        source = ArchiveSource(self._pattern, self._limit, self._sequence, self.units(entries))
+        source = dataclasses.replace(self._plan.input, units=self.units(entries)).source(self._config)
         found = discover(source, list_input, slim_members(4 * SAMPLE_SIZE))
-        items: List[Item] = list(group_clips(found.files, self._layout) if self._sequence else found.files)
+        frames = found.files
+        items: List[Item] = list(group_clips(frames, self._plan.input.layout) if self._config.sequence else frames)
         return items, found.errors
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:

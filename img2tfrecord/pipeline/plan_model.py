@@ -56,7 +56,9 @@ class InputPlan:
         limit = config.image.max_file_bytes
         if self.annotations and self.input_kind == kinds.INPUT_ARCHIVES:
             found = ArchivedAnnotations(self.annotations, self.patterns)
-            return ArchivedAnnotationSource(found, self.pattern, self.split_names, self.has_split_column, limit)
+            return ArchivedAnnotationSource(
+                found, self.pattern, self.split_names, self.has_split_column, limit, self.units
+            )
         if self.annotations:
             return AnnotationSource(self.annotations, self.patterns, self.base, self.split_names, self.has_split_column)
         if self.input_kind == kinds.INPUT_ARCHIVES:

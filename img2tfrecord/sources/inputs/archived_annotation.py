@@ -17,7 +17,8 @@ IMAGE_SETS = "image_sets"  # (archive, MemberEntry) of a VOC image set
 
 
 class ArchivedAnnotationSource(InputSource):
-    """The archives ``pattern`` matches, holding ``annotations`` (``ArchivedAnnotations``) and images."""
+    """The archives ``pattern`` matches (``units``: these archives instead, an append's new ones), holding
+    ``annotations`` (``ArchivedAnnotations``) and images."""
 
     kind = INPUT_ARCHIVES
     join_tags = (MEMBERS, ANNOTATIONS, IMAGE_SETS)
@@ -30,8 +31,9 @@ class ArchivedAnnotationSource(InputSource):
         split_names: Sequence[str],
         named_splits: bool,
         max_file_bytes: int,
+        units: Sequence[str] = (),
     ):
-        super().__init__((pattern,))
+        super().__init__(tuple(units) or (pattern,))
         self.annotations = annotations
         self.split_names = tuple(split_names)
         self.named_splits = named_splits
