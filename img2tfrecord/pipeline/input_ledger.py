@@ -143,14 +143,14 @@ class FolderLedger(InputLedger):
 
 
 class _ReadAtLaunch(InputLedger):
-    """Inputs read whole at launch (manifest rows, annotated images): each kept with its ledger entry,
-    keyed by the entry's relpath (an image named twice has two)."""
+    """Inputs read whole at launch (manifest rows, annotated images, clips): each kept with its ledger
+    entry, keyed by the entry's relpath (an image named twice has two)."""
 
     def __init__(self) -> None:
-        self._by_key: Dict[str, List[Union[WorkItem, ErrorRow]]] = {}
+        self._by_key: Dict[str, List[Union[Item, ErrorRow]]] = {}
         self.entries, self.junk = [], []
 
-    def _add(self, entry: LedgerEntry, found: Union[WorkItem, ErrorRow]) -> None:
+    def _add(self, entry: LedgerEntry, found: Union[Item, ErrorRow]) -> None:
         self.entries.append(entry)
         self._by_key.setdefault(entry.relpath, []).append(found)
 
@@ -159,7 +159,7 @@ class _ReadAtLaunch(InputLedger):
         rejected: List[ErrorRow] = []
         for key in sorted({e.relpath for e in entries}):
             for found in self._by_key.get(key, ()):
-                if isinstance(found, WorkItem):
+                if isinstance(found, (WorkItem, Clip)):
                     items.append(found)
                 else:
                     rejected.append(found)
@@ -270,7 +270,7 @@ class AnnotationLedger(_ReadAtLaunch):
         return WorkItem(entry.relpath, entry.relpath, 0, row=DetectionPlacement(split, Annotation((), "")))
 
 
-class ClipLedger(InputLedger):
+class ClipLedger(_ReadAtLaunch):
     """``--sequence``: the clips the frames of a folder or manifest make, one entry each: their frames'
     total size and latest change marker, and as its row a digest of every frame's entry and the split
     its first frame names (what ``ClipConverter.split_of`` reads): a clip that gained, lost or changed
@@ -279,36 +279,22 @@ class ClipLedger(InputLedger):
     noun = "clip(s)"
 
     def __init__(self, frames: InputLedger, layout: str):
+        super().__init__()
         self._frames = frames
         self._layout = layout
         items, rejected = frames.work_items(frames.entries)
         by_relpath = {e.relpath: e for e in frames.entries}
-        self._by_key: Dict[str, List[Union[Clip, ErrorRow]]] = {}
-        entries = []
         for clip in group_clips([i for i in items if isinstance(i, WorkItem)], layout):
             own = [by_relpath[f.relpath] for f in clip.frames]
             digest = hashlib.sha256(repr(sorted(own)).encode("utf-8")).hexdigest()[:16]
             size, mtime = sum(e.size for e in own), max(e.mtime for e in own)
             first = min(clip.frames, key=lambda f: natural_key(posixpath.basename(f.relpath)))
             split = layouts.placement(first, layout)[0] if clip.is_clip else None
-            entries.append(LedgerEntry(clip.relpath, size, mtime, row_text(digest, split)))
-            self._by_key.setdefault(clip.relpath, []).append(clip)
+            self._add(LedgerEntry(clip.relpath, size, mtime, row_text(digest, split)), clip)
         for row in rejected:
-            key = row["relpath"] or row["path"]
-            entries.append(LedgerEntry(key, -1, 0.0))
-            self._by_key.setdefault(key, []).append(row)
-        self.entries, self.junk = sorted(entries), frames.junk
-
-    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
-        items: List[Item] = []
-        rejected: List[ErrorRow] = []
-        for key in sorted({e.relpath for e in entries}):
-            for found in self._by_key.get(key, ()):
-                if isinstance(found, Clip):
-                    items.append(found)
-                else:
-                    rejected.append(found)
-        return items, rejected
+            self._add(LedgerEntry(row["relpath"] or row["path"], -1, 0.0), row)
+        self.entries.sort()
+        self.junk = frames.junk
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         split = entry.placement()[1]  # its first frame's split folder or row split (None: the seeded hash)
