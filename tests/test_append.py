@@ -16,7 +16,7 @@ import sys
 
 import images as I
 import pytest
-from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc, run_cli, shard_digests
+from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc, run_cli, shard_digests, write_manifest_doc
 from gcs_emulator import gcs_fixture, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.datasets import make_images
 from helpers.outputs import records_by_relpath
@@ -509,3 +509,15 @@ def test_two_appends_at_once_write_one_generation_and_the_second_is_refused_in_o
     assert verify(out).ok
     again = run_cli(*args)  # the second run, once the first is done: nothing is left to convert
     assert again.returncode == 0 and "nothing new since generation 1" in again.stderr, again.stderr[-2000:]
+
+
+@pytest.mark.e2e
+def test_an_output_without_generations_is_refused_with_the_rebuild_it_needs(three_generations, tmp_path):
+    src, out, _, _, _ = three_generations
+    old = str(tmp_path / "old")
+    shutil.copytree(out, old)
+    doc = manifest_doc(old)
+    doc.pop("generations")
+    write_manifest_doc(old, doc)
+    with pytest.raises(UsageError, match="has no input ledger .* convert it again with --overwrite once, then append"):
+        _convert(src, old, append=True)

@@ -115,8 +115,8 @@ def read_finished(output: str) -> DatasetManifest:
         raise PlanError(f"--append: cannot read {output}/{manifest.MANIFEST_FILE}: {e}") from None
     if not doc.generations:
         raise PlanError(
-            f"--append: {output} has no input ledger (it was made by an img2tfrecord before 0.9); convert it "
-            "again with --overwrite once, then append"
+            f"--append: {output} has no input ledger (it was written before outputs recorded their inputs); "
+            "convert it again with --overwrite once, then append"
         )
     return doc
 
