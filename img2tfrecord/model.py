@@ -117,6 +117,9 @@ class Clip(NamedTuple):
     frames: Tuple[WorkItem, ...]
 
 
+Item = Union[WorkItem, Clip]  # what a converter converts into one record
+
+
 # ---------------------------------------------------------------------------
 # Listing an archive.
 
@@ -195,7 +198,7 @@ class ShardItem(NamedTuple):
 
     position: int
     relpath: str
-    item: Union[WorkItem, Clip]
+    item: Item
 
 
 class ShardResult(NamedTuple):

@@ -19,9 +19,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from img2tfrecord.conversion.appends import GenerationInputs, InputChanges, compare, outcomes, stale_inputs
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
-from img2tfrecord.model import ErrorRow
+from img2tfrecord.model import ErrorRow, Item
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.input_ledger import InputLedger, Item, frames_of, input_ledger
+from img2tfrecord.pipeline.input_ledger import InputLedger, frames_of, input_ledger
 from img2tfrecord.pipeline.listing import digest, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards

@@ -17,7 +17,7 @@ import posixpath
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.converter import natural_key
-from img2tfrecord.model import Annotation, Clip, DetectionPlacement, ErrorRow, RowPlacement, WorkItem
+from img2tfrecord.model import Annotation, Clip, DetectionPlacement, ErrorRow, Item, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_input, list_stamped
 from img2tfrecord.pipeline.plan_model import Plan
@@ -32,7 +32,6 @@ from img2tfrecord.sources.inputs.archive import slim_members
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.inputs.manifest import ManifestSource
 
-Item = Union[WorkItem, Clip]
 Listed = Tuple[List[Item], List[ErrorRow]]  # work items (clips with --sequence), and the inputs rejected making them
 
 

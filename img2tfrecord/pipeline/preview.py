@@ -21,7 +21,7 @@ import dataclasses
 import os
 import posixpath
 import time
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Sequence, Tuple
 
 from img2tfrecord.conversion.appends import stale_inputs
 from img2tfrecord.conversion.placement import place
@@ -31,6 +31,7 @@ from img2tfrecord.model import (
     DetectionPlacement,
     ErrorRow,
     InlineMember,
+    Item,
     WorkItem,
 )
 from img2tfrecord.option_values import TASK_DETECTION
@@ -69,8 +70,6 @@ from img2tfrecord.sources.inputs.archive import slim_members
 SAMPLE_SIZE = 16  # inputs converted and timed
 SAMPLE_PASSES = 2
 EXAMPLES = 5  # paths quoted per list
-
-Item = Union[WorkItem, Clip]
 
 
 @dataclasses.dataclass
