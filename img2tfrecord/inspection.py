@@ -202,7 +202,7 @@ def summarise(directory: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, A
         "splits": splits,
         "rejected": error_report(directory, doc),
         "statistics": doc.statistics,  # the tf.Transform analysis; None without one
-        "generations": [g.to_json() for g in doc.generations],  # folder inputs: each run that wrote here
+        "generations": [g.to_json() for g in doc.generations],  # each run that wrote here (--append)
     }
 
 

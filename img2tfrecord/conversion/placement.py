@@ -1,7 +1,7 @@
 """Where each work item goes: its split, its shard and its position in the shard, or why it has none.
 
 The shard step places a job's work items one by one (``transforms/assign_shards.py``); a launcher
-that already holds a folder's whole listing places them all at once (:func:`place_all`), so that the
+that already holds the input's whole listing places them all at once (:func:`place_all`), so that the
 job starts converting without first shuffling every work item into its shard. Both go through
 :func:`place`. No Beam here.
 """

@@ -1,7 +1,9 @@
-"""A folder run's work items placed at launch: made from the listing the launcher already holds (its
-ledger) and grouped by shard (``conversion/placement.py``); the launcher writes the bytes into the run's
-staging folder, where each shard's writer reads its own block (``transforms/placed_shards.py``). The job
-then starts converting at once instead of first discovering and shuffling every work item.
+"""A run's work items placed at launch (folders, manifests, detection annotations, clips; not archives).
+
+They are made from the listing the launcher already holds (its ledger) and grouped by shard
+(``conversion/placement.py``); the launcher writes the bytes into the run's staging folder, where each
+shard's writer reads its own block (``transforms/placed_shards.py``). The job then starts converting at
+once instead of first discovering and shuffling every work item.
 """
 
 from __future__ import annotations
