@@ -58,6 +58,7 @@ def test_new_clip_folders_give_the_records_of_one_run_over_all_of_them(tmp_path)
     write_tree(src, {f"run/clip_new{c}/frame_{i}.png": frame(i, 5 + c) for c in range(3) for i in range(1, 4)})
     plan = api.plan(src, out, append=True, pipeline_options=BEAM, **OPTIONS)
     assert plan.append is not None and (plan.append.new, plan.append.unchanged, plan.inputs) == (3, 5, 3)
+    assert plan.append.counted == "clip(s)"
     second = _convert(src, out, append=True)
     assert (second.generations[-1].inputs, second.generations[-1].written) == (3, 3)
     assert _convert(src, out, append=True).generations == second.generations  # nothing new

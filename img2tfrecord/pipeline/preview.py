@@ -319,5 +319,6 @@ def _narrow_to_append(
         refused=refused,
         accepted=changes.accepted,
         nothing_new=refused is None and not changes.to_convert and not withdraws,  # as plan_append decides
+        counted=ledger.noun,
     )
     return plan, list(previous.labels) + new_classes, summary

@@ -76,6 +76,7 @@ class AppendPlan:
     refused: Optional[str]  # the line the run would exit 2 with; None: it would go on
     accepted: bool = False  # --accept-changes: the changed and removed inputs' records are withdrawn
     nothing_new: bool = False  # nothing to convert or withdraw: the run ends at its launch, writing nothing
+    counted: str = "input(s)"  # what one of these counts is: input(s), archive(s), annotated image(s), clip(s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +157,7 @@ def format_plan(p: RunPlan) -> str:
             )
         else:
             lines.append(
-                f"append: generation {a.generation} converts {a.new} new and {a.retried} retried input(s); "
+                f"append: generation {a.generation} converts {a.new} new and {a.retried} retried {a.counted}; "
                 f"{a.unchanged} unchanged" + (f"; new classes: {', '.join(a.new_classes)}" if a.new_classes else "")
             )
         accepted = ", records withdrawn" if a.accepted else ""
