@@ -108,3 +108,19 @@ def assert_plan_is_the_run(found: dict, doc: dict, boxes: bool = True) -> None:
         assert planned["num_shards"] == len(info["shards"]), name
         if boxes and "boxes_per_class" in info:
             assert planned["boxes_per_class"] == info["boxes_per_class"], name
+
+
+def append_refusal(call) -> str:
+    """The one line ``call()`` (an append) is refused with, as a UsageError; the local file listing the
+    changed and removed inputs that the line names is read back and removed."""
+    from img2tfrecord.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        call()
+    line = str(refused.value)
+    if "the list is in " in line:
+        listed = line.rsplit("the list is in ", 1)[1].rstrip(")")
+        with open(listed, encoding="utf-8") as f:
+            assert all(json.loads(row)["change"] in ("changed", "removed") for row in f)
+        os.remove(listed)
+    return line
