@@ -120,6 +120,11 @@ class Clip(NamedTuple):
 Item = Union[WorkItem, Clip]  # what a converter converts into one record
 
 
+def frames(item: Item) -> Tuple[WorkItem, ...]:
+    """The files of a work item: a clip's frames, an image itself."""
+    return item.frames if isinstance(item, Clip) else (item,)
+
+
 # ---------------------------------------------------------------------------
 # Listing an archive.
 

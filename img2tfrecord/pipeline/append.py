@@ -1,6 +1,6 @@
 """``convert --append`` at launch: the output's generations and ledgers against a new listing of the input.
 
-Every run over a folder, manifest or archive input writes the ledger of its inputs
+Every run writes the ledger of its inputs
 (``input_ledger.py``, ``write_ledger``) before its pipeline starts; an append reads every generation's
 ledger and error report, lists the input once, and either refuses (changed or removed inputs, new
 classes, other options: a ``PlanError``, exit 2, before anything is written), finds nothing new, or
@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from img2tfrecord.conversion.appends import GenerationInputs, InputChanges, compare, outcomes, stale_inputs
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
-from img2tfrecord.model import ErrorRow, Item
+from img2tfrecord.model import ErrorRow, Item, frames
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.input_ledger import InputLedger, frames_of, input_ledger
 from img2tfrecord.pipeline.listing import digest, resolve_input
@@ -79,7 +79,7 @@ class AppendRun:
 
 
 # ---------------------------------------------------------------------------
-# The ledger every folder, manifest and archive run writes.
+# The ledger every run writes.
 
 
 def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
@@ -203,22 +203,22 @@ def new_classes_of(plan: Plan, items: Sequence[Item], previous: DatasetManifest)
 
 def refusal(
     plan: Plan,
+    ledger: InputLedger,
     changes: InputChanges,
     new_classes: Sequence[str],
     allow_new_classes: bool,
     list_file: bool = True,
-    ledger: Optional[InputLedger] = None,
 ) -> Optional[str]:
     """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
-    changed and removed inputs are also listed in a local file the line names. An archive that changed
-    or is gone is refused even with ``--accept-changes`` (its records cannot be withdrawn one by one)."""
+    changed and removed inputs are also listed in a local file the line names. A changed or removed
+    input is refused even with ``--accept-changes`` where the ledger cannot withdraw its records
+    (``InputLedger.unwithdrawable``)."""
     if plan.input.annotations:
         noun = "class(es) of objects"
     else:
         noun = "label(s)" if plan.input.input_kind == kinds.INPUT_MANIFEST else "class folder(s)"
-    unwithdrawable = ledger.unwithdrawable if ledger is not None else ""
-    if (changes.changed or changes.removed) and (not changes.accepted or unwithdrawable):
-        return _changes_refused(changes, list_file, ledger.noun if ledger is not None else "input(s)", unwithdrawable)
+    if (changes.changed or changes.removed) and (not changes.accepted or ledger.unwithdrawable):
+        return _changes_refused(changes, list_file, ledger.noun, ledger.unwithdrawable)
     if new_classes and not allow_new_classes:
         shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
         return (
@@ -239,7 +239,7 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     number = previous.generations[-1].number
     items, rejected = ledger.work_items(changes.to_convert)
     new_classes = new_classes_of(plan, items, previous)
-    refused = refusal(plan, changes, new_classes, config.allow_new_classes, ledger=ledger)
+    refused = refusal(plan, ledger, changes, new_classes, config.allow_new_classes)
     if refused:
         raise PlanError(refused)
     stale = stale_inputs(changes) if changes.accepted else {}
@@ -289,7 +289,7 @@ def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Se
             split = converter.split_of(item)
         except PlacementError:
             continue  # the pipeline rejects it, as a full run would
-        size = sum(f.size for f in frames_of([item]))
+        size = sum(f.size for f in frames(item))
         split_bytes[split] = split_bytes.get(split, 0.0) + estimated_record_bytes(size, ratio)
         split_items[split] = split_items.get(split, 0) + 1
     sized = num_shards(dataclasses.replace(config, num_shards=None), list(split_bytes), split_bytes)
@@ -297,7 +297,7 @@ def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Se
     return dataclasses.replace(plan, sizing=dataclasses.replace(plan.sizing, size_ratio=ratio, num_shards=counts))
 
 
-def _changes_refused(changes: InputChanges, list_file: bool, noun: str = "input(s)", unwithdrawable: str = "") -> str:
+def _changes_refused(changes: InputChanges, list_file: bool, noun: str, unwithdrawable: str) -> str:
     """The refusal of changed or removed inputs: counts per kind on one line, the list in a local file."""
     parts = []
     if changes.changed:

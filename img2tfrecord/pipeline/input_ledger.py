@@ -14,12 +14,12 @@ import dataclasses
 import hashlib
 import os
 import posixpath
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
 from img2tfrecord.conversion.converter import natural_key
-from img2tfrecord.model import Annotation, Clip, DetectionPlacement, ErrorRow, Item, RowPlacement, WorkItem
+from img2tfrecord.model import Annotation, Clip, DetectionPlacement, ErrorRow, Item, RowPlacement, WorkItem, frames
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.listing import list_input, list_stamped
+from img2tfrecord.pipeline.listing import list_input, list_stamped, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.sizing import SAMPLE_SIZE
 from img2tfrecord.readers import storage
@@ -36,18 +36,21 @@ Listed = Tuple[List[Item], List[ErrorRow]]  # work items (clips with --sequence)
 
 
 class InputLedger:
-    """The inputs of one listing: ``entries`` (sorted by relpath) and the ``junk`` names it left out.
+    """The inputs of one listing, made by ``Kind(config, plan)``: ``entries`` (sorted by relpath) and the
+    ``junk`` names it left out.
 
     ``places_at_launch``: its work items can be grouped by shard at launch (not an archive's, whose
     tar.gz members carry their bytes); ``unwithdrawable``: why a changed or removed entry's records
     cannot be withdrawn one by one ("" when they can); ``noun``: what one entry is, for messages.
     """
 
-    entries: List[LedgerEntry]
-    junk: List[str]
     places_at_launch = True
     unwithdrawable = ""
     noun = "input(s)"
+
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        self.entries: List[LedgerEntry] = []
+        self.junk: List[str] = []
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
         """The work items of ``entries`` (a subset of this listing's), and the rows rejected making them."""
@@ -72,45 +75,45 @@ class InputLedger:
         return ()
 
 
-def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
-    """Whether a run writes an input ledger: every input kind (folders, manifests, archives, detection
-    annotations beside their images or in archives, clips)."""
-    if config.sequence:
-        return not plan.input.annotations and plan.input.input_kind in (
-            kinds.INPUT_FOLDER,
-            kinds.INPUT_MANIFEST,
-            kinds.INPUT_ARCHIVES,
-        )
+def ledger_kind(config: ConvertConfig, plan: Plan) -> Optional[Type[InputLedger]]:
+    """The ledger of ``plan``'s input kind: every kind has one (folders, manifests, archives, detection
+    annotations beside their images or in archives, clips); None for a combination no run makes."""
+    kind = plan.input.input_kind
+    if config.sequence and plan.input.annotations:
+        return None
+    if kind == kinds.INPUT_ARCHIVES:
+        return ArchiveLedger
     if plan.input.annotations:
-        return plan.input.input_kind in (kinds.INPUT_DETECTION, kinds.INPUT_ARCHIVES)
-    return plan.input.input_kind in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST, kinds.INPUT_ARCHIVES)
+        return AnnotationLedger if kind == kinds.INPUT_DETECTION else None
+    if kind not in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST):
+        return None
+    if config.sequence:
+        return ClipLedger
+    return ManifestLedger if kind == kinds.INPUT_MANIFEST else FolderLedger
+
+
+def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
+    """Whether a run writes an input ledger."""
+    return ledger_kind(config, plan) is not None
 
 
 def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
-    """The listing of ``plan``'s inputs, or None for an input kind that keeps no ledger."""
-    if not keeps_ledger(config, plan):
-        return None
-    if plan.input.input_kind == kinds.INPUT_ARCHIVES:
-        return ArchiveLedger(config, plan)
-    if plan.input.annotations:
-        return AnnotationLedger(config, plan)
-    if config.sequence:
-        frames = ManifestLedger(plan) if plan.input.input_kind == kinds.INPUT_MANIFEST else FolderLedger(plan)
-        return ClipLedger(frames, plan.input.layout)
-    if plan.input.input_kind == kinds.INPUT_MANIFEST:
-        return ManifestLedger(plan)
-    return FolderLedger(plan)
+    """The listing of ``plan``'s inputs, or None for an input that keeps no ledger."""
+    kind = ledger_kind(config, plan)
+    return kind(config, plan) if kind is not None else None
 
 
 def places_at_launch(config: ConvertConfig, plan: Plan) -> bool:
     """Whether a run of ``plan`` groups its work items by shard at launch (``placing.place_listing``)."""
-    return keeps_ledger(config, plan) and plan.input.input_kind != kinds.INPUT_ARCHIVES and not config.dedupe
+    kind = ledger_kind(config, plan)
+    return kind is not None and kind.places_at_launch and not config.dedupe
 
 
 class FolderLedger(InputLedger):
     """The files of a folder plan's launch listing; files inside earlier outputs are neither inputs nor junk."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        super().__init__(config, plan)
         self._source = FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)
         found, junk = [], []
         for path, size, mtime in list_stamped(plan.input.pattern):
@@ -145,9 +148,9 @@ class _ReadAtLaunch(InputLedger):
     """Inputs read whole at launch (manifest rows, annotated images, clips): each kept with its ledger
     entry, keyed by the entry's relpath (an image named twice has two)."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        super().__init__(config, plan)
         self._by_key: Dict[str, List[Union[Item, ErrorRow]]] = {}
-        self.entries, self.junk = [], []
 
     def _add(self, entry: LedgerEntry, found: Union[Item, ErrorRow]) -> None:
         self.entries.append(entry)
@@ -176,8 +179,8 @@ class ManifestLedger(_ReadAtLaunch):
     changed input. Rows naming an image that cannot be listed get size -1: the run rejects them.
     """
 
-    def __init__(self, plan: Plan):
-        super().__init__()
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        super().__init__(config, plan)
         source = ManifestSource(
             plan.input.pattern, plan.input.labeled, plan.input.has_split_column, plan.input.split_names
         )
@@ -185,14 +188,9 @@ class ManifestLedger(_ReadAtLaunch):
         stamps = _stamps([row.found.path for row in rows if isinstance(row.found, WorkItem)])
         for row in rows:
             found = row.found
-            if isinstance(found, WorkItem):
-                key = found.relpath
-                size, mtime = stamps.get(found.path, (-1, 0.0))
-            else:
-                key = found["relpath"] or found["path"]
-                size, mtime = -1, 0.0
+            size, mtime = stamps.get(found.path, (-1, 0.0)) if isinstance(found, WorkItem) else (-1, 0.0)
             placement = row_text(row.label, row.split) if (row.label, row.split) != (None, None) else ""
-            self._add(LedgerEntry(key, size, mtime, placement), found)
+            self._add(LedgerEntry(self.key_of(found), size, mtime, placement), found)
         self.entries.sort()
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
@@ -209,16 +207,17 @@ class ArchiveLedger(InputLedger):
     noun = "archive(s)"
 
     def __init__(self, config: ConvertConfig, plan: Plan):
-        # Relative to the folder above the first glob in the pattern ('dumps/*/day.zip' -> 'dumps/').
-        literal = kinds.GLOB_CHARS.split(plan.input.pattern, 1)[0]
-        self._base = literal[: literal.rfind("/") + 1]
+        super().__init__(config, plan)
+        # Relative to the folder above the pattern's first glob ('dumps/*/day.zip' -> 'dumps/'), or to
+        # the archive's own folder.
+        pattern = plan.input.pattern
+        self._base = resolve_input(pattern)[0] if kinds.GLOB_CHARS.search(pattern) else plan.input.base
         self._config, self._plan = config, plan
         self.entries = sorted(
             LedgerEntry(layouts.relative_path(self._base, path), size, mtime)
             for path, size, mtime in list_stamped(plan.input.pattern)
             if path.startswith(self._base) and archives.archive_kind(path)
         )
-        self.junk = []
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
         """The members of the archives ``entries`` name (clips of them with ``--sequence``), read in this
@@ -228,8 +227,8 @@ class ArchiveLedger(InputLedger):
             return [], []
         source = dataclasses.replace(self._plan.input, units=self.units(entries)).source(self._config)
         found = discover(source, list_input, slim_members(4 * SAMPLE_SIZE))
-        frames = found.files
-        items: List[Item] = list(group_clips(frames, self._plan.input.layout) if self._config.sequence else frames)
+        files = found.files
+        items: List[Item] = list(group_clips(files, self._plan.input.layout) if self._config.sequence else files)
         return items, found.errors
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
@@ -253,7 +252,7 @@ class AnnotationLedger(_ReadAtLaunch):
     noun = "annotated image(s)"
 
     def __init__(self, config: ConvertConfig, plan: Plan):
-        super().__init__()
+        super().__init__(config, plan)
         found = discover(plan.input.source(config), list_input)
         stamps = _stamps([item.path for item in found.files])
         for item in found.files:
@@ -261,7 +260,7 @@ class AnnotationLedger(_ReadAtLaunch):
             split = item.row.split if isinstance(item.row, DetectionPlacement) else None
             self._add(LedgerEntry(item.relpath, size, mtime, row_text(_objects_digest(item), split)), item)
         for row in found.errors:
-            self._add(LedgerEntry(row["relpath"] or row["path"], -1, 0.0), row)
+            self._add(LedgerEntry(self.key_of(row), -1, 0.0), row)
         self.entries.sort()
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
@@ -277,12 +276,14 @@ class ClipLedger(_ReadAtLaunch):
 
     noun = "clip(s)"
 
-    def __init__(self, frames: InputLedger, layout: str):
-        super().__init__()
-        self._frames = frames
-        self._layout = layout
-        items, rejected = frames.work_items(frames.entries)
-        by_relpath = {e.relpath: e for e in frames.entries}
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        super().__init__(config, plan)
+        of_frames = ManifestLedger if plan.input.input_kind == kinds.INPUT_MANIFEST else FolderLedger
+        listed = of_frames(config, plan)
+        layout = plan.input.layout
+        self._frames, self._layout = listed, layout
+        items, rejected = listed.work_items(listed.entries)
+        by_relpath = {e.relpath: e for e in listed.entries}
         for clip in group_clips([i for i in items if isinstance(i, WorkItem)], layout):
             own = [by_relpath[f.relpath] for f in clip.frames]
             digest = hashlib.sha256(repr(sorted(own)).encode("utf-8")).hexdigest()[:16]
@@ -291,9 +292,9 @@ class ClipLedger(_ReadAtLaunch):
             split = layouts.placement(first, layout)[0] if clip.is_clip else None
             self._add(LedgerEntry(clip.relpath, size, mtime, row_text(digest, split)), clip)
         for row in rejected:
-            self._add(LedgerEntry(row["relpath"] or row["path"], -1, 0.0), row)
+            self._add(LedgerEntry(self.key_of(row), -1, 0.0), row)
         self.entries.sort()
-        self.junk = frames.junk
+        self.junk = listed.junk
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         split = entry.placement()[1]  # its first frame's split folder or row split (None: the seeded hash)
@@ -310,8 +311,8 @@ class ClipLedger(_ReadAtLaunch):
 
 
 def frames_of(items: Sequence[Item]) -> List[WorkItem]:
-    """The files of work items: a clip's frames, an image itself."""
-    return [frame for item in items for frame in (item.frames if isinstance(item, Clip) else (item,))]
+    """The files of work items (``model.frames``)."""
+    return [frame for item in items for frame in frames(item)]
 
 
 def _objects_digest(item: WorkItem) -> str:

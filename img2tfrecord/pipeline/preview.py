@@ -33,6 +33,7 @@ from img2tfrecord.model import (
     InlineMember,
     Item,
     WorkItem,
+    frames,
 )
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.append import (
@@ -86,10 +87,6 @@ def list_sources(config: ConvertConfig, plan: Plan) -> Discovered:
     return discover(plan.input.source(config), list_input, slim_members(4 * SAMPLE_SIZE))
 
 
-def _frames(item: Item) -> Sequence[WorkItem]:
-    return item.frames if isinstance(item, Clip) else (item,)
-
-
 def _missing_local_file(item: Item) -> bool:
     """A local file a manifest row or annotation names that does not exist (a stat, not a read)."""
     return (
@@ -103,7 +100,7 @@ def _missing_local_file(item: Item) -> bool:
 
 def _has_bytes(item: Item) -> bool:
     """False for a tar.gz member whose bytes the listing dropped."""
-    return all(not (isinstance(f.member, InlineMember) and f.size and not f.member.data) for f in _frames(item))
+    return all(not (isinstance(f.member, InlineMember) and f.size and not f.member.data) for f in frames(item))
 
 
 def _output_state(config: ConvertConfig, nothing_new: bool = False) -> OutputState:
@@ -234,14 +231,14 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         placed.append(item)
         info = splits[split]
         info.examples += 1
-        first = _frames(item)[0]
+        first = frames(item)[0]
         class_name = layouts.placement(first, plan.input.layout)[1]
         if class_name is not None:
             info.classes[class_name] = info.classes.get(class_name, 0) + 1
         if isinstance(first.row, DetectionPlacement):
             for box in first.row.annotation.boxes:
                 info.boxes[box.label] = info.boxes.get(box.label, 0) + 1
-        size = sum(f.size or mean_size for f in _frames(item))
+        size = sum(f.size or mean_size for f in frames(item))
         info.bytes += estimated_record_bytes(size, plan.sizing.size_ratio)
 
     by_reason: Dict[str, int] = {}
@@ -281,7 +278,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         skipped=_listed(sorted(listing.skipped)),
         rejected=Rejected(len(rejected), dict(sorted(by_reason.items())), rejected[:EXAMPLES]),
         not_image_names=_listed(
-            [layouts.printable(f.relpath) for item in placed for f in _frames(item) if not looks_like_image(f.relpath)]
+            [layouts.printable(f.relpath) for item in placed for f in frames(item) if not looks_like_image(f.relpath)]
         ),
         size_ratio=round(plan.sizing.size_ratio, 4),
         estimated_bytes=int(sum(info.bytes for info in splits.values())),
@@ -306,7 +303,7 @@ def _narrow_to_append(
     new_classes = new_classes_of(plan, listing.files, previous)
     units = group_clips(listing.files, plan.input.layout) if config.sequence else listing.files
     plan = sized_for(config, plan, converter, units)
-    refused = refusal(plan, changes, new_classes, config.allow_new_classes, list_file=False, ledger=ledger)
+    refused = refusal(plan, ledger, changes, new_classes, config.allow_new_classes, list_file=False)
     withdraws = changes.accepted and bool(stale_inputs(changes))
     summary = AppendPlan(
         generation=previous.generations[-1].number + 1,

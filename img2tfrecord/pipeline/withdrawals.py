@@ -70,6 +70,7 @@ def withdrawals(
     except ValueError as e:
         raise PlanError(f"--accept-changes: {e}; rebuild with --overwrite") from None
     listed = {shard.file: shard for _, shard in doc.shards()}
+    sequence = doc.is_sequence
     by_file: Dict[str, List[Withdrawal]] = {}
     for w in located:
         by_file.setdefault(w.file, []).append(w)
@@ -88,9 +89,8 @@ def withdrawals(
                     f"--accept-changes: {file} has no record {w.index}, where the ledgers place {w.relpath}; "
                     "rebuild with --overwrite"
                 )
-            sequence = doc.is_sequence
             try:
-                name, label_name = records.record_source(found[w.index], doc.spec, sequence)
+                name, label_name, values = records.record_source(found[w.index], doc.spec, sequence)
             except records.ExampleError as e:
                 raise PlanError(f"--accept-changes: record {w.index} of {file} cannot be read: {e}") from None
             if name != w.relpath:
@@ -98,8 +98,7 @@ def withdrawals(
                     f"--accept-changes: record {w.index} of {file} holds {name!r}, not {w.relpath!r} as the "
                     "ledgers say; rebuild with --overwrite"
                 )
-            values = {} if sequence else records.parse_example(found[w.index], doc.spec)
-            objects = values.get(keys.OBJECT_CLASS_TEXT) if keys.OBJECT_CLASS_TEXT in doc.spec else None
+            objects = values.get(keys.OBJECT_CLASS_TEXT)  # a detection record's (None for other records)
             boxes = dict(collections.Counter(records.decode_text(c) for c in objects)) if objects is not None else None
             confirmed.append(dataclasses.replace(w, label=label_name or None, boxes=boxes))
             if with_totals and w.split == ANALYZED_SPLIT and not sequence:

@@ -259,12 +259,19 @@ __all__ = [
 ]
 
 
-def record_source(data: bytes, spec_json: Mapping[str, Mapping[str, Any]], sequence: bool) -> Tuple[str, str]:
-    """``(the input a record was written from, its class name or "")``: an Example's ``image/filename``, a
-    SequenceExample's ``clip/name`` (its context). Raises :class:`ExampleError` for a record that is neither."""
+def record_source(
+    data: bytes, spec_json: Mapping[str, Mapping[str, Any]], sequence: bool
+) -> Tuple[str, str, Dict[str, Any]]:
+    """``(the input a record was written from, its class name or "", an Example's values)``: an Example's
+    ``image/filename`` (its values as ``parse_example`` gives them), a SequenceExample's ``clip/name`` (its
+    context; no values). Raises :class:`ExampleError` for a record that is neither."""
     if not sequence:
         values = parse_example(data, spec_json)
-        return decode_text(values.get(features.FILENAME, b"")), decode_text(values.get(features.CLASS_TEXT, b""))
+        return (
+            decode_text(values.get(features.FILENAME, b"")),
+            decode_text(values.get(features.CLASS_TEXT, b"")),
+            values,
+        )
     try:
         context = example_proto.SequenceExample.FromString(data).context.feature
     except Exception as e:  # protobuf's DecodeError, or anything a damaged buffer triggers
@@ -274,4 +281,4 @@ def record_source(data: bytes, spec_json: Mapping[str, Mapping[str, Any]], seque
         found = context[key].bytes_list.value if key in context else []
         return decode_text(found[0]) if found else ""
 
-    return text(features.CLIP_NAME), text(features.CLASS_TEXT)
+    return text(features.CLIP_NAME), text(features.CLASS_TEXT), {}

@@ -244,7 +244,7 @@ def check_sequence_record(data: bytes, ctx: _Context) -> Tuple[List[str], Option
 
 def _check_withdrawn(data: bytes, relpath: str, ctx: _Context, name: str, record: Any, report: Report) -> None:
     try:
-        found, _ = records.record_source(data, ctx.spec, ctx.sequence)
+        found, _, _ = records.record_source(data, ctx.spec, ctx.sequence)
     except ValueError:
         return  # the record's own problems are reported already
     if found != relpath:
