@@ -308,7 +308,7 @@ def test_a_missing_input_exits_2_with_one_line(tmp_path):
 def test_the_plans_start_up_times_the_placement_a_folder_or_manifest_run_does_at_launch(class_folder, tmp_path):
     from img2tfrecord.model import WorkItem
     from img2tfrecord.pipeline.config import ConvertConfig
-    from img2tfrecord.pipeline.input_ledger import places_at_launch
+    from img2tfrecord.pipeline.kinds import places_at_launch
     from img2tfrecord.pipeline.plan import make_plan
     from img2tfrecord.pipeline.startup import placement_seconds
 

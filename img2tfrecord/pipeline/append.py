@@ -21,7 +21,7 @@ from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, Item, frames
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.input_ledger import InputLedger, frames_of, input_ledger
+from img2tfrecord.pipeline.kinds import InputLedger, frames_of, input_ledger
 from img2tfrecord.pipeline.listing import digest, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards

@@ -22,7 +22,7 @@ from img2tfrecord.images.options import image_library_versions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.append import AppendRun
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.input_ledger import keeps_ledger
+from img2tfrecord.pipeline.kinds import keeps_ledger
 from img2tfrecord.pipeline.launch import image_converter, run_dir
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest

@@ -17,8 +17,8 @@ from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import ErrorRow, Item
 from img2tfrecord.pipeline.append import AppendRun, NothingNew, is_finished, log_append, plan_append
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.input_ledger import frames_of, input_ledger
 from img2tfrecord.pipeline.inputs import LocalInputReport, check_local_input
+from img2tfrecord.pipeline.kinds import frames_of, input_ledger
 from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.pipeline.plan_model import Plan

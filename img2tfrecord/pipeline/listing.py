@@ -137,18 +137,39 @@ _WALKS: contextvars.ContextVar[Optional[Dict[str, FolderWalk]]] = contextvars.Co
 )
 
 
+# (what, path) -> what reading it gave, inside listing_once(): a manifest parsed by the plan and the ledger.
+_READS: contextvars.ContextVar[Optional[Dict[Tuple[str, str], Any]]] = contextvars.ContextVar(
+    "img2tfrecord_reads", default=None
+)
+
+
 @contextlib.contextmanager
 def listing_once() -> Iterator[None]:
     """Inside the block each pattern is listed once and that listing reused (the plan, then ``--plan``'s
-    count of every input), and a local folder walked once (the listing, then the local check): a
-    bucket of a million objects is not listed twice, nor a folder of a million files walked twice."""
+    count of every input), a local folder walked once (the listing, then the local check), and a file
+    read through :func:`read_once` read once: a bucket of a million objects is not listed twice, nor a
+    folder of a million files walked twice, nor a manifest of a million rows parsed twice."""
     token = _LISTINGS.set({})
     walks = _WALKS.set({})
+    reads = _READS.set({})
     try:
         yield
     finally:
+        _READS.reset(reads)
         _WALKS.reset(walks)
         _LISTINGS.reset(token)
+
+
+def read_once(what: str, path: str, read: Callable[[str], Any]) -> Any:
+    """``read(path)``, or what it gave for the same ``what`` and ``path`` earlier in this ``listing_once()``
+    block. Callers must not change what it returns."""
+    reads = _READS.get()
+    if reads is None:
+        return read(path)
+    key = (what, path)
+    if key not in reads:
+        reads[key] = read(path)
+    return reads[key]
 
 
 def walk_folder(root: str) -> FolderWalk:

@@ -45,7 +45,7 @@ from img2tfrecord.pipeline.append import (
     sized_for,
 )
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.input_ledger import places_at_launch
+from img2tfrecord.pipeline.kinds import places_at_launch
 from img2tfrecord.pipeline.launch import check_local, image_converter
 from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.outputs import list_output

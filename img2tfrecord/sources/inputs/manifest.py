@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.model import ERRORS, ErrorRow, WorkItem
 from img2tfrecord.sources import manifests
@@ -37,9 +37,9 @@ class ManifestSource(InputSource):
     def is_unit(self, path: str) -> bool:
         return manifests.manifest_kind(path) is not None
 
-    def rows(self, path: str) -> Iterator[Row]:
-        """Every row of the manifest at ``path``, in order."""
-        for number, row in manifests.manifest_rows(path):
+    def rows(self, path: str, parsed: Optional[Iterable[Tuple[int, dict]]] = None) -> Iterator[Row]:
+        """Every row of the manifest at ``path``, in order (``parsed``: its ``manifest_rows``, read already)."""
+        for number, row in manifests.manifest_rows(path) if parsed is None else parsed:
             _, out = manifests.row_to_source(path, number, row, self.labeled, self.has_split, self.split_names)
             good = "error" not in row
             label = str(row.get("label", "")) if self.labeled and good else None

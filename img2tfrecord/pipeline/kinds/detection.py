@@ -1,22 +1,22 @@
-"""Launch plans of detection inputs: Pascal VOC, COCO JSON and manifests of boxes, in folders or archives.
+"""Detection inputs at launch: Pascal VOC, COCO JSON and manifests of boxes beside their images; their
+plan and their ledger (one entry per annotated image).
 
 The splits come from VOC image sets, COCO file names or a manifest's split column (else ``--splits``),
-the shard counts from the image bytes. Archives holding annotations are listed whole: VOC image sets,
-COCO file names and box manifests name the splits, wherever they sit in them.
+the shard counts from the image bytes. Annotations packed in archives: ``archived_detection.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
+import hashlib
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
-from img2tfrecord.images import ImageError
-from img2tfrecord.model import MemberEntry, WorkItem
+from img2tfrecord.model import Annotation, DetectionPlacement, Item, WorkItem
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.listing import digest
+from img2tfrecord.pipeline.kinds.common import named_splits
+from img2tfrecord.pipeline.kinds.ledger import ReadAtLaunch, file_stamps
+from img2tfrecord.pipeline.listing import digest, file_pattern, list_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import (
     RECORD_OVERHEAD_BYTES,
@@ -25,12 +25,32 @@ from img2tfrecord.pipeline.sizing import (
     sampled_sizes,
     sized,
 )
-from img2tfrecord.sources import archives, detection, kinds, manifests
-from img2tfrecord.sources import detection_archives as archived
+from img2tfrecord.schemas.ledger import LedgerEntry, row_text
+from img2tfrecord.sources import detection, kinds, manifests
 from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.inputs import discover
 
 
-def _is_image_name(relpath: str) -> bool:
+def plan_manifest_of_boxes(config: ConvertConfig) -> Optional[Plan]:
+    """The plan of ``--input`` as manifests of boxes (``--task detection``, or the first manifest has box
+    columns), or None: plain manifests."""
+    base, pattern = file_pattern(config.input)
+    found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_kind(p))
+    if found and (config.task == TASK_DETECTION or detection.is_box_manifest(found[0])):
+        return plan_box_manifest(config, base, pattern, found)
+    return None
+
+
+def plan_coco_files(config: ConvertConfig) -> Plan:
+    """The plan of COCO JSON files given as ``--input`` (one, or a glob of them)."""
+    _, pattern = file_pattern(config.input)
+    found = sorted(p for p, _ in list_input(pattern))
+    if not found:
+        raise PlanError(f"no COCO JSON files match {pattern}")
+    return plan_detection(config, detection.COCO, coco_base(found), list(found), [], tuple(found))
+
+
+def is_image_name(relpath: str) -> bool:
     return not relpath.lower().endswith((".xml", ".json", ".txt", ".csv", ".jsonl", ".pbtxt"))
 
 
@@ -66,11 +86,11 @@ def plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: Li
         instances = [f for f in wanted if f.relpath.rsplit("/", 1)[-1].lower().startswith("instances")]
         annotations = [f.path for f in instances or wanted]
         patterns = tuple(annotations)
-    images = [f for f in files if _is_image_name(f.relpath)]
+    images = [f for f in files if is_image_name(f.relpath)]
     return plan_detection(config, kind, base, annotations, images, patterns)
 
 
-def _named_splits(
+def annotation_splits(
     config: ConvertConfig,
     kind: str,
     annotations: List[str],
@@ -99,10 +119,8 @@ def plan_detection(
     """The plan of a VOC or COCO input: splits from the image sets / file names (or ``named``),
     shards from the image bytes (output/input ratio measured on ``sample``, else ``images``)."""
     if named is None:
-        named = _named_splits(config, kind, annotations)
-    if named and config.splits:
-        logging.warning("the annotations name the splits (%s); --splits is ignored", ", ".join(named))
-    split_names = named or (tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,))
+        named = annotation_splits(config, kind, annotations)
+    split_names = named_splits(config, named, "the annotations name the splits")
     ratio = estimate_size_ratio(config, images if sample is None else sample)
     input_bytes = sum(f.size for f in images)
     per_split = (input_bytes * ratio + RECORD_OVERHEAD_BYTES * len(images)) / len(split_names)
@@ -140,7 +158,7 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
         try:
             for number, row in detection.box_rows(path):
                 digest_rows.append((path, number, row))
-                split = _row_split(path, number, row)
+                split = row_split(path, number, row)
                 if split is not None:
                     named.add(split)
                 if row.get("path"):
@@ -151,11 +169,7 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
             raise PlanError(f"cannot read manifest {path}: {type(e).__name__}: {e}") from e
     if not paths:
         raise PlanError(f"{', '.join(found)}: no rows naming an image (columns path,label,xmin,ymin,xmax,ymax)")
-    if named and config.splits:
-        logging.warning("the manifest has a split column (%s); --splits is ignored", ", ".join(sorted(named)))
-    split_names = tuple(sorted(named)) or (
-        tuple(name for name, _ in config.splits) if config.splits else (DEFAULT_SPLIT,)
-    )
+    split_names = named_splits(config, named, "the manifest has a split column")
     listed = [(image, detection.rel(base, image)) for image in paths]
     mean_size, ratio = sampled_sizes(config, listed)  # as the graph samples image references
     record_bytes = estimated_record_bytes(mean_size, ratio)
@@ -180,7 +194,7 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
     )
 
 
-def _row_split(path: str, number: int, row: Dict) -> Optional[str]:
+def row_split(path: str, number: int, row: Dict) -> Optional[str]:
     """The split a row of a manifest of boxes names (canonical), None for none; PlanError for a bad name."""
     if not row.get("split"):
         return None
@@ -190,94 +204,32 @@ def _row_split(path: str, number: int, row: Dict) -> Optional[str]:
     return manifests.canonical_split(str(row["split"]))
 
 
-def plan_archived_detection(
-    config: ConvertConfig,
-    base: str,
-    pattern: str,
-    found: List[Tuple[str, int]],
-    peeked: List[Tuple[str, MemberEntry]],
-    peeked_names: List[str],
-    complete: bool,
-) -> Optional[Plan]:
-    """The plan of detection inputs inside archives; None (classification) unless the peek at their
-    first members (``peeked``; ``peeked_names`` also names the entries it refused) shows a VOC, COCO
-    or box-manifest layout, or ``--task detection`` forces it.
+class AnnotationLedger(ReadAtLaunch):
+    """The images detection annotations name (Pascal VOC, COCO, manifests of boxes), read at launch.
 
-    Detection lists every archive whole (the splits may be named by a member near the end); the
-    output/input ratio is measured on the peeked images.
+    An image is keyed by its relpath, with its size and change marker, and, as its row, a digest of
+    its objects and its split: an image whose file or annotation changed is a changed input.
     """
-    forced = config.task == TASK_DETECTION
 
-    def peeked_data(name: str) -> Optional[bytes]:
-        for archive, entry in peeked:
-            if entry.name == name:
-                try:
-                    return archived.member_reader(archive, entry)("", detection.MAX_COCO_BYTES)
-                except (ImageError, OSError):
-                    return None
-        return None
+    noun = "annotated image(s)"
 
-    if not forced and archived.find_annotations(peeked_names, peeked_data, False, complete) is None:
-        return None
-    limit = config.image.max_file_bytes
-    try:
-        scans = [archived.scan_archive(path, size, limit) for path, size in found]
-    except (ImageError, OSError) as e:
-        raise PlanError(f"cannot read the annotations in {pattern}: {type(e).__name__}: {e}") from e
-    data = {name: content for scan in scans for name, content in scan.data.items()}
-    names = sorted({m.name for scan in scans for m in scan.members})
-    annotations = archived.find_annotations(names, data.get, forced)
-    if annotations is None:
-        if forced:
-            raise PlanError(
-                f"--task detection: {config.input} holds neither a Pascal VOC layout (Annotations/*.xml, "
-                "JPEGImages/), COCO JSON nor a CSV/JSONL manifest of boxes"
-            )
-        return None
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        super().__init__(config, plan)
+        found = discover(plan.input.source(config), list_input)
+        stamps = file_stamps([item.path for item in found.files])
+        for item in found.files:
+            size, mtime = stamps.get(item.path, (-1, 0.0))
+            split = item.row.split if isinstance(item.row, DetectionPlacement) else None
+            self._add(LedgerEntry(item.relpath, size, mtime, row_text(_objects_digest(item), split)), item)
+        for row in found.errors:
+            self._add(LedgerEntry(self.key_of(row), -1, 0.0), row)
+        self.entries.sort()
 
-    def voc_splits(root: str) -> Tuple[str, ...]:
-        splits: Set[str] = set()
-        for scan in scans:
-            head = archives.member_path(scan.archive, "")
-            if root.startswith(head):
-                texts = {
-                    archived.image_set_name(n): d
-                    for n, d in scan.data.items()
-                    if archived.image_set_root(n) == root[len(head) :]
-                }
-                splits.update(detection.parse_image_sets(texts.__getitem__, texts).values())
-        return tuple(sorted(splits))
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
+        split = entry.placement()[1]  # the split the annotations named (None: by the seeded hash)
+        return WorkItem(entry.relpath, entry.relpath, 0, row=DetectionPlacement(split, Annotation((), "")))
 
-    kind, patterns = annotations.kind, annotations.patterns
-    if kind == detection.VOC:
-        named = _named_splits(
-            config, kind, [archives.member_path(a, p) for a, _ in found for p in patterns], voc_splits
-        )
-    elif kind == detection.COCO:
-        named = _named_splits(config, kind, list(patterns))
-    else:
-        box_splits: Set[str] = set()
-        for name in patterns:
-            try:
-                for number, row in detection.box_rows(name, data[name]):
-                    split = _row_split(name, number, row)
-                    if split is not None:
-                        box_splits.add(split)
-            except UnicodeDecodeError as e:
-                raise PlanError(f"cannot read manifest {name}: {type(e).__name__}: {e}") from e
-        named = tuple(sorted(box_splits))
 
-    def image_items(listed: List[Tuple[str, MemberEntry]]) -> List[WorkItem]:
-        items = [
-            WorkItem(archives.member_path(a, e.name), annotations.relpath(e.name), e.size, e.member)
-            for a, e in listed
-            if _is_image_name(e.name)
-        ]
-        return sorted(items, key=lambda f: f.relpath)
-
-    images = image_items([(scan.archive, m) for scan in scans for m in scan.members])
-    plan = plan_detection(config, kind, base, [], images, patterns, named=named, sample=image_items(peeked))
-    described = dataclasses.replace(
-        plan.input, pattern=pattern, input_kind=kinds.INPUT_ARCHIVES, listing_digest=digest(found)
-    )
-    return dataclasses.replace(plan, input=described)
+def _objects_digest(item: WorkItem) -> str:
+    """16 hex digits of what an annotation says of an image: its objects and the boxes dropped."""
+    return hashlib.sha256(repr(item.row).encode("utf-8")).hexdigest()[:16]

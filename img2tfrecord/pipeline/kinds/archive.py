@@ -1,0 +1,134 @@
+"""Archives at launch (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``): their plan and their ledger (one entry
+per archive; the pipeline reads the members).
+
+The plan peeks at the first few archives of a glob: a zip's central directory is read whole, a tar's
+first members (a tar.gz is decompressed only that far). The peek decides the layout; when it did not
+see everything, a split-folder layout gets every split name (train, validation, test) so a split first
+seen in the pipeline still has somewhere to go (one never seen is listed with 0 records). Archives
+holding detection annotations are planned by ``archived_detection.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence, Tuple, Union
+
+from img2tfrecord.model import ErrorEntry, ErrorRow, Item, MemberEntry, WorkItem
+from img2tfrecord.option_values import TASK_CLASSIFICATION
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.kinds.archived_detection import plan_archived_detection
+from img2tfrecord.pipeline.kinds.common import check_images, layout_of, split_bytes
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed
+from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, list_stamped, resolve_input
+from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
+from img2tfrecord.pipeline.sizing import MIB, SAMPLE_SIZE, estimate_size_ratio, sized
+from img2tfrecord.schemas.ledger import LedgerEntry
+from img2tfrecord.sources import archives, kinds
+from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.clips import group_clips
+from img2tfrecord.sources.inputs import discover
+from img2tfrecord.sources.inputs.archive import slim_members
+from img2tfrecord.sources.split_folders import SPLIT_FOLDERS
+
+_PEEK_ARCHIVES = 4  # archives of a glob looked into at launch
+_PEEK_MEMBERS = 2000  # members of a tar / tar.gz looked at (a zip's central directory is read whole)
+_PEEK_ZIP_MEMBERS = 10_000_000
+_PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launch, at most
+
+
+def plan_archives(config: ConvertConfig, whole: bool = True) -> Plan:
+    """The plan of archives (``make_plan``): from a peek at the first ones, or of detection annotations in them."""
+    base, pattern = file_pattern(config.input)
+    found = sorted((p, size) for p, size in list_input(pattern) if archives.archive_kind(p))
+    if not found:
+        raise PlanError(f"no archives (.zip, .tar, .tar.gz, .tgz) match {pattern}")
+    limit = config.image.max_file_bytes
+    min_depth = archives.MIN_DEPTH_SEQUENCES if config.sequence else archives.MIN_DEPTH_IMAGES
+    files: List[WorkItem] = []
+    peeked: List[Tuple[str, MemberEntry]] = []
+    peeked_names: List[str] = []  # every named entry, also those refused (a tar.gz member over the image limit)
+    complete = len(found) <= _PEEK_ARCHIVES
+    refused = False  # an entry the run rejects (a damaged archive, a link): the run's errors.jsonl says why
+    for path, size in found[:_PEEK_ARCHIVES]:
+        max_members = _PEEK_ZIP_MEMBERS if archives.archive_kind(path) == "zip" else _PEEK_MEMBERS
+        entries, whole = archives.peek_archive(path, size, limit, max_members, _PEEK_STREAM_BYTES)
+        complete = complete and whole
+        members = [e for e in entries if isinstance(e, MemberEntry)]
+        refused = refused or any(isinstance(e, ErrorEntry) for e in entries)
+        peeked.extend((path, m) for m in members)
+        peeked_names.extend(e.name for e in entries if e.name)
+        prefix = archives.top_folder_to_strip([m.name for m in members], min_depth)
+        for m in members:
+            files.append(WorkItem(archives.member_path(path, m.name), m.name[len(prefix) :], m.size, m.member))
+    if config.task != TASK_CLASSIFICATION:
+        detection_plan = plan_archived_detection(config, base, pattern, found, peeked, peeked_names, complete)
+        if detection_plan is not None:
+            return detection_plan
+    files.sort(key=lambda f: f.relpath)
+    layout, split_names = layout_of(config, files)
+    if complete and (files or not refused):  # a partial peek may not have seen the images or class folders
+        check_images(config, files, layout, in_archives=True)
+    if layout == layouts.LAYOUT_SPLIT and not complete:
+        split_names = tuple(sorted(set(SPLIT_FOLDERS.values())))
+    ratio = estimate_size_ratio(config, files) if whole else 1.0  # an append sizes its new inputs
+    per_split = split_bytes(config, layout, split_names, files, ratio)
+    input_bytes = sum(size for _, size in found)
+    seen = sum(f.size for f in files)
+    scale = input_bytes / seen if seen else 0.0  # the peek's split proportions, over every archive
+    per_split = {name: b * scale for name, b in per_split.items()}
+    return Plan(
+        InputPlan(
+            base=base,
+            pattern=pattern,
+            layout=layout,
+            split_names=split_names,
+            input_kind=kinds.INPUT_ARCHIVES,
+            listing_digest=digest(found),
+            listing_complete=complete,
+        ),
+        sized(config, split_names, per_split, len(files), input_bytes, ratio),
+    )
+
+
+class ArchiveLedger(InputLedger):
+    """The archives a plan's pattern matches, each one entry (relative to the folder above the pattern's
+    first glob), whatever they hold: images, clips' frames, or detection annotations with their images."""
+
+    places_at_launch = False
+    unwithdrawable = "the ledger does not list an archive's members, so its records cannot be withdrawn one by one"
+    noun = "archive(s)"
+
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        super().__init__(config, plan)
+        # Relative to the folder above the pattern's first glob ('dumps/*/day.zip' -> 'dumps/'), or to
+        # the archive's own folder.
+        pattern = plan.input.pattern
+        self._base = resolve_input(pattern)[0] if kinds.GLOB_CHARS.search(pattern) else plan.input.base
+        self._config, self._plan = config, plan
+        self.entries = sorted(
+            LedgerEntry(layouts.relative_path(self._base, path), size, mtime)
+            for path, size, mtime in list_stamped(plan.input.pattern)
+            if path.startswith(self._base) and archives.archive_kind(path)
+        )
+
+    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+        """The members of the archives ``entries`` name (clips of them with ``--sequence``), read in this
+        process (most tar.gz members without their bytes: these items size and label an append, the
+        pipeline converts from the archives)."""
+        if not entries:
+            return [], []
+        source = dataclasses.replace(self._plan.input, units=self.units(entries)).source(self._config)
+        found = discover(source, list_input, slim_members(4 * SAMPLE_SIZE))
+        files = found.files
+        items: List[Item] = list(group_clips(files, self._plan.input.layout) if self._config.sequence else files)
+        return items, found.errors
+
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
+        return None
+
+    def key_of(self, found: Union[WorkItem, ErrorRow]) -> str:
+        path = found.path if isinstance(found, WorkItem) else found["path"]
+        return layouts.relative_path(self._base, path.split(archives.MEMBER_SEPARATOR, 1)[0])
+
+    def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
+        return tuple(self._base + e.relpath for e in entries)

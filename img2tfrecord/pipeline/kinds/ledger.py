@@ -1,0 +1,112 @@
+"""The ledger of one input kind's launch listing (``InputLedger``): the inputs a run records, listed once
+at launch, and the work items of any subset of them (the whole run, or the inputs an append converts);
+``placed_item`` makes, from a ledger entry alone, a work item that a converter places in the split the
+entry's record went to. Each kind's ledger sits beside its planner (``pipeline/kinds/``)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from img2tfrecord.model import Clip, ErrorRow, Item, WorkItem, frames
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.listing import list_stamped
+from img2tfrecord.pipeline.plan_model import Plan
+from img2tfrecord.readers import storage
+from img2tfrecord.schemas.ledger import LedgerEntry
+
+Listed = Tuple[List[Item], List[ErrorRow]]  # work items (clips with --sequence), and the inputs rejected making them
+
+
+class InputLedger:
+    """The inputs of one listing, made by ``Kind(config, plan)``: ``entries`` (sorted by relpath) and the
+    ``junk`` names it left out.
+
+    ``places_at_launch``: its work items can be grouped by shard at launch (not an archive's, whose
+    tar.gz members carry their bytes); ``unwithdrawable``: why a changed or removed entry's records
+    cannot be withdrawn one by one ("" when they can); ``noun``: what one entry is, for messages.
+    """
+
+    places_at_launch = True
+    unwithdrawable = ""
+    noun = "input(s)"
+
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        self.entries: List[LedgerEntry] = []
+        self.junk: List[str] = []
+
+    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+        """The work items of ``entries`` (a subset of this listing's), and the rows rejected making them."""
+        raise NotImplementedError
+
+    def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
+        """A work item the converter places where the record of ``entry`` (as a ledger holds it) went."""
+        raise NotImplementedError
+
+    def repeated(self) -> List[str]:
+        """The relpaths more than one input names (a manifest naming an image twice), sorted."""
+        return []
+
+    def key_of(self, found: Union[WorkItem, ErrorRow]) -> str:
+        """The ledger key of the input a work item or early error row came from."""
+        if isinstance(found, WorkItem):
+            return found.relpath
+        return found["relpath"] or found["path"]
+
+    def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
+        """What the pipeline reads for ``entries`` instead of the plan's pattern (archives), or ()."""
+        return ()
+
+
+class ReadAtLaunch(InputLedger):
+    """Inputs read whole at launch (manifest rows, annotated images, clips): each kept with its ledger
+    entry, keyed by the entry's relpath (an image named twice has two)."""
+
+    def __init__(self, config: ConvertConfig, plan: Plan):
+        super().__init__(config, plan)
+        self._by_key: Dict[str, List[Union[Item, ErrorRow]]] = {}
+
+    def _add(self, entry: LedgerEntry, found: Union[Item, ErrorRow]) -> None:
+        self.entries.append(entry)
+        self._by_key.setdefault(entry.relpath, []).append(found)
+
+    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+        items: List[Item] = []
+        rejected: List[ErrorRow] = []
+        for key in sorted({e.relpath for e in entries}):
+            for found in self._by_key.get(key, ()):
+                if isinstance(found, (WorkItem, Clip)):
+                    items.append(found)
+                else:
+                    rejected.append(found)
+        return items, rejected
+
+    def repeated(self) -> List[str]:
+        return sorted(key for key, found in self._by_key.items() if len(found) > 1)
+
+
+def frames_of(items: Sequence[Item]) -> List[WorkItem]:
+    """The files of work items (``model.frames``)."""
+    return [frame for item in items for frame in frames(item)]
+
+
+def file_stamps(paths: Sequence[str]) -> Dict[str, Tuple[int, float]]:
+    """path -> (size, change marker) of the files ``paths`` name that exist: a local file's stat, and
+    on a remote filesystem one listing per folder holding them."""
+    found: Dict[str, Tuple[int, float]] = {}
+    remote: Dict[str, set] = {}
+    for path in paths:
+        if storage.is_remote(path):
+            remote.setdefault(posixpath.dirname(path), set()).add(path)
+            continue
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        found[path] = (stat.st_size, stat.st_mtime)
+    for folder, wanted in sorted(remote.items()):
+        for path, size, mtime in list_stamped(folder + "/*"):
+            if path in wanted:
+                found[path] = (size, mtime)
+    return found
