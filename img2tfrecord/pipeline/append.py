@@ -1,7 +1,7 @@
 """``convert --append`` at launch: the output's generations and ledgers against a new listing of the input.
 
 Every run writes the ledger of its inputs
-(``input_ledger.py``, ``write_ledger``) before its pipeline starts; an append reads every generation's
+(``kinds/``, ``write_ledger``) before its pipeline starts; an append reads every generation's
 ledger and error report, lists the input once, and either refuses (changed or removed inputs, new
 classes, other options: a ``PlanError``, exit 2, before anything is written), finds nothing new, or
 describes the next generation (:class:`AppendRun`): exactly the inputs to convert, their labels and

@@ -86,7 +86,7 @@ def build_pipeline(
     """Add the conversion of ``config`` to pipeline ``p``; ``resume`` replays the shards a killed run finished.
 
     The work items of every input but archives are those the launcher listed for the input ledger it
-    writes before the run (``pipeline/input_ledger.py``): the input is listed once, and the ledger holds
+    writes before the run (``pipeline/kinds/``): the input is listed once, and the ledger holds
     exactly what was converted;
     ``junk`` are the names that listing skipped, ``labels`` the classes it found (None: discovered in the
     graph, in a pass over the work items). ``append``: the next generation of a finished output,

@@ -1,7 +1,7 @@
 """The launch: what a run converts, decided from one listing of the input before Beam is loaded.
 
 ``launch`` plans the run, checks a local input folder, writes nothing, and returns what the graph
-needs: the run's ledger (``input_ledger.py``) and, where they are placed at launch, its work items and
+needs: the run's ledger (``kinds/``) and, where they are placed at launch, its work items and
 classes, and for ``--append`` the next generation (or ``NothingNew``). Over a local input none of it
 imports Beam, so a scheduled append that finds nothing new ends without loading it.
 """

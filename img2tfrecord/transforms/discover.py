@@ -3,7 +3,7 @@ per-unit function (``sources/inputs/``), and its findings joined where one depen
 
 Units are matched by Beam's ``fileio.MatchAll`` on any Beam filesystem, so a bucket is listed by the
 runner; a folder input's units come instead from the input ledger the launcher wrote (its one
-listing, ``pipeline/input_ledger.py``), with ``--dedupe``; without it, the launcher places the work
+listing, ``pipeline/kinds/``), with ``--dedupe``; without it, the launcher places the work
 items itself and this step does not run. Archives and annotation files are spread over the workers first:
 each is much work. ``--plan`` runs the same ``read`` and ``join`` in-process (``sources.inputs.discover``).
 """
