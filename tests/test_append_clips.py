@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import zipfile
 
 import pytest
@@ -125,3 +126,16 @@ def test_clips_in_new_archives_give_the_records_of_one_run_over_all_of_them(tmp_
     _convert(given, full)
     assert _clips(out) == _clips(full) and len(_clips(out)) == 6
     assert verify(out).ok
+    # day1.zip exported again with a frame more in one clip: that archive's clips are withdrawn and converted again.
+    pack("day1.zip", {**files, "run/clip_a/frame_9.png": frame(9, 0)})
+    line = append_refusal(lambda: _convert(given, out, append=True))
+    assert "1 archive(s) changed since they were converted (e.g. day1.zip)" in line
+    doc = _convert(given, out, append=True, accept_changes=True)
+    assert {w.archive for w in doc.generations[-1].withdrawn} == {"day1.zip"} and len(
+        doc.generations[-1].withdrawn
+    ) == 4
+    shutil.rmtree(full)
+    _convert(given, full)
+    assert _clips(out) == _clips(full) and len(_clips(out)["run/clip_a"][2]) == 4
+    report = verify(out)
+    assert report.ok, report.text()

@@ -1,5 +1,6 @@
 """``convert --append`` over detection annotations beside their images (Pascal VOC, COCO, manifests of
-boxes): newly annotated images become a generation; a changed or removed one is refused."""
+boxes), also packed in archives: newly annotated images become a generation; a changed or removed one
+is refused, or its record withdrawn with ``--accept-changes``."""
 
 from __future__ import annotations
 
@@ -142,3 +143,23 @@ def test_annotated_images_in_new_archives_give_the_records_of_one_run_over_all_o
         doc = _convert(os.path.join(src, "*"), out, append=True)
     assert [g.inputs for g in doc.generations] == [8, 6]
     _same_as_a_full_run(os.path.join(src, "*"), out, tmp_path)
+    # day1.zip exported again: one image annotated with one more object, its last image gone.
+    voc = str(tmp_path / "voc-again")
+    write_voc(voc, {name: IMAGES[name] for name in names[:7]})
+    xml = os.path.join(voc, "Annotations", names[0] + ".xml")
+    more = (
+        "<object><name>cat</name><bndbox><xmin>30</xmin><ymin>30</ymin><xmax>60</xmax><ymax>60</ymax></bndbox></object>"
+    )
+    with open(xml) as f:
+        text = f.read().replace("</annotation>", more + "</annotation>")
+    with open(xml, "w") as f:
+        f.write(text)
+    pack(voc, os.path.join(src, "day1.zip"), top="VOC")
+    line = append_refusal(lambda: _convert(os.path.join(src, "*"), out, append=True))
+    assert "1 archive(s) changed since they were converted (e.g. day1.zip)" in line
+    doc = _convert(os.path.join(src, "*"), out, append=True, accept_changes=True)
+    assert {w.archive for w in doc.generations[-1].withdrawn} == {"day1.zip"} and len(
+        doc.generations[-1].withdrawn
+    ) == 8
+    shutil.rmtree(str(tmp_path / "full"))
+    _same_as_a_full_run(os.path.join(src, "*"), out, tmp_path, dropped=False)

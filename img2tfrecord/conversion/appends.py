@@ -88,6 +88,11 @@ def outcomes(generations: Sequence[GenerationInputs]) -> Recorded:
     return {relpath: (entry, outcome) for relpath, (entry, outcome, _) in _latest(generations).items()}
 
 
+def holders(generations: Sequence[GenerationInputs]) -> Dict[str, GenerationInputs]:
+    """relpath -> the generation that holds its live record (the latest that wrote it)."""
+    return {relpath: generation for relpath, (_, outcome, generation) in _latest(generations).items() if not outcome}
+
+
 def compare(
     listed: Iterable[LedgerEntry], recorded: Mapping[str, Tuple[LedgerEntry, str]], retry_rejected: bool = False
 ) -> InputChanges:
@@ -139,9 +144,7 @@ def locate(
     by (shuffle key, relpath). ``split_of``: the split of an input as a generation's ledger entry records
     it (None: it has none). Raises ValueError for an input no generation wrote.
     """
-    holder = {
-        relpath: generation for relpath, (_, outcome, generation) in _latest(generations).items() if outcome == WRITTEN
-    }
+    holder = holders(generations)
     found = []
     by_shard: Dict[Tuple[int, int], Dict[int, List[str]]] = {}  # (generation, shard count) -> shard -> relpaths
     members: Dict[Tuple[int, str, int], List[str]] = {}

@@ -131,7 +131,8 @@ def generation_inputs(output: str, doc: DatasetManifest) -> List[GenerationInput
             if line.strip():
                 row = json.loads(line)
                 rejected[str(row.get("relpath", ""))] = str(row.get("reason", ""))
-        withdrawn = frozenset(w.relpath for w in generation.withdrawn)
+        # A withdrawn record's relpath, and the archive that held it: neither is recorded any more.
+        withdrawn = frozenset(key for w in generation.withdrawn for key in (w.relpath, w.input))
         generations.append(GenerationInputs(generation.number, tuple(ledger), rejected, withdrawn, generation.shards))
     return generations
 
@@ -210,15 +211,13 @@ def refusal(
     list_file: bool = True,
 ) -> Optional[str]:
     """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
-    changed and removed inputs are also listed in a local file the line names. A changed or removed
-    input is refused even with ``--accept-changes`` where the ledger cannot withdraw its records
-    (``InputLedger.unwithdrawable``)."""
+    changed and removed inputs are also listed in a local file the line names."""
     if plan.input.annotations:
         noun = "class(es) of objects"
     else:
         noun = "label(s)" if plan.input.input_kind == kinds.INPUT_MANIFEST else "class folder(s)"
-    if (changes.changed or changes.removed) and (not changes.accepted or ledger.unwithdrawable):
-        return _changes_refused(changes, list_file, ledger.noun, ledger.unwithdrawable)
+    if (changes.changed or changes.removed) and not changes.accepted:
+        return _changes_refused(changes, list_file, ledger.noun)
     if new_classes and not allow_new_classes:
         shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
         return (
@@ -248,7 +247,7 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     base = analysis_base(config, previous)
     split_of = SplitOf(converter, ledger.placed_item)
     withdrawn, withdrawn_totals = withdrawals(
-        config.output, previous, generations, stale, split_of, config.seed, base is not None
+        config.output, previous, generations, stale, split_of, config.seed, base is not None, ledger.locate
     )
     if base is not None:
         base.subtract(withdrawn_totals)
@@ -297,7 +296,7 @@ def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Se
     return dataclasses.replace(plan, sizing=dataclasses.replace(plan.sizing, size_ratio=ratio, num_shards=counts))
 
 
-def _changes_refused(changes: InputChanges, list_file: bool, noun: str, unwithdrawable: str) -> str:
+def _changes_refused(changes: InputChanges, list_file: bool, noun: str) -> str:
     """The refusal of changed or removed inputs: counts per kind on one line, the list in a local file."""
     parts = []
     if changes.changed:
@@ -306,11 +305,7 @@ def _changes_refused(changes: InputChanges, list_file: bool, noun: str, unwithdr
         )
     if changes.removed:
         parts.append(f"{len(changes.removed)} converted {noun} removed (e.g. {changes.removed[0].relpath})")
-    choice = (
-        f"{unwithdrawable}: rebuild with --overwrite"
-        if unwithdrawable
-        else "pass --accept-changes to withdraw them (and convert the changed ones again), or rebuild with --overwrite"
-    )
+    choice = "pass --accept-changes to withdraw them (and convert the changed ones again), or rebuild with --overwrite"
     line = f"--append: {'; '.join(parts)}; their records would be stale: {choice}"
     if not list_file:
         return line

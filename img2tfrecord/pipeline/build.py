@@ -23,11 +23,13 @@ from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.append import AppendRun
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import keeps_ledger
+from img2tfrecord.pipeline.kinds.archive import archive_root
 from img2tfrecord.pipeline.launch import image_converter, run_dir
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
 from img2tfrecord.sources import kinds
+from img2tfrecord.transforms.archive_members import RecordArchiveMembers
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
@@ -136,6 +138,12 @@ def build_pipeline(
         deduped = items | "Dedupe" >> Dedupe(converter, plan.input.split_names)
         to_write = deduped["items"]
         rejected_early.append(deduped[ERRORS])
+    if ledger is not None and plan.input.input_kind == kinds.INPUT_ARCHIVES:  # what each archive gave
+        members_path = FileSystems.join(run_dir(config, plan), manifest.RUN_MEMBERS_FILE)
+        members = to_write | "ArchiveMembers" >> RecordArchiveMembers(converter, archive_root(plan), members_path)
+        members_input = {"unused_members": beam.pvalue.AsList(members)}
+    else:
+        members_input = {}
     written = to_write | "WriteShards" >> WriteShards(
         converter,
         shard_sinks(config, plan),
@@ -199,6 +207,7 @@ def build_pipeline(
                 generation=plan.generation,
                 withdrawn=append.withdrawn if append is not None else (),
                 after_success=after_success,
+                members=manifest.members_file(plan.generation) if members_input else None,
             ),
             label_names=beam.pvalue.AsSingleton(label_names),
             shards=beam.pvalue.AsList(shards),
@@ -207,5 +216,6 @@ def build_pipeline(
             num_skipped=beam.pvalue.AsSingleton(num_skipped),
             unused_error_files=beam.pvalue.AsList(error_files),
             **analysis,
+            **members_input,
         )
     )

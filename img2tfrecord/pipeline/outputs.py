@@ -174,14 +174,18 @@ def prepare_output(
 
 
 def _of_generation(rel: str, generation: int) -> bool:
-    """True for a file a run of ``generation`` (or a later one) writes: its shards, indexes, errors, ledger."""
+    """True for a file a run of ``generation`` (or a later one) writes: its shards, indexes, errors, ledger files."""
     name = rel.split("/", 1)[1] if rel.startswith(manifest.INDEX_DIR + "/") else rel
     if name.endswith(manifest.INDEX_SUFFIX):
         name = name[: -len(manifest.INDEX_SUFFIX)]
     parsed = manifest.parse_shard_file_name(name)
     if parsed is not None:
         return parsed["generation"] >= generation
-    return rel == manifest.errors_file(generation) or rel == manifest.ledger_file(generation)
+    return rel in (
+        manifest.errors_file(generation),
+        manifest.ledger_file(generation),
+        manifest.members_file(generation),
+    )
 
 
 def prepare_append(output_dir: str, generation: int, resume_folder: Optional[str], lock: OutputLock) -> bool:

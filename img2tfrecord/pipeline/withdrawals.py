@@ -29,6 +29,11 @@ from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.schemas.transformed import ANALYZED_SPLIT
 from img2tfrecord.sources.layout import PlacementError
 
+# (stale inputs, generations, split_of, seed, compression) -> their records (conversion.appends.locate)
+Locator = Callable[
+    [Mapping[str, str], Sequence[GenerationInputs], Callable[[LedgerEntry], Optional[str]], int, str], List[Withdrawal]
+]
+
 
 class SplitOf:
     """A recorded input -> its split (None: it has none), as the run placed it: the converter's placement
@@ -57,16 +62,17 @@ def withdrawals(
     split_of: SplitOf,
     seed: int,
     with_totals: bool = False,
+    locator: Locator = locate,
 ) -> Tuple[Tuple[Withdrawal, ...], RunTotals]:
     """The records of the ``stale`` inputs (relpath -> change), each confirmed in its shard and labelled,
     and, ``with_totals`` (the append is analysed), the analysis totals of those in the analysed split
-    (their stored pixels, decoded)."""
+    (their stored pixels, decoded). ``locator``: where the records are (``InputLedger.locate``)."""
     channels = doc.channels or 3
     analysed = RunTotals(channels)
     if not stale:
         return (), analysed
     try:
-        located = locate(stale, generations, split_of, seed, doc.compression.value)
+        located = locator(stale, generations, split_of, seed, doc.compression.value)
     except ValueError as e:
         raise PlanError(f"--accept-changes: {e}; rebuild with --overwrite") from None
     listed = {shard.file: shard for _, shard in doc.shards()}

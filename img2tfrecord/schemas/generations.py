@@ -22,7 +22,8 @@ REMOVED = "removed"  # the input is gone
 class Withdrawal:
     """A record no reader returns any more: record ``index`` of shard ``file`` (of split ``split``), written
     from ``relpath``, which was ``change`` (:data:`CHANGED` or :data:`REMOVED`); ``label``: its class name;
-    ``boxes``: a detection record's objects per class."""
+    ``boxes``: a detection record's objects per class; ``archive``: the archive (as the ledger names it)
+    that held ``relpath``, which is what changed or went."""
 
     relpath: str
     split: str
@@ -31,6 +32,12 @@ class Withdrawal:
     change: str
     label: Optional[str] = None
     boxes: Optional[Dict[str, int]] = None
+    archive: Optional[str] = None
+
+    @property
+    def input(self) -> str:
+        """The ledger key of what changed or went: the archive, else the record's own relpath."""
+        return self.archive or self.relpath
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Withdrawal:
@@ -46,6 +53,7 @@ class Withdrawal:
             change=change,
             label=opt_string(doc.get("label"), f"{where}.label"),
             boxes=counts(doc["boxes"], f"{where}.boxes") if "boxes" in doc else None,
+            archive=opt_string(doc.get("archive"), f"{where}.archive"),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -60,6 +68,8 @@ class Withdrawal:
             doc["label"] = self.label
         if self.boxes is not None:
             doc["boxes"] = dict(sorted(self.boxes.items()))
+        if self.archive is not None:
+            doc["archive"] = self.archive
         return doc
 
 

@@ -6,14 +6,19 @@ timestamp (the same inputs give the same bytes). ``mtime`` is the filesystem's c
 file's modification time, an object's update time on gs://; with ``size`` it tells a replaced input
 from the one converted. A manifest row's entry adds ``"row": [label, split]`` (null where the
 manifest has no such column): a row whose label or split changed is a changed input too. A row
-naming no image is keyed by where it is (``manifest:line``), with size -1. Nothing here does I/O.
+naming no image is keyed by where it is (``manifest:line``), with size -1.
+
+An archive is one entry; what it held is ``ledger/members-<N>.jsonl.gz`` (``manifest.members_file``),
+written by the run: one line per archive, ``{"archive": relpath, "items": [[relpath, split], ...]}``
+sorted, each item a record's relpath and split (null: it has no place) as the run placed it, so
+``--accept-changes`` can locate the records of an archive that changed or is gone. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-from typing import Iterable, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 
 class LedgerEntry(NamedTuple):
@@ -79,3 +84,35 @@ def parse_ledger(data: bytes, where: str) -> List[LedgerEntry]:
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ValueError(f"{where}: line {number} is not a ledger entry") from None
     return entries
+
+
+ArchiveItem = Tuple[str, str, Optional[str]]  # (archive relpath, item relpath, its split or None)
+
+
+def members_bytes(items: Iterable[ArchiveItem]) -> bytes:
+    """The members file's bytes: one JSON line per archive, archives and their items sorted, gzip with mtime 0."""
+    by_archive: Dict[str, List[Tuple[str, Optional[str]]]] = {}
+    for archive, relpath, split in items:
+        by_archive.setdefault(archive, []).append((relpath, split))
+    lines = (
+        json.dumps({"archive": archive, "items": sorted(found, key=lambda i: (i[0], i[1] or ""))}) + "\n"
+        for archive, found in sorted(by_archive.items())
+    )
+    return gzip.compress("".join(lines).encode("ascii"), compresslevel=6, mtime=0)
+
+
+def parse_members(data: bytes, where: str) -> Dict[str, List[Tuple[str, Optional[str]]]]:
+    """archive relpath -> its items' ``(relpath, split)``, from a members file's bytes; ValueError naming
+    ``where`` and the line when one is not an archive's."""
+    try:
+        text = gzip.decompress(data).decode("ascii")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise ValueError(f"{where}: not a gzip file ({e})") from None
+    found: Dict[str, List[Tuple[str, Optional[str]]]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            doc = json.loads(line)
+            found[str(doc["archive"])] = [(str(r), None if s is None else str(s)) for r, s in doc["items"]]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{where}: line {number} is not an archive's items") from None
+    return found

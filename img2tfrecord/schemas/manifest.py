@@ -100,6 +100,7 @@ RUN_FOLDER_PREFIX = ".tmp-run-"
 RUN_SHARDS_DIR = "shards"
 RUN_DONE_DIR = "done"
 RUN_LEDGER_FILE = "ledger.jsonl.gz"  # the run's input ledger, moved to ledger/ when the run finalises
+RUN_MEMBERS_FILE = "members.jsonl.gz"  # an archive run's items per archive, moved to ledger/ when the run finalises
 RUN_PLACED_FILE = "placed-items.bin"  # a folder run's work items grouped by shard at launch (schemas/placed_items.py)
 
 # Every name convert may leave in an output directory (beam-temp-* are Beam's
@@ -140,6 +141,11 @@ def errors_file(generation: int = 0) -> str:
 def ledger_file(generation: int) -> str:
     """The input ledger of a generation, relative to the output directory."""
     return f"{LEDGER_DIR}/generation-{generation:05d}.jsonl.gz"
+
+
+def members_file(generation: int) -> str:
+    """What each archive of a generation gave (``ledger.members_bytes``), relative to the output directory."""
+    return f"{LEDGER_DIR}/members-{generation:05d}.jsonl.gz"
 
 
 def run_folder(fingerprint: str) -> str:

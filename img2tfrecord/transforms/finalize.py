@@ -115,10 +115,10 @@ def summarise_splits(
 
 
 def _move_ledger(staged: str, final: str) -> None:
-    """Move the run's ledger from its staging folder to ``ledger/`` (already there: a retried finalise)."""
+    """Move a ledger file of the run from its staging folder to ``ledger/`` (already there: a retried finalise)."""
     if not FileSystems.exists(staged):
         if not FileSystems.exists(final):
-            raise FileNotFoundError(f"the run's input ledger is missing: {staged}")
+            raise FileNotFoundError(f"the run's ledger file is missing: {staged}")
         return
     if FileSystems.exists(final):
         FileSystems.delete([final])
@@ -154,12 +154,14 @@ class FinalizeOutput(beam.DoFn):
         generation: int = 0,
         withdrawn: Tuple[Withdrawal, ...] = (),
         after_success: Optional[Callable[[], None]] = None,
+        members: Optional[str] = None,
     ):
         """``template``: the manifest's fields known before the run (tool, input, options, task, record type);
         the rest is filled in here. ``ledger``: the run's input ledger (None: the run keeps none);
         ``previous``: the manifest an append adds generation ``generation`` to, which withdraws the
         earlier records ``withdrawn`` (``--accept-changes``); ``after_success`` runs once ``_SUCCESS`` is
-        written (a job its launcher did not wait for removes the output's lock)."""
+        written (a job its launcher did not wait for removes the output's lock); ``members``: where an archive
+        run's members file goes (side input ``unused_members`` orders this step after it is written)."""
         self._output_dir = output_dir
         self._template = template
         self._split_names = split_names
@@ -170,6 +172,7 @@ class FinalizeOutput(beam.DoFn):
         self._generation = generation
         self._withdrawn = withdrawn
         self._after_success = after_success
+        self._members = members
 
     def process(
         self,
@@ -181,6 +184,7 @@ class FinalizeOutput(beam.DoFn):
         num_skipped: int,
         unused_error_files: List[str],
         statistics: Optional[Dict[str, Any]] = None,
+        unused_members: Optional[List[str]] = None,
     ):
         detection = self._template.is_detection
         splits = summarise_splits(sorted(self._split_names), shards, detection)
@@ -219,6 +223,8 @@ class FinalizeOutput(beam.DoFn):
         join = FileSystems.join
         if self._ledger is not None:
             _move_ledger(join(self._run_dir, manifest.RUN_LEDGER_FILE), join(self._output_dir, self._ledger))
+        if self._members is not None:
+            _move_ledger(join(self._run_dir, manifest.RUN_MEMBERS_FILE), join(self._output_dir, self._members))
         write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
         if detection:
             write_atomically(join(self._output_dir, manifest.LABEL_MAP_FILE), label_map.label_map_pbtxt(label_names))

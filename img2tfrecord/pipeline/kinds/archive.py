@@ -11,8 +11,10 @@ holding detection annotations are planned by ``archived_detection.py``.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence, Tuple, Union
+import json
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from img2tfrecord.conversion.appends import GenerationInputs, holders, locate
 from img2tfrecord.model import ErrorEntry, ErrorRow, Item, MemberEntry, WorkItem
 from img2tfrecord.option_values import TASK_CLASSIFICATION
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -22,7 +24,10 @@ from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, list_stamped, resolve_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import MIB, SAMPLE_SIZE, estimate_size_ratio, sized
-from img2tfrecord.schemas.ledger import LedgerEntry
+from img2tfrecord.readers import storage
+from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.generations import Withdrawal
+from img2tfrecord.schemas.ledger import LedgerEntry, parse_members, row_text
 from img2tfrecord.sources import archives, kinds
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.clips import group_clips
@@ -90,20 +95,23 @@ def plan_archives(config: ConvertConfig, whole: bool = True) -> Plan:
     )
 
 
+def archive_root(plan: Plan) -> str:
+    """The folder an archive run's ledger names its archives relative to: the one above the pattern's first
+    glob ('dumps/*/day.zip' -> 'dumps/'), or the archive's own folder."""
+    pattern = plan.input.pattern
+    return resolve_input(pattern)[0] if kinds.GLOB_CHARS.search(pattern) else plan.input.base
+
+
 class ArchiveLedger(InputLedger):
     """The archives a plan's pattern matches, each one entry (relative to the folder above the pattern's
     first glob), whatever they hold: images, clips' frames, or detection annotations with their images."""
 
     places_at_launch = False
-    unwithdrawable = "the ledger does not list an archive's members, so its records cannot be withdrawn one by one"
     noun = "archive(s)"
 
     def __init__(self, config: ConvertConfig, plan: Plan):
         super().__init__(config, plan)
-        # Relative to the folder above the pattern's first glob ('dumps/*/day.zip' -> 'dumps/'), or to
-        # the archive's own folder.
-        pattern = plan.input.pattern
-        self._base = resolve_input(pattern)[0] if kinds.GLOB_CHARS.search(pattern) else plan.input.base
+        self._base = archive_root(plan)
         self._config, self._plan = config, plan
         self.entries = sorted(
             LedgerEntry(layouts.relative_path(self._base, path), size, mtime)
@@ -132,3 +140,79 @@ class ArchiveLedger(InputLedger):
 
     def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
         return tuple(self._base + e.relpath for e in entries)
+
+    def locate(
+        self,
+        stale: Mapping[str, str],
+        generations: Sequence[GenerationInputs],
+        split_of: Callable[[LedgerEntry], Optional[str]],
+        seed: int,
+        compression: str,
+    ) -> List[Withdrawal]:
+        """The records every ``stale`` archive gave, from the members file of the generation that converted it
+        last: each of its items written then, placed as that generation placed all of its items."""
+        holding = holders(generations)
+        by_generation: Dict[int, List[str]] = {}
+        for archive in stale:
+            if archive not in holding:
+                raise ValueError(f"no generation holds the records of {archive}")
+            by_generation.setdefault(holding[archive].number, []).append(archive)
+        found: List[Withdrawal] = []
+        for generation in generations:
+            if generation.number in by_generation:
+                found.extend(self._locate_in(generation, by_generation[generation.number], stale, seed, compression))
+        return found
+
+    def _locate_in(
+        self,
+        generation: GenerationInputs,
+        stale: Sequence[str],
+        changes: Mapping[str, str],
+        seed: int,
+        compression: str,
+    ) -> List[Withdrawal]:
+        """The records of the ``stale`` archives among ``generation``'s, each tagged with its archive."""
+        output = self._config.output
+        name = manifest.members_file(generation.number)
+        try:
+            members = parse_members(_read(output, name), name)
+        except FileNotFoundError:
+            raise ValueError(
+                f"generation {generation.number} does not record what its archives held ({name} is missing: it "
+                "was written before outputs recorded it)"
+            ) from None
+        rejected = set()
+        for line in _read(output, manifest.errors_file(generation.number)).decode("utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rejected.add((self.key_of(row), str(row.get("relpath", ""))))
+        written = [
+            (archive, relpath, split)
+            for archive, items in sorted(members.items())
+            for relpath, split in items
+            if split is not None and (archive, relpath) not in rejected
+        ]
+        held_by: Dict[str, List[str]] = {}
+        for archive, relpath, _ in written:
+            held_by.setdefault(relpath, []).append(archive)
+        wanted: Dict[str, str] = {}
+        for archive, relpath, _ in written:
+            if archive in stale:
+                if len(held_by[relpath]) > 1:
+                    shown = " and ".join(held_by[relpath][:2])
+                    raise ValueError(f"{shown} both hold {relpath}, so their records cannot be told apart")
+                wanted[relpath] = changes[archive]
+        view = GenerationInputs(
+            generation.number,
+            tuple(LedgerEntry(relpath, 0, 0.0, row_text(None, split)) for _, relpath, split in written),
+            {},
+            frozenset(),
+            generation.shards,
+        )
+        located = locate(wanted, [view], lambda entry: entry.placement()[1], seed, compression)
+        return [dataclasses.replace(w, archive=held_by[w.relpath][0]) for w in located]
+
+
+def _read(output: str, name: str) -> bytes:
+    with storage.open_binary(storage.join(output, name)) as f:
+        return f.read()

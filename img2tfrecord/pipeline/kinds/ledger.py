@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.model import Clip, ErrorRow, Item, WorkItem, frames
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_stamped
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.readers import storage
+from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
 
 Listed = Tuple[List[Item], List[ErrorRow]]  # work items (clips with --sequence), and the inputs rejected making them
@@ -24,12 +26,10 @@ class InputLedger:
     ``junk`` names it left out.
 
     ``places_at_launch``: its work items can be grouped by shard at launch (not an archive's, whose
-    tar.gz members carry their bytes); ``unwithdrawable``: why a changed or removed entry's records
-    cannot be withdrawn one by one ("" when they can); ``noun``: what one entry is, for messages.
+    tar.gz members carry their bytes); ``noun``: what one entry is, for messages.
     """
 
     places_at_launch = True
-    unwithdrawable = ""
     noun = "input(s)"
 
     def __init__(self, config: ConvertConfig, plan: Plan):
@@ -57,6 +57,18 @@ class InputLedger:
     def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
         """What the pipeline reads for ``entries`` instead of the plan's pattern (archives), or ()."""
         return ()
+
+    def locate(
+        self,
+        stale: Mapping[str, str],
+        generations: Sequence[GenerationInputs],
+        split_of: Callable[[LedgerEntry], Optional[str]],
+        seed: int,
+        compression: str,
+    ) -> List[Withdrawal]:
+        """Where the live records of the ``stale`` entries are (``conversion.appends.locate``: one record per
+        entry); ValueError for a record that cannot be located."""
+        return locate(stale, generations, split_of, seed, compression)
 
 
 class ReadAtLaunch(InputLedger):
