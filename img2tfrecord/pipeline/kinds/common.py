@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError
@@ -58,6 +58,20 @@ def split_bytes(config: ConvertConfig, layout: str, split_names, files: Sequence
             split = assign_split(relpath, config.seed, config.splits) if config.splits else DEFAULT_SPLIT
         if split is not None:
             found[split] += estimated_record_bytes(source.size, ratio)
+    return found
+
+
+def rows_split_bytes(
+    config: ConvertConfig, split_names, rows: Iterable[Tuple[Optional[str], str]], record_bytes: float
+) -> Dict[str, float]:
+    """Estimated output bytes per split of rows ``(the split a row names, None for none; its image's
+    relpath)`` of ``record_bytes`` each: a row naming no split goes where the seeded hash puts it."""
+    found: Dict[str, float] = {name: 0.0 for name in split_names}
+    splits = config.splits or ((DEFAULT_SPLIT, 1.0),)
+    for named, relpath in rows:
+        split = named if named is not None else assign_split(relpath, config.seed, splits)
+        if split in found:
+            found[split] += record_bytes
     return found
 
 

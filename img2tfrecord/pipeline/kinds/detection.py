@@ -10,11 +10,10 @@ from __future__ import annotations
 import hashlib
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.model import Annotation, DetectionPlacement, Item, WorkItem
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds.common import named_splits
+from img2tfrecord.pipeline.kinds.common import named_splits, rows_split_bytes
 from img2tfrecord.pipeline.kinds.ledger import ReadAtLaunch, file_stamps
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
@@ -173,11 +172,9 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
     listed = [(image, detection.rel(base, image)) for image in paths]
     mean_size, ratio = sampled_sizes(config, listed)  # as the graph samples image references
     record_bytes = estimated_record_bytes(mean_size, ratio)
-    split_bytes = {name: 0.0 for name in split_names}
-    for image, relpath in listed:
-        split = paths[image] or assign_split(relpath, config.seed, config.splits or ((DEFAULT_SPLIT, 1.0),))
-        if split in split_bytes:
-            split_bytes[split] += record_bytes
+    split_bytes = rows_split_bytes(
+        config, split_names, ((paths[image], relpath) for image, relpath in listed), record_bytes
+    )
     return Plan(
         InputPlan(
             base=base,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from typing import List, Optional, Set, Tuple
 
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
+from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import Item, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds.common import option_splits
+from img2tfrecord.pipeline.kinds.common import option_splits, rows_split_bytes
 from img2tfrecord.pipeline.kinds.ledger import ReadAtLaunch, file_stamps
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, read_once
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
@@ -63,16 +63,8 @@ def plan_manifest(config: ConvertConfig, whole: bool = True) -> Plan:
     resolved = [manifests.resolve_row_path(path, row["path"]) for path, _, row in rows]  # (path, relpath)
     mean_size, ratio = sampled_sizes(config, resolved) if whole else (0.0, 1.0)  # an append sizes its new rows
     record_bytes = estimated_record_bytes(mean_size, ratio)
-    split_bytes = {name: 0.0 for name in split_names}
-    for (_, _, row), (_, relpath) in zip(rows, resolved):
-        if has_split:
-            split = manifests.canonical_split(row.get("split", ""))
-        elif config.splits:
-            split = assign_split(relpath, config.seed, config.splits)
-        else:
-            split = DEFAULT_SPLIT
-        if split in split_bytes:
-            split_bytes[split] += record_bytes
+    row_splits = (manifests.canonical_split(row.get("split", "")) if has_split else None for _, _, row in rows)
+    split_bytes = rows_split_bytes(config, split_names, zip(row_splits, (r for _, r in resolved)), record_bytes)
     return Plan(
         InputPlan(
             base=base,
