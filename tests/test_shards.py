@@ -248,6 +248,25 @@ def test_a_worker_crash_rejects_that_item_and_the_run_goes_on(tmp_path):
             assert (tag, value) == ImageConverter(OPTIONS, "class", SPLITS, SEED)(source, LABELS)
 
 
+def test_a_pool_a_worker_broke_while_outputs_were_read_is_restarted_for_the_next_batch(tmp_path):
+    sources = _sources(tmp_path / "in", extra={"cat/img_05_crash.jpg": I.jpeg(20, 20)})  # the second batch
+    converter = CrashingConverter(OPTIONS, "class", SPLITS, SEED)
+    with ConversionPool(converter, 2, batch_size=4) as pool:
+        pool.put(sources, LABELS)
+        outputs = pool.outputs(drain=True)
+        got = [next(outputs)]  # the first batch's; the pool breaks before the next batch is submitted
+        deadline = time.monotonic() + 60
+        while not all(b.future.done() for b in pool._in_flight) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        got.extend(outputs)
+    assert [item for item, _ in got] == sources
+    plain = ImageConverter(OPTIONS, "class", SPLITS, SEED)
+    crashed = [s for s in sources if "crash" in s.relpath]
+    assert [out for _, out in got] == [
+        converter.crashed(s, CRASH_MESSAGE) if s in crashed else plain(s, LABELS) for s in sources
+    ]
+
+
 def test_pool_outputs_keep_queue_order_across_several_puts(tmp_path):
     sources = _sources(tmp_path / "in", good_per_class=20)
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)

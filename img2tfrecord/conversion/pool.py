@@ -243,8 +243,17 @@ class ConversionPool:
             items: List[Any] = []
             while self._queue and len(items) < self._batch_size and self._queue[0][1] is labels:
                 items.append(self._queue.popleft()[0])
-            future = self._executor().submit(convert_batch, items, labels)
-            self._in_flight.append(_Batch(items, labels, future, self._generation))
+            self._in_flight.append(_Batch(items, labels, self._send(items, labels), self._generation))
+
+    def _send(self, items: List[Any], labels: List[str]) -> concurrent.futures.Future:
+        """``items`` submitted to the current pool; a pool a worker's death broke since is restarted first
+        (its batches are converted again when read, as ``_results`` does)."""
+        try:
+            return self._executor().submit(convert_batch, items, labels)
+        except BrokenProcessPool:
+            logging.warning("a conversion worker process died; its batches will be converted again, one item at a time")
+            self._restart_pool()
+            return self._executor().submit(convert_batch, items, labels)
 
     def _results(self, batch: _Batch) -> Iterator[Tuple[Any, Output]]:
         try:
@@ -258,7 +267,7 @@ class ConversionPool:
 
     def _alone(self, item: Any, labels: List[str]) -> Output:
         """One item converted alone: if the pool breaks now, this item broke it."""
-        future = self._executor().submit(convert_batch, [item], labels)
+        future = self._send([item], labels)
         try:
             return future.result()[0]
         except BrokenProcessPool:
