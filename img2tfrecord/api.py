@@ -306,7 +306,7 @@ def run_config(
     (a KeyboardInterrupt) on SIGINT or SIGTERM.
     """
     from img2tfrecord.conversion.pool import close_started
-    from img2tfrecord.pipeline.launch import NothingNew, launch, start_pool_early
+    from img2tfrecord.pipeline.launch import NothingNew, launch, placed, prefetch_first_shards, start_pool_early
     from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.output_errors import OutputNotWritable
     from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotEmpty, staging_left
@@ -324,9 +324,14 @@ def run_config(
                 logging.info("%s", e)
                 return read_manifest(config.output)
             launched = None  # the run removes what a stopped append left, under the output's lock
-        if launched is not None:
-            start_pool_early(config, launched, pipeline_args)  # its processes start while Beam is imported
+        # The pool's processes start while this one places the work items and imports Beam; meanwhile they
+        # convert the first shards' items.
+        pool = start_pool_early(config, launched, pipeline_args) if launched is not None else None
         try:
+            if launched is not None:
+                launched = placed(config, launched)
+                if pool is not None:
+                    prefetch_first_shards(config, launched, pool)
             from img2tfrecord.pipeline.run import run as run_pipeline
 
             return run_pipeline(config, pipeline_args, wait=wait, show_progress=show_progress, launched=launched)

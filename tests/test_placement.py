@@ -56,7 +56,7 @@ def test_place_all_puts_each_item_where_the_jobs_assignment_does(tmp_path):
     for key, placed in placement.shards.items():
         assert placed == sorted(in_job.get(key, []), key=lambda i: (i.position, i.relpath)), key
     assert placement.rejected == rejected and [r["relpath"] for r in rejected] == ["stray.jpg"]
-    placed, _ = place_listing(_converter(), items, [], SEED, NUM_SHARDS, str(tmp_path / "run"), spread=False)
+    placed, _ = place_listing(placement, [], str(tmp_path / "run"), spread=False)
     assert placed.num_inputs == len(items)
 
 
@@ -81,7 +81,7 @@ def _write(out: str, items, placed_at_launch: bool):
     converter = _converter()
     placed = None
     if placed_at_launch:
-        placed, data = place_listing(converter, items, [], SEED, NUM_SHARDS, run, spread=False)
+        placed, data = place_listing(place_all(converter, items, SEED, NUM_SHARDS), [], run, spread=False)
         storage.write_bytes(placed.path, data)
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     placement = place_all(converter, items, SEED, NUM_SHARDS)

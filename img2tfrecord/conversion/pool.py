@@ -20,6 +20,11 @@ batches that were in flight are converted again one item at a time, and an
 item whose conversion kills a fresh worker again becomes an error row with
 reason ``worker_crashed``.
 
+A pool started before its caller knows what it will queue can convert ahead
+(:meth:`ConversionPool.prefetch`): the first shards' items, converted while
+the run imports Beam and starts its job; the ``put`` of those same items
+takes the outputs instead of converting them again.
+
 The workers ignore SIGINT and SIGTERM: a terminal's Ctrl-C (sent to the
 whole process group) or a service manager's SIGTERM is for the run, which
 then shuts its pools down (:func:`close_open_pools`); a worker whose parent
@@ -41,7 +46,7 @@ import signal
 import sys
 import weakref
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.converter import Converter, Output, convert_batch, install_converter
 
@@ -73,10 +78,12 @@ def close_open_pools() -> None:
 _STARTED: List[Tuple[bytes, int, int, ConversionPool]] = []
 
 
-def start_early(converter: Converter[Any], processes: int, batch_size: int = 32) -> None:
+def start_early(converter: Converter[Any], processes: int, batch_size: int = 32) -> ConversionPool:
     """Start a pool now for a step that runs later in this process (``take_started``): its processes
-    start on the other cores while this one imports Beam and builds the job."""
-    _STARTED.append((pickle.dumps(converter), processes, batch_size, ConversionPool(converter, processes, batch_size)))
+    start on the other cores while this one imports Beam and builds the job. Returns it (to ``prefetch``)."""
+    pool = ConversionPool(converter, processes, batch_size)
+    _STARTED.append((pickle.dumps(converter), processes, batch_size, pool))
+    return pool
 
 
 def take_started(converter: Converter[Any], processes: int, batch_size: int = 32) -> Optional[ConversionPool]:
@@ -132,6 +139,15 @@ class _Batch(NamedTuple):
     labels: List[str]
     future: concurrent.futures.Future
     generation: int  # the pool that runs it
+    prefetched: bool = False  # submitted by ``prefetch``: held within its budget, not the in-flight limit
+
+
+class _Prefetched(NamedTuple):
+    """Items converted ahead, in the order a ``put`` will give them, and their batches in that order."""
+
+    items: List[Any]
+    labels: List[str]
+    batches: List[_Batch]
 
 
 class ConversionPool:
@@ -139,6 +155,9 @@ class ConversionPool:
 
     Use as a context manager, or call :meth:`close`. Not thread-safe: one
     caller queues items and reads outputs.
+
+    The queue holds items, and batches converted ahead (``prefetch``) that a
+    ``put`` took, in the order they were put: outputs come back in that order.
     """
 
     def __init__(
@@ -156,8 +175,10 @@ class ConversionPool:
         self._processes = processes
         self._batch_size = batch_size
         self._limit = in_flight_per_process * processes
-        self._queue: Deque[Tuple[Any, List[str]]] = collections.deque()
+        self._queue: Deque[Union[Tuple[Any, List[str]], _Batch]] = collections.deque()
+        self._queued_batches = 0  # the prefetched batches in ``_queue``
         self._in_flight: Deque[_Batch] = collections.deque()
+        self._prefetched: Deque[_Prefetched] = collections.deque()
         self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = None
         self._generation = 0
         self._start_pool()
@@ -203,19 +224,73 @@ class ConversionPool:
         """Stop the workers; outputs not read yet are dropped."""
         _OPEN.discard(self)
         self._queue.clear()
+        self._queued_batches = 0
         self._in_flight.clear()
+        self._prefetched.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     @property
     def pending(self) -> int:
-        """Items queued or in flight whose outputs have not been read."""
-        return len(self._queue) + sum(len(b.items) for b in self._in_flight)
+        """Items queued or in flight whose outputs have not been read (not those converted ahead and not put)."""
+        queued = sum(len(e.items) if isinstance(e, _Batch) else 1 for e in self._queue)
+        return queued + sum(len(b.items) for b in self._in_flight)
+
+    @property
+    def prefetched(self) -> int:
+        """Items converted ahead (``prefetch``) that no ``put`` has taken yet."""
+        return sum(len(p.items) for p in self._prefetched)
+
+    def prefetch(self, shards: Sequence[Sequence[Any]], label_names: List[str]) -> None:
+        """Start converting each of ``shards`` (items in the order a later ``put`` gives them) now.
+
+        A ``put`` whose items begin with one of them, with equal ``label_names``, takes its outputs
+        instead of converting them again; a ``put`` of other items is converted as without prefetch.
+        The outputs are held until taken or :meth:`close`: the caller bounds how many items it gives.
+        """
+        labels = list(label_names)
+        for shard in shards:
+            items = list(shard)
+            batches = [
+                _Batch(chunk, labels, self._send(chunk, labels), self._generation, prefetched=True)
+                for chunk in (items[i : i + self._batch_size] for i in range(0, len(items), self._batch_size))
+            ]
+            if batches:
+                self._prefetched.append(_Prefetched(items, labels, batches))
 
     def put(self, items: Sequence[Any], label_names: List[str]) -> None:
-        """Queue ``items``; their outputs follow those of every item queued before."""
+        """Queue ``items``; their outputs follow those of every item queued before. Items that begin with
+        ones converted ahead (``prefetch``) take those outputs."""
+        taken = self._take_prefetched(items, label_names) if items and self._prefetched else None
+        if taken is not None:
+            self._queue.extend(taken.batches)
+            self._queued_batches += len(taken.batches)
+            items = items[len(taken.items) :]
         self._queue.extend((item, label_names) for item in items)
+
+    def _take_prefetched(self, items: Sequence[Any], label_names: List[str]) -> Optional[_Prefetched]:
+        """The items converted ahead that ``items`` begin with, under the same labels (removed), or None."""
+        for i, ahead in enumerate(self._prefetched):
+            n = len(ahead.items)
+            if n <= len(items) and items[0] == ahead.items[0] and ahead.labels == list(label_names):
+                if list(items[:n]) == ahead.items:
+                    del self._prefetched[i]
+                    return ahead
+        self._stop_prefetch()
+        return None
+
+    def _stop_prefetch(self) -> None:
+        """Cancel the batches converted ahead that have not started, so that items put that matched none
+        are converted now; each shard keeps the batches before its first cancelled one."""
+        kept: Deque[_Prefetched] = collections.deque()
+        for ahead in self._prefetched:
+            cancelled = [batch.future.cancel() for batch in ahead.batches]
+            n = cancelled.index(True) if True in cancelled else len(cancelled)
+            if n:
+                batches = ahead.batches[:n]
+                kept.append(_Prefetched(ahead.items[: sum(len(b.items) for b in batches)], ahead.labels, batches))
+        self._prefetched = kept
 
     def outputs(self, drain: bool) -> Iterator[Tuple[Any, Output]]:
         """``(item, output)`` in queue order.
@@ -236,12 +311,23 @@ class ConversionPool:
             yield from self._results(head)
 
     def _submit(self, drain: bool) -> None:
-        while self._queue and len(self._in_flight) < self._limit:
-            if not drain and len(self._queue) < self._batch_size:
+        while self._queue:
+            head = self._queue[0]
+            if isinstance(head, _Batch):  # converted ahead: submitted already, within the prefetch's bound
+                self._queue.popleft()
+                self._queued_batches -= 1
+                self._in_flight.append(head)
+                continue
+            if sum(not b.prefetched for b in self._in_flight) >= self._limit:
+                return
+            if not drain and not self._queued_batches and len(self._queue) < self._batch_size:
                 return  # wait for more items: a full batch keeps a process busy longer
-            labels = self._queue[0][1]
+            labels = head[1]
             items: List[Any] = []
-            while self._queue and len(items) < self._batch_size and self._queue[0][1] is labels:
+            while self._queue and len(items) < self._batch_size:
+                entry = self._queue[0]
+                if isinstance(entry, _Batch) or entry[1] is not labels:
+                    break
                 items.append(self._queue.popleft()[0])
             self._in_flight.append(_Batch(items, labels, self._send(items, labels), self._generation))
 

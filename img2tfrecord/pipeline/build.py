@@ -24,7 +24,7 @@ from img2tfrecord.pipeline.append import AppendRun
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import keeps_ledger
 from img2tfrecord.pipeline.kinds.archive import archive_root
-from img2tfrecord.pipeline.launch import image_converter, run_dir
+from img2tfrecord.pipeline.launch import class_list, image_converter, run_dir
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
@@ -98,10 +98,11 @@ def build_pipeline(
     each shard's writer instead of discovered and shuffled in the graph.
     """
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
+    listed_classes = class_list(append, labels)  # the classes the launch may convert ahead with, too
     if append is not None:  # the output's class ids never change; new classes come after them
-        label_names = p | "OutputClasses" >> beam.Create([list(append.labels)])
+        label_names = p | "OutputClasses" >> beam.Create([listed_classes])
     elif labels is not None:
-        label_names = p | "ListedClasses" >> beam.Create([sorted(labels)])
+        label_names = p | "ListedClasses" >> beam.Create([listed_classes])
     if placed is not None:  # placed at launch: no work item crosses the graph before its shard's writer
         if labels is None and append is None:
             raise ValueError("work items placed at launch need the classes of the same listing")

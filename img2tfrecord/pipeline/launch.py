@@ -4,15 +4,20 @@
 needs: the run's ledger (``kinds/``) and, where they are placed at launch, its work items and
 classes, and for ``--append`` the next generation (or ``NothingNew``). Over a local input none of it
 imports Beam, so a scheduled append that finds nothing new ends without loading it.
+
+On the default local runner the launch also starts the conversion pool (``start_pool_early``), places the
+work items in their shards (``placed``) and has the pool convert the first shards' items
+(``prefetch_first_shards``) while the run imports Beam and starts its job.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.converter import ClipConverter, Converter, DetectionConverter, ImageConverter
+from img2tfrecord.conversion.placement import Placement, place_all
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import ErrorRow, Item
 from img2tfrecord.pipeline.append import AppendRun, NothingNew, is_finished, log_append, plan_append
@@ -30,7 +35,26 @@ from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources.layout import class_names
 
-__all__ = ["Launched", "NothingNew", "check_local", "image_converter", "launch", "run_dir", "start_pool_early"]
+if TYPE_CHECKING:
+    from img2tfrecord.conversion.pool import ConversionPool
+
+__all__ = [
+    "Launched",
+    "NothingNew",
+    "check_local",
+    "class_list",
+    "image_converter",
+    "launch",
+    "placed",
+    "prefetch_first_shards",
+    "run_dir",
+    "start_pool_early",
+]
+
+# What the pool converts ahead is held until the shard writer takes it: a bound on that memory (its outputs
+# are about as large as its inputs at most), and about what two to four processes convert while Beam starts.
+PREFETCH_BYTES = 64 * 2**20
+PREFETCH_ITEMS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +62,8 @@ class Launched:
     """What the launch found. ``ledger``: the inputs the run records (None: it keeps no ledger);
     ``listed``: their work items and the rows rejected while making them (None: the graph discovers
     them); ``junk``: the files the run reports as left out; ``labels``: their classes; ``append``: the
-    next generation."""
+    next generation; ``placement``: the listed work items placed in their shards (``placed``; None: not yet,
+    or the graph places them)."""
 
     plan: Plan
     ledger: Optional[List[LedgerEntry]] = None
@@ -46,6 +71,7 @@ class Launched:
     junk: Sequence[str] = ()
     labels: Optional[Sequence[str]] = None
     append: Optional[AppendRun] = None
+    placement: Optional[Placement] = None
 
 
 def image_converter(config: ConvertConfig, plan: Plan) -> Converter[Any]:
@@ -100,18 +126,67 @@ def check_local(plan: Plan) -> Optional[LocalInputReport]:
     return check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
 
 
-def start_pool_early(config: ConvertConfig, launched: Launched, pipeline_args: Sequence[str]) -> bool:
-    """Start the conversion pool of a run on the default local runner before Beam is imported; True when
-    started. The shard writer takes it (``conversion.pool.take_started``), so its processes are ready when
+def class_list(append: Optional[AppendRun], labels: Optional[Sequence[str]]) -> Optional[List[str]]:
+    """The class list a run's records are labelled with (the shard writer's ``label_names``): an append's
+    output classes, else the listing's classes sorted; None when the graph discovers them."""
+    if append is not None:
+        return list(append.labels)
+    return sorted(labels) if labels is not None else None
+
+
+def placed(config: ConvertConfig, launched: Launched) -> Launched:
+    """``launched`` with its listed work items placed in their shards (``conversion/placement.place_all``),
+    once; as it is when they are placed already or in the graph (archives, ``--dedupe``)."""
+    if launched.placement is not None or launched.listed is None or config.dedupe:
+        return launched
+    plan = launched.plan
+    placement = place_all(image_converter(config, plan), launched.listed[0], config.seed, plan.sizing.num_shards)
+    return dataclasses.replace(launched, placement=placement)
+
+
+def start_pool_early(
+    config: ConvertConfig, launched: Launched, pipeline_args: Sequence[str]
+) -> Optional[ConversionPool]:
+    """Start the conversion pool of a run on the default local runner before Beam is imported; the pool, or
+    None. The shard writer takes it (``conversion.pool.take_started``), so its processes are ready when
     the first shard converts instead of starting then. Not for other runners (their workers convert),
     clips (one per batch), or a run of one conversion process."""
     if any(arg.startswith(("--runner", "--direct_running_mode")) for arg in pipeline_args) or config.sequence:
-        return False
+        return None
     plan = launched.plan
     processes = config.processes or processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
     if processes < 2:
-        return False
+        return None
     from img2tfrecord.conversion.pool import start_early
 
-    start_early(image_converter(config, plan), processes)
-    return True
+    return start_early(image_converter(config, plan), processes)
+
+
+def prefetch_first_shards(config: ConvertConfig, launched: Launched, pool: ConversionPool) -> int:
+    """Have the early ``pool`` convert the first shards' items now, in the order their writer will queue
+    them, within ``PREFETCH_ITEMS`` and ``PREFETCH_BYTES``; the items it converts ahead (0: none).
+
+    Only for a run placed at launch (``placed``) whose classes are known, and not ``--resume`` (its
+    finished shards are replayed, not converted). The shards go in placement order, the order the local
+    runner hands them to the writer; one it hands later is taken then, one it never asks for is dropped.
+    """
+    labels = class_list(launched.append, launched.labels)
+    if config.resume or launched.placement is None or labels is None:
+        return 0
+    shards: List[List[Any]] = []
+    count = size = 0
+    for found in launched.placement.shards.values():
+        shard: List[Any] = []
+        for item in (i.item for i in found):
+            size += getattr(item, "size", 0)
+            if count == PREFETCH_ITEMS or size > PREFETCH_BYTES:
+                break
+            shard.append(item)
+            count += 1
+        if shard:
+            shards.append(shard)
+        if len(shard) < len(found):
+            break
+    pool.prefetch(shards, labels)
+    logging.debug("converting %d work item(s) of the first %d shard(s) ahead", count, len(shards))
+    return count

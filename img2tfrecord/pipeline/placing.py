@@ -1,37 +1,30 @@
 """A run's work items placed at launch (folders, manifests, detection annotations, clips; not archives).
 
-They are made from the listing the launcher already holds (its ledger) and grouped by shard
-(``conversion/placement.py``); the launcher writes the bytes into the run's staging folder, where each
-shard's writer reads its own block (``transforms/placed_shards.py``). The job then starts converting at
-once instead of first discovering and shuffling every work item.
+They are made from the listing the launcher already holds (its ledger) and grouped by shard before
+Beam is imported (``launch.placed``, ``conversion/placement.py``); the launcher writes the bytes into
+the run's staging folder, where each shard's writer reads its own block
+(``transforms/placed_shards.py``). The job then starts converting at once instead of first
+discovering and shuffling every work item.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord.conversion.converter import Converter
-from img2tfrecord.conversion.placement import place_all
+from img2tfrecord.conversion.placement import Placement
 from img2tfrecord.model import ErrorRow
 from img2tfrecord.schemas import manifest, placed_items
 from img2tfrecord.transforms.placed_shards import PlacedShards
 
 
 def place_listing(
-    converter: Converter,
-    items: Sequence[Any],
-    rejected: Sequence[ErrorRow],
-    seed: int,
-    num_shards: Mapping[str, int],
-    run_dir: str,
-    spread: bool,
+    placement: Placement, rejected: Sequence[ErrorRow], run_dir: str, spread: bool
 ) -> Tuple[PlacedShards, bytes]:
-    """``(what the graph reads, the file's bytes)`` for the work ``items`` of a listing (images, or clips
-    with ``--sequence``) and the rows it ``rejected``; ``spread``: the runner spreads the shards over
-    workers (not a local runner)."""
-    placement = place_all(converter, items, seed, num_shards)
+    """``(what the graph reads, the file's bytes)`` for the work items of a listing placed in their shards
+    (``launch.placed``: images, or clips with ``--sequence``) and the rows the listing ``rejected``;
+    ``spread``: the runner spreads the shards over workers (not a local runner)."""
     data, blocks = placed_items.encode(placement.shards)
     all_rejected: List[ErrorRow] = [*rejected, *placement.rejected]
     placed = PlacedShards(

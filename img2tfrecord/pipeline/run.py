@@ -22,7 +22,7 @@ from img2tfrecord.conversion.pool import close_open_pools
 from img2tfrecord.pipeline.append import AppendRun, NothingNew, write_ledger
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.launch import Launched, image_converter, launch, run_dir
+from img2tfrecord.pipeline.launch import Launched, launch, placed, run_dir
 from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output, release_handed
 from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.pipeline.outputs import (
@@ -99,21 +99,17 @@ def run(
             if staging_left(config.output) and not is_dry_run(options):
                 _remove_staging(config, options)
             return read_manifest(config.output)
+    launched = placed(config, launched)  # the work items grouped by shard at launch (once), not in the job
     plan, ledger, listed = launched.plan, launched.ledger, launched.listed
     if not config.processes:  # --processes not given: as many as the input is worth
         config = dataclasses.replace(config, processes=default_processes(options, plan))
     graph = _Graph(launched.append, launched.junk, launched.labels)
     placed_data = b""
-    if listed is not None and not config.dedupe:  # the work items grouped by shard here, not in the job
-        placed, placed_data = place_listing(
-            image_converter(config, plan),
-            *listed,
-            config.seed,
-            plan.sizing.num_shards,
-            run_dir(config, plan),
-            spread=not is_local_runner(options),
+    if launched.placement is not None and listed is not None:
+        shards, placed_data = place_listing(
+            launched.placement, listed[1], run_dir(config, plan), spread=not is_local_runner(options)
         )
-        graph = graph._replace(placed=placed)
+        graph = graph._replace(placed=shards)
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
         _execute(config, plan, options, graph, resuming=False, wait=wait, show_progress=False)
         return None
