@@ -175,3 +175,34 @@ def test_a_local_glob_is_translated_as_beams_match_translates_it(pattern):
     from img2tfrecord.pipeline import listing
 
     assert listing.glob_regex(pattern) == filesystem.FileSystem.translate_pattern(pattern), BEAM
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--runner=FnApiRunner"],
+        ["--runner", "FnApiRunner", "--direct_running_mode", "in_memory"],
+        ["--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"],
+        ["--direct_running_mode=multi_processing"],
+        ["--runner=FnApiRunner", "--direct_running_mode=multi_threading"],
+        ["--runner=DirectRunner"],
+        ["--runner=PrismRunner"],
+        ["--runner=DataflowRunner", "--project=p", "--region=r"],
+        ["--runner=PortableRunner", "--job_endpoint=localhost:8099"],
+        ["--runner=DataflowRunner", "--runner=FnApiRunner"],
+    ],
+)
+def test_the_launch_reads_where_the_job_converts_as_beams_options_say(args):
+    """The early pool starts (without Beam) only where Beam's options run the job in this process: its
+    default local runner in its default mode."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    from img2tfrecord.pipeline import launch
+    from img2tfrecord.pipeline.runner import pipeline_options
+
+    options = pipeline_options(args)
+    runner = str(options.view_as(StandardOptions).runner).split(".")[-1]
+    mode = options.view_as(DirectOptions).direct_running_mode
+    here = runner == launch.LOCAL_RUNNER and mode == launch.LOCAL_RUNNING_MODE
+    assert launch.converts_in_this_process(args) == here, (args, runner, mode, BEAM)

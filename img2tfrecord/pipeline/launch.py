@@ -51,6 +51,11 @@ __all__ = [
     "start_pool_early",
 ]
 
+# The default runner: Beam's FnApiRunner (what the DirectRunner falls back to offline), in_memory: the
+# job's DoFns run in the launching process, each shard's images converted by its pool (conversion/pool.py).
+LOCAL_RUNNER = "FnApiRunner"
+LOCAL_RUNNING_MODE = "in_memory"
+
 # What the pool converts ahead is held until the shard writer takes it: a bound on that memory (its outputs
 # are about as large as its inputs at most), and about what two to four processes convert while Beam starts.
 PREFETCH_BYTES = 64 * 2**20
@@ -144,6 +149,25 @@ def placed(config: ConvertConfig, launched: Launched) -> Launched:
     return dataclasses.replace(launched, placement=placement)
 
 
+def _arg_value(args: Sequence[str], flag: str) -> Optional[str]:
+    """The value of ``--flag=V`` or ``--flag V`` in pass-through pipeline arguments (the last one), or None."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            found = arg[len(flag) + 1 :]
+        elif arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+    return found
+
+
+def converts_in_this_process(pipeline_args: Sequence[str]) -> bool:
+    """Whether the job's shard writer runs in this process, read from the arguments without Beam: the local
+    runner (``FnApiRunner``, the default) in its default ``in_memory`` mode."""
+    runner = _arg_value(pipeline_args, "--runner")
+    mode = _arg_value(pipeline_args, "--direct_running_mode")
+    return (runner is None or runner.split(".")[-1] == LOCAL_RUNNER) and mode in (None, LOCAL_RUNNING_MODE)
+
+
 def start_pool_early(
     config: ConvertConfig, launched: Launched, pipeline_args: Sequence[str]
 ) -> Optional[ConversionPool]:
@@ -151,7 +175,7 @@ def start_pool_early(
     None. The shard writer takes it (``conversion.pool.take_started``), so its processes are ready when
     the first shard converts instead of starting then. Not for other runners (their workers convert),
     clips (one per batch), or a run of one conversion process."""
-    if any(arg.startswith(("--runner", "--direct_running_mode")) for arg in pipeline_args) or config.sequence:
+    if not converts_in_this_process(pipeline_args) or config.sequence:
         return None
     plan = launched.plan
     processes = config.processes or processes_for(plan.sizing.num_files, plan.sizing.input_bytes)

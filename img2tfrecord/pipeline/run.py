@@ -22,7 +22,7 @@ from img2tfrecord.conversion.pool import close_open_pools
 from img2tfrecord.pipeline.append import AppendRun, NothingNew, write_ledger
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.launch import Launched, launch, placed, run_dir
+from img2tfrecord.pipeline.launch import LOCAL_RUNNING_MODE, Launched, launch, placed, run_dir
 from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output, release_handed
 from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.pipeline.outputs import (
@@ -39,7 +39,6 @@ from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.runner import (
     COUNTS_FROM_JOB,
     COUNTS_HERE,
-    LOCAL_RUNNING_MODE,
     default_processes,
     is_dataflow,
     is_dry_run,

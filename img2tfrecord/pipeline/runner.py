@@ -20,15 +20,10 @@ from apache_beam.options.pipeline_options import (
 from img2tfrecord import progress
 from img2tfrecord.conversion.pool import usable_cores
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.launch import LOCAL_RUNNER
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.sizing import processes_for
 from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE
-
-# The local default: Beam's FnApiRunner (what the DirectRunner falls back to
-# offline) in_memory, with each shard's images converted by a pool of one
-# process per core (transforms/pool.py says why not threads).
-LOCAL_RUNNER = "FnApiRunner"
-LOCAL_RUNNING_MODE = "in_memory"
 
 
 def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
