@@ -1,8 +1,18 @@
-"""The one-core start-up of ``convert``: seconds from the command's start until its first shard converts.
+"""The one-core start-up of ``convert``: seconds from the command's start until its first image converts,
+and until its first shard's writer starts.
 
 Each run is a fresh ``convert`` process over the cached benchmark corpus; a polling loop in this
-script notes when the first shard's temp file appears in the run's staging folder
-(``.tmp-run-*/shards/``), then lets the run finish. ``--compare CODE_DIR`` alternates every run with
+script (every 20 ms) notes, per run:
+
+* ``first read``: when a conversion process first opens an input image (inotify on the corpus's
+  folders, counting opens once a pool process exists; the launch's own sample reads come before);
+* ``first shard``: when the first shard's temp file appears in the run's staging folder
+  (``.tmp-run-*/shards/``): the job's shard writer has started;
+* ``pool CPU``: the CPU seconds the conversion processes have used by then (their own start-up,
+  about 0.3-0.5 s each, included): what they converted before the writer asked for anything;
+* ``run``: the whole command, to its exit.
+
+``--compare CODE_DIR`` alternates every run with
 the same command run from another checkout (e.g. a ``git worktree`` of an earlier commit), so the
 two are measured in the same conditions. Medians are reported.
 
@@ -10,21 +20,24 @@ two are measured in the same conditions. Medians are reported.
     .venv/bin/python benchmarks/bench_startup.py --num-images 24000 --runs 2 --convert-args=--no-analyze
     .venv/bin/python benchmarks/bench_startup.py --num-images 24000 --compare /tmp/older-checkout
 
-Prints a table and writes ``benchmarks/results/bench_startup-<time>.json``.
+Prints a table and writes ``benchmarks/results/bench_startup-<time>.json``. Linux only (``/proc``, inotify).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import glob
 import os
 import shlex
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+from typing import List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -33,23 +46,120 @@ sys.path.insert(0, HERE)
 import corpus  # noqa: E402
 from common import RESULTS_DIR, save_result  # noqa: E402
 
+_IN_OPEN, _IN_ISDIR = 0x20, 0x40000000
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
+
+
+class _Opens:
+    """Files opened in a folder tree (by any process), as inotify reports them."""
+
+    def __init__(self, root: str):
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self._fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        for folder, _, _ in os.walk(root):
+            if libc.inotify_add_watch(self._fd, folder.encode(), _IN_OPEN) < 0:
+                raise OSError(ctypes.get_errno(), f"inotify_add_watch {folder}")
+
+    def opened(self) -> bool:
+        """Whether a file (not a folder) was opened since the last call."""
+        found = False
+        while True:
+            try:
+                data = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                return found
+            offset = 0
+            while offset < len(data):
+                _, mask, _, length = _EVENT.unpack_from(data, offset)
+                found = found or not mask & _IN_ISDIR
+                offset += _EVENT.size + length
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _pool_processes(pid: int) -> List[int]:
+    """The conversion processes of ``pid``: its children started by multiprocessing's spawn."""
+    children = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            with open(path) as f:
+                children.extend(int(child) for child in f.read().split())
+        except OSError:
+            pass
+    found = []
+    for child in children:
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"spawn_main" in f.read():
+                    found.append(child)
+        except OSError:
+            pass
+    return found
+
+
+def _cpu_seconds(pids: List[int]) -> float:
+    """User + system CPU seconds of ``pids`` (those still running)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _rounded(value: Optional[float], digits: int = 2) -> Optional[float]:
+    return round(value, digits) if value is not None else None
+
 
 def time_run(code: str, src: str, out: str, convert_args) -> dict:
-    """One ``convert`` started in ``code`` (its package wins over the installed one): seconds to its
-    first shard's temp file and to its exit."""
+    """One ``convert`` started in ``code`` (its package wins over the installed one): seconds to the first
+    image a conversion process opens, to its first shard's temp file and to its exit, and the conversion
+    processes' CPU seconds when that temp file appeared."""
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "img2tfrecord", "convert", "--input", src, "--output", out, "--quiet"]
-    start = time.perf_counter()
-    proc = subprocess.Popen([*command, *convert_args], cwd=code, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    first = None
-    while proc.poll() is None:
-        if first is None and glob.glob(os.path.join(out, ".tmp-run-*", "shards", "*", "*")):
-            first = time.perf_counter() - start
-        time.sleep(0.02)
-    total = time.perf_counter() - start
+    opens = _Opens(src)
+    try:
+        start = time.perf_counter()
+        proc = subprocess.Popen([*command, *convert_args], cwd=code, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        first = first_read = pool_cpu = None
+        pool_seen = False
+        while proc.poll() is None:
+            now = time.perf_counter() - start
+            opened = opens.opened()  # before a pool process is seen: the launch's own sample reads
+            if first_read is None:
+                if pool_seen and opened:
+                    first_read = now
+                pool_seen = pool_seen or bool(_pool_processes(proc.pid))
+            if first is None and glob.glob(os.path.join(out, ".tmp-run-*", "shards", "*", "*")):
+                first = now
+                pool_cpu = _cpu_seconds(_pool_processes(proc.pid))
+            time.sleep(0.02)
+        total = time.perf_counter() - start
+    finally:
+        opens.close()
     if proc.returncode != 0:
         raise SystemExit(f"convert failed in {code} ({proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
-    return {"first_shard_s": round(first, 2) if first is not None else None, "run_s": round(total, 1)}
+    return {
+        "first_read_s": _rounded(first_read),
+        "first_shard_s": _rounded(first),
+        "pool_cpu_s": _rounded(pool_cpu),
+        "run_s": round(total, 1),
+    }
+
+
+def _median(values) -> Optional[float]:
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if found else None
+
+
+def _shown(value: Optional[float], width: int, digits: int = 2) -> str:
+    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
 
 
 def main(argv=None):
@@ -71,17 +181,20 @@ def main(argv=None):
             for name, code in codes.items():
                 result = time_run(code, src, os.path.join(tmp, "out"), convert_args)
                 runs[name].append(result)
-                print(f"run {i + 1} {name}: first shard after {result['first_shard_s']} s, run {result['run_s']} s")
+                print(
+                    f"run {i + 1} {name}: first read after {result['first_read_s']} s, first shard after "
+                    f"{result['first_shard_s']} s (pool CPU {result['pool_cpu_s']} s), run {result['run_s']} s"
+                )
     summary = {
-        name: {
-            "first_shard_s_median": statistics.median(r["first_shard_s"] for r in found),
-            "run_s_median": statistics.median(r["run_s"] for r in found),
-        }
-        for name, found in runs.items()
+        name: {f"{key}_median": _median(r[key] for r in found) for key in found[0]} for name, found in runs.items()
     }
     print(f"\n{args.num_images} {args.kind} images, convert {' '.join(convert_args)}")
+    print(f"  {'':8s} {'first read':>10s} {'first shard':>11s} {'pool CPU':>9s} {'run':>7s}  (seconds, medians)")
     for name, s in summary.items():
-        print(f"  {name:8s} first shard {s['first_shard_s_median']:6.2f} s   run {s['run_s_median']:6.1f} s")
+        print(
+            f"  {name:8s} {_shown(s['first_read_s_median'], 10)} {_shown(s['first_shard_s_median'], 11)} "
+            f"{_shown(s['pool_cpu_s_median'], 9)} {_shown(s['run_s_median'], 7, 1)}"
+        )
     save_result(
         "bench_startup",
         {
