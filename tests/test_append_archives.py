@@ -144,6 +144,27 @@ def test_a_changed_or_removed_archive_is_refused_then_withdrawn_as_a_full_run_ov
 
 
 @pytest.mark.e2e
+def test_an_unreadable_archive_is_tried_again_when_replaced_and_not_missed_when_gone(days, tmp_path):
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    os.makedirs(src)
+    _arrive(days, src, "day1.zip")
+    with open(os.path.join(src, "day2.zip"), "wb") as f:
+        f.write(b"PK\x03\x04 cut short")  # an upload that broke off: rejected whole
+    first = _convert(src, out)
+    assert first.accounting.rejected == 1
+    _zip(os.path.join(src, "day2.zip"), _photos("", ("cat",), 2, 8))  # uploaded again, whole
+    second = _convert(src, out, append=True)  # no record held it: converted, nothing withdrawn
+    assert (second.generations[-1].written, second.generations[-1].withdrawn) == (2, ())
+    os.remove(os.path.join(src, "day1.zip"))
+    with open(os.path.join(src, "day3.zip"), "wb") as f:
+        f.write(b"not an archive")
+    _convert(src, out, append=True, accept_changes=True)  # day1.zip's records withdrawn; day3.zip rejected
+    os.remove(os.path.join(src, "day3.zip"))
+    doc = _convert(src, out, append=True)  # a rejected archive that is gone held no record: nothing to refuse
+    assert len(doc.generations) == 3
+
+
+@pytest.mark.e2e
 def test_an_archive_output_that_does_not_record_its_members_refuses_to_withdraw(days, tmp_path):
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
     os.makedirs(src)

@@ -227,3 +227,17 @@ def test_the_ledger_of_a_manifest_run_is_written_with_its_generation(pool, tmp_p
     assert by_key[rows[1]["path"]].size == os.path.getsize(os.path.join(src, rows[1]["path"]))
     assert by_key[rows[1]["path"]].placement() == (rows[1]["label"], None)
     assert doc.accounting.inputs == 5 == doc.accounting.written + doc.accounting.rejected
+
+
+@pytest.mark.e2e
+def test_a_row_that_named_no_image_and_is_gone_is_not_missed(pool, tmp_path):
+    """A bad row (no path, not JSON) gave no record: deleting it from the manifest changes nothing."""
+    root, rows = pool
+    src = _copy(root, str(tmp_path / "in"))
+    listing = os.path.join(src, "rows.jsonl")
+    _write_rows(listing, rows[:6] + ["{not json", {"label": "cat"}])
+    out = str(tmp_path / "out")
+    first = _convert(listing, out)
+    assert first.accounting.rejected_by_reason == {"bad_manifest_row": 2}
+    _write_rows(listing, rows[:6])
+    assert _convert(listing, out, append=True).generations == first.generations  # nothing new, nothing refused

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import logging
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.appends import GenerationInputs, InputChanges, compare, outcomes, stale_inputs
 from img2tfrecord.conversion.converter import Converter
@@ -95,8 +95,7 @@ def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
 
 
 def _read(output: str, name: str) -> bytes:
-    with storage.open_binary(storage.join(output, name)) as f:
-        return f.read()
+    return storage.read_bytes(storage.join(output, name))
 
 
 def is_finished(output: str) -> bool:
@@ -121,8 +120,11 @@ def read_finished(output: str) -> DatasetManifest:
     return doc
 
 
-def generation_inputs(output: str, doc: DatasetManifest) -> List[GenerationInputs]:
-    """Every generation's ledger, rejections and withdrawals, oldest first."""
+def generation_inputs(
+    output: str, doc: DatasetManifest, key_of: Callable[[ErrorRow], str] = lambda row: str(row["relpath"])
+) -> List[GenerationInputs]:
+    """Every generation's ledger, rejections (keyed by ``key_of`` of their error rows: the ledger's key of
+    the input each came from) and withdrawals, oldest first."""
     generations = []
     for generation in doc.generations:
         ledger = parse_ledger(_read(output, generation.ledger), generation.ledger)
@@ -130,7 +132,7 @@ def generation_inputs(output: str, doc: DatasetManifest) -> List[GenerationInput
         for line in _read(output, generation.errors).decode("utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
-                rejected[str(row.get("relpath", ""))] = str(row.get("reason", ""))
+                rejected[key_of(row)] = str(row.get("reason", ""))
         # A withdrawn record's relpath, and the archive that held it: neither is recorded any more.
         withdrawn = frozenset(key for w in generation.withdrawn for key in (w.relpath, w.input))
         generations.append(GenerationInputs(generation.number, tuple(ledger), rejected, withdrawn, generation.shards))
@@ -192,7 +194,7 @@ def compare_with_output(
             f"--append: the manifest names split(s) {', '.join(new_splits)} the output does not have; an append "
             "adds records to the output's splits: rebuild with --overwrite"
         )
-    generations = generation_inputs(config.output, previous)
+    generations = generation_inputs(config.output, previous, ledger.rejection_key)
     changes = compare(ledger.entries, outcomes(generations), config.retry_rejected)
     return previous, generations, dataclasses.replace(changes, accepted=config.accept_changes)
 

@@ -122,6 +122,12 @@ def write_bytes(path: str, data: bytes) -> None:
     os.replace(temp, path)
 
 
+def read_bytes(path: str) -> bytes:
+    """The whole file at ``path`` (local or on any Beam filesystem)."""
+    with open_binary(path) as f:
+        return f.read()
+
+
 def read_text(path: str) -> str:
     """A whole file as UTF-8 text."""
     with open_binary(path) as f:

@@ -138,6 +138,11 @@ class ArchiveLedger(InputLedger):
         path = found.path if isinstance(found, WorkItem) else found["path"]
         return layouts.relative_path(self._base, path.split(archives.MEMBER_SEPARATOR, 1)[0])
 
+    def rejection_key(self, row: ErrorRow) -> str:
+        """An archive rejected whole (unreadable: its row names no member) is the archive's entry; a rejected
+        member keeps its own relpath, so an archive that also gave records is not taken for a rejected one."""
+        return str(row["relpath"]) if row["relpath"] else self.key_of(row)
+
     def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
         return tuple(self._base + e.relpath for e in entries)
 
@@ -175,14 +180,15 @@ class ArchiveLedger(InputLedger):
         output = self._config.output
         name = manifest.members_file(generation.number)
         try:
-            members = parse_members(_read(output, name), name)
+            members = parse_members(storage.read_bytes(storage.join(output, name)), name)
         except FileNotFoundError:
             raise ValueError(
                 f"generation {generation.number} does not record what its archives held ({name} is missing: it "
                 "was written before outputs recorded it)"
             ) from None
         rejected = set()
-        for line in _read(output, manifest.errors_file(generation.number)).decode("utf-8").splitlines():
+        errors = storage.read_bytes(storage.join(output, manifest.errors_file(generation.number)))
+        for line in errors.decode("utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
                 rejected.add((self.key_of(row), str(row.get("relpath", ""))))
@@ -211,8 +217,3 @@ class ArchiveLedger(InputLedger):
         )
         located = locate(wanted, [view], lambda entry: entry.placement()[1], seed, compression)
         return [dataclasses.replace(w, archive=held_by[w.relpath][0]) for w in located]
-
-
-def _read(output: str, name: str) -> bytes:
-    with storage.open_binary(storage.join(output, name)) as f:
-        return f.read()

@@ -54,6 +54,10 @@ class InputLedger:
             return found.relpath
         return found["relpath"] or found["path"]
 
+    def rejection_key(self, row: ErrorRow) -> str:
+        """What a generation's error row rejected, keyed as this ledger keys its inputs (``key_of``)."""
+        return self.key_of(row)
+
     def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
         """What the pipeline reads for ``entries`` instead of the plan's pattern (archives), or ()."""
         return ()
