@@ -7,6 +7,7 @@ import hashlib
 import multiprocessing
 import os
 import time
+import types
 
 import images as I
 import pytest
@@ -175,6 +176,7 @@ def _config(**changes):
     from img2tfrecord.pipeline.config import ConvertConfig
 
     fields = dict(input="/in", output="/out", image=OPTIONS, splits=None, seed=SEED, shard_size_mb=100, num_shards=None)
+    fields["analyze"] = False
     fields.update(changes)
     return ConvertConfig(**fields)
 
@@ -188,7 +190,13 @@ def test_the_launch_converts_nothing_ahead_where_the_writer_may_not_put_the_same
     assert launch.prefetch_first_shards(_config(resume=True), launched, pool) == 0  # finished shards are replayed
     assert launch.prefetch_first_shards(_config(), _launched([[1]], labels=None)[0], pool) == 0  # classes unknown
     assert launch.prefetch_first_shards(_config(), _launched([[1]], placement=None)[0], pool) == 0  # placed in the job
+    classified = types.SimpleNamespace(input=types.SimpleNamespace(annotations=""))
+    analysed = _launched([[1]], plan=classified)[0]
+    assert launch.prefetch_first_shards(_config(analyze=True), analysed, pool) == 0  # TensorFlow is imported meanwhile
     assert not pool.calls
+    boxes = types.SimpleNamespace(input=types.SimpleNamespace(annotations="voc"))  # detection: no analysis
+    assert launch.prefetch_first_shards(_config(analyze=True), _launched([[1] * 2], plan=boxes)[0], pool) == 2
+    pool.calls.clear()
     assert launch.prefetch_first_shards(_config(), _launched([[1] * 3], labels=None, append=Append())[0], pool) == 3
     assert pool.calls[0][1] == ["zebra", "ant"]
 

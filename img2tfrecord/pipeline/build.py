@@ -24,7 +24,7 @@ from img2tfrecord.pipeline.append import AppendRun
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import keeps_ledger
 from img2tfrecord.pipeline.kinds.archive import archive_root
-from img2tfrecord.pipeline.launch import class_list, image_converter, run_dir
+from img2tfrecord.pipeline.launch import analysed, class_list, image_converter, run_dir
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
@@ -175,7 +175,7 @@ def build_pipeline(
     analysis = {}  # tf.Transform statistics of the train split; FinalizeOutput waits for its transform_fn
     if config.analyze and plan.input.annotations:
         logging.info("detection: no tf.Transform analysis (its features are those of classification records)")
-    elif config.analyze and (append is None or append.analysis_base is not None):
+    elif analysed(config, plan, append):
         from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
 
         # An append's analysis adds its train records to the totals of the generations before it.

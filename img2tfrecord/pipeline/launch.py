@@ -131,6 +131,12 @@ def check_local(plan: Plan) -> Optional[LocalInputReport]:
     return check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
 
 
+def analysed(config: ConvertConfig, plan: Plan, append: Optional[AppendRun]) -> bool:
+    """Whether the run analyses its train split with tf.Transform: ``--analyze`` (the default), not for
+    detection records, and for an append only onto statistics that cover every generation."""
+    return config.analyze and not plan.input.annotations and (append is None or append.analysis_base is not None)
+
+
 def class_list(append: Optional[AppendRun], labels: Optional[Sequence[str]]) -> Optional[List[str]]:
     """The class list a run's records are labelled with (the shard writer's ``label_names``): an append's
     output classes, else the listing's classes sorted; None when the graph discovers them."""
@@ -191,11 +197,18 @@ def prefetch_first_shards(config: ConvertConfig, launched: Launched, pool: Conve
     them, within ``PREFETCH_ITEMS`` and ``PREFETCH_BYTES``; the items it converts ahead (0: none).
 
     Only for a run placed at launch (``placed``) whose classes are known, and not ``--resume`` (its
-    finished shards are replayed, not converted). The shards go in placement order, the order the local
-    runner hands them to the writer; one it hands later is taken then, one it never asks for is dropped.
+    finished shards are replayed, not converted), nor a run with the analysis (it imports TensorFlow
+    meanwhile, and converting ahead then delays its job by more than it saves: performance.md). The
+    shards go in placement order, the order the local runner hands them to the writer; one it hands
+    later is taken then, one it never asks for is dropped.
     """
     labels = class_list(launched.append, launched.labels)
-    if config.resume or launched.placement is None or labels is None:
+    if (
+        config.resume
+        or launched.placement is None
+        or labels is None
+        or analysed(config, launched.plan, launched.append)
+    ):
         return 0
     shards: List[List[Any]] = []
     count = size = 0
