@@ -175,8 +175,8 @@ def test_the_launch_converts_ahead_the_first_shards_in_placement_order_within_it
 def _config(**changes):
     from img2tfrecord.pipeline.config import ConvertConfig
 
-    fields = dict(input="/in", output="/out", image=OPTIONS, splits=None, seed=SEED, shard_size_mb=100, num_shards=None)
-    fields["analyze"] = False
+    fields = dict(input="/in", output="/out", image=OPTIONS, splits=None, seed=SEED, shard_size_mb=100)
+    fields.update(num_shards=None, analyze=False)
     fields.update(changes)
     return ConvertConfig(**fields)
 
