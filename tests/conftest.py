@@ -125,6 +125,24 @@ def built_once(tmp_path_factory, name: str, build) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _temp_files_in_the_session_folder(tmp_path_factory):
+    """Temporary files of the session (Beam's staging folders, TFDS metadata copies, list files), of this
+    process and the CLI runs it starts, go into pytest's own temporary folder, which pytest rotates: the
+    session ends without finalizers (``pytest_unconfigure``), so what it left in /tmp would stay."""
+    import tempfile
+
+    folder = str(tmp_path_factory.mktemp("tmp"))
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
+    yield
+    if saved[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved[0]
+    tempfile.tempdir = saved[1]
+
+
 @pytest.fixture(scope="session")
 def sample_dir(tmp_path_factory) -> str:
     """The built-in sample dataset, 20 images per class."""
