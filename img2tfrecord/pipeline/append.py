@@ -120,9 +120,7 @@ def read_finished(output: str) -> DatasetManifest:
     return doc
 
 
-def generation_inputs(
-    output: str, doc: DatasetManifest, key_of: Callable[[ErrorRow], str] = lambda row: str(row["relpath"])
-) -> List[GenerationInputs]:
+def generation_inputs(output: str, doc: DatasetManifest, key_of: Callable[[ErrorRow], str]) -> List[GenerationInputs]:
     """Every generation's ledger, rejections (keyed by ``key_of`` of their error rows: the ledger's key of
     the input each came from) and withdrawals, oldest first."""
     generations = []

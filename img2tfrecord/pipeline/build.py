@@ -98,13 +98,13 @@ def build_pipeline(
     each shard's writer instead of discovered and shuffled in the graph.
     """
     ledger = manifest.ledger_file(plan.generation) if keeps_ledger(config, plan) else None
-    listed_classes = class_list(append, labels)  # the classes the launch may convert ahead with, too
-    if append is not None:  # the output's class ids never change; new classes come after them
-        label_names = p | "OutputClasses" >> beam.Create([listed_classes])
-    elif labels is not None:
+    # The class list known at launch (an append's: the output's, whose ids never change, then the new ones),
+    # the one the launch converts ahead with; None: the graph discovers the classes.
+    listed_classes = class_list(append, labels)
+    if listed_classes is not None:
         label_names = p | "ListedClasses" >> beam.Create([listed_classes])
     if placed is not None:  # placed at launch: no work item crosses the graph before its shard's writer
-        if labels is None and append is None:
+        if listed_classes is None:
             raise ValueError("work items placed at launch need the classes of the same listing")
         items, rejected_early = p, []
         num_inputs = p | "PlacedInputs" >> beam.Create([placed.num_inputs])
@@ -117,7 +117,7 @@ def build_pipeline(
         step = "DiscoverAnnotations" if plan.input.annotations else "DiscoverImages"
         discovered = p | step >> Discover(plan.input.source(config), ledger_path, junk)
         files = discovered["files"]
-        if append is None and labels is None:
+        if listed_classes is None:
             label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.input.layout)
         items = files  # what the accounting counts: images, or clips with --sequence
         if config.sequence:

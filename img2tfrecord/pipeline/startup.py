@@ -128,10 +128,11 @@ def placement_seconds(config: ConvertConfig, plan: Plan, items: Sequence[Any]) -
     does before it writes them."""
     if not items:
         return 0.0
-    from img2tfrecord.conversion.placement import place_all
-    from img2tfrecord.pipeline.launch import image_converter
+    from img2tfrecord.pipeline.launch import Launched, placed
     from img2tfrecord.schemas import placed_items
 
     started = time.perf_counter()
-    placed_items.encode(place_all(image_converter(config, plan), items, config.seed, plan.sizing.num_shards).shards)
+    placement = placed(config, Launched(plan, listed=(list(items), []))).placement
+    if placement is not None:
+        placed_items.encode(placement.shards)
     return time.perf_counter() - started

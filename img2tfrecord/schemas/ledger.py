@@ -56,18 +56,12 @@ def ledger_bytes(entries: Iterable[LedgerEntry]) -> bytes:
         + "}\n"
         for e in sorted(entries)
     )
-    # zlib's default level: it is written before the job starts, and level 9 takes several times as long.
-    # ASCII: names are escaped, so any name (even one that is not UTF-8) is carried.
-    return gzip.compress("".join(lines).encode("ascii"), compresslevel=6, mtime=0)
+    return _gzipped(lines)
 
 
 def parse_ledger(data: bytes, where: str) -> List[LedgerEntry]:
     """The entries of a ledger file's bytes; ValueError naming ``where`` and the line when one is not an entry."""
-    try:
-        text = gzip.decompress(data).decode("ascii")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise ValueError(f"{where}: not a gzip file ({e})") from None
-    lines = text.splitlines()
+    lines = _text(data, where).splitlines()
     try:  # one JSON document for the whole file: one parse instead of one per line
         docs = json.loads("[" + ",".join(lines) + "]")
     except ValueError:
@@ -98,21 +92,32 @@ def members_bytes(items: Iterable[ArchiveItem]) -> bytes:
         json.dumps({"archive": archive, "items": sorted(found, key=lambda i: (i[0], i[1] or ""))}) + "\n"
         for archive, found in sorted(by_archive.items())
     )
-    return gzip.compress("".join(lines).encode("ascii"), compresslevel=6, mtime=0)
+    return _gzipped(lines)
 
 
 def parse_members(data: bytes, where: str) -> Dict[str, List[Tuple[str, Optional[str]]]]:
     """archive relpath -> its items' ``(relpath, split)``, from a members file's bytes; ValueError naming
     ``where`` and the line when one is not an archive's."""
-    try:
-        text = gzip.decompress(data).decode("ascii")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise ValueError(f"{where}: not a gzip file ({e})") from None
     found: Dict[str, List[Tuple[str, Optional[str]]]] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(_text(data, where).splitlines(), 1):
         try:
             doc = json.loads(line)
             found[str(doc["archive"])] = [(str(r), None if s is None else str(s)) for r, s in doc["items"]]
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{where}: line {number} is not an archive's items") from None
     return found
+
+
+def _gzipped(lines: Iterable[str]) -> bytes:
+    """A ledger file's bytes: ``lines`` as ASCII (names are escaped, so any name, even one that is not UTF-8,
+    is carried), gzip at zlib's default level (written before the job starts; level 9 takes several times
+    as long) without a timestamp, so the same lines give the same bytes."""
+    return gzip.compress("".join(lines).encode("ascii"), compresslevel=6, mtime=0)
+
+
+def _text(data: bytes, where: str) -> str:
+    """A ledger file's text; ValueError naming ``where`` when it is not one."""
+    try:
+        return gzip.decompress(data).decode("ascii")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise ValueError(f"{where}: not a gzip file ({e})") from None

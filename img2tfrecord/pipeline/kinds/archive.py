@@ -11,7 +11,6 @@ holding detection annotations are planned by ``archived_detection.py``.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.appends import GenerationInputs, holders, locate
@@ -140,8 +139,10 @@ class ArchiveLedger(InputLedger):
 
     def rejection_key(self, row: ErrorRow) -> str:
         """An archive rejected whole (unreadable: its row names no member) is the archive's entry; a rejected
-        member keeps its own relpath, so an archive that also gave records is not taken for a rejected one."""
-        return str(row["relpath"]) if row["relpath"] else self.key_of(row)
+        member is keyed by its archive and relpath (``_member_key``), which no entry equals, so an archive
+        that also gave records is not taken for a rejected one."""
+        archive = self.key_of(row)
+        return _member_key(archive, str(row["relpath"])) if row["relpath"] else archive
 
     def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
         return tuple(self._base + e.relpath for e in entries)
@@ -186,17 +187,11 @@ class ArchiveLedger(InputLedger):
                 f"generation {generation.number} does not record what its archives held ({name} is missing: it "
                 "was written before outputs recorded it)"
             ) from None
-        rejected = set()
-        errors = storage.read_bytes(storage.join(output, manifest.errors_file(generation.number)))
-        for line in errors.decode("utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                rejected.add((self.key_of(row), str(row.get("relpath", ""))))
         written = [
             (archive, relpath, split)
             for archive, items in sorted(members.items())
             for relpath, split in items
-            if split is not None and (archive, relpath) not in rejected
+            if split is not None and _member_key(archive, relpath) not in generation.rejected
         ]
         held_by: Dict[str, List[str]] = {}
         for archive, relpath, _ in written:
@@ -217,3 +212,8 @@ class ArchiveLedger(InputLedger):
         )
         located = locate(wanted, [view], lambda entry: entry.placement()[1], seed, compression)
         return [dataclasses.replace(w, archive=held_by[w.relpath][0]) for w in located]
+
+
+def _member_key(archive: str, relpath: str) -> str:
+    """How a generation's rejections name an item of an archive (``ArchiveLedger.rejection_key``)."""
+    return archive + archives.MEMBER_SEPARATOR + relpath
