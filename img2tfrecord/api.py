@@ -297,16 +297,31 @@ def _config(input: str, output: str, options: Mapping[str, Any], beam_args: Sequ
 
 
 def run_config(
-    config: ConvertConfig, pipeline_args: Sequence[str] = (), wait: bool = True, show_progress: bool = False
+    config: ConvertConfig,
+    pipeline_args: Sequence[str] = (),
+    wait: bool = True,
+    show_progress: bool = False,
+    own_process: bool = False,
 ) -> Optional[DatasetManifest]:
     """Run a checked configuration; the written manifest, or None for a dry run or ``wait=False``.
+    ``own_process``: the caller owns this interpreter (the CLI), so a local run without the analysis
+    imports Beam without its optional modules (``pipeline/beam_import.py``).
 
     Raises UsageError (before any work), ErrorBudgetExceeded (with the finished ``result``),
     ConversionFailed (the runner's exception as ``__cause__``), and ``pipeline.run.Interrupted``
     (a KeyboardInterrupt) on SIGINT or SIGTERM.
     """
     from img2tfrecord.conversion.pool import close_started
-    from img2tfrecord.pipeline.launch import NothingNew, launch, placed, prefetch_first_shards, start_pool_early
+    from img2tfrecord.pipeline.beam_import import import_beam_lean
+    from img2tfrecord.pipeline.launch import (
+        NothingNew,
+        analysed,
+        converts_in_this_process,
+        launch,
+        placed,
+        prefetch_first_shards,
+        start_pool_early,
+    )
     from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.output_errors import OutputNotWritable
     from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotEmpty, staging_left
@@ -332,6 +347,12 @@ def run_config(
                 launched = placed(config, launched)
                 if pool is not None:
                     prefetch_first_shards(config, launched, pool)
+                if (
+                    own_process
+                    and converts_in_this_process(pipeline_args)
+                    and not analysed(config, launched.plan, launched.append)
+                ):
+                    import_beam_lean()
             from img2tfrecord.pipeline.run import run as run_pipeline
 
             return run_pipeline(config, pipeline_args, wait=wait, show_progress=show_progress, launched=launched)

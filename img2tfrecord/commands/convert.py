@@ -124,7 +124,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         return print_plan(config, ns.json)
     # The job itself enforces --max-error-rate: it writes everything, then fails.
     try:
-        doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet)
+        doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet, own_process=True)
     except ErrorBudgetExceeded as e:
         assert e.result is not None  # run_config attaches the finished output's manifest
         print(format_summary(e.result))

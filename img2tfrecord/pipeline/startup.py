@@ -23,6 +23,7 @@ from img2tfrecord.pipeline.plan_model import Plan
 _RUN_MODULES = ("img2tfrecord.pipeline.run",)
 _ANALYSIS_MODULES = ("img2tfrecord.transforms.analyze",)
 _LAUNCH_MODULES = ("img2tfrecord.pipeline.launch",)
+_LEAN_IMPORT = "img2tfrecord.pipeline.beam_import"
 _IMPORT_TIMEOUT_S = 120.0
 
 
@@ -58,6 +59,8 @@ class ImportTimer:
             return
         modules = (_RUN_MODULES + (_ANALYSIS_MODULES if analysis else ())) if job else _LAUNCH_MODULES
         code = "; ".join(f"import {m}" for m in modules) + "; import time; print(time.time())"
+        if job and not analysis:  # as the CLI imports Beam for a local run without the analysis
+            code = f"from {_LEAN_IMPORT} import import_beam_lean; import_beam_lean(); {code}"
         self._started = time.time()
         try:
             self._proc = subprocess.Popen(

@@ -44,6 +44,10 @@ def run_in_process(*args: str) -> subprocess.CompletedProcess:
     A conversion's stderr holds the log lines the command prints; the libraries' C++ lines, which a
     process filters out of fd 2 (``commands/quiet.py``), are not filtered here.
     """
+    # This process is every test's: Beam is imported whole first, as a library caller's would be, so the
+    # CLI's lean import (pipeline/beam_import.py) leaves it as it is.
+    import apache_beam  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import
+
     out, err = io.StringIO(), io.StringIO()
     with contextlib.ExitStack() as stack:
         stack.enter_context(contextlib.redirect_stdout(out))

@@ -1,0 +1,64 @@
+"""Beam imported without its optional modules by the CLI's local runs (pipeline/beam_import.py): the run
+is the same, those modules stay importable, and a library caller's process gets Beam whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+from conftest import ROOT, cli_env, shard_digests
+
+from img2tfrecord import api
+from img2tfrecord.pipeline import beam_import
+
+
+def _python(code: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=cli_env(), cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_beam_imports_without_its_optional_modules_which_import_as_usual_afterwards():
+    code = """
+import sys
+from img2tfrecord.pipeline.beam_import import OPTIONAL_MODULES, import_beam_lean
+first, second = import_beam_lean(), import_beam_lean()
+left_out = "apache_beam.typehints.pandas_type_compatibility" not in sys.modules
+absent = [m for m in OPTIONAL_MODULES if m in sys.modules]
+import apache_beam as beam
+from apache_beam.testing.util import assert_that, equal_to
+with beam.Pipeline(runner="FnApiRunner") as p:
+    assert_that(p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x * 2), equal_to([2, 4, 6]))
+import pandas
+print(first, second, left_out, absent, pandas.DataFrame({"a": [1]}).shape)
+"""
+    assert _python(code) == "True False True [] (1, 1)"
+
+
+def test_a_cli_run_on_the_local_runner_writes_the_same_shards_without_beams_optional_modules(sample_dir, tmp_path):
+    code = """
+import sys
+from img2tfrecord.cli import main
+code = main(sys.argv[1:])
+print(code, "apache_beam" in sys.modules, "pandas" in sys.modules)
+"""
+    lean, whole = str(tmp_path / "lean"), str(tmp_path / "whole")
+    args = ("--image-size", "32", "--num-shards", "2", "--seed", "5", "--no-analyze", "--quiet")
+    assert _python(code, "convert", "--input", sample_dir, "--output", lean, *args) == "0 True False"
+    api.convert(sample_dir, whole, image_size=32, num_shards=2, seed=5, analyze=False)
+    assert shard_digests(lean) == shard_digests(whole)
+
+
+def test_only_a_caller_that_owns_its_process_imports_beam_lean(sample_dir, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(beam_import, "import_beam_lean", lambda: calls.append(1) or False)
+    config = api.config_from_args(
+        api.parse_options({"image_size": 16, "analyze": False}, input=sample_dir, output=str(tmp_path / "a")), []
+    )
+    api.run_config(config)
+    assert calls == []
+    api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), own_process=True)
+    assert calls == [1]
