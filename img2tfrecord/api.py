@@ -305,14 +305,13 @@ def run_config(
 ) -> Optional[DatasetManifest]:
     """Run a checked configuration; the written manifest, or None for a dry run or ``wait=False``.
     ``own_process``: the caller owns this interpreter (the CLI), so a local run without the analysis
-    imports Beam without its optional modules (``pipeline/beam_import.py``).
+    imports Beam without its optional modules (``pipeline/own_process.py``).
 
     Raises UsageError (before any work), ErrorBudgetExceeded (with the finished ``result``),
     ConversionFailed (the runner's exception as ``__cause__``), and ``pipeline.run.Interrupted``
     (a KeyboardInterrupt) on SIGINT or SIGTERM.
     """
     from img2tfrecord.conversion.pool import close_started
-    from img2tfrecord.pipeline.beam_import import import_beam_lean
     from img2tfrecord.pipeline.launch import (
         NothingNew,
         analysed,
@@ -325,6 +324,7 @@ def run_config(
     from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.output_errors import OutputNotWritable
     from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotEmpty, staging_left
+    from img2tfrecord.pipeline.own_process import import_beam_lean
     from img2tfrecord.pipeline.plan_model import PlanError
     from img2tfrecord.readers.records import read_manifest
 

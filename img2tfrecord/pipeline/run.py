@@ -34,6 +34,7 @@ from img2tfrecord.pipeline.outputs import (
     remove_write_staging,
     staging_left,
 )
+from img2tfrecord.pipeline.own_process import resume_collection
 from img2tfrecord.pipeline.placing import place_listing
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.runner import (
@@ -233,6 +234,7 @@ def _run(
     try:
         if reporter is not None and source == COUNTS_HERE:
             reporter.start()  # p.run() runs the whole job in this process
+        resume_collection()  # the start-up is over (pipeline/own_process.py)
         result = p.run()
         if is_dataflow(options) and not dry_run:
             log_dataflow_job(options, result)

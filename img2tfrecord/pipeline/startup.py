@@ -23,7 +23,7 @@ from img2tfrecord.pipeline.plan_model import Plan
 _RUN_MODULES = ("img2tfrecord.pipeline.run",)
 _ANALYSIS_MODULES = ("img2tfrecord.transforms.analyze",)
 _LAUNCH_MODULES = ("img2tfrecord.pipeline.launch",)
-_LEAN_IMPORT = "img2tfrecord.pipeline.beam_import"
+_LEAN_IMPORT = "img2tfrecord.pipeline.own_process"
 _IMPORT_TIMEOUT_S = 120.0
 
 

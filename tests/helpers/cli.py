@@ -9,6 +9,7 @@ libraries' C++ lines, environment variables such as the fault hooks, concurrency
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import subprocess
@@ -45,7 +46,7 @@ def run_in_process(*args: str) -> subprocess.CompletedProcess:
     process filters out of fd 2 (``commands/quiet.py``), are not filtered here.
     """
     # This process is every test's: Beam is imported whole first, as a library caller's would be, so the
-    # CLI's lean import (pipeline/beam_import.py) leaves it as it is.
+    # CLI's lean import (pipeline/own_process.py) leaves it as it is.
     import apache_beam  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import
 
     out, err = io.StringIO(), io.StringIO()
@@ -59,6 +60,8 @@ def run_in_process(*args: str) -> subprocess.CompletedProcess:
             code = cli.main(list(args))
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        finally:
+            gc.unfreeze()  # a process runs one command and freezes its start-up heap; this one runs many
     return subprocess.CompletedProcess(["img2tfrecord", *args], code, out.getvalue(), err.getvalue())
 
 

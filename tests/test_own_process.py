@@ -1,16 +1,18 @@
-"""Beam imported without its optional modules by the CLI's local runs (pipeline/beam_import.py): the run
-is the same, those modules stay importable, and a library caller's process gets Beam whole."""
+"""The CLI's own-process start-up (pipeline/own_process.py): Beam imported without its optional modules for
+a local run (the same shards, those modules importable afterwards, a library caller's process gets Beam
+whole), and the garbage collector paused until the job starts."""
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import subprocess
 import sys
 
-from conftest import ROOT, cli_env, shard_digests
+from conftest import IN_MEMORY, ROOT, cli_env, shard_digests
 
 from img2tfrecord import api
-from img2tfrecord.pipeline import beam_import
+from img2tfrecord.pipeline import own_process
 
 
 def _python(code: str, *args: str) -> str:
@@ -24,7 +26,7 @@ def _python(code: str, *args: str) -> str:
 def test_beam_imports_without_its_optional_modules_which_import_as_usual_afterwards():
     code = """
 import sys
-from img2tfrecord.pipeline.beam_import import OPTIONAL_MODULES, import_beam_lean
+from img2tfrecord.pipeline.own_process import OPTIONAL_MODULES, import_beam_lean
 first, second = import_beam_lean(), import_beam_lean()
 left_out = "apache_beam.typehints.pandas_type_compatibility" not in sys.modules
 absent = [m for m in OPTIONAL_MODULES if m in sys.modules]
@@ -54,7 +56,7 @@ print(code, "apache_beam" in sys.modules, "pandas" in sys.modules)
 
 def test_only_a_caller_that_owns_its_process_imports_beam_lean(sample_dir, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(beam_import, "import_beam_lean", lambda: calls.append(1) or False)
+    monkeypatch.setattr(own_process, "import_beam_lean", lambda: calls.append(1) or False)
     config = api.config_from_args(
         api.parse_options({"image_size": 16, "analyze": False}, input=sample_dir, output=str(tmp_path / "a")), []
     )
@@ -62,3 +64,38 @@ def test_only_a_caller_that_owns_its_process_imports_beam_lean(sample_dir, tmp_p
     assert calls == []
     api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), own_process=True)
     assert calls == [1]
+
+
+def test_the_cli_pauses_the_garbage_collector_until_its_job_starts(sample_dir, tmp_path, monkeypatch):
+    from helpers.cli import run_in_process
+
+    from img2tfrecord.pipeline import run as run_module
+
+    seen = []
+    resume = run_module.resume_collection
+    monkeypatch.setattr(run_module, "resume_collection", lambda: (seen.append(gc.isenabled()), resume()))
+    proc = run_in_process(
+        "convert", "--input", sample_dir, "--output", str(tmp_path / "out"), "--no-analyze", *IN_MEMORY
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seen == [False] and gc.isenabled()  # paused while it started, collecting again when it ended
+    failed = run_in_process("convert", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o2"))
+    assert failed.returncode == 2 and seen == [False] and gc.isenabled()  # no job: resumed all the same
+
+
+def test_collection_resumes_once_with_the_start_up_frozen_and_never_against_the_callers_choice():
+    try:
+        own_process.pause_collection()
+        assert not gc.isenabled()
+        own_process.resume_collection()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        gc.unfreeze()
+        own_process.resume_collection()  # once
+        assert gc.get_freeze_count() == 0
+        gc.disable()  # the caller's own choice
+        own_process.pause_collection()
+        own_process.resume_collection()
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
