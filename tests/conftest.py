@@ -236,6 +236,7 @@ _END_TO_END = {
     "test_sources.py",
     "test_tft.py",
     "test_verify.py",
+    "test_own_process.py",
 }
 
 
