@@ -342,3 +342,16 @@ def test_records_parse_with_the_declared_feature_spec(tmp_path):
         assert parsed[schemas.FILENAME].numpy().decode() == source.relpath
         assert parsed[schemas.CLASS_TEXT].numpy().decode() == class_name
         assert int(parsed[schemas.CLASS_LABEL]) == ["cat", "dog"].index(class_name)
+
+
+def test_a_launchs_junk_is_one_count_and_counted_as_skipped():
+    from img2tfrecord.transforms.counters import INPUTS_SKIPPED, NAMESPACE
+    from img2tfrecord.transforms.discover import JunkCount
+
+    p = pipeline()
+    counts = p | JunkCount(3)
+    assert_that(counts, equal_to([3]))
+    result = p.run()
+    result.wait_until_finish()
+    query = beam.metrics.MetricsFilter().with_namespace(NAMESPACE).with_name(INPUTS_SKIPPED)
+    assert sum(c.committed for c in result.metrics().query(query)["counters"]) == 3

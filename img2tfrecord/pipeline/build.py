@@ -33,7 +33,7 @@ from img2tfrecord.transforms.archive_members import RecordArchiveMembers
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
-from img2tfrecord.transforms.discover import SKIPPED, Discover, DiscoverClasses, ListedJunk
+from img2tfrecord.transforms.discover import SKIPPED, Discover, DiscoverClasses, JunkCount
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
 from img2tfrecord.transforms.placed_shards import PlacedShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS
@@ -108,7 +108,7 @@ def build_pipeline(
             raise ValueError("work items placed at launch need the classes of the same listing")
         items, rejected_early = p, []
         num_inputs = p | "PlacedInputs" >> beam.Create([placed.num_inputs])
-        num_skipped = p | "Skipped" >> ListedJunk(junk) | "CountSkipped" >> beam.combiners.Count.Globally()
+        num_skipped = p | "Skipped" >> JunkCount(len(junk))
     else:
         # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
         # A folder's files are read from its ledger; manifests are read again (the ledger holds no paths).

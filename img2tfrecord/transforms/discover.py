@@ -27,7 +27,7 @@ from img2tfrecord.sources.layout import classes_of_file
 from img2tfrecord.transforms.counters import INPUTS, INPUTS_SKIPPED, NAMESPACE
 from img2tfrecord.transforms.discover_joins import JoinAnnotatedMembers, JoinArchiveMembers
 
-__all__ = ["SKIPPED", "Discover", "DiscoverClasses", "ListedJunk"]
+__all__ = ["SKIPPED", "Discover", "DiscoverClasses", "JunkCount", "ListedJunk"]
 
 # The joins of the sources whose findings depend on each other; the others need none.
 _JOINS = {ArchiveSource: JoinArchiveMembers, ArchivedAnnotationSource: JoinAnnotatedMembers}
@@ -76,6 +76,23 @@ class ListedJunk(beam.PTransform):
 
     def expand(self, pbegin):
         return pbegin | "Names" >> beam.Create(self._names) | "CountJunk" >> beam.Map(_counted_junk)
+
+
+def _counted_junk_total(count: int) -> int:
+    _JUNK_COUNTER.inc(count)
+    return count
+
+
+class JunkCount(beam.PTransform):
+    """PBegin -> how many junk names a launch's listing skipped (one element), counted as skipped: for a
+    run placed at launch, whose junk the graph never lists."""
+
+    def __init__(self, count: int):
+        super().__init__()
+        self._count = count
+
+    def expand(self, pbegin):
+        return pbegin | "Count" >> beam.Create([self._count]) | "CountJunk" >> beam.Map(_counted_junk_total)
 
 
 class Discover(beam.PTransform):
