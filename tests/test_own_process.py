@@ -56,14 +56,14 @@ print(code, "apache_beam" in sys.modules, "pandas" in sys.modules)
 
 def test_only_a_caller_that_owns_its_process_imports_beam_lean(sample_dir, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(own_process, "import_beam_lean", lambda: calls.append(1) or False)
+    monkeypatch.setattr(own_process, "import_beam_lean", lambda optional: calls.append(optional) or False)
     config = api.config_from_args(
         api.parse_options({"image_size": 16, "analyze": False}, input=sample_dir, output=str(tmp_path / "a")), []
     )
     api.run_config(config)
     assert calls == []
     api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), own_process=True)
-    assert calls == [1]
+    assert calls == [own_process.OPTIONAL_MODULES]
 
 
 def test_the_cli_pauses_the_garbage_collector_until_its_job_starts(sample_dir, tmp_path, monkeypatch):

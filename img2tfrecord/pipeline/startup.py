@@ -59,8 +59,9 @@ class ImportTimer:
             return
         modules = (_RUN_MODULES + (_ANALYSIS_MODULES if analysis else ())) if job else _LAUNCH_MODULES
         code = "; ".join(f"import {m}" for m in modules) + "; import time; print(time.time())"
-        if job and not analysis:  # as the CLI imports Beam for a local run without the analysis
-            code = f"from {_LEAN_IMPORT} import import_beam_lean; import_beam_lean(); {code}"
+        if job:  # as the CLI imports Beam for a local run
+            optional = "OPTIONAL_WITH_ANALYSIS" if analysis else "OPTIONAL_MODULES"
+            code = f"from {_LEAN_IMPORT} import import_beam_lean, {optional}; import_beam_lean({optional}); {code}"
         self._started = time.time()
         try:
             self._proc = subprocess.Popen(
