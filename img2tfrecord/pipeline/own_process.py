@@ -53,8 +53,8 @@ def pause_collection() -> None:
 
 
 def resume_collection() -> None:
-    """Collect again, what the start-up left frozen (never scanned again, it lives for the run); once,
-    and only after :func:`pause_collection` disabled the collector."""
+    """Enable the collector again, with what the start-up left frozen (never scanned again: it lives for
+    the run); once, and only after :func:`pause_collection` disabled the collector."""
     if _paused[0]:
         _paused[0] = False
         gc.freeze()
