@@ -237,6 +237,29 @@ def test_changed_removed_new_classes_and_other_options_are_refused_with_one_line
 
 
 @pytest.mark.e2e
+def test_an_append_started_from_another_folder_names_the_same_input(batches, tmp_path, monkeypatch):
+    pool, _, second, _ = batches
+    data, held, out = tmp_path / "data", str(tmp_path / "held"), str(tmp_path / "out")
+    src = str(data / "in")
+    shutil.copytree(pool, src)
+    _move(src, held, second)
+    monkeypatch.chdir(data)
+    assert _convert("in", out).input == src  # recorded absolute: the same files from any folder
+    _move(held, src, second)
+    monkeypatch.chdir(tmp_path)  # a scheduled job's own working folder
+    doc = _convert("data/in", out, append=True)
+    assert [g.inputs for g in doc.generations][1:] == [len(second)]
+    # An output that recorded its input as given names the folder to run from.
+    recorded = manifest_doc(out)
+    recorded["input"] = "in"
+    write_manifest_doc(out, recorded)
+    with pytest.raises(UsageError, match="from in, relative to the folder that run started in, not data/in"):
+        _convert("data/in", out, append=True)
+    monkeypatch.chdir(data)
+    assert len(_convert("in", out, append=True).generations) == 2  # nothing new from there
+
+
+@pytest.mark.e2e
 def test_new_classes_are_refused_then_added_with_the_next_ids(batches, tmp_path):
     pool, _, _, _ = batches
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
