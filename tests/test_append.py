@@ -259,6 +259,26 @@ def test_an_append_started_from_another_folder_names_the_same_input(batches, tmp
     assert len(_convert("in", out, append=True).generations) == 2  # nothing new from there
 
 
+def test_a_run_named_from_another_folder_is_the_same_run(batches, tmp_path, monkeypatch):
+    """Its fingerprint names the staging folder ``--resume`` finishes: a relative --input from elsewhere finds it."""
+    from img2tfrecord.pipeline import make_plan
+
+    pool = batches[0]
+    out = str(tmp_path / "out")
+
+    def fingerprint(folder: str, given: str) -> str:
+        monkeypatch.chdir(folder)
+        options = {k: v for k, v in OPTIONS.items() if k != "splits"}
+        config = api.config_from_args(api.parse_options(options, input=given, output=out), BEAM)
+        return make_plan(config).fingerprint(config)
+
+    parent = os.path.dirname(pool)
+    assert fingerprint(parent, "pool") == fingerprint(
+        os.path.dirname(parent), os.path.join(os.path.basename(parent), "pool")
+    )
+    assert fingerprint(parent, "pool") == fingerprint(str(tmp_path), pool)
+
+
 @pytest.mark.e2e
 def test_new_classes_are_refused_then_added_with_the_next_ids(batches, tmp_path):
     pool, _, _, _ = batches

@@ -22,7 +22,7 @@ from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, Item, frames
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import InputLedger, frames_of, input_ledger
-from img2tfrecord.pipeline.listing import absolute_input, digest, resolve_input
+from img2tfrecord.pipeline.listing import digest, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
 from img2tfrecord.pipeline.withdrawals import SplitOf, withdrawals
@@ -140,7 +140,7 @@ def generation_inputs(output: str, doc: DatasetManifest, key_of: Callable[[Error
 def check_options(config: ConvertConfig, doc: DatasetManifest) -> None:
     """PlanError when an option that changes records differs from the run that made the output."""
     if resolve_input(config.input)[0] != resolve_input(doc.input)[0]:
-        if absolute_input(doc.input) != doc.input:  # recorded as given, relative to where that run started
+        if kinds.absolute_input(doc.input) != doc.input:  # recorded as given, relative to where that run started
             raise PlanError(
                 f"--append: the output was converted from {doc.input}, relative to the folder that run started "
                 f"in, not {config.input} ({resolve_input(config.input)[0].rstrip('/')}); run the append from "

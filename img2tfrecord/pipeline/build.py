@@ -25,7 +25,6 @@ from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import keeps_ledger
 from img2tfrecord.pipeline.kinds.archive import archive_root
 from img2tfrecord.pipeline.launch import analysed, class_list, image_converter, run_dir
-from img2tfrecord.pipeline.listing import absolute_input
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
@@ -62,7 +61,7 @@ def manifest_template(config: ConvertConfig, task: str, labeled: bool, fingerpri
         tool_version=img2tfrecord.__version__,
         image_libraries=image_library_versions(),
         created="",
-        input=absolute_input(config.input),  # an append started from another folder names the same input
+        input=kinds.absolute_input(config.input),  # an append started from another folder names the same input
         options=config.options_json(),
         compression=Compression(config.compression),
         labels=(),

@@ -50,17 +50,9 @@ def _is_uri(path: str) -> bool:
     return "://" in path
 
 
-def absolute_input(path: str) -> str:
-    """``--input`` as it names the same files from any folder: a local path made absolute (a trailing '/'
-    and glob characters kept), a URI as it is."""
-    if _is_uri(path):
-        return path
-    return os.path.abspath(path) + ("/" if path.endswith("/") else "")
-
-
 def resolve_input(path: str) -> Tuple[str, str]:
     """``(input root ending with '/', glob pattern)`` for a directory or a glob."""
-    path = absolute_input(path)
+    path = kinds.absolute_input(path)
     if kinds.GLOB_CHARS.search(path):
         parts = path.split("/")
         base = "/".join(parts[: kinds.first_glob_part(parts)]) + "/"

@@ -92,7 +92,7 @@ class Plan:
 
         doc: Dict[str, Any] = {
             "tool_version": img2tfrecord.__version__,
-            "input": config.input,
+            "input": kinds.absolute_input(config.input),  # the same run, named from any folder
             "options": config.options_json(),
             "listing": self.input.listing_digest,
             "layout": self.input.layout,

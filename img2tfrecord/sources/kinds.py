@@ -27,6 +27,14 @@ def input_kind(path: str) -> str:
 GLOB_CHARS = re.compile(r"[*?\[]")  # what makes an --input a glob
 
 
+def absolute_input(path: str) -> str:
+    """``--input`` as it names the same files from any folder: a local path made absolute (a trailing '/'
+    and glob characters kept), a URI as it is."""
+    if "://" in path:
+        return path
+    return os.path.abspath(path) + ("/" if path.endswith("/") else "")
+
+
 def first_glob_part(parts: Sequence[str]) -> Optional[int]:
     """The index of the first ``/``-separated part of a path that holds a glob character, or None."""
     return next((i for i, part in enumerate(parts) if GLOB_CHARS.search(part)), None)
