@@ -133,14 +133,10 @@ def _temp_files_in_the_session_folder(tmp_path_factory):
     import tempfile
 
     folder = str(tmp_path_factory.mktemp("tmp"))
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
-    yield
-    if saved[0] is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = saved[0]
-    tempfile.tempdir = saved[1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", folder)
+        patch.setattr(tempfile, "tempdir", folder)
+        yield
 
 
 @pytest.fixture(scope="session")

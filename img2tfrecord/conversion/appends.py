@@ -90,7 +90,8 @@ def outcomes(generations: Sequence[GenerationInputs]) -> Recorded:
 
 def holders(generations: Sequence[GenerationInputs]) -> Dict[str, GenerationInputs]:
     """relpath -> the generation that holds its live record (the latest that wrote it)."""
-    return {relpath: generation for relpath, (_, outcome, generation) in _latest(generations).items() if not outcome}
+    latest = _latest(generations).items()
+    return {relpath: generation for relpath, (_, outcome, generation) in latest if outcome == WRITTEN}
 
 
 def compare(

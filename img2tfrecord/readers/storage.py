@@ -130,8 +130,7 @@ def read_bytes(path: str) -> bytes:
 
 def read_text(path: str) -> str:
     """A whole file as UTF-8 text."""
-    with open_binary(path) as f:
-        return f.read().decode("utf-8")
+    return read_bytes(path).decode("utf-8")
 
 
 def copy_tree(source: str, destination: str) -> List[str]:
