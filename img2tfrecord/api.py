@@ -305,7 +305,7 @@ def run_config(
 ) -> Optional[DatasetManifest]:
     """Run a checked configuration; the written manifest, or None for a dry run or ``wait=False``.
     ``own_process``: the caller owns this interpreter (the CLI), so a local run imports Beam without the
-    optional modules it does not use (``pipeline/own_process.py``).
+    optional modules it does not use and keeps Beam's DoFn specs per class (``pipeline/own_process.py``).
 
     Raises UsageError (before any work), ErrorBudgetExceeded (with the finished ``result``),
     ConversionFailed (the runner's exception as ``__cause__``), and ``pipeline.run.Interrupted``
@@ -324,7 +324,12 @@ def run_config(
     from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.output_errors import OutputNotWritable
     from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotEmpty, staging_left
-    from img2tfrecord.pipeline.own_process import OPTIONAL_MODULES, OPTIONAL_WITH_ANALYSIS, import_beam_lean
+    from img2tfrecord.pipeline.own_process import (
+        OPTIONAL_MODULES,
+        OPTIONAL_WITH_ANALYSIS,
+        cache_dofn_specs,
+        import_beam_lean,
+    )
     from img2tfrecord.pipeline.plan_model import PlanError
     from img2tfrecord.readers.records import read_manifest
 
@@ -350,6 +355,7 @@ def run_config(
                 if own_process and converts_in_this_process(pipeline_args):
                     analysis = analysed(config, launched.plan, launched.append)
                     import_beam_lean(OPTIONAL_WITH_ANALYSIS if analysis else OPTIONAL_MODULES)
+                    cache_dofn_specs()
             from img2tfrecord.pipeline.run import run as run_pipeline
 
             return run_pipeline(config, pipeline_args, wait=wait, show_progress=show_progress, launched=launched)

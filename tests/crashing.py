@@ -1,4 +1,5 @@
-"""Converters that misbehave on purpose, for the process-pool tests (imported by worker processes)."""
+"""Converters that misbehave on purpose or report on their process, for the process-pool tests (imported by
+worker processes)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,14 @@ class CountingConverter(ImageConverter):
         finally:
             os.close(fd)
         return super().__call__(source, label_names)
+
+
+class EnvironmentConverter(ImageConverter):
+    """Gives, for every item, the value of the environment variable ``name`` in the process converting it."""
+
+    def __init__(self, *args, name: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.name = name
+
+    def __call__(self, source, label_names):
+        return None, os.environ.get(self.name)

@@ -1,17 +1,29 @@
 """The CLI's own-process start-up (pipeline/own_process.py): Beam imported without its optional modules for
 a local run (the same shards, those modules importable afterwards, a library caller's process gets Beam
-whole), and the garbage collector paused until the job starts."""
+whole), Beam's DoFn specs kept per class, numpy's OpenBLAS without threads of its own (in the conversion
+workers also for a library caller), and the garbage collector paused until the job starts."""
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import subprocess
 import sys
 
+import apache_beam as beam
+import pytest
+from apache_beam.coders import VarIntCoder
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import userstate
+from apache_beam.transforms.userstate import BagStateSpec
 from conftest import IN_MEMORY, ROOT, cli_env, shard_digests
+from crashing import EnvironmentConverter
 
 from img2tfrecord import api
+from img2tfrecord.conversion.pool import BLAS_THREADS_ENV, ConversionPool
+from img2tfrecord.images import ImageOptions
+from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline import own_process
 
 
@@ -42,14 +54,14 @@ print(first, second, left_out, absent, pandas.DataFrame({"a": [1]}).shape)
 
 def test_a_cli_run_on_the_local_runner_writes_the_same_shards_without_beams_optional_modules(sample_dir, tmp_path):
     code = """
-import sys
+import os, sys
 from img2tfrecord.cli import main
 code = main(sys.argv[1:])
-print(code, "apache_beam" in sys.modules, "pandas" in sys.modules)
+print(code, "apache_beam" in sys.modules, "pandas" in sys.modules, os.environ.get("OPENBLAS_NUM_THREADS"))
 """
     lean, whole = str(tmp_path / "lean"), str(tmp_path / "whole")
     args = ("--image-size", "32", "--num-shards", "2", "--seed", "5", "--no-analyze", "--quiet")
-    assert _python(code, "convert", "--input", sample_dir, "--output", lean, *args) == "0 True False"
+    assert _python(code, "convert", "--input", sample_dir, "--output", lean, *args) == "0 True False 1"
     api.convert(sample_dir, whole, image_size=32, num_shards=2, seed=5, analyze=False)
     assert shard_digests(lean) == shard_digests(whole)
 
@@ -64,6 +76,60 @@ def test_only_a_caller_that_owns_its_process_imports_beam_lean(sample_dir, tmp_p
     assert calls == []
     api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), own_process=True)
     assert calls == [own_process.OPTIONAL_MODULES]
+
+
+class _Plain(beam.DoFn):
+    def process(self, element):
+        yield element
+
+
+class _Stateful(beam.DoFn):
+    SEEN = BagStateSpec("seen", VarIntCoder())
+
+    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
+        seen.add(element[1])
+        yield element[0], len(list(seen.read()))
+
+
+class _Holder:
+    def twice(self, x):
+        return [x, x]
+
+
+def test_dofn_specs_are_asked_once_per_class_with_the_same_answers(monkeypatch):
+    real = userstate.get_dofn_specs
+    asked = []
+    monkeypatch.setattr(userstate, "get_dofn_specs", lambda dofn: asked.append(type(dofn).__name__) or real(dofn))
+    assert own_process.cache_dofn_specs() is True and own_process.cache_dofn_specs() is False
+    cached = userstate.get_dofn_specs
+    for _ in range(3):
+        for dofn in (_Plain(), _Stateful()):
+            assert cached(dofn) == real(dofn)
+    assert asked == ["_Plain", "_Stateful"]
+    cached(_Stateful())[0].clear()  # each caller gets its own sets
+    assert cached(_Stateful()) == real(_Stateful()) and userstate.is_stateful_dofn(_Stateful())
+    bound = beam.FlatMap(_Holder().twice).fn  # a DoFn holding a bound method of its own: asked every time
+    before = len(asked)
+    cached(bound), cached(bound)
+    assert asked[before:] == ["CallableWrapperDoFn", "CallableWrapperDoFn"]
+    with beam.Pipeline(runner="FnApiRunner") as p:  # Beam still sees the state of a stateful DoFn
+        out = p | beam.Create([("a", 1), ("a", 2), ("b", 3)]) | beam.ParDo(_Stateful())
+        assert_that(out, equal_to([("a", 1), ("a", 2), ("b", 1)]))
+
+
+@pytest.mark.parametrize("callers", [None, "3"])
+def test_conversion_workers_start_numpy_blas_with_one_thread_unless_the_caller_chose(callers, tmp_path, monkeypatch):
+    if callers is None:
+        monkeypatch.delenv(BLAS_THREADS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(BLAS_THREADS_ENV, callers)
+    converter = EnvironmentConverter(ImageOptions(), "class", (("train", 1.0),), 1, name=BLAS_THREADS_ENV)
+    items = [WorkItem(str(tmp_path / f"{i}.jpg"), f"a/{i}.jpg", 1) for i in range(6)]
+    with ConversionPool(converter, 2, batch_size=1) as pool:
+        pool.put(items, ["a"])
+        seen = {value for _, (_, value) in pool.outputs(drain=True)}
+    assert seen == {callers or "1"}
+    assert os.environ.get(BLAS_THREADS_ENV) == callers  # the caller's environment as it was
 
 
 def test_the_cli_pauses_the_garbage_collector_until_its_job_starts(sample_dir, tmp_path, monkeypatch):

@@ -87,9 +87,10 @@ def print_plan(config, as_json: bool) -> int:
 def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     """``convert``; without ``--verbose`` stderr carries only img2tfrecord's own lines (``commands/quiet.py``)."""
     from img2tfrecord.commands.quiet import StderrFilter
-    from img2tfrecord.pipeline.own_process import pause_collection, resume_collection
+    from img2tfrecord.pipeline.own_process import one_blas_thread, pause_collection, resume_collection
 
     pause_collection()  # until the job starts (pipeline/own_process.py)
+    one_blas_thread()  # before numpy is imported
     # Before Beam, gRPC or TensorFlow is loaded: their C++ code writes to fd 2 as it loads.
     stderr_filter = None if ns.verbose else StderrFilter().start()
     try:

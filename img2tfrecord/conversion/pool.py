@@ -64,6 +64,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# numpy's OpenBLAS starts a thread per core when numpy is imported, and they spin for a while: CPU
+# that image conversion, which does no linear algebra, never uses. Workers start with none of them.
+BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
+
 _RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _OPEN: weakref.WeakSet[ConversionPool] = weakref.WeakSet()
 
@@ -124,6 +128,20 @@ def _main_module_hidden() -> Iterator[None]:
     finally:
         main.__dict__.pop("__spec__", None)
         main.__dict__.update(saved)
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """While workers are spawned, numpy's OpenBLAS in them keeps to the calling thread (unless the
+    caller's environment says otherwise); the caller's environment is restored afterwards."""
+    if BLAS_THREADS_ENV in os.environ:
+        yield
+        return
+    os.environ[BLAS_THREADS_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(BLAS_THREADS_ENV, None)
 
 
 def _start_worker(converter: Converter[Any], parent_pid: int) -> None:
@@ -204,7 +222,7 @@ class ConversionPool:
         # (a blocked signal mask is inherited; a Ctrl-C meanwhile would break their start-up).
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _RUN_SIGNALS)
         try:
-            with _main_module_hidden():
+            with _main_module_hidden(), _one_blas_thread():
                 for _ in range(self._processes):
                     self._pool.submit(convert_batch, [], [])
         finally:

@@ -5,6 +5,11 @@ caller's process is left as it is.
   Beam's package imports pandas, pyarrow and its BigQuery/Pub/Sub connectors at its own import,
   each inside ``try: ... except ImportError`` so that they stay optional: a third of its import
   (a run with the analysis leaves out the connectors only).
+* Beam's answer to "which state and timer specs does this DoFn use" is kept per DoFn class
+  (:func:`cache_dofn_specs`): Beam asks it several times per transform as it builds, translates and
+  runs the graph, each time taking the signature of every method of the DoFn.
+* numpy's OpenBLAS starts no threads of its own (:func:`one_blas_thread`): at numpy's import it
+  starts one per core, which spin for a while; nothing the command does is linear algebra.
 * The cyclic garbage collector is paused for the start-up (:func:`pause_collection`): the imports,
   the listing and Beam's graph leave a heap of long-lived objects that each full collection would
   scan again; :func:`resume_collection` freezes that heap, so the job's collections skip it.
@@ -14,9 +19,12 @@ performance.md has the figures.
 
 from __future__ import annotations
 
+import functools
 import gc
+import os
 import sys
-from typing import Sequence
+import types
+from typing import Any, Callable, Dict, Sequence, Set, Tuple
 
 # Each is imported by Beam's package inside a try/except ImportError (apache_beam/typehints/__init__.py,
 # apache_beam/io/parquetio.py, apache_beam/io/__init__.py); none is on the local runner's path.
@@ -43,6 +51,46 @@ def import_beam_lean(optional: Sequence[str] = OPTIONAL_MODULES) -> bool:
             if name in sys.modules and sys.modules[name] is None:
                 del sys.modules[name]
     return True
+
+
+Specs = Tuple[Set[Any], Set[Any]]
+
+
+def cache_dofn_specs() -> bool:
+    """Make Beam's ``userstate.get_dofn_specs`` answer once per DoFn class; True if this call did.
+
+    The specs come from the defaults of the DoFn's bound methods, which belong to its class, so the
+    answer is the class's unless an instance holds bound methods of its own (``beam.Map`` over a bound
+    method does): those are asked every time. Each caller gets its own copy of the sets.
+    """
+    from apache_beam.transforms import userstate  # pylint: disable=import-outside-toplevel
+
+    ask: Callable[[Any], Specs] = userstate.get_dofn_specs
+    if getattr(ask, "_per_class", False):
+        return False
+    answers: Dict[type, Specs] = {}
+
+    @functools.wraps(ask)
+    def per_class(dofn: Any) -> Specs:
+        if any(isinstance(value, types.MethodType) for value in getattr(dofn, "__dict__", {}).values()):
+            return ask(dofn)
+        key = type(dofn)
+        if key not in answers:
+            answers[key] = ask(dofn)
+        states, timers = answers[key]
+        return set(states), set(timers)
+
+    per_class._per_class = True  # type: ignore[attr-defined]
+    userstate.get_dofn_specs = per_class
+    return True
+
+
+def one_blas_thread() -> None:
+    """numpy's OpenBLAS, once imported here, keeps to the calling thread, unless the environment says
+    otherwise; the conversion processes this one starts inherit it."""
+    from img2tfrecord.conversion.pool import BLAS_THREADS_ENV  # pylint: disable=import-outside-toplevel
+
+    os.environ.setdefault(BLAS_THREADS_ENV, "1")
 
 
 def pause_collection() -> None:
