@@ -24,7 +24,7 @@ import gc
 import os
 import sys
 import types
-from typing import Any, Callable, Dict, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple
 
 # Each is imported by Beam's package inside a try/except ImportError (apache_beam/typehints/__init__.py,
 # apache_beam/io/parquetio.py, apache_beam/io/__init__.py); none is on the local runner's path.
@@ -57,16 +57,17 @@ Specs = Tuple[Set[Any], Set[Any]]
 
 
 def cache_dofn_specs() -> bool:
-    """Make Beam's ``userstate.get_dofn_specs`` answer once per DoFn class; True if this call did.
+    """Make Beam's ``userstate.get_dofn_specs`` answer once per DoFn class; True if this call did (False
+    when done already, or when this Beam has no such function).
 
     The specs come from the defaults of the DoFn's bound methods, which belong to its class, so the
-    answer is the class's unless an instance holds bound methods of its own (``beam.Map`` over a bound
+    answer is the class's unless an instance holds bound methods of its own (``beam.FlatMap`` over a bound
     method does): those are asked every time. Each caller gets its own copy of the sets.
     """
     from apache_beam.transforms import userstate  # pylint: disable=import-outside-toplevel
 
-    ask: Callable[[Any], Specs] = userstate.get_dofn_specs
-    if getattr(ask, "_per_class", False):
+    ask: Optional[Callable[[Any], Specs]] = getattr(userstate, "get_dofn_specs", None)
+    if ask is None or getattr(ask, "_per_class", False):
         return False
     answers: Dict[type, Specs] = {}
 
