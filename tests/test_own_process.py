@@ -28,8 +28,9 @@ from img2tfrecord.pipeline import own_process
 
 
 def _python(code: str, *args: str) -> str:
+    env = {k: v for k, v in cli_env().items() if k != BLAS_THREADS_ENV}  # as a user's shell would have it
     proc = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=cli_env(), cwd=ROOT
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]
