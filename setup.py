@@ -44,7 +44,7 @@ setuptools.setup(
         "tensorflow-transform>=1.21,<1.22",
         "tensorflow-metadata>=1.21,<1.22",  # verify reads the schema files
         "pillow>=11,<13",
-        "simplejpeg>=1.8,<2",  # --resample fast (the default): libjpeg-turbo's reduced-scale JPEG decode (images/fast_jpeg.py)
+        "simplejpeg>=1.8,<2",  # --resample fast (the default): libjpeg-turbo's scaled JPEG decode (images/fast_jpeg.py)
         "opencv-python-headless>=4.10,<6",  # --resample fast: the low-pass and resize (images/fast_jpeg.py)
         "google-crc32c>=1.5",
         "rich>=13",  # convert's live progress line on a terminal
