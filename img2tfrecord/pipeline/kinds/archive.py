@@ -139,10 +139,10 @@ class ArchiveLedger(InputLedger):
 
     def rejection_key(self, row: ErrorRow) -> str:
         """An archive rejected whole (unreadable: its row names no member) is the archive's entry; a rejected
-        member is keyed by its archive and relpath (``_member_key``), which no entry equals, so an archive
+        member is keyed by its path in its archive (``archives.member_path``), which no entry equals, so an archive
         that also gave records is not taken for a rejected one."""
         archive = self.key_of(row)
-        return _member_key(archive, str(row["relpath"])) if row["relpath"] else archive
+        return archives.member_path(archive, str(row["relpath"])) if row["relpath"] else archive
 
     def units(self, entries: Sequence[LedgerEntry]) -> Tuple[str, ...]:
         return tuple(self._base + e.relpath for e in entries)
@@ -191,7 +191,7 @@ class ArchiveLedger(InputLedger):
             (archive, relpath, split)
             for archive, items in sorted(members.items())
             for relpath, split in items
-            if split is not None and _member_key(archive, relpath) not in generation.rejected
+            if split is not None and archives.member_path(archive, relpath) not in generation.rejected
         ]
         held_by: Dict[str, List[str]] = {}
         for archive, relpath, _ in written:
@@ -212,8 +212,3 @@ class ArchiveLedger(InputLedger):
         )
         located = locate(wanted, [view], lambda entry: entry.placement()[1], seed, compression)
         return [dataclasses.replace(w, archive=held_by[w.relpath][0]) for w in located]
-
-
-def _member_key(archive: str, relpath: str) -> str:
-    """How a generation's rejections name an item of an archive (``ArchiveLedger.rejection_key``)."""
-    return archive + archives.MEMBER_SEPARATOR + relpath
