@@ -13,10 +13,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _version() -> str:
-    with open(os.path.join(_HERE, "img2tfrecord", "__init__.py"), encoding="utf-8") as f:
+    with open(os.path.join(_HERE, "src", "img2tfrecord", "__init__.py"), encoding="utf-8") as f:
         match = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M)
     if not match:
-        raise RuntimeError("__version__ not found in img2tfrecord/__init__.py")
+        raise RuntimeError("__version__ not found in src/img2tfrecord/__init__.py")
     return match.group(1)
 
 
@@ -36,7 +36,9 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10,<3.13",
-    packages=setuptools.find_packages(include=["img2tfrecord", "img2tfrecord.*"]),
+    # src/ layout: a clone in a folder named img2tfrecord cannot shadow the installed package.
+    package_dir={"": "src"},
+    packages=setuptools.find_packages("src", include=["img2tfrecord", "img2tfrecord.*"]),
     include_package_data=True,
     install_requires=[
         "apache-beam[gcp]>=2.77,<2.78",  # the range tests/test_beam_adapter.py covers (the sink adapter)

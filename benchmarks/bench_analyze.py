@@ -36,10 +36,10 @@ from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path[:0] = [ROOT, HERE]
+sys.path[:0] = [os.path.join(ROOT, "src"), HERE]
 
 from common import RESULTS_DIR as RESULTS  # noqa: E402
-from common import save_result  # noqa: E402
+from common import package_dir, save_result  # noqa: E402
 
 IMAGE_SIZE = 224
 BASE, DEFAULT, EXACT = "--no-analyze", "analyze (default)", "--exact-statistics"
@@ -76,7 +76,7 @@ def convert_once(src: str, out: str, extra: List[str]) -> Dict[str, float]:
         "-q",
         *extra,
     ]
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, PYTHONPATH=package_dir(), TF_CPP_MIN_LOG_LEVEL="2")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)

@@ -31,11 +31,11 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "src"))
 
 import corpus  # noqa: E402
 from bench_convert import timed  # noqa: E402
-from common import save_result  # noqa: E402
+from common import package_dir, save_result  # noqa: E402
 
 
 def _link_tree(src: str, dst: str, keep) -> int:
@@ -97,7 +97,7 @@ def main(argv=None):
 
     src = os.path.join(HERE, "results", f"corpus-{args.kind}-{args.num_images}")
     corpus.generate(src, args.num_images, kind=args.kind)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=package_dir())
     relpaths = sorted(
         os.path.relpath(os.path.join(folder, name), src) for folder, _, names in os.walk(src) for name in names
     )

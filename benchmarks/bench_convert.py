@@ -42,7 +42,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
-from common import save_result  # noqa: E402
+from common import package_dir, save_result  # noqa: E402
 
 BASELINE = r"""
 import hashlib, io, os, sys
@@ -149,7 +149,7 @@ def main(argv=None):
     os.makedirs(results_dir, exist_ok=True)
     src = args.corpus or os.path.join(results_dir, f"corpus-{args.kind}-{args.num_images}")
     corpus.generate(src, args.num_images, kind=args.kind)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=package_dir())
     work = tempfile.mkdtemp(prefix="bench_convert-")
     convert_cmd = [
         sys.executable,

@@ -28,7 +28,7 @@ import time
 from typing import Any, Dict
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(_HERE), os.path.join(os.path.dirname(_HERE), "tests")]
+sys.path[:0] = [os.path.join(os.path.dirname(_HERE), "src"), os.path.join(os.path.dirname(_HERE), "tests")]
 
 import gcs_emulator  # noqa: E402
 from common import save_result  # noqa: E402

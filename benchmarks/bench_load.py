@@ -34,10 +34,10 @@ from typing import Callable, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path[:0] = [ROOT, HERE]
+sys.path[:0] = [os.path.join(ROOT, "src"), HERE]
 
 from common import RESULTS_DIR as RESULTS  # noqa: E402
-from common import save_result  # noqa: E402
+from common import package_dir, save_result  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -75,7 +75,7 @@ def build_corpus(images: int) -> str:
         ],
         check=True,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT),
+        env=dict(os.environ, PYTHONPATH=package_dir()),
     )
     return out
 

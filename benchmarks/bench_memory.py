@@ -29,7 +29,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
-from common import save_result  # noqa: E402
+from common import package_dir, save_result  # noqa: E402
 
 MODES = {
     "keep --no-analyze": ["--format", "keep", "--no-analyze"],
@@ -100,7 +100,7 @@ def main(argv=None):
     os.makedirs(results_dir, exist_ok=True)
     src = os.path.join(results_dir, f"corpus-{args.kind}-{sizes[-1]}")
     corpus.generate(src, sizes[-1], kind=args.kind)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=package_dir())
     work = tempfile.mkdtemp(prefix="bench_memory-")
     rows = []
     try:

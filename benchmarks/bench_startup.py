@@ -44,7 +44,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
-from common import RESULTS_DIR, save_result  # noqa: E402
+from common import RESULTS_DIR, package_dir, save_result  # noqa: E402
 
 _IN_OPEN, _IN_ISDIR = 0x20, 0x40000000
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
@@ -126,7 +126,10 @@ def time_run(code: str, src: str, out: str, convert_args) -> dict:
     opens = _Opens(src)
     try:
         start = time.perf_counter()
-        proc = subprocess.Popen([*command, *convert_args], cwd=code, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env = dict(os.environ, PYTHONPATH=package_dir(code))
+        proc = subprocess.Popen(
+            [*command, *convert_args], cwd=code, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         first = first_read = pool_cpu = None
         pool_seen = False
         while proc.poll() is None:

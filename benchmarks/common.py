@@ -8,6 +8,14 @@ import os
 from typing import Any
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def package_dir(checkout: str = ROOT) -> str:
+    """The folder a checkout's ``img2tfrecord`` package is imported from (``src/``; an older checkout's
+    root), for ``PYTHONPATH`` of a process that must run that checkout's code."""
+    src = os.path.join(checkout, "src")
+    return src if os.path.isdir(os.path.join(src, "img2tfrecord")) else checkout
 
 
 def save_result(benchmark: str, doc: Any, indent: int = 2) -> str:

@@ -65,6 +65,6 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/setup.py" -nt "$STAMP" ]; then
 fi
 # The package's bytecode, also where the environment stops Python from writing it (PYTHONDONTWRITEBYTECODE):
 # without it every command compiles the package again as it starts, a quarter of a second here.
-"$VENV/bin/python" -m compileall -q "$ROOT/img2tfrecord" >/dev/null || true
+"$VENV/bin/python" -m compileall -q "$ROOT/src/img2tfrecord" >/dev/null || true
 export PATH="$VENV/bin:$PATH"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"

@@ -12,6 +12,7 @@ from typing import Sequence
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SRC = os.path.join(ROOT, "src")  # what a process started by a test imports the package from
 # Fast local runner for tests that are not about the runner itself.
 IN_MEMORY = ("--runner=FnApiRunner", "--direct_running_mode=in_memory")
 # A Dataflow job built and translated, nothing run, nothing reached beyond this machine.
@@ -32,7 +33,7 @@ def cli_command(*args: str) -> list:
 
 def cli_env(env=None) -> dict:
     """This environment with the project importable and TensorFlow's C++ logging quieter, plus ``env``."""
-    return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    return dict(os.environ, PYTHONPATH=SRC, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
 
 
 def without_analysis(args: Sequence[str]) -> tuple:
@@ -233,6 +234,7 @@ _END_TO_END = {
     "test_tft.py",
     "test_verify.py",
     "test_own_process.py",
+    "test_packaging.py",
 }
 
 

@@ -17,7 +17,7 @@ import textwrap
 from typing import Optional
 
 import pytest
-from conftest import ROOT
+from conftest import SRC
 
 from img2tfrecord.cli import build_parser
 
@@ -80,7 +80,7 @@ def test_help_on_every_supported_python_without_the_dependencies(version):
     if python is None:
         pytest.skip(f"Python {version} is not installed here")
     proc = subprocess.run(
-        [python, "-I", "-c", f"import sys; sys.path.insert(0, {ROOT!r}); " + "exec(sys.stdin.read())"],
+        [python, "-I", "-c", f"import sys; sys.path.insert(0, {SRC!r}); " + "exec(sys.stdin.read())"],
         input=_HELP_ON_ANOTHER_PYTHON.format(commands=("",) + COMMANDS),
         capture_output=True,
         text=True,

@@ -19,7 +19,7 @@ from typing import Dict, Tuple
 import images as I
 import numpy as np
 import pytest
-from conftest import ROOT, built_once, convert
+from conftest import ROOT, SRC, built_once, convert
 from helpers.cli import FAST
 from helpers.datasets import ODD_CLASS, Record, Rejected, hostile_corpus
 from helpers.outputs import read_records
@@ -429,7 +429,7 @@ def test_peak_memory_of_a_bomb_is_small():
         text=True,
         cwd=ROOT,
         timeout=120,
-        env=dict(os.environ, PYTHONPATH=ROOT),
+        env=dict(os.environ, PYTHONPATH=SRC),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     grown_kb = int(proc.stdout.strip().splitlines()[-1])

@@ -14,7 +14,7 @@ from img2tfrecord.cli import build_parser
 from img2tfrecord.images import options as image_options
 from img2tfrecord.pipeline.config import ConvertConfig
 
-MARKER = "<!-- generated from img2tfrecord/options.py: python -m img2tfrecord.option_files --options-table -->\n"
+MARKER = "<!-- generated from src/img2tfrecord/options.py: python -m img2tfrecord.option_files --options-table -->\n"
 
 
 def test_flex_template_metadata_is_the_generated_one():

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import SRC
 
 import img2tfrecord
 from img2tfrecord.commands.quiet import OwnLinesOnly, copy_without_noise, is_noise
@@ -121,7 +121,7 @@ CRASHING = textwrap.dedent(
 def test_the_last_lines_of_a_killed_process_and_of_its_children_still_come_out(noise):
     code = f"NOISE = {noise!r}\n" + CRASHING
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
+        [sys.executable, "-c", code], capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=SRC)
     )
     assert proc.returncode == -9
     lines = proc.stderr.split(b"\n")
@@ -149,7 +149,7 @@ def test_stop_gives_fd_2_and_sys_stderr_back():
         """
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
+        [sys.executable, "-c", code], capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=SRC)
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == b"shown while filtered\nI0000 00:00:1.5 7 port.cc:153] shown after stop\n"

@@ -14,7 +14,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from conftest import ROOT, manifest_doc, write_manifest_doc  # noqa: E402
+from conftest import ROOT, SRC, manifest_doc, write_manifest_doc  # noqa: E402
 
 import img2tfrecord  # noqa: E402
 from img2tfrecord.schemas import features as keys  # noqa: E402
@@ -62,7 +62,7 @@ def test_import_is_light_and_load_is_exported():
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"),
+        env=dict(os.environ, PYTHONPATH=SRC, TF_CPP_MIN_LOG_LEVEL="3"),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
 

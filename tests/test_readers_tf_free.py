@@ -20,7 +20,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import ROOT, convert, manifest_doc, write_manifest_doc
+from conftest import ROOT, SRC, convert, manifest_doc, write_manifest_doc
 
 from img2tfrecord.readers import datasource, records
 from img2tfrecord.schemas import features as keys
@@ -305,7 +305,7 @@ def test_source_works_where_tensorflow_cannot_be_imported(output, gzip_output):
         text=True,
         timeout=300,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT),
+        env=dict(os.environ, PYTHONPATH=SRC),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import DATAFLOW_DRY_RUN, IN_MEMORY, ROOT, convert, shard_digests
+from conftest import DATAFLOW_DRY_RUN, IN_MEMORY, ROOT, SRC, convert, shard_digests
 from helpers.outputs import read_records
 
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -43,7 +43,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> No
 def _service(args, port, log_path):
     # The worker pool starts SDK workers as `python ...`: this interpreter's bin must come first.
     env = dict(
-        os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT
+        os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=SRC
     )
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT, convert
+from conftest import ROOT, SRC, convert
 
 sys.path.insert(0, os.path.join(ROOT, "flex_template"))
 import main as flex_main  # noqa: E402
@@ -67,7 +67,7 @@ def test_flex_template_entry_point_builds_the_dataflow_job(sample_dir, tmp_path)
         text=True,
         timeout=600,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT),
+        env=dict(os.environ, PYTHONPATH=SRC),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dry run" in proc.stdout

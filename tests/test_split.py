@@ -14,7 +14,7 @@ from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split, parse_
 from img2tfrecord.sources.split_folders import is_split_layout, split_of_folder
 
 THREE = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
 
 def paths(n, prefix="class"):
@@ -93,7 +93,7 @@ def test_assign_split_is_stable_across_processes():
         "splits = tuple(tuple(s) for s in splits);"
         "print(json.dumps([[assign_split(p, 7, splits), shuffle_key(p, 7)] for p in files]))"
     )
-    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=SRC)
     proc = subprocess.run(
         [sys.executable, "-c", code],
         input=json.dumps([files, THREE]),

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from typing import Callable, List, NamedTuple, Sequence, Union
 
-from conftest import ROOT, built_once, cli_env, convert
+from conftest import ROOT, SRC, built_once, cli_env, convert
 
 
 class Converted(NamedTuple):
@@ -71,7 +71,7 @@ def run_unprivileged(folder: str, *commands: Sequence[str]) -> List[subprocess.C
     argv = [sys.executable, "-c", _RUN_COMMANDS, asked, results]
     if os.geteuid() == 0:
         argv = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
-    env = dict(cli_env(), PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    env = dict(cli_env(), PYTHONPATH=os.pathsep.join([SRC, os.path.join(ROOT, "tests")]))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(results, encoding="utf-8") as f:
