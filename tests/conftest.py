@@ -233,7 +233,7 @@ _END_TO_END = {
     "test_sources.py",
     "test_tft.py",
     "test_verify.py",
-    "test_own_process.py",
+    "test_fast_start.py",
     "test_packaging.py",
 }
 

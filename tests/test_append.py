@@ -261,7 +261,7 @@ def test_an_append_started_from_another_folder_names_the_same_input(batches, tmp
 
 def test_a_run_named_from_another_folder_is_the_same_run(batches, tmp_path, monkeypatch):
     """Its fingerprint names the staging folder ``--resume`` finishes: a relative --input from elsewhere finds it."""
-    from img2tfrecord.pipeline import make_plan
+    from img2tfrecord.pipeline.kinds import plan_input
 
     pool = batches[0]
     out = str(tmp_path / "out")
@@ -269,8 +269,8 @@ def test_a_run_named_from_another_folder_is_the_same_run(batches, tmp_path, monk
     def fingerprint(folder: str, given: str) -> str:
         monkeypatch.chdir(folder)
         options = {k: v for k, v in OPTIONS.items() if k != "splits"}
-        config = api.config_from_args(api.parse_options(options, input=given, output=out), BEAM)
-        return make_plan(config).fingerprint(config)
+        config = api.config_of(given, out, options)
+        return plan_input(config)[1].fingerprint(config)
 
     parent = os.path.dirname(pool)
     assert fingerprint(parent, "pool") == fingerprint(

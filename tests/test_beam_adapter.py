@@ -198,11 +198,12 @@ def test_the_launch_reads_where_the_job_converts_as_beams_options_say(args):
     default local runner in its default mode."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
-    from img2tfrecord.pipeline import launch
+    from img2tfrecord.commands.fast_start import converts_in_this_process
+    from img2tfrecord.pipeline.config import LOCAL_RUNNER, LOCAL_RUNNING_MODE
     from img2tfrecord.pipeline.runner import pipeline_options
 
     options = pipeline_options(args)
     runner = str(options.view_as(StandardOptions).runner).split(".")[-1]
     mode = options.view_as(DirectOptions).direct_running_mode
-    here = runner == launch.LOCAL_RUNNER and mode == launch.LOCAL_RUNNING_MODE
-    assert launch.converts_in_this_process(args) == here, (args, runner, mode, BEAM)
+    here = runner == LOCAL_RUNNER and mode == LOCAL_RUNNING_MODE
+    assert converts_in_this_process(args) == here, (args, runner, mode, BEAM)

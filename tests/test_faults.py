@@ -133,7 +133,6 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
             converter,
             sinks,
             run,
-            seed=0,
             processes=1,
             label_names=beam.pvalue.AsSingleton(labels),
             num_shards={"train": 2},

@@ -18,8 +18,8 @@ from helpers.detection_inputs import VOC_TOP, pack, write_bad_voc, write_coco
 from helpers.shared_builds import write_box_manifest, write_split_coco
 
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.kinds import plan_input
 from img2tfrecord.pipeline.listing import list_input, listing_once
-from img2tfrecord.pipeline.plan import make_plan
 from img2tfrecord.sources.inputs import ERRORS, FILES, SKIPPED, Discovered, discover
 from img2tfrecord.transforms.discover import Discover
 
@@ -97,8 +97,8 @@ def _found(kind: str, tmp_path):
     given = INPUTS[kind](str(tmp_path))
     config = ConvertConfig(input=given, output=str(tmp_path / "out"), analyze=False, task=TASKS.get(kind))
     with listing_once():
-        plan = make_plan(config)
-        source = plan.input.source(config)
+        kind, plan = plan_input(config)
+        source = kind.source(config, plan)
         here = discover(source, list_input)
     return source, here
 

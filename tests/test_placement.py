@@ -44,11 +44,11 @@ def _converter() -> ImageConverter:
 
 def test_place_all_puts_each_item_where_the_jobs_assignment_does(tmp_path):
     items = _items(tmp_path)
-    placement = place_all(_converter(), items, SEED, NUM_SHARDS)
+    placement = place_all(_converter(), items, NUM_SHARDS)
     assert list(placement.shards) == shard_keys(NUM_SHARDS)  # every shard, an empty one too
     in_job, rejected = {}, []
     for item in items:
-        for out in AssignShardsFn(_converter(), SEED).process(item, NUM_SHARDS):
+        for out in AssignShardsFn(_converter()).process(item, NUM_SHARDS):
             if isinstance(out, beam.pvalue.TaggedOutput):
                 rejected.append(out.value)
             else:
@@ -61,7 +61,7 @@ def test_place_all_puts_each_item_where_the_jobs_assignment_does(tmp_path):
 
 
 def test_placed_items_read_back_by_block_and_a_damaged_block_is_a_value_error(tmp_path):
-    placement = place_all(_converter(), _items(tmp_path), SEED, NUM_SHARDS)
+    placement = place_all(_converter(), _items(tmp_path), NUM_SHARDS)
     data, blocks = placed_items.encode(placement.shards)
     assert [(b.split, b.shard) for b in blocks] == list(placement.shards)
     for block in blocks:
@@ -81,17 +81,17 @@ def _write(out: str, items, placed_at_launch: bool):
     converter = _converter()
     placed = None
     if placed_at_launch:
-        placed, data = place_listing(place_all(converter, items, SEED, NUM_SHARDS), [], run, spread=False)
+        placed, data = place_listing(place_all(converter, items, NUM_SHARDS), [], run, spread=False)
         storage.write_bytes(placed.path, data)
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
-    placement = place_all(converter, items, SEED, NUM_SHARDS)
+    placement = place_all(converter, items, NUM_SHARDS)
     converted = (converter(i.item, LABELS) for found in placement.shards.values() for i in found)
     rejected = placement.rejected + [row for tag, row in converted if tag == ERRORS]
     assert sorted(r["relpath"] for r in rejected) == ["cat/broken.jpg", "stray.jpg"]
     with beam.Pipeline(options=options) as p:
         labels = beam.pvalue.AsSingleton(p | "Labels" >> beam.Create([LABELS]))
         start = p if placed_at_launch else p | "Items" >> beam.Create(items)
-        written = start | WriteShards(converter, sinks, run, SEED, 1, labels, NUM_SHARDS, placed=placed)
+        written = start | WriteShards(converter, sinks, run, 1, labels, NUM_SHARDS, placed=placed)
         assert_that(written[ERRORS], equal_to(rejected), label="Rejected")
         assert_that(
             written["shards"] | beam.Map(lambda s: s.split), equal_to(["test"] * 2 + ["train"] * 3), label="Splits"

@@ -211,7 +211,7 @@ def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_count
     run = bad_voc(tmp_path_factory, name)  # converted with RESIZE
     out = str(tmp_path / "records")
     found = plan(run.input, out, *RESIZE)
-    assert (found["input_kind"], found["layout"], found["annotations"]) == ("archives", "detection", "voc")
+    assert (found["input_kind"], found["layout"], found["annotations"]) == ("archived_detection", "detection", "voc")
     assert found["rejected"]["by_reason"] == {"bad_annotation": 2, "not_found": 1, "not_in_image_sets": 1}
     assert found["inputs"] == 9 and found["time"]["sample_size"] == 5
     assert all("!/" in row["path"] for row in found["rejected"]["examples"])  # ARCHIVE!/MEMBER, as errors.jsonl
@@ -242,7 +242,7 @@ def test_a_coco_archive_is_planned_as_its_folder_and_the_run_writes_what_it_coun
     run = split_coco(tmp_path_factory, "coco.tar")  # converted with RESIZE
     out = str(tmp_path / "records")
     found = plan(run.input, out, *RESIZE)
-    assert (found["input_kind"], found["annotations"]) == ("archives", "coco")
+    assert (found["input_kind"], found["annotations"]) == ("archived_detection", "coco")
     assert found["rejected"]["by_reason"] == {"bad_annotation": 1, "not_found": 1, "unknown_image": 1}
     assert found["inputs"] == 11
     assert {name: s["examples"] for name, s in found["splits"].items()} == COCO_SPLITS
@@ -308,12 +308,11 @@ def test_a_missing_input_exits_2_with_one_line(tmp_path):
 def test_the_plans_start_up_times_the_placement_a_folder_or_manifest_run_does_at_launch(class_folder, tmp_path):
     from img2tfrecord.model import WorkItem
     from img2tfrecord.pipeline.config import ConvertConfig
-    from img2tfrecord.pipeline.kinds import places_at_launch
-    from img2tfrecord.pipeline.plan import make_plan
+    from img2tfrecord.pipeline.kinds import plan_input
     from img2tfrecord.pipeline.startup import placement_seconds
 
     config = ConvertConfig(input=class_folder, output=str(tmp_path / "out"), analyze=False)
-    plan = make_plan(config)
-    assert places_at_launch(config, plan) and not places_at_launch(dataclasses.replace(config, dedupe=True), plan)
+    kind, plan = plan_input(config)
+    assert kind.places_at_launch(config) and not kind.places_at_launch(dataclasses.replace(config, dedupe=True))
     items = [WorkItem(f"/x/{c}/{i}.jpg", f"{c}/{i}.jpg", 10) for c in ("cat", "dog") for i in range(5000)]
     assert placement_seconds(config, plan, items) > 0 and placement_seconds(config, plan, []) == 0.0

@@ -1,4 +1,4 @@
-"""The first shards converted ahead while a run starts (conversion/pool.py ``prefetch``, pipeline/launch.py
+"""The first shards converted ahead while a run starts (conversion/pool.py ``prefetch``, commands/fast_start.py
 ``prefetch_first_shards``): the same outputs in the same order as converted when put, whatever is put."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import hashlib
 import multiprocessing
 import os
 import time
-import types
 
 import images as I
 import pytest
 from crashing import CountingConverter, CrashingConverter
 from helpers.datasets import write_tree
 
+from img2tfrecord.commands import fast_start
 from img2tfrecord.conversion import pool as pool_module
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.placement import Placement
@@ -21,6 +21,8 @@ from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool, close_st
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ShardItem, WorkItem
 from img2tfrecord.pipeline import launch
+from img2tfrecord.pipeline.kinds.detection import Detection
+from img2tfrecord.pipeline.kinds.folder import Folder
 
 SPLITS = (("train", 1.0),)
 LABELS = ["cat", "dog"]
@@ -142,14 +144,22 @@ class _Recorder:
         self.calls.append((shards, labels))
 
 
-def _launched(sizes_per_shard, labels=("b", "a"), **changes):
+def _launched(sizes_per_shard, labels=("a", "b"), config=None, kind=Folder(), **changes):
     shards = {
         ("train", n): [ShardItem(i, f"{n}/{i}", WorkItem(f"/in/{n}/{i}", f"{n}/{i}", size)) for i, size in enumerate(s)]
         for n, s in enumerate(sizes_per_shard)
     }
-    fields = dict(plan=None, listed=([], []), labels=labels, placement=Placement(shards, []))
+    fields = dict(
+        config=config or _config(),
+        kind=kind,
+        plan=None,
+        converter=None,
+        listed=([], []),
+        labels=list(labels) if labels is not None else None,
+        placement=Placement(shards, []),
+    )
     fields.update(changes)
-    return launch.Launched(**fields), shards
+    return launch.Launch(**fields), shards
 
 
 @pytest.mark.parametrize(
@@ -163,13 +173,13 @@ def _launched(sizes_per_shard, labels=("b", "a"), **changes):
 def test_the_launch_converts_ahead_the_first_shards_in_placement_order_within_its_bounds(sizes, expected):
     launched, shards = _launched(sizes)
     pool = _Recorder()
-    count = launch.prefetch_first_shards(_config(), launched, pool)
+    count = fast_start.prefetch_first_shards(launched, pool)
     ((given, labels),) = pool.calls
     assert [len(s) for s in given] == expected and count == sum(expected)
-    assert labels == ["a", "b"]  # the classes sorted, as the shard writer gets them
+    assert labels == ["a", "b"]  # the launch's classes, as the shard writer gets them
     non_empty = [found for found in shards.values() if found]
     assert all(s == [i.item for i in found][: len(s)] for s, found in zip(given, non_empty))  # prefixes, in order
-    assert count <= launch.PREFETCH_ITEMS and sum(i.size for s in given for i in s) <= launch.PREFETCH_BYTES
+    assert count <= fast_start.PREFETCH_ITEMS and sum(i.size for s in given for i in s) <= fast_start.PREFETCH_BYTES
 
 
 def _config(**changes):
@@ -182,22 +192,19 @@ def _config(**changes):
 
 
 def test_the_launch_converts_nothing_ahead_where_the_writer_may_not_put_the_same_items():
-    class Append:
-        labels = ("zebra", "ant")  # the output's class order, kept by the append
-
+    prefetch = fast_start.prefetch_first_shards
     pool = _Recorder()
-    launched, _ = _launched([[1] * 10])
-    assert launch.prefetch_first_shards(_config(resume=True), launched, pool) == 0  # finished shards are replayed
-    assert launch.prefetch_first_shards(_config(), _launched([[1]], labels=None)[0], pool) == 0  # classes unknown
-    assert launch.prefetch_first_shards(_config(), _launched([[1]], placement=None)[0], pool) == 0  # placed in the job
-    classified = types.SimpleNamespace(input=types.SimpleNamespace(annotations=""))
-    analysed = _launched([[1]], plan=classified)[0]
-    assert launch.prefetch_first_shards(_config(analyze=True), analysed, pool) == 0  # TensorFlow is imported meanwhile
+    assert prefetch(_launched([[1] * 10], config=_config(resume=True))[0], pool) == 0  # finished shards are replayed
+    assert prefetch(_launched([[1]], labels=None)[0], pool) == 0  # classes unknown
+    assert prefetch(_launched([[1]], placement=None)[0], pool) == 0  # placed in the job
+    analysed = _launched([[1]], config=_config(analyze=True))[0]
+    assert prefetch(analysed, pool) == 0  # TensorFlow is imported meanwhile
     assert not pool.calls
-    boxes = types.SimpleNamespace(input=types.SimpleNamespace(annotations="voc"))  # detection: no analysis
-    assert launch.prefetch_first_shards(_config(analyze=True), _launched([[1] * 2], plan=boxes)[0], pool) == 2
+    boxes = _launched([[1] * 2], config=_config(analyze=True), kind=Detection())[0]  # detection: no analysis
+    assert prefetch(boxes, pool) == 2
     pool.calls.clear()
-    assert launch.prefetch_first_shards(_config(), _launched([[1] * 3], labels=None, append=Append())[0], pool) == 3
+    appended = _launched([[1] * 3], labels=("zebra", "ant"))[0]  # the output's class order, kept by the append
+    assert prefetch(appended, pool) == 3
     assert pool.calls[0][1] == ["zebra", "ant"]
 
 
@@ -241,12 +248,12 @@ def test_a_local_run_takes_the_shards_converted_ahead_and_writes_the_same_bytes(
     monkeypatch.setattr(launch, "place_all", lambda *a: placements.append(1) or real_place(*a))
     monkeypatch.setattr(ConversionPool, "_take_prefetched", take)
     options = dict(processes=2, analyze=False, image_size=16, num_shards=3, seed=3)
-    monkeypatch.setattr(launch, "PREFETCH_ITEMS", 40)  # the first shard and part of the second
-    api.convert(src, str(tmp_path / "ahead"), **options)
+    monkeypatch.setattr(fast_start, "PREFETCH_ITEMS", 40)  # the first shard and part of the second
+    api.run_config(api.config_of(src, str(tmp_path / "ahead"), options), start=fast_start.start)
     assert placements == [1]  # placed once, at launch
     assert len(taken) == 40  # the writer took every item converted ahead
-    monkeypatch.setattr(launch, "PREFETCH_ITEMS", 0)
-    api.convert(src, str(tmp_path / "plain"), **options)
+    api.convert(src, str(tmp_path / "plain"), **options)  # a library caller's run: nothing converted ahead
+    assert len(taken) == 40
     assert _shard_digests(str(tmp_path / "ahead")) == _shard_digests(str(tmp_path / "plain"))
     assert len(_shard_digests(str(tmp_path / "plain"))) == 3
     assert not pool_module._STARTED and not pool_module._OPEN

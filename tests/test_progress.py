@@ -13,7 +13,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from img2tfrecord import progress
 from img2tfrecord.model import error_row
-from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, Sizing
 from img2tfrecord.pipeline.runner import (
     COUNTS_FROM_JOB,
@@ -21,7 +20,6 @@ from img2tfrecord.pipeline.runner import (
     dataflow_console_url,
     job_counts,
     live_counts,
-    progress_total,
 )
 from img2tfrecord.progress import Counts, ProgressReporter, RateMeter, Tally, progress_line
 from img2tfrecord.transforms.counters import CountRejectedFn, OutputCounter
@@ -233,11 +231,14 @@ def _plan(**fields) -> Plan:
 
 
 def test_the_total_is_the_launch_count_of_images_when_it_is_whole():
-    config = ConvertConfig(input="/in", output="/out")
-    assert progress_total(config, _plan()) == (120, "images")
-    assert progress_total(config, _plan(listing_complete=False)) == (None, "images")  # a partial peek
-    assert progress_total(config, _plan(annotations="voc")) == (None, "images")
-    assert progress_total(ConvertConfig(input="/in", output="/out", sequence=True), _plan()) == (None, "clips")
+    from img2tfrecord.pipeline.kinds.clips import Clips
+    from img2tfrecord.pipeline.kinds.detection import Detection
+    from img2tfrecord.pipeline.kinds.folder import Folder
+
+    assert Folder().progress_total(_plan()) == (120, "images")
+    assert Folder().progress_total(_plan(listing_complete=False)) == (None, "images")  # a partial peek
+    assert Detection().progress_total(_plan(annotations="voc")) == (None, "images")
+    assert Clips().progress_total(_plan()) == (None, "clips")
 
 
 def test_the_dataflow_console_link():

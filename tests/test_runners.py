@@ -15,7 +15,7 @@ from conftest import DATAFLOW_DRY_RUN, IN_MEMORY, ROOT, SRC, convert, shard_dige
 from helpers.outputs import read_records
 
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.plan import make_plan
+from img2tfrecord.pipeline.kinds import plan_input
 from img2tfrecord.pipeline.runner import pipeline_options
 from img2tfrecord.schemas import manifest
 
@@ -118,6 +118,7 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
 
     from img2tfrecord.images import ImageOptions
     from img2tfrecord.pipeline.build import build_pipeline
+    from img2tfrecord.pipeline.launch import launch_plan
 
     config = ConvertConfig(
         input=sample_dir,
@@ -127,7 +128,7 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
     )
     options = pipeline_options(list(DATAFLOW_DRY_RUN))
     p = beam.Pipeline(options=options)
-    build_pipeline(p, config, make_plan(config))
+    build_pipeline(p, launch_plan(plan_input(config)[1], config))
     result = p.run()
     result.wait_until_finish()
     assert result.state == "DONE"
@@ -137,9 +138,7 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
         "DiscoverImages",
         "DiscoverClasses",
         "WriteShards",
-        "ErrorReport",
-        "AnalyzeTrainSplit",
-        "FinalizeOutput",
+        "FinishOutput",
     ):
         assert step in top_level, sorted(top_level)
     every = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
@@ -148,7 +147,9 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
         "WriteShards/GroupByShard",
         "WriteShards/WriteShard",
         "WriteShards/CommitSplit",
-        "AnalyzeTrainSplit/Analyze",
+        "FinishOutput/ErrorReport",
+        "FinishOutput/AnalyzeTrainSplit/Analyze",
+        "FinishOutput/FinalizeOutput",
     ):
         assert step in every, sorted(every)
     assert job.options.view_as(beam.options.pipeline_options.SetupOptions).setup_file.endswith("setup.py")

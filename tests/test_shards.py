@@ -82,7 +82,6 @@ def _write(out, sources, converter, processes, compression="none", resume=False,
                 converter,
                 sinks,
                 run,
-                SEED,
                 processes,
                 beam.pvalue.AsSingleton(labels),
                 NUM_SHARDS,
@@ -320,7 +319,7 @@ def test_train_records_carry_small_analysis_rows(tmp_path):
     with beam.Pipeline(options=options) as p:
         labels = p | "Labels" >> beam.Create([LABELS])
         labels_side = beam.pvalue.AsSingleton(labels)
-        written = p | beam.Create(sources) | WriteShards(converter, sinks, run, SEED, 2, labels_side, NUM_SHARDS)
+        written = p | beam.Create(sources) | WriteShards(converter, sinks, run, 2, labels_side, NUM_SHARDS)
         expected = [
             value.analysis
             for tag, value in (converter(s, LABELS) for s in sources)
@@ -339,7 +338,7 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
     groups = collections.defaultdict(list)
     for s in sources:
-        for out_value in AssignShardsFn(converter, SEED).process(s, NUM_SHARDS):
+        for out_value in AssignShardsFn(converter).process(s, NUM_SHARDS):
             if isinstance(out_value, tuple):
                 groups[out_value[0]].append(out_value[1])
     fn = WriteShardsFn(converter, sinks, run, processes=1)
@@ -418,10 +417,11 @@ def test_workers_exit_when_the_process_that_started_them_is_killed():
 
 
 def test_a_local_run_converts_with_the_pool_started_before_beam_and_leaves_none_open(tmp_path, monkeypatch):
-    """``convert`` starts its conversion processes while it imports Beam; the shard writer takes that pool
-    instead of starting its own, and a run that ends before its writer (here: refused, the output is
-    finished already) closes the pool it started."""
+    """The command line's ``convert`` starts its conversion processes while it imports Beam; the shard writer
+    takes that pool instead of starting its own, and a run that ends before its writer (here: refused, the
+    output is finished already) closes the pool it started. A library caller's run starts none early."""
     from img2tfrecord import api
+    from img2tfrecord.commands import fast_start
     from img2tfrecord.conversion import pool
 
     made = []
@@ -435,11 +435,15 @@ def test_a_local_run_converts_with_the_pool_started_before_beam_and_leaves_none_
     src = str(tmp_path / "in")
     write_tree(src, {f"c{i % 2}/{i}.jpg": I.jpeg(40, 30) for i in range(12)})
     out = str(tmp_path / "out")
-    doc = api.convert(src, out, processes=2, analyze=False, image_size=16)
+    config = api.config_of(src, out, dict(processes=2, analyze=False, image_size=16))
+    doc = api.run_config(config, start=fast_start.start)
     assert doc.accounting.written == 12
     assert made == [2] and not pool._STARTED and not pool._OPEN
     from img2tfrecord.errors import UsageError
 
     with pytest.raises(UsageError, match="already holds a finished conversion"):  # refused under the lock
-        api.convert(src, out, processes=2, analyze=False, image_size=16)
+        api.run_config(config, start=fast_start.start)
     assert made == [2, 2] and not pool._STARTED and not pool._OPEN
+    with pytest.raises(UsageError, match="already holds a finished conversion"):
+        api.convert(src, out, processes=2, analyze=False, image_size=16)
+    assert made == [2, 2]

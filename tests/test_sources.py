@@ -20,7 +20,7 @@ from img2tfrecord.conversion.sharding import parse_splits
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.plan import make_plan
+from img2tfrecord.pipeline.kinds import plan_input
 from img2tfrecord.readers import records as rec
 from img2tfrecord.schemas import example_proto, manifest
 from img2tfrecord.schemas import features as keys
@@ -28,6 +28,11 @@ from img2tfrecord.sources import archives, kinds
 
 SPLITS = "train=0.5,validation=0.25,test=0.25"
 SEED = 5
+
+
+def plan_of(config: ConvertConfig):
+    """The launch plan of ``config``'s input."""
+    return plan_input(config)[1]
 
 
 def record_set(output):
@@ -214,26 +219,24 @@ def test_unlabeled_manifest(inputs, tmp_path):
 
 def test_plan_of_inputs(inputs, tmp_path):
     archives = inputs["archives"]
-    plan = make_plan(ConvertConfig(input=os.path.join(archives, "flowers.zip"), output=str(tmp_path / "o")))
+    plan = plan_of(ConvertConfig(input=os.path.join(archives, "flowers.zip"), output=str(tmp_path / "o")))
     assert (
-        plan.input.input_kind == kinds.INPUT_ARCHIVES
-        and plan.input.layout == "class"
-        and plan.sizing.num_files == len(inputs["files"])
+        plan.input.kind == "archives" and plan.input.layout == "class" and plan.sizing.num_files == len(inputs["files"])
     )
     split_zip = tmp_path / "split.zip"
     write_zip(str(split_zip), {"train/cat/a.jpg": I.jpeg(8, 8), "val/cat/b.jpg": I.jpeg(8, 8)}, top="data")
-    plan = make_plan(ConvertConfig(input=str(split_zip), output=str(tmp_path / "o")))
+    plan = plan_of(ConvertConfig(input=str(split_zip), output=str(tmp_path / "o")))
     assert plan.input.layout == "split" and plan.input.split_names == ("train", "validation")
-    plan = make_plan(ConvertConfig(input=os.path.join(inputs["root"], "labels.csv"), output=str(tmp_path / "o")))
-    assert plan.input.input_kind == kinds.INPUT_MANIFEST and plan.input.labeled and not plan.input.has_split_column
+    plan = plan_of(ConvertConfig(input=os.path.join(inputs["root"], "labels.csv"), output=str(tmp_path / "o")))
+    assert plan.input.kind == "manifest" and plan.input.labeled and not plan.input.has_split_column
     bad = tmp_path / "bad.csv"
     bad.write_text("path,label,split\ncat/a.jpg,cat,tr-ain\n")
     from img2tfrecord.pipeline.plan_model import PlanError
 
     with pytest.raises(PlanError, match="tr-ain"):
-        make_plan(ConvertConfig(input=str(bad), output=str(tmp_path / "o")))
+        plan_of(ConvertConfig(input=str(bad), output=str(tmp_path / "o")))
     with pytest.raises(PlanError, match="no archives"):
-        make_plan(ConvertConfig(input=str(tmp_path / "none-*.zip"), output=str(tmp_path / "o")))
+        plan_of(ConvertConfig(input=str(tmp_path / "none-*.zip"), output=str(tmp_path / "o")))
 
 
 def test_top_folder_rule():
@@ -293,21 +296,21 @@ def test_folders_holding_an_output_are_found_from_a_listing():
 
 def test_launch_plan_preview_and_local_checks_leave_out_an_old_output(inputs, tmp_path, caplog):
     from img2tfrecord.pipeline.inputs import scan_local_input
-    from img2tfrecord.pipeline.preview import list_sources
+    from img2tfrecord.pipeline.launch import launch
 
     root = str(tmp_path / "photos")
     write_tree(root, inputs["files"])
     write_old_output(os.path.join(root, "records"))
     config = ConvertConfig(input=root, output=str(tmp_path / "o"))
     with caplog.at_level("WARNING"):
-        plan = make_plan(config)
+        plan = plan_of(config)
     assert plan.input.skipped_outputs == ("records/done", "records/killed")
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "'records/done', 'records/killed'" in warnings[0], warnings
     assert plan.sizing.num_files == len(inputs["files"]) and plan.input.layout == "class"
-    listing = list_sources(config, plan)
-    assert sorted(f.relpath for f in listing.files) == sorted(inputs["files"])
-    assert listing.skipped == [] and listing.errors == []
+    items, junk, errors = launch(config, preview=True).listed_units()
+    assert sorted(f.relpath for f in items) == sorted(inputs["files"])
+    assert junk == [] and errors == []
     report = scan_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
     assert report.files == len(inputs["files"]) and report.empty_class_folders == []
     # A launch walks the folder once: its listing, then the local check over the same walk.
@@ -321,14 +324,14 @@ def test_launch_plan_preview_and_local_checks_leave_out_an_old_output(inputs, tm
         return walk(top, *args, **kwargs)
 
     with mock.patch.object(listing_module.os, "walk", counted), listing_module.listing_once():
-        plan = make_plan(config)
+        plan = plan_of(config)
         assert scan_local_input(plan.input.base, plan.input.pattern, plan.input.layout) == report
     assert walks == [root]
     # An input that is itself an output.
     from img2tfrecord.pipeline.plan_model import PlanError
 
     with pytest.raises(PlanError, match="is an img2tfrecord output"):
-        make_plan(ConvertConfig(input=os.path.join(root, "records", "done"), output=str(tmp_path / "o")))
+        plan_of(ConvertConfig(input=os.path.join(root, "records", "done"), output=str(tmp_path / "o")))
 
 
 def test_an_output_inside_the_input_is_recognised_on_every_filesystem(tmp_path):
@@ -352,7 +355,7 @@ def test_inputs_that_can_give_no_record_are_refused_at_launch(inputs, tmp_path):
 
     def refused(path: str) -> str:
         with pytest.raises(PlanError) as info:
-            make_plan(ConvertConfig(input=path, output=str(tmp_path / "o")))
+            plan_of(ConvertConfig(input=path, output=str(tmp_path / "o")))
         return str(info.value)
 
     cats = {k.split("/", 1)[1]: v for k, v in inputs["files"].items() if k.startswith("cat/")}
@@ -370,7 +373,7 @@ def test_inputs_that_can_give_no_record_are_refused_at_launch(inputs, tmp_path):
     assert refused(texts).startswith(f"no images in --input {texts}: its 2 file(s)")
     # A name without an image suffix: the content decides.
     write_tree(str(tmp_path / "noext"), {"cat/IMG_0001": I.jpeg(8, 8)})
-    assert make_plan(ConvertConfig(input=str(tmp_path / "noext"), output=str(tmp_path / "o"))).sizing.num_files == 1
+    assert plan_of(ConvertConfig(input=str(tmp_path / "noext"), output=str(tmp_path / "o"))).sizing.num_files == 1
     flat_zip = str(tmp_path / "flat.zip")
     write_zip(flat_zip, cats)
     assert "no class folders (<class>/<file> inside)" in refused(flat_zip)
@@ -380,7 +383,5 @@ def test_inputs_that_can_give_no_record_are_refused_at_launch(inputs, tmp_path):
     # The way out the message names: a manifest without a label column, an unlabeled dataset.
     listed = tmp_path / "photos" / "cat" / "list.csv"
     listed.write_text("path\n" + "".join(f"{name}\n" for name in sorted(cats)))
-    plan = make_plan(ConvertConfig(input=str(listed), output=str(tmp_path / "o")))
-    assert (
-        plan.input.input_kind == kinds.INPUT_MANIFEST and not plan.input.labeled and plan.sizing.num_files == len(cats)
-    )
+    plan = plan_of(ConvertConfig(input=str(listed), output=str(tmp_path / "o")))
+    assert plan.input.kind == "manifest" and not plan.input.labeled and plan.sizing.num_files == len(cats)

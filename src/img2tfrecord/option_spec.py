@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +39,41 @@ class Option:
     recorded_as: Optional[str] = None  # its key in dataset.json's "options"
     template: Optional[Template] = None
     doc: Optional[str] = None  # its meaning in docs/options.md (Markdown, with links), when richer than ``help``
+    python_types: Tuple[Any, ...] = (str,)  # what the Python API takes for an option without a ``type``
 
     @property
     def dest(self) -> str:
         return self.negates or self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def default_value(self) -> Any:
+        """The value of ``dest`` when the option is not given."""
+        if self.switch:
+            return False
+        return True if self.negates else self.default
+
+    def value_of(self, value: Any) -> Any:
+        """The Python API's ``value`` for ``dest``, checked as the flag's text is (None: not given); ValueError
+        with the line the command line would print."""
+        if self.switch or self.negates:
+            if not isinstance(value, bool):
+                raise ValueError(f"{self.dest}: {value!r} is not True or False ({self.flag})")
+            return value
+        if value is None:
+            return self.default
+        if self.type is not None:
+            try:
+                value = self.type(value) if self.type not in (int, float) else _typed(self.type, value)
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+                typed = self.type in (int, float)
+                message = f"invalid {getattr(self.type, '__name__', '')} value: {str(value)!r}" if typed else str(e)
+                raise ValueError(f"argument {self.flag}: {message}") from None
+        elif not isinstance(value, self.python_types):
+            raise ValueError(f"{self.dest}: {value!r} is not a {self.dest.replace('_', ' ')} ({self.flag})")
+        if self.choices is not None and value not in self.choices:
+            choices = ", ".join(repr(c) for c in self.choices)
+            raise ValueError(f"argument {self.flag}: invalid choice: {value!r} (choose from {choices})")
+        return value
 
     def add_to(self, parser) -> None:
         flags = [self.short, self.flag] if self.short else [self.flag]
@@ -58,6 +89,17 @@ class Option:
             if self.metavar is not None:
                 kwargs["metavar"] = self.metavar
         parser.add_argument(*flags, **kwargs)
+
+
+def _typed(kind: Callable[[Any], Any], value: Any) -> Any:
+    """``int``/``float`` of a flag's text, or of a Python number of that kind (never a bool)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (str, int, float))
+        or (kind is int and isinstance(value, float))
+    ):
+        raise ValueError(value)
+    return kind(value)
 
 
 def add_arguments(parser: argparse.ArgumentParser, options: Sequence[Option]) -> List[str]:

@@ -25,34 +25,63 @@ MAX_NUM_SHARDS = 10000  # --num-shards: per split; each shard is a file, a task 
 LIMITS_DOC = "docs/options.md#bounds"
 
 
-def parse_image_size(text: str) -> Tuple[int, int]:
-    """``"224"`` -> (224, 224); ``"320x240"`` -> (320, 240) as (width, height); each side at most
-    :data:`MAX_IMAGE_SIDE`."""
-    m = re.fullmatch(r"\s*(-?\d+)\s*(?:[xX]\s*(-?\d+)\s*)?", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected N or WxH, got {text!r}")
-    w = int(m.group(1))
-    h = int(m.group(2)) if m.group(2) is not None else w
+def parse_image_size(value: Any) -> Tuple[int, int]:
+    """``"224"`` or 224 -> (224, 224); ``"320x240"`` or (320, 240) -> (320, 240) as (width, height); each side at
+    most :data:`MAX_IMAGE_SIDE`."""
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(-?\d+)\s*(?:[xX]\s*(-?\d+)\s*)?", value)
+        if not m:
+            raise argparse.ArgumentTypeError(f"expected N or WxH, got {value!r}")
+        w = int(m.group(1))
+        h = int(m.group(2)) if m.group(2) is not None else w
+    elif _is_int(value):
+        w = h = value
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_int(v) for v in value):
+        w, h = value
+    else:
+        raise argparse.ArgumentTypeError(f"expected N or WxH, got {flag_text(value)!r}")
     if w <= 0 or h <= 0:
-        raise argparse.ArgumentTypeError(f"image size must be positive, got {text!r}")
+        raise argparse.ArgumentTypeError(f"image size must be positive, got {flag_text(value)!r}")
     if w > MAX_IMAGE_SIDE or h > MAX_IMAGE_SIDE:
         raise argparse.ArgumentTypeError(
             f"each side must be at most {MAX_IMAGE_SIDE} pixels (a larger image does not fit a conversion "
-            f"process's memory; {LIMITS_DOC}), got {text!r}"
+            f"process's memory; {LIMITS_DOC}), got {flag_text(value)!r}"
         )
     return w, h
 
 
-def _checked(kind: Callable[[str], Any], valid: Callable[[Any], bool], expected: str, bound: str):
-    """An argparse type: ``kind(text)`` when ``valid``; else one line saying what was expected."""
+def flag_text(value: Any) -> str:
+    """A Python API value as its flag's text, for messages: ``(320, 240)`` -> ``320x240``, ``0.5`` -> ``0.5``."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return f"{value[0]}x{value[1]}"
+    return str(value)
 
-    def parse(text: str) -> Any:
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def typed(kind: Callable[[str], Any], value: Any) -> Any:
+    """``kind(value)`` of a flag's text, or of a Python value of that kind (an int for a float too; never
+    a bool); ValueError for anything else."""
+    if isinstance(value, str):
+        return kind(value)
+    if _is_int(value) or (kind is float and isinstance(value, float)):
+        return kind(value)
+    raise ValueError(f"not a {kind.__name__}: {value!r}")
+
+
+def _checked(kind: Callable[[str], Any], valid: Callable[[Any], bool], expected: str, bound: str):
+    """An argparse type (of a flag's text, or of the Python API's value): ``kind(value)`` when ``valid``; else one
+    line saying what was expected."""
+
+    def parse(given: Any) -> Any:
         try:
-            value = kind(text)
+            value = typed(kind, given)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {flag_text(given)!r}") from None
         if not valid(value):
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {flag_text(given)!r}")
         return value
 
     return parse

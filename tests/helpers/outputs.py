@@ -11,6 +11,7 @@ from conftest import IN_MEMORY
 
 from img2tfrecord import schemas
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.launch import launch
 from img2tfrecord.pipeline.run import run
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import manifest
@@ -52,7 +53,7 @@ def records_by_relpath(output: str, with_image: bool = False) -> dict:
 
 def convert_in_process(input_path, output, **options):
     config = ConvertConfig(input=input_path, output=str(output), analyze=False, **options)
-    doc = run(config, list(IN_MEMORY))
+    doc = run(launch(config), list(IN_MEMORY))
     assert doc is not None
     return doc
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 
-from img2tfrecord import api
 from img2tfrecord.conversion.converter import Converter, DetectionConverter, ImageConverter
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, Splits, parse_splits
+from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, Splits
+from img2tfrecord.errors import UsageError
 from img2tfrecord.model import ERRORS, DetectionRecord, Record, WorkItem
 from img2tfrecord.option_values import TASK_DETECTION
+from img2tfrecord.options import keyword_values
+from img2tfrecord.pipeline.config import image_options, run_splits_of
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.sources.layout import LAYOUT_DETECTION, LAYOUT_MANIFEST
 from img2tfrecord.sources.references import reference_item
@@ -72,20 +73,17 @@ class _Convert(beam.DoFn):
             yield ConvertedExample(value.split, value.class_name, value.example, item.relpath)
 
 
-def _record_converter(ns: argparse.Namespace, analyze: bool = False) -> Tuple[Converter[WorkItem], Splits]:
-    """The converter of parsed record options, and the splits; UsageError for a bad combination."""
-    try:
-        splits = parse_splits(ns.splits) if ns.splits is not None else ((DEFAULT_SPLIT, 1.0),)
-    except ValueError as e:
-        raise api.UsageError(f"--splits: {e}") from None
-    image = api.image_options(ns)
-    if ns.task == TASK_DETECTION:
-        return DetectionConverter(image, LAYOUT_DETECTION, splits, ns.seed, ns.require_boxes), splits
-    if ns.require_boxes:
-        raise api.UsageError("--require-boxes applies to detection: give it with task='detection'")
+def record_converter(values: Mapping[str, Any], analyze: bool = False) -> Tuple[Converter[WorkItem], Splits]:
+    """The converter of ``convert``'s record option values, and the splits; UsageError for a bad combination."""
+    splits = run_splits_of(values["splits"]) or ((DEFAULT_SPLIT, 1.0),)
+    image = image_options(values)
+    if values["task"] == TASK_DETECTION:
+        return DetectionConverter(image, LAYOUT_DETECTION, splits, values["seed"], values["require_boxes"]), splits
+    if values["require_boxes"]:
+        raise UsageError("--require-boxes applies to detection: give it with task='detection'")
     sums_split = names.ANALYZED_SPLIT if analyze else None
-    exact = bool(getattr(ns, "exact_statistics", False))
-    return ImageConverter(image, LAYOUT_MANIFEST, splits, ns.seed, sums_split, exact), splits
+    exact = bool(values.get("exact_statistics", False))
+    return ImageConverter(image, LAYOUT_MANIFEST, splits, values["seed"], sums_split, exact), splits
 
 
 def _to_items(converter: Converter[WorkItem], root: Optional[str], labeled: bool) -> _ToItems:
@@ -108,7 +106,7 @@ class ImagesToExamples(beam.PTransform):
 
     def __init__(self, *, root: Optional[str] = None, labeled: bool = True, **options: Any):
         super().__init__()
-        self._converter, _ = _record_converter(api.parse_options(options, allowed=OPTIONS))
+        self._converter, _ = record_converter(keyword_values(options, allowed=OPTIONS))
         self._root = root
         self._labeled = labeled
 

@@ -114,7 +114,6 @@ class ExamplesToTFRecords(beam.PTransform):
             _Written(self._seed),
             ShardSinks(self._output, self._compression, FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR)),
             run_dir,
-            self._seed,
             1,
             beam.pvalue.AsSingleton(start | "NoLabels" >> beam.Map(lambda _: [])),
             beam.pvalue.AsSingleton(counts),

@@ -72,7 +72,7 @@ def format_summary(doc: DatasetManifest) -> str:
 
 def print_plan(config, as_json: bool) -> int:
     """``convert --plan``: print what a run would do (``pipeline/preview.py``); nothing is written."""
-    from img2tfrecord.pipeline import PlanError
+    from img2tfrecord.pipeline.plan_model import PlanError
     from img2tfrecord.pipeline.preview import plan_run
     from img2tfrecord.pipeline.preview_report import format_plan
 
@@ -86,8 +86,8 @@ def print_plan(config, as_json: bool) -> int:
 
 def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     """``convert``; without ``--verbose`` stderr carries only img2tfrecord's own lines (``commands/quiet.py``)."""
+    from img2tfrecord.commands.fast_start import one_blas_thread, pause_collection, resume_collection
     from img2tfrecord.commands.quiet import StderrFilter
-    from img2tfrecord.pipeline.own_process import one_blas_thread, pause_collection, resume_collection
 
     pause_collection()  # until the job starts (pipeline/own_process.py)
     one_blas_thread()  # before numpy is imported
@@ -102,9 +102,11 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
 
 
 def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
-    from img2tfrecord.api import config_from_args, run_config
+    from img2tfrecord.api import run_config
+    from img2tfrecord.commands import fast_start
     from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.errors import ErrorBudgetExceeded
+    from img2tfrecord.pipeline.config import config_from_options
     from img2tfrecord.schemas import manifest
 
     # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.
@@ -115,7 +117,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
             if handler not in configured:
                 handler.addFilter(OwnLinesOnly())
     check_pipeline_args(pipeline_args, own_options, ns.input)
-    config = config_from_args(ns, pipeline_args)
+    config = config_from_options(ns.input, ns.output, vars(ns))
     if not ns.verbose:
         # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.
         logging.getLogger("apache_beam").setLevel(logging.WARNING)
@@ -128,7 +130,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         return print_plan(config, ns.json)
     # The job itself enforces --max-error-rate: it writes everything, then fails.
     try:
-        doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet, own_process=True)
+        doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet, start=fast_start.start)
     except ErrorBudgetExceeded as e:
         assert e.result is not None  # run_config attaches the finished output's manifest
         print(format_summary(e.result))

@@ -19,9 +19,10 @@ ShardKey = Tuple[str, int]  # (split, shard)
 
 
 def place(
-    converter: Converter[Any], item: Any, seed: int, num_shards: Mapping[str, int]
+    converter: Converter[Any], item: Any, num_shards: Mapping[str, int]
 ) -> Tuple[Optional[ShardKey], Union[ShardItem, ErrorRow]]:
-    """``(key, ShardItem)`` for an item with a place; ``(None, error row)`` for one without (rejected)."""
+    """``(key, ShardItem)`` for an item with a place; ``(None, error row)`` for one without (rejected). The
+    seed of its shard and position is the converter's."""
     relpath = converter.relpath_of(item)
     try:
         split = converter.split_of(item)
@@ -31,6 +32,7 @@ def place(
     if split not in num_shards:
         message = f"split {split!r} was not seen when the run was planned (splits: {', '.join(num_shards)})"
         return None, error_row(converter.path_of(item), relpath, "unknown_split", message)
+    seed = converter.seed
     return (split, assign_shard(relpath, seed, num_shards[split])), ShardItem(shuffle_key(relpath, seed), relpath, item)
 
 
@@ -51,12 +53,12 @@ class Placement(NamedTuple):
     rejected: List[ErrorRow]
 
 
-def place_all(converter: Converter[Any], items: Iterable[Any], seed: int, num_shards: Mapping[str, int]) -> Placement:
+def place_all(converter: Converter[Any], items: Iterable[Any], num_shards: Mapping[str, int]) -> Placement:
     """Every item of ``items`` placed (:func:`place`), grouped by shard as the job's shuffle would group them."""
     shards: Dict[ShardKey, List[ShardItem]] = {key: [] for key in shard_keys(num_shards)}
     rejected: List[ErrorRow] = []
     for item in items:
-        key, value = place(converter, item, seed, num_shards)
+        key, value = place(converter, item, num_shards)
         if key is None:
             rejected.append(value)  # type: ignore[arg-type]
         else:

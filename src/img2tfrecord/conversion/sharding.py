@@ -9,7 +9,7 @@ seed and input always give the same bytes in every shard.
 from __future__ import annotations
 
 import hashlib
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
 from img2tfrecord.sources.split_folders import split_of_folder
@@ -21,12 +21,9 @@ Splits = Tuple[Tuple[str, float], ...]
 
 
 def parse_splits(text: str) -> Splits:
-    """``"train=0.8,validation=0.1,test=0.1"`` -> ``(("train", 0.8), ...)``; ValueError if malformed.
-
-    A name is read as a split folder's is (:func:`split_of_folder`): ``val`` is ``validation``.
-    """
-    splits: List[Tuple[str, float]] = []
-    spelled: Dict[str, str] = {}  # split -> the name it was given as
+    """``"train=0.8,validation=0.1,test=0.1"`` -> ``(("train", 0.8), ...)``; ValueError if malformed
+    (:func:`splits_of`)."""
+    pairs: List[Tuple[str, Any]] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -35,9 +32,24 @@ def parse_splits(text: str) -> Splits:
         name = name.strip()
         if not sep or not name:
             raise ValueError(f"expected NAME=FRACTION, got {part!r}")
-        if not SPLIT_NAME_RE.match(name):
+        pairs.append((name, value))
+    return splits_of(pairs)
+
+
+def splits_of(pairs: Sequence[Tuple[Any, Any]]) -> Splits:
+    """``[("train", 0.8), ("val", "0.2")]`` -> ``(("train", 0.8), ("validation", 0.2))``: each name a split
+    name, each fraction a number in (0, 1], no split twice, the fractions summing to 1; ValueError if not.
+
+    A name is read as a split folder's is (:func:`split_of_folder`): ``val`` is ``validation``.
+    """
+    splits: List[Tuple[str, float]] = []
+    spelled: Dict[str, str] = {}  # split -> the name it was given as
+    for name, value in pairs:
+        if not isinstance(name, str) or not SPLIT_NAME_RE.match(name):
             raise ValueError(f"split name {name!r} may only use letters, digits and '_'")
         try:
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise ValueError(value)
             fraction = float(value)
         except ValueError:
             raise ValueError(f"fraction of split {name!r} is not a number: {value!r}") from None

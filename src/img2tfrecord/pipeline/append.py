@@ -21,7 +21,8 @@ from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, Item, frames
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds import InputLedger, frames_of, input_ledger
+from img2tfrecord.pipeline.kinds import InputKind
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, frames_of
 from img2tfrecord.pipeline.listing import digest, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
@@ -41,13 +42,9 @@ FREE_OPTIONS = ("shard_size_mb", "num_shards", "max_error_rate", "analyze", "exa
 _SHOWN = 3  # paths named in a refusal line
 
 
-class NothingNew(Exception):
-    """The input holds nothing the output does not: the append changes no byte."""
-
-
 @dataclasses.dataclass(frozen=True)
 class AppendRun:
-    """The next generation of an output: what it converts and how.
+    """The next generation of an output: what it converts and how, or why it cannot go on.
 
     ``plan`` is the run's plan narrowed to ``items`` (its shard counts sized from them, its
     ``generation`` set); ``labels`` are the output's classes, then any new ones (``--allow-new-classes``);
@@ -55,7 +52,9 @@ class AppendRun:
     ``listed``: the work items of the inputs it converts and the rows rejected while making them (None:
     the pipeline reads them, from the archives ``plan.input.units`` names);
     ``analysis_base``: the totals of the train records the output's statistics cover, less the
-    withdrawn ones, which the generation's analysis adds to (None: it is not analysed).
+    withdrawn ones, which the generation's analysis adds to (None: it is not analysed);
+    ``nothing_new``: why the append converts nothing (it writes nothing); :meth:`refusal`: why it cannot
+    go on without a choice from the user.
     """
 
     previous: DatasetManifest
@@ -63,19 +62,46 @@ class AppendRun:
     changes: InputChanges  # its ``to_convert`` is the generation's ledger
     labels: Tuple[str, ...]
     new_classes: Tuple[str, ...]
+    ledger: InputLedger
+    class_noun: str  # what a class is called in messages (InputKind.class_noun)
+    allow_new_classes: bool = False
     withdrawn: Tuple[Withdrawal, ...] = ()
     analysis_base: Optional[RunTotals] = None
     listed: Optional[Tuple[List[Item], List[ErrorRow]]] = ([], [])
-    noun: str = "input(s)"  # what the ledger counts: input(s), archive(s), annotated image(s)
+    nothing_new: Optional[str] = None
 
     @property
     def generation(self) -> int:
         return self.plan.generation
 
     @property
+    def noun(self) -> str:
+        """What the ledger counts: input(s), archive(s), annotated image(s), clip(s)."""
+        return self.ledger.noun
+
+    @property
     def base_exact(self) -> bool:
         """Whether the statistics it adds to are of the stored pixels."""
         return bool((self.previous.statistics or {}).get("exact", True))
+
+    @property
+    def refused(self) -> Optional[str]:
+        """:meth:`refusal` without the list file."""
+        return self.refusal(list_file=False)
+
+    def refusal(self, list_file: bool) -> Optional[str]:
+        """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
+        changed and removed inputs are also listed in a local file the line names."""
+        changes, new_classes = self.changes, self.new_classes
+        if (changes.changed or changes.removed) and not changes.accepted:
+            return _changes_refused(changes, list_file, self.noun)
+        if new_classes and not self.allow_new_classes:
+            shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
+            return (
+                f"--append: {len(new_classes)} new {self.class_noun} ({shown}) not among the output's classes; "
+                "pass --allow-new-classes to add them with the next ids, or rebuild with --overwrite"
+            )
+        return None
 
 
 # ---------------------------------------------------------------------------
@@ -166,12 +192,12 @@ def _shown(value) -> str:
 # The append.
 
 
-def append_ledger(config: ConvertConfig, plan: Plan) -> InputLedger:
+def append_ledger(config: ConvertConfig, kind: InputKind, plan: Plan) -> InputLedger:
     """The listing of the inputs an append compares with the output; PlanError for an input kind or
     options that allow no append."""
-    ledger = input_ledger(config, plan)
+    ledger = kind.ledger(config, plan)
     if ledger is None:
-        raise PlanError(f"--append: {plan.input.input_kind} inputs keep no input ledger: rebuild with --overwrite")
+        raise PlanError(f"--append: {kind.name} inputs keep no input ledger: rebuild with --overwrite")
     if config.dedupe:
         raise PlanError("--append converts only new inputs, and --dedupe compares all of them: give one")
     repeated = ledger.repeated()
@@ -208,55 +234,18 @@ def new_classes_of(plan: Plan, items: Sequence[Item], previous: DatasetManifest)
     return sorted(set(layouts.class_names(frames_of(items), plan.input.layout)) - set(previous.labels))
 
 
-def refusal(
-    plan: Plan,
-    ledger: InputLedger,
-    changes: InputChanges,
-    new_classes: Sequence[str],
-    allow_new_classes: bool,
-    list_file: bool = True,
-) -> Optional[str]:
-    """Why the append cannot go on without a choice from the user (one line), or None; ``list_file``:
-    changed and removed inputs are also listed in a local file the line names."""
-    if plan.input.annotations:
-        noun = "class(es) of objects"
-    else:
-        noun = "label(s)" if plan.input.input_kind == kinds.INPUT_MANIFEST else "class folder(s)"
-    if (changes.changed or changes.removed) and not changes.accepted:
-        return _changes_refused(changes, list_file, ledger.noun)
-    if new_classes and not allow_new_classes:
-        shown = ", ".join(repr(c) for c in new_classes[:_SHOWN]) + (" ..." if len(new_classes) > _SHOWN else "")
-        return (
-            f"--append: {len(new_classes)} new {noun} ({shown}) not among the output's classes; "
-            "pass --allow-new-classes to add them with the next ids, or rebuild with --overwrite"
-        )
-    return None
-
-
-def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> AppendRun:
-    """The next generation of ``config.output``; PlanError to refuse, NothingNew when nothing is new.
+def plan_append(config: ConvertConfig, kind: InputKind, plan: Plan, converter: Converter) -> AppendRun:
+    """The next generation of ``config.output``: what it converts, or why it cannot go on (``refused``), or
+    that there is nothing new; PlanError for an output or options that allow no append.
 
     ``plan`` is the launch plan of the whole input (its listing is reused when inside
     ``listing.listing_once``); ``converter`` places each new input in its split.
     """
-    ledger = append_ledger(config, plan)
+    ledger = append_ledger(config, kind, plan)
     previous, generations, changes = compare_with_output(config, plan, ledger)
     number = previous.generations[-1].number
     items, rejected = ledger.work_items(changes.to_convert)
     new_classes = new_classes_of(plan, items, previous)
-    refused = refusal(plan, ledger, changes, new_classes, config.allow_new_classes)
-    if refused:
-        raise PlanError(refused)
-    stale = stale_inputs(changes) if changes.accepted else {}
-    if not changes.to_convert and not stale:
-        raise NothingNew(f"nothing new since generation {number} in {config.output}; nothing was written")
-    base = analysis_base(config, previous)
-    split_of = SplitOf(converter, ledger.placed_item)
-    withdrawn, withdrawn_totals = withdrawals(
-        config.output, previous, generations, stale, split_of, config.seed, base is not None, ledger.locate
-    )
-    if base is not None:
-        base.subtract(withdrawn_totals)
     sized = sized_for(config, plan, converter, items).sizing
     narrowed = Plan(
         dataclasses.replace(
@@ -269,9 +258,32 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
         ),
         generation=number + 1,
     )
-    labels = tuple(previous.labels) + tuple(new_classes)
-    listed = (items, rejected) if ledger.places_at_launch else None
-    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base, listed, ledger.noun)
+    run = AppendRun(
+        previous,
+        narrowed,
+        changes,
+        tuple(previous.labels) + tuple(new_classes),
+        tuple(new_classes),
+        ledger,
+        kind.class_noun(plan),
+        config.allow_new_classes,
+        listed=(items, rejected) if kind.places_at_launch(config) else None,
+    )
+    if run.refused is not None:
+        return run
+    stale = stale_inputs(changes) if changes.accepted else {}
+    if not changes.to_convert and not stale:
+        return dataclasses.replace(
+            run, nothing_new=f"nothing new since generation {number} in {config.output}; nothing was written"
+        )
+    base = analysis_base(config, previous)
+    split_of = SplitOf(converter, ledger.placed_item)
+    withdrawn, withdrawn_totals = withdrawals(
+        config.output, previous, generations, stale, split_of, config.seed, base is not None, ledger.locate
+    )
+    if base is not None:
+        base.subtract(withdrawn_totals)
+    return dataclasses.replace(run, withdrawn=tuple(withdrawn), analysis_base=base)
 
 
 def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[RunTotals]:

@@ -1,13 +1,23 @@
-"""Everything a conversion run needs to know, validated before any pipeline starts."""
+"""Everything a conversion run needs to know (:class:`ConvertConfig`), made from ``convert``'s option values
+(:func:`config_from_options`: the command line's parsed flags and the Python API's keywords alike) and
+checked before any pipeline starts."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Optional
+import os
+from typing import Any, Dict, Mapping, Optional
 
-from img2tfrecord.conversion.sharding import Splits
+from img2tfrecord.conversion.sharding import Splits, parse_splits, splits_of
+from img2tfrecord.errors import UsageError
 from img2tfrecord.images import ImageOptions
-from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB
+from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION
+from img2tfrecord.sources.kinds import input_folder, listed_folder, output_inside_input
+
+# The default runner: Beam's FnApiRunner (what the DirectRunner falls back to offline), in_memory: the
+# job's DoFns run in the launching process, each shard's images converted by its pool (conversion/pool.py).
+LOCAL_RUNNER = "FnApiRunner"
+LOCAL_RUNNING_MODE = "in_memory"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,3 +71,113 @@ class ConvertConfig:
             "require_boxes": self.require_boxes,
             "dedupe": self.dedupe,
         }
+
+
+def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> ConvertConfig:
+    """The run's configuration from ``convert``'s option values (``options.keyword_values``, or the parsed
+    flags); UsageError for a combination that cannot run."""
+    v = values
+    splits = run_splits_of(v.get("splits"))
+    if input.rstrip("/") == output.rstrip("/"):
+        raise UsageError("--output must differ from --input")
+    if v["resume"] and v["overwrite"]:
+        raise UsageError("--resume keeps what an interrupted run finished, --overwrite replaces it: give one")
+    if v["append"] and v["overwrite"]:
+        raise UsageError("--append adds to a finished output, --overwrite replaces it: give one")
+    for flag, given in (
+        ("--allow-new-classes", v["allow_new_classes"]),
+        ("--retry-rejected", v["retry_rejected"]),
+        ("--accept-changes", v["accept_changes"]),
+    ):
+        if given and not v["append"]:
+            raise UsageError(f"{flag} applies to --append")
+    if v.get("json") and not v.get("plan"):
+        raise UsageError("--json prints the plan as JSON: give it with --plan")
+    check_analysis_options(v)
+    if v["task"] == TASK_DETECTION and v["sequence"]:
+        raise UsageError("--sequence makes one record per clip; detection records are one per image")
+    if v["require_boxes"] and v["task"] == TASK_CLASSIFICATION:
+        raise UsageError("--require-boxes applies to detection, not to --task classification")
+    if v["dedupe"] and v["sequence"]:
+        raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
+    if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
+        raise UsageError(f"--output {output} is a file: give a folder (it is created if missing)")
+    if output_inside_input(input, output):
+        raise UsageError(
+            f"--output {output} is inside --input {input}: a later run over the input would read the "
+            f"output as a class; give an --output outside the input, e.g. {_sibling_output(input)}"
+        )
+    return ConvertConfig(
+        input=input,
+        output=output.rstrip("/") if "://" in output else os.path.abspath(output),
+        image=image_options(v),
+        splits=splits,
+        seed=v["seed"],
+        shard_size_mb=v["shard_size_mb"] or DEFAULT_SHARD_SIZE_MB,
+        num_shards=v["num_shards"],
+        compression=v["compression"],
+        overwrite=v["overwrite"],
+        resume=v["resume"],
+        analyze=v["analyze"],
+        exact_statistics=v["exact_statistics"],
+        sequence=v["sequence"],
+        task=v["task"],
+        require_boxes=v["require_boxes"],
+        dedupe=v["dedupe"],
+        append=v["append"],
+        allow_new_classes=v["allow_new_classes"],
+        retry_rejected=v["retry_rejected"],
+        accept_changes=v["accept_changes"],
+        processes=v["processes"] or 0,  # 0: the run picks (pipeline/runner.default_processes)
+        max_error_rate=v["max_error_rate"],
+    )
+
+
+def check_analysis_options(values: Mapping[str, Any]) -> None:
+    """UsageError for analysis options that contradict the others (also ``ImagesToTFRecords``' check)."""
+    if values.get("exact_statistics") and not values.get("analyze", True):
+        raise UsageError("--exact-statistics applies to the analysis, which --no-analyze skips")
+    if values.get("exact_statistics") and values.get("sequence"):
+        raise UsageError("--exact-statistics applies to the analysis, and --sequence records are not analysed")
+
+
+def run_splits_of(given: Any) -> Optional[Splits]:
+    """``--splits``: its text (``train=0.8,validation=0.2``) or the Python API's mapping of split -> fraction;
+    None when not given; UsageError naming what is wrong."""
+    if given is None:
+        return None
+    try:
+        if isinstance(given, str):
+            return parse_splits(given)
+        if isinstance(given, Mapping):
+            return splits_of(list(given.items()))
+    except ValueError as e:
+        raise UsageError(f"--splits: {e}") from None
+    raise UsageError(f"splits: {given!r} is not a splits (--splits)")
+
+
+def image_options(values: Mapping[str, Any]) -> ImageOptions:
+    """The image options of ``convert``'s option values; ``--format`` by default keeps the stored bytes when
+    nothing changes the pixels, else JPEG."""
+    fmt = values["format"]
+    if fmt is None:
+        fmt = "keep" if values["image_size"] is None and values["channels"] == 3 else "jpeg"
+    return ImageOptions(
+        size=values["image_size"],
+        resize=values["resize"],
+        resample=values["resample"],
+        channels=values["channels"],
+        format=fmt,
+        quality=values["quality"],
+        max_pixels=values["max_pixels"],
+        max_file_bytes=int(values["max_file_mb"] * 1024 * 1024),
+        decode_timeout_s=values["decode_timeout_s"],
+    )
+
+
+def _sibling_output(input_path: str) -> str:
+    """An output folder beside the folder ``input_path`` lists: ``photos/`` -> ``photos-tfrecords``."""
+    folder = (listed_folder(input_path) or input_path).rstrip("/")
+    if os.path.basename(folder) in ("", ".", ".."):  # name it: "./-tfrecords" would be inside
+        folder = input_folder(input_path) or folder
+    return f"{folder}-tfrecords"

@@ -148,6 +148,9 @@ def listing_once() -> Iterator[None]:
     count of every input), a local folder walked once (the listing, then the local check), and a file
     read through :func:`read_once` read once: a bucket of a million objects is not listed twice, nor a
     folder of a million files walked twice, nor a manifest of a million rows parsed twice."""
+    if _LISTINGS.get() is not None:  # inside an outer block: share its listings
+        yield
+        return
     token = _LISTINGS.set({})
     walks = _WALKS.set({})
     reads = _READS.set({})

@@ -12,16 +12,8 @@ import hashlib
 import json
 from typing import Any, Dict, Tuple
 
-from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.sources import kinds
-from img2tfrecord.sources.detection_archives import ArchivedAnnotations
-from img2tfrecord.sources.inputs import InputSource
-from img2tfrecord.sources.inputs.annotation import AnnotationSource
-from img2tfrecord.sources.inputs.archive import ArchiveSource
-from img2tfrecord.sources.inputs.archived_annotation import ArchivedAnnotationSource
-from img2tfrecord.sources.inputs.folder import FolderSource
-from img2tfrecord.sources.inputs.manifest import ManifestSource
 
 
 class PlanError(ValueError):
@@ -36,7 +28,7 @@ class InputPlan:
     pattern: str  # what the pipeline matches
     layout: str
     split_names: Tuple[str, ...]
-    input_kind: str = kinds.INPUT_FOLDER  # folder (or glob of images), archives, manifest
+    kind: str = ""  # the name of the input kind that made the plan (pipeline/kinds/)
     labeled: bool = True  # False: a manifest without a label column
     has_split_column: bool = False  # a manifest whose rows name their split
     listing_digest: str = ""  # sha256 of what the launch listing saw (names, sizes, manifest rows)
@@ -45,27 +37,6 @@ class InputPlan:
     listing_complete: bool = True  # False: Sizing.num_files counts what a partial peek into the archives saw
     skipped_outputs: Tuple[str, ...] = ()  # a folder's folders holding earlier outputs: not inputs (relative)
     units: Tuple[str, ...] = ()  # archives: the ones the pipeline reads instead of matching pattern (an append's)
-
-    @property
-    def task(self) -> str:
-        """classification or detection."""
-        return TASK_DETECTION if self.annotations else TASK_CLASSIFICATION
-
-    def source(self, config: ConvertConfig) -> InputSource:
-        """The input source described: what the run's discovery and ``--plan`` read."""
-        limit = config.image.max_file_bytes
-        if self.annotations and self.input_kind == kinds.INPUT_ARCHIVES:
-            found = ArchivedAnnotations(self.annotations, self.patterns)
-            return ArchivedAnnotationSource(
-                found, self.pattern, self.split_names, self.has_split_column, limit, self.units
-            )
-        if self.annotations:
-            return AnnotationSource(self.annotations, self.patterns, self.base, self.split_names, self.has_split_column)
-        if self.input_kind == kinds.INPUT_ARCHIVES:
-            return ArchiveSource(self.pattern, limit, config.sequence, self.units)
-        if self.input_kind == kinds.INPUT_MANIFEST:
-            return ManifestSource(self.pattern, self.labeled, self.has_split_column, self.split_names)
-        return FolderSource(self.pattern, self.base, self.skipped_outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,16 +59,25 @@ class Plan:
 
     def fingerprint(self, config: ConvertConfig) -> str:
         """16 hex digits that change with the options, the seed, the input listing or the shard counts."""
-        import img2tfrecord
-
-        doc: Dict[str, Any] = {
-            "tool_version": img2tfrecord.__version__,
-            "input": kinds.absolute_input(config.input),  # the same run, named from any folder
-            "options": config.options_json(),
+        parts: Dict[str, Any] = {
             "listing": self.input.listing_digest,
             "layout": self.input.layout,
             "num_shards": dict(sorted(self.sizing.num_shards.items())),
         }
         if self.generation:
-            doc["generation"] = self.generation
-        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+            parts["generation"] = self.generation
+        return fingerprint(config, kinds.absolute_input(config.input), **parts)
+
+
+def fingerprint(config: ConvertConfig, input_name: str, **parts: Any) -> str:
+    """A run's fingerprint: 16 hex digits of the tool's version, its input (``input_name``: named as from any
+    folder), its options and ``parts`` (what else decides its records); names its staging folder."""
+    import img2tfrecord
+
+    doc: Dict[str, Any] = {
+        "tool_version": img2tfrecord.__version__,
+        "input": input_name,
+        "options": config.options_json(),
+        **parts,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()[:16]

@@ -1,18 +1,15 @@
-"""``convert --plan``: finding what a run would do with its input, without running it.
+"""``convert --plan``: what a run would do with its input, without running it.
 
-The input is listed with the code the pipeline's discovery steps call
-(``sources/``: folder entries, archive listings, manifest rows, annotation
-files or archive members), every work item is placed by the run's own converter (its split
-from ``conversion/sharding.py`` or its split folder, manifest row or
-annotations; its class from ``sources/layout.py``), and shards come from the
-launch plan (``plan.py``) the run would use. So the counts per split and
-class are what the run writes when every input converts; an input that
-does not decode is found only by converting it, and then is rejected.
+The plan renders the run's own launch (``launch.py``: the kind, the plan, the listing, an append's
+comparison) and its placement of every work item (``conversion/placement.py``), listing in this process
+what the run's graph would discover itself (archives). So the counts per split and class are what the
+run writes when every input converts; an input that does not decode is found only by converting it,
+and then is rejected.
 
-Nothing is written: the output location is only listed. A few inputs
-spread over the listing are converted in memory with the run's converter,
-timed, and the time extrapolated to every input over the local processes,
-plus the start-up measured by ``startup.py``. The result and its text form are in ``preview_report.py``.
+Nothing is written: the output location is only listed. A few inputs spread over the listing are
+converted in memory with the run's converter, timed, and the time extrapolated to every input over the
+local processes, plus the start-up measured by ``startup.py``. The result and its text form are in
+``preview_report.py``.
 """
 
 from __future__ import annotations
@@ -21,9 +18,8 @@ import dataclasses
 import os
 import posixpath
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
-from img2tfrecord.conversion.appends import stale_inputs
 from img2tfrecord.conversion.placement import place
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import (
@@ -36,21 +32,11 @@ from img2tfrecord.model import (
     frames,
 )
 from img2tfrecord.option_values import TASK_DETECTION
-from img2tfrecord.pipeline.append import (
-    append_ledger,
-    compare_with_output,
-    is_finished,
-    new_classes_of,
-    refusal,
-    sized_for,
-)
+from img2tfrecord.pipeline.append import AppendRun
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds import places_at_launch
-from img2tfrecord.pipeline.launch import check_local, image_converter
-from img2tfrecord.pipeline.listing import list_input, listing_once
+from img2tfrecord.pipeline.launch import Launch, launch
+from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.outputs import list_output
-from img2tfrecord.pipeline.plan import make_plan
-from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.preview_report import (
     AppendPlan,
     Listed,
@@ -64,9 +50,7 @@ from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
 from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import layout as layouts
-from img2tfrecord.sources.clips import group_clips
-from img2tfrecord.sources.inputs import Discovered, discover
-from img2tfrecord.sources.inputs.archive import slim_members
+from img2tfrecord.sources.layout import class_names
 
 SAMPLE_SIZE = 16  # inputs converted and timed
 SAMPLE_PASSES = 2
@@ -79,12 +63,6 @@ class _SplitTally:
     classes: Dict[str, int] = dataclasses.field(default_factory=dict)
     boxes: Dict[str, int] = dataclasses.field(default_factory=dict)
     bytes: float = 0.0
-
-
-def list_sources(config: ConvertConfig, plan: Plan) -> Discovered:
-    """Every work item, junk name and early error row the run's discovery step would give: the run's
-    own source (``InputPlan.source``), read in this process."""
-    return discover(plan.input.source(config), list_input, slim_members(4 * SAMPLE_SIZE))
 
 
 def _missing_local_file(item: Item) -> bool:
@@ -135,9 +113,9 @@ def _listed(names: Sequence[str]) -> Listed:
     return Listed(len(names), list(names[:EXAMPLES]))
 
 
-def _local_checks(plan: Plan) -> Dict[str, List[str]]:
+def _local_checks(launched: Launch) -> Dict[str, List[str]]:
     """The launch-time checks of a local folder the run makes (warnings are logged as the run logs them)."""
-    report = check_local(plan)
+    report = launched.local_input
     if report is None:
         return {}
     found = {  # names that are not UTF-8 are among the rejected (bad_name)
@@ -196,20 +174,18 @@ def plan_run(config: ConvertConfig, processes: int = 0) -> RunPlan:
 
 
 def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> RunPlan:
-    append, started = None, time.perf_counter()
-    with listing_once():
-        plan = make_plan(config)
-        local_checks = _local_checks(plan)
-        listing = list_sources(config, plan)
-        converter = image_converter(config, plan)
-        labels = layouts.class_names(listing.files, plan.input.layout)
-        if config.append and is_finished(config.output):
-            plan, labels, append = _narrow_to_append(config, plan, converter, listing)
+    started = time.perf_counter()
+    with listing_once():  # the launch and the listing of what the graph would discover share one listing
+        launched = launch(config, preview=True)
+        items, junk, listing_errors = launched.listed_units()
+    labels = launched.labels
+    if labels is None:  # the graph would discover them
+        labels = sorted(class_names(_files(items), launched.plan.input.layout))
     listing_seconds = time.perf_counter() - started
+    plan, converter, append = launched.plan, launched.converter, launched.append
     processes = processes or config.processes or processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
-    items: List[Item] = list(group_clips(listing.files, plan.input.layout) if config.sequence else listing.files)
 
-    rejected: List[ErrorRow] = list(listing.errors)  # the rejections found without converting
+    rejected: List[ErrorRow] = list(listing_errors)  # the rejections found without converting
     placed: List[Item] = []
     splits = {name: _SplitTally() for name in plan.input.split_names}
     mean_size = (
@@ -217,7 +193,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
     )  # manifest rows carry no size
     shard_counts = {name: max(1, plan.sizing.num_shards.get(name, 0)) for name in splits}
     for item in items:
-        key, found = place(converter, item, config.seed, shard_counts)  # as the run places it
+        key, found = place(converter, item, shard_counts)  # as the run places it
         if key is None:
             rejected.append(found)  # type: ignore[arg-type]
             continue
@@ -244,27 +220,26 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
     by_reason: Dict[str, int] = {}
     for row in rejected:
         by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
-    analysed = config.analyze and not plan.input.annotations and not config.sequence
-    if imports.analysis != analysed:  # detection: no analysis, which the plan knows only now
-        imports = ImportTimer(analysed)
-    if append is not None and append.nothing_new:  # the run ends at its launch: no Beam, no job
+    if imports.analysis != launched.analysed:  # detection: no analysis, which the plan knows only now
+        imports = ImportTimer(launched.analysed)
+    if launched.nothing_new is not None:  # the run ends at its launch: no Beam, no job
         imports.close()
         startup = launch_only(listing_seconds)
     else:
-        placed_at_launch = placed if places_at_launch(config, plan) else []
+        placed_at_launch = placed if launched.listed is not None else []
         startup = measure(
             dataclasses.replace(config, processes=processes), plan, listing_seconds, imports, placed_at_launch
         )
     return RunPlan(
         input=config.input,
-        input_kind=plan.input.input_kind,
+        input_kind=launched.kind.name,
         layout=plan.input.layout,
-        task=plan.input.task,
+        task=launched.kind.task,
         annotations=plan.input.annotations or None,
-        sequence=config.sequence,
+        sequence=launched.kind.sequence,
         labeled=plan.input.labeled,
         classes=labels,
-        inputs=len(items) + len(listing.errors),
+        inputs=len(items) + len(listing_errors),
         splits={
             name: SplitPlan(
                 examples=info.examples,
@@ -275,7 +250,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
             )
             for name, info in splits.items()
         },
-        skipped=_listed(sorted(listing.skipped)),
+        skipped=_listed(junk),
         rejected=Rejected(len(rejected), dict(sorted(by_reason.items())), rejected[:EXAMPLES]),
         not_image_names=_listed(
             [layouts.printable(f.relpath) for item in placed for f in frames(item) if not looks_like_image(f.relpath)]
@@ -283,39 +258,31 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         size_ratio=round(plan.sizing.size_ratio, 4),
         estimated_bytes=int(sum(info.bytes for info in splits.values())),
         time=_time_sample(converter, placed, labels, processes, startup),
-        output=_output_state(config, nothing_new=append is not None and append.nothing_new),
-        local_checks=local_checks,
+        output=_output_state(config, nothing_new=launched.nothing_new is not None),
+        local_checks=_local_checks(launched),
         skipped_outputs=list(plan.input.skipped_outputs),
-        append=append,
+        append=_append_plan(append) if append is not None else None,
     )
 
 
-def _narrow_to_append(
-    config: ConvertConfig, plan: Plan, converter, listing: Discovered
-) -> Tuple[Plan, List[str], AppendPlan]:
-    """``--plan --append``: the listing narrowed to what the next generation converts, its plan and labels."""
-    ledger = append_ledger(config, plan)
-    previous, _, changes = compare_with_output(config, plan, ledger)
-    keep = {e.relpath for e in changes.to_convert}
-    listing.files = [f for f in listing.files if ledger.key_of(f) in keep]
-    listing.errors = [row for row in listing.errors if ledger.key_of(row) in keep]
-    listing.skipped = []
-    new_classes = new_classes_of(plan, listing.files, previous)
-    units = group_clips(listing.files, plan.input.layout) if config.sequence else listing.files
-    plan = sized_for(config, plan, converter, units)
-    refused = refusal(plan, ledger, changes, new_classes, config.allow_new_classes, list_file=False)
-    withdraws = changes.accepted and bool(stale_inputs(changes))
-    summary = AppendPlan(
-        generation=previous.generations[-1].number + 1,
+def _files(items: Sequence[Item]) -> List[WorkItem]:
+    return [f for item in items for f in frames(item)]
+
+
+def _append_plan(append: AppendRun) -> AppendPlan:
+    """What ``--plan --append`` shows of the next generation."""
+    changes = append.changes
+    refused = append.refused
+    return AppendPlan(
+        generation=append.generation,
         new=len(changes.new),
         retried=len(changes.retried),
         unchanged=changes.unchanged,
         changed=_listed([now.relpath for _, now in changes.changed]),
         removed=_listed([e.relpath for e in changes.removed]),
-        new_classes=new_classes,
+        new_classes=list(append.new_classes),
         refused=refused,
         accepted=changes.accepted,
-        nothing_new=refused is None and not changes.to_convert and not withdraws,  # as plan_append decides
-        counted=ledger.noun,
+        nothing_new=append.nothing_new is not None,
+        counted=append.noun,
     )
-    return plan, list(previous.labels) + new_classes, summary

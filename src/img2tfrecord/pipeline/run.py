@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -19,10 +19,10 @@ from apache_beam.options.pipeline_options import (
 
 from img2tfrecord import progress
 from img2tfrecord.conversion.pool import close_open_pools
-from img2tfrecord.pipeline.append import AppendRun, NothingNew, write_ledger
+from img2tfrecord.pipeline.append import write_ledger
 from img2tfrecord.pipeline.build import build_pipeline
-from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.launch import LOCAL_RUNNING_MODE, Launched, launch, placed, run_dir
+from img2tfrecord.pipeline.config import LOCAL_RUNNING_MODE, ConvertConfig
+from img2tfrecord.pipeline.launch import Launch, placed
 from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output, release_handed
 from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.pipeline.outputs import (
@@ -34,9 +34,7 @@ from img2tfrecord.pipeline.outputs import (
     remove_write_staging,
     staging_left,
 )
-from img2tfrecord.pipeline.own_process import resume_collection
 from img2tfrecord.pipeline.placing import place_listing
-from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.runner import (
     COUNTS_FROM_JOB,
     COUNTS_HERE,
@@ -48,7 +46,6 @@ from img2tfrecord.pipeline.runner import (
     live_counts,
     log_dataflow_job,
     pipeline_options,
-    progress_total,
 )
 from img2tfrecord.readers import storage
 from img2tfrecord.readers.records import read_manifest
@@ -59,21 +56,20 @@ from img2tfrecord.transforms.placed_shards import PlacedShards
 
 
 def run(
-    config: ConvertConfig,
+    launched: Launch,
     pipeline_args: Sequence[str] = (),
-    plan: Optional[Plan] = None,
     wait: bool = True,
     show_progress: bool = False,
-    launched: Optional[Launched] = None,
+    before_job: Optional[Callable[[], None]] = None,
 ) -> Optional[DatasetManifest]:
-    """Convert ``config.input`` into ``config.output``; returns the written ``dataset.json``.
+    """Run the conversion ``launched`` describes (``launch.launch``); returns the written ``dataset.json``.
 
     Returns None for a ``--dry_run`` (the job is built and translated, nothing
     runs) and when ``wait`` is False (the job is submitted; it writes
-    ``_SUCCESS`` itself when it completes). Raises ``PlanError``/``OutputNotEmpty``/
+    ``_SUCCESS`` itself when it completes). Raises ``OutputNotEmpty``/
     ``OutputLocked`` (usage errors) before any pipeline starts; any pipeline failure propagates.
-    ``show_progress``: report the counts on stderr while waiting (``progress.py``); ``launched``: what
-    ``launch.launch`` found, when the caller launched already (else ``plan``, if given, is launched).
+    ``show_progress``: report the counts on stderr while waiting (``progress.py``); ``before_job``: called
+    once the job is built, just before it runs.
 
     The run holds the output's lock (``pipeline/lock.py``) from before it
     changes anything until after ``_SUCCESS``, whatever the outcome; with
@@ -91,39 +87,36 @@ def run(
             mode,
             LOCAL_RUNNING_MODE,
         )
-    if launched is None:
-        try:
-            launched = launch(config, plan)
-        except NothingNew as e:
-            logging.info("%s", e)
-            if staging_left(config.output) and not is_dry_run(options):
-                _remove_staging(config, options)
-            return read_manifest(config.output)
-    launched = placed(config, launched)  # the work items grouped by shard at launch (once), not in the job
-    plan, ledger, listed = launched.plan, launched.ledger, launched.listed
+    config = launched.config
+    if launched.nothing_new is not None:
+        logging.info("%s", launched.nothing_new)
+        if staging_left(config.output) and not is_dry_run(options):
+            _remove_staging(config, options)
+        return read_manifest(config.output)
+    launched = placed(launched)  # the work items grouped by shard at launch (once), not in the job
     if not config.processes:  # --processes not given: as many as the input is worth
-        config = dataclasses.replace(config, processes=default_processes(options, plan))
-    graph = _Graph(launched.append, launched.junk, launched.labels)
+        config = dataclasses.replace(config, processes=default_processes(options, launched.plan))
+        launched = dataclasses.replace(launched, config=config)
+    placed_shards: Optional[PlacedShards] = None
     placed_data = b""
-    if launched.placement is not None and listed is not None:
-        shards, placed_data = place_listing(
-            launched.placement, listed[1], run_dir(config, plan), spread=not is_local_runner(options)
+    if launched.placement is not None and launched.listed is not None:
+        placed_shards, placed_data = place_listing(
+            launched.placement, launched.listed[1], launched.run_dir, spread=not is_local_runner(options)
         )
-        graph = graph._replace(placed=shards)
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
-        _execute(config, plan, options, graph, resuming=False, wait=wait, show_progress=False)
+        _execute(launched, options, placed_shards, resuming=False, wait=wait, show_progress=False)
         return None
-    staging = manifest.run_folder(plan.fingerprint(config))
+    staging = manifest.run_folder(launched.fingerprint)
     lock = lock_output(config.output, options)
     with _StopSignals() as stop:
         try:
             lock.acquire(take_over_stale=config.resume or config.overwrite)
-            resuming = _prepare(config, staging, lock, plan.generation)
-            if ledger is not None:
-                write_ledger(run_dir(config, plan), ledger)
-            if graph.placed is not None:
-                storage.write_bytes(graph.placed.path, placed_data)
-            _execute(config, plan, options, graph, resuming, wait, show_progress, lock)
+            resuming = _prepare(config, staging, lock, launched.plan.generation)
+            if launched.entries is not None:
+                write_ledger(launched.run_dir, launched.entries)
+            if placed_shards is not None:
+                storage.write_bytes(placed_shards.path, placed_data)
+            _execute(launched, options, placed_shards, resuming, wait, show_progress, lock, before_job)
         except BaseException:
             if stop.signum is None:
                 raise
@@ -172,27 +165,19 @@ def _prepare(config: ConvertConfig, staging: str, lock: OutputLock, generation: 
     return resuming
 
 
-class _Graph(NamedTuple):
-    """What the launch found for the graph (``build_pipeline``'s arguments of the same names)."""
-
-    append: Optional[AppendRun]
-    junk: Sequence[str]
-    labels: Optional[Sequence[str]]
-    placed: Optional[PlacedShards] = None
-
-
 def _execute(
-    config: ConvertConfig,
-    plan: Plan,
+    launched: Launch,
     options: PipelineOptions,
-    graph: _Graph,
+    placed_shards: Optional[PlacedShards],
     resuming: bool,
     wait: bool,
     show_progress: bool,
     lock: Optional[OutputLock] = None,
+    before_job: Optional[Callable[[], None]] = None,
 ) -> None:
     """Build the pipeline and run it (only submit it when ``wait`` is False: the job is then handed the
     output's ``lock``, which it removes once ``_SUCCESS`` is written)."""
+    config, plan = launched.config, launched.plan
     dry_run = is_dry_run(options)
     logging.info(
         "input: %d files, %.1f MB, layout %s; shards per split: %s; %d conversion process(es)",
@@ -206,8 +191,8 @@ def _execute(
     handed = lock.hand_over() if lock is not None and not wait and not dry_run else None
     after_success = functools.partial(release_handed, config.output, handed) if handed is not None else None
     try:
-        build_pipeline(p, config, plan, resume=resuming, after_success=after_success, **graph._asdict())
-        _run(p, config, plan, options, resuming, wait, show_progress)
+        build_pipeline(p, launched, resume=resuming, after_success=after_success, placed=placed_shards)
+        _run(p, launched, options, resuming, wait, show_progress, before_job)
     except BaseException:
         if lock is not None and handed is not None:  # no job was submitted (or the local one failed)
             lock.take_back(handed)
@@ -216,25 +201,26 @@ def _execute(
 
 def _run(
     p: beam.Pipeline,
-    config: ConvertConfig,
-    plan: Plan,
+    launched: Launch,
     options: PipelineOptions,
     resuming: bool,
     wait: bool,
     show_progress: bool,
+    before_job: Optional[Callable[[], None]],
 ) -> None:
     """Run the built pipeline ``p``: in this process, or submitted (``wait`` False), with its progress."""
     dry_run = is_dry_run(options)
     source = live_counts(options)
     reporter = None
     if show_progress and wait and not dry_run:
-        total, unit = progress_total(config, plan)
+        total, unit = launched.kind.progress_total(launched.plan)
         read = progress.tally_since_now() if source == COUNTS_HERE else None
         reporter = progress.ProgressReporter(read, total, unit, live=sys.stderr.isatty())
     try:
         if reporter is not None and source == COUNTS_HERE:
             reporter.start()  # p.run() runs the whole job in this process
-        resume_collection()  # the start-up is over (pipeline/own_process.py)
+        if before_job is not None:
+            before_job()
         result = p.run()
         if is_dataflow(options) and not dry_run:
             log_dataflow_job(options, result)
@@ -244,7 +230,7 @@ def _run(
                 "submitted%s; %s appears in %s when it completes",
                 f" job {job_id()}" if callable(job_id) else "",
                 manifest.SUCCESS_FILE,
-                config.output,
+                launched.config.output,
             )
             return
         if reporter is not None and source != COUNTS_HERE:

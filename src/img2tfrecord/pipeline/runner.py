@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (
@@ -19,8 +19,7 @@ from apache_beam.options.pipeline_options import (
 
 from img2tfrecord import progress
 from img2tfrecord.conversion.pool import usable_cores
-from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.launch import LOCAL_RUNNER
+from img2tfrecord.pipeline.config import LOCAL_RUNNER
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.sizing import processes_for
 from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE
@@ -100,20 +99,6 @@ def job_counts(result) -> progress.Counts:
         value = counter.committed or counter.attempted or 0
         found[counter.key.metric.name] = found.get(counter.key.metric.name, 0) + int(value)
     return progress.Counts(found.get(IMAGES_WRITTEN, 0), found.get(IMAGES_REJECTED, 0), found.get(BYTES_WRITTEN, 0))
-
-
-def progress_total(config: ConvertConfig, plan: Plan) -> Tuple[Optional[int], str]:
-    """What the progress counts toward: the launch's count of inputs (None: unknown) and their unit.
-
-    Clips are counted only when the pipeline groups the frames; detection
-    inputs are the annotated images, known once the annotations are read; a
-    partial peek into archives saw only part of them.
-    """
-    if config.sequence:
-        return None, "clips"
-    if plan.input.annotations or not plan.input.listing_complete:
-        return None, "images"
-    return plan.sizing.num_files, "images"
 
 
 def log_dataflow_job(options: PipelineOptions, result) -> None:

@@ -23,7 +23,7 @@ from img2tfrecord.pipeline.plan_model import Plan
 _RUN_MODULES = ("img2tfrecord.pipeline.run",)
 _ANALYSIS_MODULES = ("img2tfrecord.transforms.analyze",)
 _LAUNCH_MODULES = ("img2tfrecord.pipeline.launch",)
-_LEAN_IMPORT = "img2tfrecord.pipeline.own_process"
+_LEAN_IMPORT = "img2tfrecord.commands.fast_start"  # as the command line imports Beam for a local run
 _IMPORT_TIMEOUT_S = 120.0
 
 
@@ -101,9 +101,11 @@ def graph_seconds(config: ConvertConfig, plan: Plan) -> float:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from img2tfrecord.pipeline.build import build_pipeline
+    from img2tfrecord.pipeline.launch import launch_plan
 
     started = time.perf_counter()
-    build_pipeline(beam.Pipeline(options=PipelineOptions([])), dataclasses.replace(config, analyze=False), plan)
+    launched = launch_plan(plan, dataclasses.replace(config, analyze=False))
+    build_pipeline(beam.Pipeline(options=PipelineOptions([])), launched)
     return time.perf_counter() - started
 
 
@@ -132,11 +134,12 @@ def placement_seconds(config: ConvertConfig, plan: Plan, items: Sequence[Any]) -
     does before it writes them."""
     if not items:
         return 0.0
-    from img2tfrecord.pipeline.launch import Launched, placed
+    from img2tfrecord.pipeline.launch import launch_plan, placed
     from img2tfrecord.schemas import placed_items
 
     started = time.perf_counter()
-    placement = placed(config, Launched(plan, listed=(list(items), []))).placement
+    launched = dataclasses.replace(launch_plan(plan, config), listed=(list(items), []))
+    placement = placed(launched).placement
     if placement is not None:
         placed_items.encode(placement.shards)
     return time.perf_counter() - started

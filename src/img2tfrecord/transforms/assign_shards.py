@@ -16,14 +16,13 @@ from img2tfrecord.transforms.counters import OutputCounter
 class AssignShardsFn(beam.DoFn):
     """Work item -> ``((split, shard), ShardItem)``; an item without a place -> its error row."""
 
-    def __init__(self, converter: Converter[Any], seed: int):
+    def __init__(self, converter: Converter[Any]):
         self._converter = converter
-        self._seed = seed
         self._count = OutputCounter()
 
     def process(self, item, num_shards: Dict[str, int]):
         """``num_shards``: each split's shard count (a side input: it may be computed in the graph)."""
-        key, value = place(self._converter, item, self._seed, num_shards)
+        key, value = place(self._converter, item, num_shards)
         if key is None:
             self._count(ERRORS, value)
             yield beam.pvalue.TaggedOutput(ERRORS, value)

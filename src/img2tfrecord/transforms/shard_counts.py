@@ -31,12 +31,11 @@ class _SplitOf:
 
 
 class _SampleKey:
-    def __init__(self, converter: Converter[Any], seed: int):
+    def __init__(self, converter: Converter[Any]):
         self._converter = converter
-        self._seed = seed
 
     def __call__(self, item) -> int:
-        return shuffle_key(self._converter.relpath_of(item), self._seed)
+        return shuffle_key(self._converter.relpath_of(item), self._converter.seed)
 
 
 class _Counts:
@@ -64,14 +63,12 @@ class CountShards(beam.PTransform):
         self,
         converter: Converter[Any],
         split_names: Sequence[str],
-        seed: int,
         shard_size_mb: float,
         num_shards: Optional[int] = None,
     ):
         super().__init__()
         self._converter = converter
         self._split_names = list(split_names)
-        self._seed = seed
         self._shard_size_mb = shard_size_mb
         self._num_shards = num_shards
 
@@ -79,7 +76,7 @@ class CountShards(beam.PTransform):
         if self._num_shards:
             fixed = {name: self._num_shards for name in self._split_names}
             return items.pipeline | "FixedCounts" >> beam.Create([fixed], reshuffle=False)
-        split_of, sample_key = _SplitOf(self._converter), _SampleKey(self._converter, self._seed)
+        split_of, sample_key = _SplitOf(self._converter), _SampleKey(self._converter)
         per_split = items | "SplitOf" >> beam.FlatMap(split_of) | "PerSplit" >> beam.combiners.Count.PerElement()
         sample = items | "Sample" >> beam.combiners.Top.Smallest(SAMPLE_SIZE, key=sample_key)
         return (

@@ -50,7 +50,6 @@ class WriteShards(beam.PTransform):
         converter: Converter[Any],
         sinks: ShardSinks,
         run_dir: str,
-        seed: int,
         processes: int,
         label_names,
         num_shards: Union[Dict[str, int], beam.pvalue.AsSideInput],
@@ -63,7 +62,6 @@ class WriteShards(beam.PTransform):
         self._converter = converter
         self._sinks = sinks
         self._run_dir = run_dir
-        self._seed = seed
         self._processes = processes
         self._label_names = label_names
         self._num_shards = num_shards
@@ -82,7 +80,7 @@ class WriteShards(beam.PTransform):
             grouped, rejected = found["shards"], found[ERRORS]
         else:
             placed = items | "AssignShards" >> beam.ParDo(
-                AssignShardsFn(self._converter, self._seed), num_shards=num_shards
+                AssignShardsFn(self._converter), num_shards=num_shards
             ).with_output_types(Tuple[Tuple[str, int], Any]).with_outputs(ERRORS, main="placed")
             every = (
                 items.pipeline

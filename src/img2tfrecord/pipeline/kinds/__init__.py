@@ -1,63 +1,59 @@
-"""Each input kind at launch, one module each: how it is planned (layout, splits, sizes) and the ledger of
-its inputs. ``make_plan`` (``pipeline/plan.py``) chooses the planner; :func:`ledger_kind` the ledger.
+"""The input kinds, one object each, in one table: the only place that asks which kind an input is.
 
-    folder       a folder or glob of images                     FolderLedger: one entry per file
-    archive      .zip/.tar/.tar.gz/.tgz, or a glob of them      ArchiveLedger: one entry per archive
-    manifest     CSV/JSONL rows naming images                   ManifestLedger: one entry per row
-    detection    VOC, COCO, manifests of boxes, beside images   AnnotationLedger: one per annotated image
-    archived_detection   the same packed in archives            ArchiveLedger
-    clips        --sequence over a folder or manifest           ClipLedger: one entry per clip
+    archived_detection   VOC, COCO or manifests of boxes packed in archives   ArchiveLedger: one entry per archive
+    archived_clips       --sequence clip folders packed in archives           ArchiveLedger
+    archives             .zip/.tar/.tar.gz/.tgz of class folders, or a glob   ArchiveLedger
+    detection            VOC, COCO or manifests of boxes beside the images    AnnotationLedger: one per annotated image
+    clips                --sequence clip folders in a folder or manifest      ClipLedger: one entry per clip
+    manifest             CSV/JSONL rows naming images                          ManifestLedger: one entry per row
+    folder               a folder or glob of images (everything else)         FolderLedger: one entry per file
 
-How a kind's units are read (in the pipeline and by ``--plan``) is its ``InputSource`` in
-``sources/inputs/``; ``ledger.py`` holds what the ledgers share, ``common.py`` what the planners share.
+An input is the first kind in :data:`KINDS` that claims it and plans it (a kind whose plan finds another
+layout passes it on). Each kind is an :class:`InputKind` (``base.py``): its plan, its ``InputSource``
+(``sources/inputs/``), its ledger and its converter. A new kind is one module here and one line in the table.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Type
+import dataclasses
+from typing import Dict, Tuple
 
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds.archive import ArchiveLedger
-from img2tfrecord.pipeline.kinds.clips import ClipLedger
-from img2tfrecord.pipeline.kinds.detection import AnnotationLedger
-from img2tfrecord.pipeline.kinds.folder import FolderLedger
-from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed, frames_of
-from img2tfrecord.pipeline.kinds.manifest import ManifestLedger
+from img2tfrecord.pipeline.kinds.archive import Archives
+from img2tfrecord.pipeline.kinds.archived_detection import ArchivedDetection
+from img2tfrecord.pipeline.kinds.base import InputKind
+from img2tfrecord.pipeline.kinds.clips import ArchivedClips, Clips
+from img2tfrecord.pipeline.kinds.detection import Detection
+from img2tfrecord.pipeline.kinds.folder import Folder
+from img2tfrecord.pipeline.kinds.manifest import Manifest
+from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan_model import Plan
-from img2tfrecord.sources import kinds
 
-__all__ = ["InputLedger", "Listed", "frames_of", "input_ledger", "keeps_ledger", "ledger_kind", "places_at_launch"]
-
-
-def ledger_kind(config: ConvertConfig, plan: Plan) -> Optional[Type[InputLedger]]:
-    """The ledger of ``plan``'s input kind: every kind has one (folders, manifests, archives, detection
-    annotations beside their images or in archives, clips); None for a combination no run makes."""
-    kind = plan.input.input_kind
-    if config.sequence and plan.input.annotations:
-        return None
-    if kind == kinds.INPUT_ARCHIVES:
-        return ArchiveLedger
-    if plan.input.annotations:
-        return AnnotationLedger if kind == kinds.INPUT_DETECTION else None
-    if kind not in (kinds.INPUT_FOLDER, kinds.INPUT_MANIFEST):
-        return None
-    if config.sequence:
-        return ClipLedger
-    return ManifestLedger if kind == kinds.INPUT_MANIFEST else FolderLedger
+KINDS: Tuple[InputKind, ...] = (
+    ArchivedDetection(),
+    ArchivedClips(),
+    Archives(),
+    Detection(),
+    Clips(),
+    Manifest(),
+    Folder(),
+)
+_BY_NAME: Dict[str, InputKind] = {kind.name: kind for kind in KINDS}
 
 
-def keeps_ledger(config: ConvertConfig, plan: Plan) -> bool:
-    """Whether a run writes an input ledger."""
-    return ledger_kind(config, plan) is not None
+def plan_input(config: ConvertConfig, whole: bool = True) -> Tuple[InputKind, Plan]:
+    """The kind of ``config.input`` and its launch plan; PlanError for an input no run can convert.
+    ``whole`` False: a plan without what only a run over all of the input needs (an append sizes its
+    new inputs)."""
+    with listing_once():  # the kinds that look at the input share one listing of it
+        for kind in KINDS:
+            if kind.claims(config):
+                plan = kind.plan(config, whole)
+                if plan is not None:
+                    return kind, dataclasses.replace(plan, input=dataclasses.replace(plan.input, kind=kind.name))
+    raise AssertionError("the folder kind claims every input")
 
 
-def input_ledger(config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
-    """The listing of ``plan``'s inputs, or None for an input that keeps no ledger."""
-    kind = ledger_kind(config, plan)
-    return kind(config, plan) if kind is not None else None
-
-
-def places_at_launch(config: ConvertConfig, plan: Plan) -> bool:
-    """Whether a run of ``plan`` groups its work items by shard at launch (``placing.place_listing``)."""
-    kind = ledger_kind(config, plan)
-    return kind is not None and kind.places_at_launch and not config.dedupe
+def kind_of(plan: Plan) -> InputKind:
+    """The kind a plan was made by."""
+    return _BY_NAME[plan.input.kind]

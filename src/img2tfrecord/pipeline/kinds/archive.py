@@ -1,26 +1,26 @@
-"""Archives at launch (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``): their plan and their ledger (one entry
-per archive; the pipeline reads the members).
+"""Archives of images (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``): their plan, their source and their ledger
+(one entry per archive; the pipeline reads the members).
 
 The plan peeks at the first few archives of a glob: a zip's central directory is read whole, a tar's
 first members (a tar.gz is decompressed only that far). The peek decides the layout; when it did not
 see everything, a split-folder layout gets every split name (train, validation, test) so a split first
-seen in the pipeline still has somewhere to go (one never seen is listed with 0 records). Archives
-holding detection annotations are planned by ``archived_detection.py``.
+seen in the pipeline still has somewhere to go (one never seen is listed with 0 records). The peek is
+shared with the other kinds packed in archives: clips (``clips.py``) and detection annotations
+(``archived_detection.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.appends import GenerationInputs, holders, locate
 from img2tfrecord.model import ErrorEntry, ErrorRow, Item, MemberEntry, WorkItem
-from img2tfrecord.option_values import TASK_CLASSIFICATION
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds.archived_detection import plan_archived_detection
+from img2tfrecord.pipeline.kinds.base import InputKind
 from img2tfrecord.pipeline.kinds.common import check_images, layout_of, split_bytes
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed
-from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, list_stamped, resolve_input
+from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, list_stamped, read_once, resolve_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import MIB, SAMPLE_SIZE, estimate_size_ratio, sized
 from img2tfrecord.readers import storage
@@ -29,9 +29,8 @@ from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry, parse_members, row_text
 from img2tfrecord.sources import archives, kinds
 from img2tfrecord.sources import layout as layouts
-from img2tfrecord.sources.clips import group_clips
-from img2tfrecord.sources.inputs import discover
-from img2tfrecord.sources.inputs.archive import slim_members
+from img2tfrecord.sources.inputs import InputSource, discover
+from img2tfrecord.sources.inputs.archive import ArchiveSource, slim_members
 from img2tfrecord.sources.split_folders import SPLIT_FOLDERS
 
 _PEEK_ARCHIVES = 4  # archives of a glob looked into at launch
@@ -40,8 +39,36 @@ _PEEK_ZIP_MEMBERS = 10_000_000
 _PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launch, at most
 
 
-def plan_archives(config: ConvertConfig, whole: bool = True) -> Plan:
-    """The plan of archives (``make_plan``): from a peek at the first ones, or of detection annotations in them."""
+def is_archive_input(config: ConvertConfig) -> bool:
+    """Whether ``--input`` names archives: by its name, or a glob of images (``shards/*``) that lists only them."""
+    named = kinds.input_kind(config.input)
+    if named == kinds.INPUT_ARCHIVES:
+        return True
+    if named != kinds.INPUT_FOLDER or not kinds.GLOB_CHARS.search(config.input):
+        return False
+    listing = list_input(resolve_input(config.input)[1])
+    return bool(listing) and all(archives.archive_kind(p) for p, _ in listing)
+
+
+class Peek(NamedTuple):
+    """What the launch saw of an archive input: the archives, and the members of the first few."""
+
+    base: str
+    pattern: str
+    found: List[Tuple[str, int]]  # (archive, size) of every archive, sorted
+    files: List[WorkItem]  # the peeked members, named without the wrapping folder, sorted by relpath
+    peeked: List[Tuple[str, MemberEntry]]  # (archive, member) of the peeked members
+    peeked_names: List[str]  # every named entry, also those refused (a tar.gz member over the image limit)
+    complete: bool  # the peek saw every member of every archive
+    refused: bool  # an entry the run rejects (a damaged archive, a link): the run's errors.jsonl says why
+
+
+def peek(config: ConvertConfig) -> Peek:
+    """The peek at ``config.input``'s archives, made once per launch; PlanError when none match."""
+    return read_once(f"archive_peek:{config.sequence}", config.input, lambda unused: _peek(config))
+
+
+def _peek(config: ConvertConfig) -> Peek:
     base, pattern = file_pattern(config.input)
     found = sorted((p, size) for p, size in list_input(pattern) if archives.archive_kind(p))
     if not found:
@@ -50,9 +77,9 @@ def plan_archives(config: ConvertConfig, whole: bool = True) -> Plan:
     min_depth = archives.MIN_DEPTH_SEQUENCES if config.sequence else archives.MIN_DEPTH_IMAGES
     files: List[WorkItem] = []
     peeked: List[Tuple[str, MemberEntry]] = []
-    peeked_names: List[str] = []  # every named entry, also those refused (a tar.gz member over the image limit)
+    peeked_names: List[str] = []
     complete = len(found) <= _PEEK_ARCHIVES
-    refused = False  # an entry the run rejects (a damaged archive, a link): the run's errors.jsonl says why
+    refused = False
     for path, size in found[:_PEEK_ARCHIVES]:
         max_members = _PEEK_ZIP_MEMBERS if archives.archive_kind(path) == "zip" else _PEEK_MEMBERS
         entries, whole = archives.peek_archive(path, size, limit, max_members, _PEEK_STREAM_BYTES)
@@ -64,11 +91,13 @@ def plan_archives(config: ConvertConfig, whole: bool = True) -> Plan:
         prefix = archives.top_folder_to_strip([m.name for m in members], min_depth)
         for m in members:
             files.append(WorkItem(archives.member_path(path, m.name), m.name[len(prefix) :], m.size, m.member))
-    if config.task != TASK_CLASSIFICATION:
-        detection_plan = plan_archived_detection(config, base, pattern, found, peeked, peeked_names, complete)
-        if detection_plan is not None:
-            return detection_plan
     files.sort(key=lambda f: f.relpath)
+    return Peek(base, pattern, found, files, peeked, peeked_names, complete, refused)
+
+
+def plan_archives(config: ConvertConfig, whole: bool = True) -> Plan:
+    """The plan of archives of images (or of clips' frames), from a peek at the first ones."""
+    base, pattern, found, files, _, _, complete, refused = peek(config)
     layout, split_names = layout_of(config, files)
     if complete and (files or not refused):  # a partial peek may not have seen the images or class folders
         check_images(config, files, layout, in_archives=True)
@@ -86,12 +115,33 @@ def plan_archives(config: ConvertConfig, whole: bool = True) -> Plan:
             pattern=pattern,
             layout=layout,
             split_names=split_names,
-            input_kind=kinds.INPUT_ARCHIVES,
             listing_digest=digest(found),
             listing_complete=complete,
         ),
         sized(config, split_names, per_split, len(files), input_bytes, ratio),
     )
+
+
+class Archives(InputKind):
+    """.zip, .tar, .tar.gz or .tgz archives of class folders (or a glob of them); the pipeline reads the members."""
+
+    name = "archives"
+    records_members = True
+
+    def claims(self, config: ConvertConfig) -> bool:
+        return is_archive_input(config)
+
+    def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
+        return plan_archives(config, whole)
+
+    def source(self, config: ConvertConfig, plan: Plan) -> InputSource:
+        return ArchiveSource(plan.input.pattern, config.image.max_file_bytes, self.sequence, plan.input.units)
+
+    def ledger(self, config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
+        return ArchiveLedger(config, plan, self)
+
+    def places_at_launch(self, config: ConvertConfig) -> bool:
+        return False  # a tar.gz member carries its bytes: the graph reads the archives
 
 
 def archive_root(plan: Plan) -> str:
@@ -108,10 +158,10 @@ class ArchiveLedger(InputLedger):
     places_at_launch = False
     noun = "archive(s)"
 
-    def __init__(self, config: ConvertConfig, plan: Plan):
+    def __init__(self, config: ConvertConfig, plan: Plan, kind: InputKind):
         super().__init__(config, plan)
         self._base = archive_root(plan)
-        self._config, self._plan = config, plan
+        self._config, self._plan, self._kind = config, plan, kind
         self.entries = sorted(
             LedgerEntry(layouts.relative_path(self._base, path), size, mtime)
             for path, size, mtime in list_stamped(plan.input.pattern)
@@ -124,11 +174,9 @@ class ArchiveLedger(InputLedger):
         pipeline converts from the archives)."""
         if not entries:
             return [], []
-        source = dataclasses.replace(self._plan.input, units=self.units(entries)).source(self._config)
-        found = discover(source, list_input, slim_members(4 * SAMPLE_SIZE))
-        files = found.files
-        items: List[Item] = list(group_clips(files, self._plan.input.layout) if self._config.sequence else files)
-        return items, found.errors
+        plan = dataclasses.replace(self._plan, input=dataclasses.replace(self._plan.input, units=self.units(entries)))
+        found = discover(self._kind.source(self._config, plan), list_input, slim_members(4 * SAMPLE_SIZE))
+        return list(self._kind.units(found.files, plan.input.layout)), found.errors
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         return None

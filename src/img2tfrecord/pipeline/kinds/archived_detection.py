@@ -1,7 +1,7 @@
-"""Detection annotations packed in archives at launch: their plan. Such archives are listed whole (the
-splits may be named by a member near the end): VOC image sets, COCO file names and box manifests name
-the splits, wherever they sit in them; the output/input ratio is measured on the peeked images. Their
-ledger is the archives' (``archive.py``)."""
+"""Detection annotations packed in archives with their images: their plan, source, ledger and converter.
+Such archives are listed whole (the splits may be named by a member near the end): VOC image sets, COCO
+file names and box manifests name the splits, wherever they sit in them; the output/input ratio is
+measured on the peeked images. Their ledger is the archives' (``archive.py``)."""
 
 from __future__ import annotations
 
@@ -10,32 +10,65 @@ from typing import List, Optional, Set, Tuple
 
 from img2tfrecord.images import ImageError
 from img2tfrecord.model import MemberEntry, WorkItem
-from img2tfrecord.option_values import TASK_DETECTION
+from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds.detection import annotation_splits, is_image_name, plan_detection, row_split
+from img2tfrecord.pipeline.kinds.archive import ArchiveLedger, Peek, is_archive_input, peek
+from img2tfrecord.pipeline.kinds.detection import (
+    AnnotationKind,
+    annotation_splits,
+    is_image_name,
+    plan_detection,
+    row_split,
+)
+from img2tfrecord.pipeline.kinds.ledger import InputLedger
 from img2tfrecord.pipeline.listing import digest
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
-from img2tfrecord.sources import archives, detection, kinds
+from img2tfrecord.sources import archives, detection
 from img2tfrecord.sources import detection_archives as archived
+from img2tfrecord.sources.inputs import InputSource
+from img2tfrecord.sources.inputs.archived_annotation import ArchivedAnnotationSource
 
 
-def plan_archived_detection(
-    config: ConvertConfig,
-    base: str,
-    pattern: str,
-    found: List[Tuple[str, int]],
-    peeked: List[Tuple[str, MemberEntry]],
-    peeked_names: List[str],
-    complete: bool,
-) -> Optional[Plan]:
+class ArchivedDetection(AnnotationKind):
+    """Pascal VOC, COCO or manifests of boxes packed in archives with their images (one entry per archive)."""
+
+    name = "archived_detection"
+    records_members = True
+
+    def claims(self, config: ConvertConfig) -> bool:
+        return config.task != TASK_CLASSIFICATION and is_archive_input(config)
+
+    def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
+        return plan_archived_detection(config, peek(config))
+
+    def source(self, config: ConvertConfig, plan: Plan) -> InputSource:
+        found = archived.ArchivedAnnotations(plan.input.annotations, plan.input.patterns)
+        return ArchivedAnnotationSource(
+            found,
+            plan.input.pattern,
+            plan.input.split_names,
+            plan.input.has_split_column,
+            config.image.max_file_bytes,
+            plan.input.units,
+        )
+
+    def ledger(self, config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
+        return None if config.sequence else ArchiveLedger(config, plan, self)
+
+    def places_at_launch(self, config: ConvertConfig) -> bool:
+        return False
+
+
+def plan_archived_detection(config: ConvertConfig, seen: Peek) -> Optional[Plan]:
     """The plan of detection inputs inside archives; None (classification) unless the peek at their
-    first members (``peeked``; ``peeked_names`` also names the entries it refused) shows a VOC, COCO
-    or box-manifest layout, or ``--task detection`` forces it.
+    first members (``seen.peeked``; ``seen.peeked_names`` also names the entries it refused) shows a VOC,
+    COCO or box-manifest layout, or ``--task detection`` forces it.
 
     Detection lists every archive whole (the splits may be named by a member near the end); the
     output/input ratio is measured on the peeked images.
     """
     forced = config.task == TASK_DETECTION
+    base, pattern, found, _, peeked, peeked_names, complete, _ = seen
 
     def peeked_data(name: str) -> Optional[bytes]:
         for archive, entry in peeked:
@@ -106,7 +139,6 @@ def plan_archived_detection(
 
     images = image_items([(scan.archive, m) for scan in scans for m in scan.members])
     plan = plan_detection(config, kind, base, [], images, patterns, named=named, sample=image_items(peeked))
-    described = dataclasses.replace(
-        plan.input, pattern=pattern, input_kind=kinds.INPUT_ARCHIVES, listing_digest=digest(found)
+    return dataclasses.replace(
+        plan, input=dataclasses.replace(plan.input, pattern=pattern, listing_digest=digest(found))
     )
-    return dataclasses.replace(plan, input=described)

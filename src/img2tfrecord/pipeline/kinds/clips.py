@@ -1,23 +1,87 @@
-"""``--sequence`` clips of a folder or manifest at launch: their ledger, one entry per clip (the plan is
-the folder's or the manifest's)."""
+"""``--sequence``: one ``tf.train.SequenceExample`` per clip folder of frames, in a folder or manifest
+(:class:`Clips`, its ledger one entry per clip) or in archives (:class:`ArchivedClips`, the archives'
+ledger). The plan is the frames' container's."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import posixpath
-from typing import List, Optional, Union
+from typing import Any, List, Optional, Sequence, Union
 
-from img2tfrecord.conversion.converter import natural_key
+from img2tfrecord.conversion.converter import ClipConverter, Converter, natural_key
 from img2tfrecord.model import Clip, ErrorRow, Item, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds.folder import FolderLedger
-from img2tfrecord.pipeline.kinds.ledger import ReadAtLaunch
-from img2tfrecord.pipeline.kinds.manifest import ManifestLedger
+from img2tfrecord.pipeline.inputs import LocalInputReport
+from img2tfrecord.pipeline.kinds.archive import Archives, is_archive_input
+from img2tfrecord.pipeline.kinds.base import InputKind, run_splits
+from img2tfrecord.pipeline.kinds.folder import FolderLedger, check_local_folder, plan_folder
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, ReadAtLaunch
+from img2tfrecord.pipeline.kinds.manifest import ManifestLedger, manifest_source, plan_manifest
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.clips import clip_key, group_clips
+from img2tfrecord.sources.inputs import InputSource
+from img2tfrecord.sources.inputs.folder import FolderSource
+
+
+class ClipRecords(InputKind):
+    """What the kinds of clips share: one record per clip, converted one clip per task, not analysed."""
+
+    sequence = True
+    analysable = False
+    analysis_note = "--sequence records are SequenceExamples: skipping the tf.Transform analysis"
+    analysis_note_level = logging.WARNING
+
+    def converter(self, config: ConvertConfig, plan: Plan) -> Converter[Any]:
+        return ClipConverter(config.image, plan.input.layout, run_splits(config), config.seed)
+
+    def units(self, items: Sequence[Any], layout: str) -> Sequence[Any]:
+        return group_clips(items, layout)
+
+
+def _of_manifest(plan: Plan) -> bool:
+    return plan.input.layout == layouts.LAYOUT_MANIFEST
+
+
+class Clips(ClipRecords):
+    """Clip folders of frames: ``SRC/<class>/<clip>/<frame>`` (or split folders of them), or manifest rows
+    naming frames, grouped into clips by folder."""
+
+    name = "clips"
+
+    def claims(self, config: ConvertConfig) -> bool:
+        return config.sequence
+
+    def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
+        if kinds.input_kind(config.input) == kinds.INPUT_MANIFEST:
+            return plan_manifest(config, whole)
+        return plan_folder(config, whole)
+
+    def source(self, config: ConvertConfig, plan: Plan) -> InputSource:
+        if _of_manifest(plan):
+            return manifest_source(plan)
+        return FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)
+
+    def ledger(self, config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
+        return ClipLedger(config, plan)
+
+    def check_local(self, plan: Plan) -> Optional[LocalInputReport]:
+        return None if _of_manifest(plan) else check_local_folder(plan)
+
+    def class_noun(self, plan: Plan) -> str:
+        return "label(s)" if _of_manifest(plan) else "class folder(s)"
+
+
+class ArchivedClips(ClipRecords, Archives):
+    """Clip folders of frames packed in archives (one ledger entry per archive)."""
+
+    name = "archived_clips"
+
+    def claims(self, config: ConvertConfig) -> bool:
+        return config.sequence and is_archive_input(config)
 
 
 class ClipLedger(ReadAtLaunch):
@@ -30,7 +94,7 @@ class ClipLedger(ReadAtLaunch):
 
     def __init__(self, config: ConvertConfig, plan: Plan):
         super().__init__(config, plan)
-        of_frames = ManifestLedger if plan.input.input_kind == kinds.INPUT_MANIFEST else FolderLedger
+        of_frames = ManifestLedger if _of_manifest(plan) else FolderLedger
         listed = of_frames(config, plan)
         layout = plan.input.layout
         self._frames, self._layout = listed, layout

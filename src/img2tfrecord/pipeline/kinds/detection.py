@@ -1,5 +1,5 @@
-"""Detection inputs at launch: Pascal VOC, COCO JSON and manifests of boxes beside their images; their
-plan and their ledger (one entry per annotated image).
+"""Detection inputs: Pascal VOC, COCO JSON and manifests of boxes beside their images; their plan, source,
+ledger (one entry per annotated image) and converter.
 
 The splits come from VOC image sets, COCO file names or a manifest's split column (else ``--splits``),
 the shard counts from the image bytes. Annotations packed in archives: ``archived_detection.py``.
@@ -8,13 +8,16 @@ the shard counts from the image bytes. Annotations packed in archives: ``archive
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from img2tfrecord.conversion.converter import Converter, DetectionConverter
 from img2tfrecord.model import Annotation, DetectionPlacement, Item, WorkItem
-from img2tfrecord.option_values import TASK_DETECTION
+from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.kinds.base import InputKind, run_splits
 from img2tfrecord.pipeline.kinds.common import named_splits, rows_split_bytes
-from img2tfrecord.pipeline.kinds.ledger import ReadAtLaunch, file_stamps
+from img2tfrecord.pipeline.kinds.folder import folder_files
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, ReadAtLaunch, file_stamps
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import (
@@ -27,7 +30,65 @@ from img2tfrecord.pipeline.sizing import (
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
 from img2tfrecord.sources import detection, kinds, manifests
 from img2tfrecord.sources import layout as layouts
-from img2tfrecord.sources.inputs import discover
+from img2tfrecord.sources.inputs import InputSource, discover
+from img2tfrecord.sources.inputs.annotation import AnnotationSource
+
+
+class AnnotationKind(InputKind):
+    """What every kind of detection input shares: TF Object Detection API records, not analysed, their
+    inputs counted once the annotations are read."""
+
+    task = TASK_DETECTION
+    analysable = False
+    analysis_note = "detection: no tf.Transform analysis (its features are those of classification records)"
+    counts_known_at_launch = False
+    discover_step = "DiscoverAnnotations"
+
+    def converter(self, config: ConvertConfig, plan: Plan) -> Converter[Any]:
+        return DetectionConverter(
+            config.image, plan.input.layout, run_splits(config), config.seed, config.require_boxes
+        )
+
+    def class_noun(self, plan: Plan) -> str:
+        return "class(es) of objects"
+
+
+class Detection(AnnotationKind):
+    """Pascal VOC or COCO JSON beside the images of a folder, COCO JSON files, or manifests of boxes."""
+
+    name = "detection"
+
+    def claims(self, config: ConvertConfig) -> bool:
+        return config.task != TASK_CLASSIFICATION
+
+    def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
+        if kinds.input_kind(config.input) == kinds.INPUT_MANIFEST:
+            return plan_manifest_of_boxes(config)
+        if config.input.lower().endswith(".json"):
+            return plan_coco_files(config)
+        base, _, files, _ = folder_files(config)
+        forced = config.task == TASK_DETECTION
+        found_kind = detection_layout(files, forced)
+        if found_kind is not None:
+            return plan_folder_detection(config, found_kind, base, files)
+        if forced:
+            raise PlanError(
+                f"--task detection: {config.input} holds neither a Pascal VOC layout (Annotations/*.xml, "
+                "JPEGImages/) nor COCO JSON (instances_*.json)"
+            )
+        return None
+
+    def source(self, config: ConvertConfig, plan: Plan) -> InputSource:
+        return AnnotationSource(
+            plan.input.annotations,
+            plan.input.patterns,
+            plan.input.base,
+            plan.input.split_names,
+            plan.input.has_split_column,
+        )
+
+    def ledger(self, config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
+        return None if config.sequence else AnnotationLedger(config, plan, self)
 
 
 def plan_manifest_of_boxes(config: ConvertConfig) -> Optional[Plan]:
@@ -129,7 +190,6 @@ def plan_detection(
             pattern=patterns[0] if patterns else base,
             layout=layouts.LAYOUT_DETECTION,
             split_names=split_names,
-            input_kind=kinds.INPUT_DETECTION,
             has_split_column=bool(named),
             listing_digest=digest([(a,) for a in annotations] + [(f.relpath, f.size) for f in images]),
             annotations=kind,
@@ -181,7 +241,6 @@ def plan_box_manifest(config: ConvertConfig, base: str, pattern: str, found: Lis
             pattern=pattern,
             layout=layouts.LAYOUT_DETECTION,
             split_names=split_names,
-            input_kind=kinds.INPUT_DETECTION,
             has_split_column=bool(named),
             listing_digest=digest(digest_rows),
             annotations=detection.BOXES,
@@ -210,9 +269,9 @@ class AnnotationLedger(ReadAtLaunch):
 
     noun = "annotated image(s)"
 
-    def __init__(self, config: ConvertConfig, plan: Plan):
+    def __init__(self, config: ConvertConfig, plan: Plan, kind: InputKind):
         super().__init__(config, plan)
-        found = discover(plan.input.source(config), list_input)
+        found = discover(kind.source(config, plan), list_input)
         stamps = file_stamps([item.path for item in found.files])
         for item in found.files:
             size, mtime = stamps.get(item.path, (-1, 0.0))

@@ -1,34 +1,46 @@
-"""A folder or glob of images at launch: its plan (layout, splits, sizes, the folders of earlier outputs
-left out) and its ledger (one entry per file). A folder holding detection annotations is planned as
-such (``detection.py``); a glob that matches only archives, as archives (``archive.py``)."""
+"""A folder or glob of images (the kind every other input falls back to): its plan (layout, splits, sizes, the
+folders of earlier outputs left out), its source and its ledger (one entry per file)."""
 
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord import faults
 from img2tfrecord.model import ErrorRow, Item, WorkItem
-from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.pipeline.kinds.archive import plan_archives
+from img2tfrecord.pipeline.inputs import LocalInputReport, check_local_input
+from img2tfrecord.pipeline.kinds.base import InputKind
 from img2tfrecord.pipeline.kinds.common import check_images, layout_of, skip_outputs, split_bytes
-from img2tfrecord.pipeline.kinds.detection import detection_layout, plan_folder_detection
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed
-from img2tfrecord.pipeline.listing import digest, is_file, list_input, list_stamped, resolve_input
+from img2tfrecord.pipeline.listing import digest, is_file, list_input, list_stamped, read_once, resolve_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, sized
+from img2tfrecord.readers import storage
 from img2tfrecord.schemas.ledger import LedgerEntry
-from img2tfrecord.sources import archives, kinds
+from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
-from img2tfrecord.sources.inputs import ERRORS, FILES
+from img2tfrecord.sources.inputs import ERRORS, FILES, InputSource
 from img2tfrecord.sources.inputs.folder import FolderSource
 
 
-def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
-    """The plan of a folder or glob of images (``make_plan``)."""
-    detect = config.task != TASK_CLASSIFICATION
-    forced = config.task == TASK_DETECTION
+class FolderFiles(NamedTuple):
+    """A folder input's launch listing: its root and pattern, its files (junk and earlier outputs left out,
+    sorted by relpath) and the folders of earlier outputs."""
+
+    base: str
+    pattern: str
+    files: List[WorkItem]
+    outputs: Tuple[str, ...]
+
+
+def folder_files(config: ConvertConfig) -> FolderFiles:
+    """The files of a folder or glob input, listed once per launch; PlanError for a file, an earlier
+    output, a missing path or nothing listed."""
+    return read_once("folder_files", config.input, lambda unused: _list_folder(config))
+
+
+def _list_folder(config: ConvertConfig) -> FolderFiles:
     base, pattern = resolve_input(config.input)
     if not kinds.GLOB_CHARS.search(config.input) and is_file(base.rstrip("/")):
         raise PlanError(
@@ -37,8 +49,6 @@ def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
         )
     listing = list_input(pattern)
     faults.pause_at("listing")
-    if kinds.GLOB_CHARS.search(config.input) and listing and all(archives.archive_kind(p) for p, _ in listing):
-        return plan_archives(config, whole)  # a glob such as 'shards/*' that matches only archives
     listed = [(path, layouts.relative_path(base, path), size) for path, size in listing if path.startswith(base)]
     outputs = skip_outputs(config, [relpath for _, relpath, _ in listed])
     files = [
@@ -52,15 +62,12 @@ def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
             raise PlanError(f"--input {config.input}: no such file or folder ({missing}); check the path")
         raise PlanError(f"no input files match {pattern}")
     files.sort(key=lambda f: f.relpath)
-    if detect:
-        found_kind = detection_layout(files, forced)
-        if found_kind is not None:
-            return plan_folder_detection(config, found_kind, base, files)
-    if forced:
-        raise PlanError(
-            f"--task detection: {config.input} holds neither a Pascal VOC layout (Annotations/*.xml, "
-            "JPEGImages/) nor COCO JSON (instances_*.json)"
-        )
+    return FolderFiles(base, pattern, files, outputs)
+
+
+def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
+    """The plan of a folder or glob of images."""
+    base, pattern, files, outputs = folder_files(config)
     layout, split_names = layout_of(config, files)
     check_images(config, files, layout)
     ratio = estimate_size_ratio(config, files) if whole else 1.0
@@ -77,6 +84,35 @@ def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
         ),
         sized(config, split_names, per_split, len(files), sum(f.size for f in files), ratio),
     )
+
+
+def check_local_folder(plan: Plan) -> Optional[LocalInputReport]:
+    """The launch check of a local folder input (None for a remote one)."""
+    if storage.is_remote(plan.input.base):
+        return None
+    return check_local_input(plan.input.base, plan.input.pattern, plan.input.layout)
+
+
+class Folder(InputKind):
+    """A folder of class folders (or split folders of class folders), or a glob of images."""
+
+    name = "folder"
+    discovers_from_ledger = True  # the graph (with --dedupe) reads the files the launch listed
+
+    def claims(self, config: ConvertConfig) -> bool:
+        return True
+
+    def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
+        return plan_folder(config, whole)
+
+    def source(self, config: ConvertConfig, plan: Plan) -> InputSource:
+        return FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)
+
+    def ledger(self, config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
+        return FolderLedger(config, plan)
+
+    def check_local(self, plan: Plan) -> Optional[LocalInputReport]:
+        return check_local_folder(plan)
 
 
 class FolderLedger(InputLedger):

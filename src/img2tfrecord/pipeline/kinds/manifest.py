@@ -1,4 +1,4 @@
-"""CSV/JSONL manifests at launch: their plan and their ledger (one entry per row), from one parse of
+"""CSV/JSONL manifests naming images: their plan, source and ledger (one entry per row), from one parse of
 each manifest (``parsed_rows``)."""
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from typing import List, Optional, Set, Tuple
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
 from img2tfrecord.model import Item, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.kinds.base import InputKind
 from img2tfrecord.pipeline.kinds.common import option_splits, rows_split_bytes
-from img2tfrecord.pipeline.kinds.ledger import ReadAtLaunch, file_stamps
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, ReadAtLaunch, file_stamps
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, read_once
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimated_record_bytes, sampled_sizes, sized
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
 from img2tfrecord.sources import kinds, manifests
 from img2tfrecord.sources import layout as layouts
+from img2tfrecord.sources.inputs import InputSource
 from img2tfrecord.sources.inputs.manifest import ManifestSource
 
 
@@ -71,13 +73,38 @@ def plan_manifest(config: ConvertConfig, whole: bool = True) -> Plan:
             pattern=pattern,
             layout=layouts.LAYOUT_MANIFEST,
             split_names=split_names,
-            input_kind=kinds.INPUT_MANIFEST,
             labeled=labeled,
             has_split_column=has_split,
             listing_digest=digest(rows),
         ),
         sized(config, split_names, split_bytes, len(rows), int(mean_size * len(rows)), ratio),
     )
+
+
+def manifest_source(plan: Plan) -> ManifestSource:
+    """The rows of every manifest ``plan`` names, with the columns it found."""
+    return ManifestSource(plan.input.pattern, plan.input.labeled, plan.input.has_split_column, plan.input.split_names)
+
+
+class Manifest(InputKind):
+    """CSV or JSONL files (or a glob of them) whose rows name images: ``path[,label][,split]``."""
+
+    name = "manifest"
+
+    def claims(self, config: ConvertConfig) -> bool:
+        return kinds.input_kind(config.input) == kinds.INPUT_MANIFEST
+
+    def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
+        return plan_manifest(config, whole)
+
+    def source(self, config: ConvertConfig, plan: Plan) -> InputSource:
+        return manifest_source(plan)
+
+    def ledger(self, config: ConvertConfig, plan: Plan) -> Optional[InputLedger]:
+        return ManifestLedger(config, plan)
+
+    def class_noun(self, plan: Plan) -> str:
+        return "label(s)"
 
 
 class ManifestLedger(ReadAtLaunch):
@@ -90,9 +117,7 @@ class ManifestLedger(ReadAtLaunch):
 
     def __init__(self, config: ConvertConfig, plan: Plan):
         super().__init__(config, plan)
-        source = ManifestSource(
-            plan.input.pattern, plan.input.labeled, plan.input.has_split_column, plan.input.split_names
-        )
+        source = manifest_source(plan)
         rows = [row for path, _ in source.units(list_input) for row in source.rows(path, parsed_rows(path))]
         stamps = file_stamps([row.found.path for row in rows if isinstance(row.found, WorkItem)])
         for row in rows:

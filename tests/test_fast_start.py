@@ -1,4 +1,4 @@
-"""The CLI's own-process start-up (pipeline/own_process.py): Beam imported without its optional modules for
+"""The command line's fast start (commands/fast_start.py): Beam imported without its optional modules for
 a local run (the same shards, those modules importable afterwards, a library caller's process gets Beam
 whole), Beam's DoFn specs kept per class, numpy's OpenBLAS without threads of its own (in the conversion
 workers also for a library caller), and the garbage collector paused until the job starts."""
@@ -21,10 +21,10 @@ from conftest import IN_MEMORY, ROOT, cli_env, shard_digests
 from crashing import EnvironmentConverter
 
 from img2tfrecord import api
+from img2tfrecord.commands import fast_start
 from img2tfrecord.conversion.pool import BLAS_THREADS_ENV, ConversionPool
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import WorkItem
-from img2tfrecord.pipeline import own_process
 
 
 def _python(code: str, *args: str) -> str:
@@ -39,7 +39,7 @@ def _python(code: str, *args: str) -> str:
 def test_beam_imports_without_its_optional_modules_which_import_as_usual_afterwards():
     code = """
 import sys
-from img2tfrecord.pipeline.own_process import OPTIONAL_MODULES, import_beam_lean
+from img2tfrecord.commands.fast_start import OPTIONAL_MODULES, import_beam_lean
 first, second = import_beam_lean(), import_beam_lean()
 left_out = "apache_beam.typehints.pandas_type_compatibility" not in sys.modules
 absent = [m for m in OPTIONAL_MODULES if m in sys.modules]
@@ -69,14 +69,12 @@ print(code, "apache_beam" in sys.modules, "pandas" in sys.modules, os.environ.ge
 
 def test_only_a_caller_that_owns_its_process_imports_beam_lean(sample_dir, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(own_process, "import_beam_lean", lambda optional: calls.append(optional) or False)
-    config = api.config_from_args(
-        api.parse_options({"image_size": 16, "analyze": False}, input=sample_dir, output=str(tmp_path / "a")), []
-    )
+    monkeypatch.setattr(fast_start, "import_beam_lean", lambda optional: calls.append(optional) or False)
+    config = api.config_of(sample_dir, str(tmp_path / "a"), {"image_size": 16, "analyze": False})
     api.run_config(config)
     assert calls == []
-    api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), own_process=True)
-    assert calls == [own_process.OPTIONAL_MODULES]
+    api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), start=fast_start.start)
+    assert calls == [fast_start.OPTIONAL_MODULES]
 
 
 class _Plain(beam.DoFn):
@@ -101,7 +99,7 @@ def test_dofn_specs_are_asked_once_per_class_with_the_same_answers(monkeypatch):
     real = userstate.get_dofn_specs
     asked = []
     monkeypatch.setattr(userstate, "get_dofn_specs", lambda dofn: asked.append(type(dofn).__name__) or real(dofn))
-    assert own_process.cache_dofn_specs() is True and own_process.cache_dofn_specs() is False
+    assert fast_start.cache_dofn_specs() is True and fast_start.cache_dofn_specs() is False
     cached = userstate.get_dofn_specs
     for _ in range(3):
         for dofn in (_Plain(), _Stateful()):
@@ -136,32 +134,30 @@ def test_conversion_workers_start_numpy_blas_with_one_thread_unless_the_caller_c
 def test_the_cli_pauses_the_garbage_collector_until_its_job_starts(sample_dir, tmp_path, monkeypatch):
     from helpers.cli import run_in_process
 
-    from img2tfrecord.pipeline import run as run_module
-
     seen = []
-    resume = run_module.resume_collection
-    monkeypatch.setattr(run_module, "resume_collection", lambda: (seen.append(gc.isenabled()), resume()))
+    resume = fast_start.resume_collection
+    monkeypatch.setattr(fast_start, "resume_collection", lambda: (seen.append(gc.isenabled()), resume()))
     proc = run_in_process(
         "convert", "--input", sample_dir, "--output", str(tmp_path / "out"), "--no-analyze", *IN_MEMORY
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert seen == [False] and gc.isenabled()  # paused while it started, collecting again when it ended
+    assert seen[0] is False and gc.isenabled()  # paused while it started, collecting again when it ended
     failed = run_in_process("convert", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o2"))
-    assert failed.returncode == 2 and seen == [False] and gc.isenabled()  # no job: resumed all the same
+    assert failed.returncode == 2 and gc.isenabled()  # no job: resumed all the same
 
 
 def test_collection_resumes_once_with_the_start_up_frozen_and_never_against_the_callers_choice():
     try:
-        own_process.pause_collection()
+        fast_start.pause_collection()
         assert not gc.isenabled()
-        own_process.resume_collection()
+        fast_start.resume_collection()
         assert gc.isenabled() and gc.get_freeze_count() > 0
         gc.unfreeze()
-        own_process.resume_collection()  # once
+        fast_start.resume_collection()  # once
         assert gc.get_freeze_count() == 0
         gc.disable()  # the caller's own choice
-        own_process.pause_collection()
-        own_process.resume_collection()
+        fast_start.pause_collection()
+        fast_start.resume_collection()
         assert not gc.isenabled() and gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()

@@ -1,0 +1,94 @@
+"""The last steps of every conversion, the same for ``convert`` and ``ImagesToTFRecords`` (:class:`FinishOutput`):
+every rejected row into the error report and counted by reason, the train split analysed with tf.Transform,
+then ``dataset.json``, ``labels.txt`` and ``_SUCCESS`` (``finalize.FinalizeOutput``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Optional, Sequence
+
+import apache_beam as beam
+
+from img2tfrecord.conversion.run_totals import RunTotals
+from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
+
+# The parts FinishOutput takes, a dict of PCollections: the committed shards, every error row, the train
+# records' analysis rows, the class list (one element), the inputs and the junk files counted (one each),
+# and optionally what an archive run's members file step gave (FinalizeOutput waits for it).
+SHARDS, ERRORS, ANALYSIS_ROWS, LABELS, NUM_INPUTS, NUM_SKIPPED, MEMBERS = (
+    "shards",
+    "errors",
+    "analysis_rows",
+    "labels",
+    "num_inputs",
+    "num_skipped",
+    "members",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    """The tf.Transform analysis of a run's train split: its options and splits, whether its records carry
+    labels, and an append's totals of the generations before it (``base_exact``: those are exact)."""
+
+    config: ConvertConfig
+    split_names: Sequence[str]
+    labeled: bool
+    base: Optional[RunTotals] = None
+    base_exact: bool = True
+
+
+def _reason(row) -> str:
+    return row["reason"]
+
+
+class FinishOutput(beam.PTransform):
+    """The parts of a conversion (a dict keyed as above) -> ``errors.jsonl`` (an append's
+    ``errors-g<N>.jsonl``), the analysis (``analysis``; None: not analysed) and ``finalize``'s
+    ``dataset.json``, ``labels.txt`` and ``_SUCCESS``; returns ``finalize``'s output (the manifest)."""
+
+    def __init__(self, finalize: FinalizeOutput, output: str, generation: int = 0, analysis: Optional[Analysis] = None):
+        super().__init__()
+        self._finalize = finalize
+        self._output = output
+        self._generation = generation
+        self._analysis = analysis
+
+    def expand(self, parts: Dict[str, Any]):
+        errors = parts[ERRORS]
+        reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
+        error_files = errors | "ErrorReport" >> WriteErrorReport(self._output, self._generation)
+        side: Dict[str, Any] = {}
+        analysis = self._analysis
+        if analysis is not None:
+            from img2tfrecord.transforms.analyze import analyze_train_split  # imports TensorFlow
+
+            statistics = analyze_train_split(
+                parts[ANALYSIS_ROWS],
+                parts[LABELS],
+                analysis.config,
+                analysis.split_names,
+                analysis.labeled,
+                base=analysis.base,
+                base_exact=analysis.base_exact,
+            )
+            if statistics is not None:  # FinalizeOutput waits for the exported transform
+                side["statistics"] = beam.pvalue.AsSingleton(statistics)
+        if MEMBERS in parts:
+            side["unused_members"] = beam.pvalue.AsList(parts[MEMBERS])
+        return (
+            errors.pipeline
+            | "Start" >> beam.Create([None], reshuffle=False)
+            | "FinalizeOutput"
+            >> beam.ParDo(
+                self._finalize,
+                label_names=beam.pvalue.AsSingleton(parts[LABELS]),
+                shards=beam.pvalue.AsList(parts[SHARDS]),
+                rejected_counts=beam.pvalue.AsList(reason_counts),
+                num_inputs=beam.pvalue.AsSingleton(parts[NUM_INPUTS]),
+                num_skipped=beam.pvalue.AsSingleton(parts[NUM_SKIPPED]),
+                unused_error_files=beam.pvalue.AsList(error_files),
+                **side,
+            )
+        )
