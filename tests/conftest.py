@@ -57,8 +57,9 @@ def run_cli(*args: str, timeout: float = 300, env=None, analyze: bool = False) -
     )
 
 
-def manifest_doc(output_dir: str) -> dict:
-    """The ``dataset.json`` of an output directory, as plain JSON."""
+def manifest_to_edit(output_dir: str) -> dict:
+    """The ``dataset.json`` of an output directory as plain JSON, for tests that change it and write it back
+    (:func:`write_manifest_doc`). Tests that read an output use ``readers.records.read_manifest``."""
     from img2tfrecord.schemas import manifest
 
     with open(os.path.join(output_dir, manifest.MANIFEST_FILE), encoding="utf-8") as f:

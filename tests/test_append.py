@@ -16,7 +16,7 @@ import sys
 
 import images as I
 import pytest
-from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_doc, run_cli, shard_digests, write_manifest_doc
+from conftest import DATAFLOW_DRY_RUN, cli_env, convert, manifest_to_edit, run_cli, shard_digests, write_manifest_doc
 from gcs_emulator import gcs_fixture, upload_tree  # noqa: F401 - the gcs fixture
 from helpers.datasets import make_images
 from helpers.outputs import records_by_relpath
@@ -26,6 +26,7 @@ from img2tfrecord import api, faults
 from img2tfrecord.conversion import appends
 from img2tfrecord.errors import UsageError
 from img2tfrecord.readers import datasource
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import dataset_manifest, manifest
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.generations import Generation
@@ -98,7 +99,7 @@ def test_three_generations_hold_the_records_of_one_run_over_the_final_input(thre
     assert [len(d.generations) for d in docs] == [1, 2, 3]
     # Input for input and split for split, the appended output holds what one run over the final input writes.
     assert records_by_relpath(out) == records_by_relpath(full)
-    full_doc = dataset_manifest.loads(open(os.path.join(full, manifest.MANIFEST_FILE)).read())
+    full_doc = read_manifest(full)
     assert third.labels == full_doc.labels
     for name, info in third.splits.items():
         assert info.num_examples == full_doc.splits[name].num_examples
@@ -250,7 +251,7 @@ def test_an_append_started_from_another_folder_names_the_same_input(batches, tmp
     doc = _convert("data/in", out, append=True)
     assert [g.inputs for g in doc.generations][1:] == [len(second)]
     # An output that recorded its input as given names the folder to run from.
-    recorded = manifest_doc(out)
+    recorded = manifest_to_edit(out)
     recorded["input"] = "in"
     write_manifest_doc(out, recorded)
     with pytest.raises(UsageError, match="from in, relative to the folder that run started in, not data/in"):
@@ -428,7 +429,7 @@ def test_generation_shard_names_parse_and_a_manifest_with_generations_reads_back
     assert dataset_manifest.dumps(doc) == text
     assert doc.error_files == ["errors.jsonl", "errors-g00001.jsonl", "errors-g00002.jsonl"]
     assert isinstance(doc.generations[1], Generation) and doc.generations[1].ledger == manifest.ledger_file(1)
-    assert manifest_doc(out)["generations"][2]["generation"] == 2
+    assert json.loads(text)["generations"][2]["generation"] == 2
 
 
 @pytest.mark.e2e
@@ -546,7 +547,7 @@ def test_two_appends_at_once_write_one_generation_and_the_second_is_refused_in_o
         os.remove(marker)
         _, err = first.communicate(timeout=120)
         assert first.returncode == 0, err[-3000:]
-    doc = dataset_manifest.loads(open(os.path.join(out, manifest.MANIFEST_FILE)).read())
+    doc = read_manifest(out)
     assert [(g.number, g.inputs, g.written) for g in doc.generations][1:] == [(1, 1, 1)]
     assert sum("class0/new.jpg" in rows for rows in records_by_relpath(out).values()) == 1
     assert verify(out).ok
@@ -559,7 +560,7 @@ def test_an_output_without_generations_is_refused_with_the_rebuild_it_needs(thre
     src, out, _, _, _ = three_generations
     old = str(tmp_path / "old")
     shutil.copytree(out, old)
-    doc = manifest_doc(old)
+    doc = manifest_to_edit(old)
     doc.pop("generations")
     write_manifest_doc(old, doc)
     with pytest.raises(UsageError, match="has no input ledger .* convert it again with --overwrite once, then append"):

@@ -20,7 +20,7 @@ from helpers.processes import kill_when
 
 from img2tfrecord import api, faults, inspection
 from img2tfrecord.conversion import appends
-from img2tfrecord.readers import datasource
+from img2tfrecord.readers import datasource, records
 from img2tfrecord.schemas import dataset_manifest, manifest
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.generations import CHANGED, REMOVED
@@ -41,8 +41,7 @@ def _convert(src: str, out: str, **extra) -> dataset_manifest.DatasetManifest:
 
 
 def _doc(out: str) -> dataset_manifest.DatasetManifest:
-    with open(os.path.join(out, manifest.MANIFEST_FILE), encoding="utf-8") as f:
-        return dataset_manifest.loads(f.read())
+    return records.read_manifest(out)
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +89,8 @@ def test_accepted_changes_read_as_a_full_run_over_the_final_input(accepted):
     assert acc.inputs == acc.written + acc.rejected == first.accounting.inputs + 2  # the changed file and the new one
     assert doc.generations[-1].inputs == 2
     assert appended.to_json() == doc.to_json()
-    with open(os.path.join(out, manifest.MANIFEST_FILE)) as f:
-        assert json.load(f)["format_version"] == 2  # an earlier reader refuses it instead of reading stale records
-    with open(os.path.join(full, manifest.MANIFEST_FILE)) as f:
-        assert json.load(f)["format_version"] == 1
+    assert doc.format_version == 2  # an earlier reader refuses it instead of reading stale records
+    assert full_doc.format_version == 1
     report = verify(out)
     assert report.ok, report.text()
     assert doc.tfds is not None and not doc.tfds.readable and "withdrawn records" in doc.tfds.reason

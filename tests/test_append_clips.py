@@ -3,7 +3,6 @@ changed a frame is refused, or withdrawn and converted again with ``--accept-cha
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import zipfile
@@ -29,13 +28,13 @@ def _convert(src: str, out: str, **extra):
 
 def _clips(output: str) -> dict:
     """clip -> (split, class, frame bytes) of every live record, read without TensorFlow."""
-    doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
-    withdrawn = {(w["file"], w["index"]) for g in doc.get("generations", []) for w in g.get("withdrawn", [])}
+    doc = records.read_manifest(output)
+    withdrawn = {(w.file, w.index) for g in doc.generations for w in g.withdrawn}
     found = {}
-    for split, info in doc["splits"].items():
-        for shard in info["shards"]:
-            for index, _, data in records.iter_records(os.path.join(output, shard["file"]), doc["compression"]):
-                if (shard["file"], index) in withdrawn:
+    for split, info in doc.splits.items():
+        for shard in info.shards:
+            for index, _, data in records.iter_records(os.path.join(output, shard.file), doc.compression.value):
+                if (shard.file, index) in withdrawn:
                     continue
                 context = example_proto.SequenceExample.FromString(data)
                 name = context.context.feature[keys.CLIP_NAME].bytes_list.value[0].decode()

@@ -4,7 +4,6 @@ is refused, or its record withdrawn with ``--accept-changes``."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -15,8 +14,10 @@ from helpers.outputs import append_refusal
 from img2tfrecord import api
 from img2tfrecord.errors import UsageError
 from img2tfrecord.readers import datasource
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.verification import verify
 
 OPTIONS = dict(splits={"train": 0.6, "test": 0.4}, seed=5, image_size=64, analyze=False, processes=1)
@@ -30,9 +31,9 @@ def _convert(src: str, out: str, **extra):
 
 def _objects(output: str) -> dict:
     """relpath -> (split, classes of its objects, their boxes) of every record a reader returns."""
-    doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
+    doc = read_manifest(output)
     found = {}
-    for split in doc["splits"]:
+    for split in doc.splits:
         for example in datasource.iter_split(output, split, decode=False):
             relpath = example[keys.FILENAME].decode()
             assert relpath not in found, f"{relpath} read twice"
@@ -40,18 +41,18 @@ def _objects(output: str) -> dict:
     return found
 
 
-def _same_as_a_full_run(src: str, out: str, tmp_path, dropped: bool = True) -> dict:
+def _same_as_a_full_run(src: str, out: str, tmp_path, dropped: bool = True) -> DatasetManifest:
     """Assert ``out`` holds, image for image, the records, splits and box counts of one run over ``src``
     (``dropped``: its dropped boxes too, which count every record written, withdrawn ones included)."""
     full = str(tmp_path / "full")
     doc = _convert(src, full)
     assert _objects(out) == _objects(full)
-    appended = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
+    appended = read_manifest(out)
     for name, info in doc.splits.items():
-        split = appended["splits"][name]
-        assert (split["num_examples"], split["boxes_per_class"]) == (info.num_examples, info.boxes_per_class)
+        split = appended.splits[name]
+        assert (split.num_examples, split.boxes_per_class) == (info.num_examples, info.boxes_per_class)
         if dropped:
-            assert split.get("dropped_boxes") == info.dropped_boxes
+            assert split.dropped_boxes == info.dropped_boxes
     report = verify(out)
     assert report.ok, report.text()
     return appended
@@ -78,7 +79,7 @@ def test_newly_annotated_voc_images_give_the_records_of_one_run_over_all_of_them
     assert (second.generations[-1].inputs, second.generations[-1].written) == (4, 4)
     assert _convert(src, out, append=True).generations == second.generations  # nothing new
     doc = _same_as_a_full_run(src, out, tmp_path)
-    assert sum(doc["splits"][s]["boxes_per_class"]["cat"] for s in doc["splits"]) == len(IMAGES)
+    assert sum(doc.splits[s].boxes_per_class["cat"] for s in doc.splits) == len(IMAGES)
 
 
 @pytest.mark.e2e

@@ -17,11 +17,12 @@ import zipfile
 
 import images as I
 import pytest
-from conftest import convert, manifest_doc
+from conftest import convert
 from helpers.datasets import UTF8_FLAG, write_zip_raw_names
 
 from img2tfrecord.model import MemberEntry
 from img2tfrecord.readers import datasource
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives
@@ -96,15 +97,15 @@ def test_hostile_members_are_rows_and_nothing_leaves_the_archive(tmp_path, kind)
     assert reasons == {archives.normalise_member_name(n): r for n, r in expected.items()}
     assert all(row["error"] for row in rows)
 
-    doc = manifest_doc(out)
-    acc = doc["accounting"]
-    assert acc["written"] == len(GOOD) and acc["inputs"] == acc["written"] + acc["rejected"]
-    assert acc["rejected"] == len(expected)
+    doc = read_manifest(out)
+    acc = doc.accounting
+    assert acc.written == len(GOOD) and acc.inputs == acc.written + acc.rejected
+    assert acc.rejected == len(expected)
     names = [r[keys.FILENAME].decode() for r in datasource.iter_split(out, "train", decode=False)]
     assert sorted(names) == sorted(GOOD)
     passwd = open("/etc/passwd", "rb").read()[:32]
     assert all(passwd not in r[keys.IMAGE_ENCODED] for r in datasource.iter_split(out, "train", decode=False))
-    assert doc["statistics"]["num_examples"] == len(GOOD)  # the analysis ran over exactly the good members
+    assert doc.statistics["num_examples"] == len(GOOD)  # the analysis ran over exactly the good members
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
 
 

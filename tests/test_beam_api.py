@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from typing import List, Tuple
 
 import apache_beam as beam
 import images as I
@@ -19,6 +20,7 @@ from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE, seeded_sample
 from img2tfrecord.conversion.sharding import assign_split, parse_splits
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.schemas.example_proto import Example
 
 OPTIONS = {"image_size": 32, "splits": "train=0.7,test=0.3", "seed": 4}
@@ -158,15 +160,13 @@ def _write_folder(refs, output: str, **options) -> None:
         _ = p | beam.Create(refs) | ImagesToTFRecords(output, **options)
 
 
-def _comparable(output: str) -> dict:
+def _comparable(output: str) -> Tuple[DatasetManifest, List[str]]:
     """An output's manifest without what names the run (time, input, fingerprint), and its error rows."""
-    with open(os.path.join(output, manifest.MANIFEST_FILE), encoding="utf-8") as f:
-        doc = json.load(f)
-    for key in ("created", "input", "run_fingerprint"):
-        doc.pop(key)
+    doc = records.read_manifest(output)
+    assert doc.run_fingerprint, output
     with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
-        doc["errors"] = sorted(f.read().splitlines())
-    return doc
+        errors = sorted(f.read().splitlines())
+    return doc.replace(created="", input="", run_fingerprint=None), errors
 
 
 def test_images_to_tfrecords_writes_the_folder_convert_writes_from_the_same_rows(sample_dir, tmp_path):
@@ -177,15 +177,15 @@ def test_images_to_tfrecords_writes_the_folder_convert_writes_from_the_same_rows
     small_shards = ("--shard-size-mb", "0.01")  # several shards per split, counted from a sample
     proc = convert(listing, out, *FLAGS, *small_shards, *ONE_PROCESS, analyze=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    expected = _comparable(out)
-    assert all(len(split["shards"]) > 1 for split in expected["splits"].values())
+    expected, errors = _comparable(out)
+    assert all(len(split.shards) > 1 for split in expected.splits.values())
     # convert also records the manifest's rows it converted (its ledger), which a later --append compares;
     # rows given to a pipeline have no listing to record.
-    assert [g["generation"] for g in expected.pop("generations")] == [0]
+    assert [g.number for g in expected.generations] == [0]
 
     in_beam = str(tmp_path / "beam")
     _write_folder([ImageRef(uri, label) for uri, label in refs], in_beam, **OPTIONS, shard_size_mb=0.01)
-    assert _comparable(in_beam) == expected
+    assert _comparable(in_beam) == (expected.replace(generations=()), errors)
     assert sorted(os.listdir(in_beam)) == sorted(set(os.listdir(out)) - {manifest.LEDGER_DIR})
     for index in os.listdir(os.path.join(out, manifest.INDEX_DIR)):
         with open(os.path.join(out, manifest.INDEX_DIR, index), "rb") as a:
@@ -258,9 +258,9 @@ def test_references_with_boxes_give_the_detection_folder_of_a_manifest_of_boxes(
     ]
     in_beam = str(tmp_path / "beam")
     _write_folder(refs, in_beam, root=root, task="detection", image_size=64, resize="fill", seed=2)
-    expected = _comparable(out)
-    assert [g["generation"] for g in expected.pop("generations")] == [0]  # convert's ledger (see above)
-    assert _comparable(in_beam) == expected
+    expected, errors = _comparable(out)
+    assert [g.number for g in expected.generations] == [0]  # convert's ledger (see above)
+    assert _comparable(in_beam) == (expected.replace(generations=()), errors)
     with (
         open(os.path.join(in_beam, manifest.LABEL_MAP_FILE)) as a,
         open(os.path.join(out, manifest.LABEL_MAP_FILE)) as b,

@@ -18,6 +18,7 @@ from PIL import Image
 
 from img2tfrecord import schemas
 from img2tfrecord.conversion.sharding import shuffle_key
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 
 tf = pytest.importorskip("tensorflow")
@@ -127,20 +128,20 @@ def test_every_input_is_a_record_or_an_error(messy_input, messy_output):
     root, good, bad = messy_input
     out, proc = messy_output
     doc, records = read_records(out)
-    acc = doc["accounting"]
+    acc = doc.accounting
     written = sum(len(r) for r in records.values())
-    assert acc["inputs"] == len(good) + len(bad)
-    assert acc["written"] == written == len(good)
-    assert acc["rejected"] == len(bad)
-    assert acc["inputs"] == acc["written"] + acc["rejected"]
-    assert acc["skipped"] == 3
+    assert acc.inputs == len(good) + len(bad)
+    assert acc.written == written == len(good)
+    assert acc.rejected == len(bad)
+    assert acc.inputs == acc.written + acc.rejected
+    assert acc.skipped == 3
     errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
     assert {e["relpath"]: e["reason"] for e in errors} == bad
     assert all(e["error"] and e["path"].endswith(e["relpath"]) for e in errors)
-    assert acc["rejected_by_reason"] == {r: list(bad.values()).count(r) for r in set(bad.values())}
+    assert acc.rejected_by_reason == {r: list(bad.values()).count(r) for r in set(bad.values())}
     assert sorted(f for split in split_membership(records).values() for f in split) == sorted(good)
     assert "records written" in proc.stdout and "rejected" in proc.stdout
-    mean = ", ".join(f"{v:.4f}" for v in doc[manifest.STATISTICS]["pixel_mean"])
+    mean = ", ".join(f"{v:.4f}" for v in doc.statistics["pixel_mean"])
     assert f"train pixel mean [{mean}], std [" in proc.stdout and "(tf.Transform output: transform_fn/)" in proc.stdout
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     assert not glob.glob(os.path.join(out, "beam-temp-*"))
@@ -151,7 +152,7 @@ def test_records_carry_every_feature_correctly(messy_input, messy_output):
     out, _ = messy_output
     doc, records = read_records(out)
     labels = open(os.path.join(out, manifest.LABELS_FILE)).read().split("\n")[:-1]
-    assert labels == ["cat", "dog", "emu"] == doc["labels"]
+    assert labels == ["cat", "dog", "emu"] == list(doc.labels)
     for split_records in records.values():
         for r in split_records:
             rel = r[schemas.FILENAME].decode()
@@ -170,32 +171,32 @@ def test_records_carry_every_feature_correctly(messy_input, messy_output):
 def test_manifest_counts_match_the_shards(messy_output):
     out, _ = messy_output
     doc, records = read_records(out)
-    assert set(doc["splits"]) == {"train", "validation", "test"}
-    for split, info in doc["splits"].items():
-        assert info["num_examples"] == len(records[split])
-        assert [s["file"] for s in info["shards"]] == [manifest.shard_file_name(split, i, 2) for i in range(2)]
-        for shard in info["shards"]:
-            path = os.path.join(out, shard["file"])
-            assert shard["num_records"] == sum(1 for _ in tf.data.TFRecordDataset(path))
-            assert shard["num_bytes"] == os.path.getsize(path)
+    assert set(doc.splits) == {"train", "validation", "test"}
+    for split, info in doc.splits.items():
+        assert info.num_examples == len(records[split])
+        assert [s.file for s in info.shards] == [manifest.shard_file_name(split, i, 2) for i in range(2)]
+        for shard in info.shards:
+            path = os.path.join(out, shard.file)
+            assert shard.num_records == sum(1 for _ in tf.data.TFRecordDataset(path))
+            assert shard.num_bytes == os.path.getsize(path)
         per_class = {}
         for r in records[split]:
             name = r[schemas.CLASS_TEXT].decode()
             per_class[name] = per_class.get(name, 0) + 1
-        assert info["examples_per_class"] == per_class
+        assert info.examples_per_class == per_class
     assert sorted(glob.glob(os.path.join(out, "*.tfrecord"))) == sorted(
-        os.path.join(out, s["file"]) for info in doc["splits"].values() for s in info["shards"]
+        os.path.join(out, s.file) for info in doc.splits.values() for s in info.shards
     )
 
 
 def test_same_seed_same_records_other_seed_other_split(messy_output, messy_again, other_seed):
     out, _ = messy_output
     _, first = read_records(out)
-    doc_a = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
+    doc_a = read_manifest(out)
     doc_b, second = read_records(messy_again)
     assert split_membership(first) == split_membership(second)
-    for split in doc_a["splits"]:
-        assert doc_a["splits"][split]["examples_per_class"] == doc_b["splits"][split]["examples_per_class"]
+    for split in doc_a.splits:
+        assert doc_a.splits[split].examples_per_class == doc_b.splits[split].examples_per_class
         assert sorted(r[schemas.KEY_SHA256] for r in first[split]) == sorted(
             r[schemas.KEY_SHA256] for r in second[split]
         )
@@ -210,18 +211,18 @@ def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_outp
     out, _ = messy_output
 
     def content(output):
-        doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
+        doc = read_manifest(output)
         with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
             errors = sorted(f.read().splitlines())
-        shards = {split: info["shards"] for split, info in doc["splits"].items()}
-        return shard_digests(output), shards, errors, doc["labels"], doc["accounting"], doc["statistics"]
+        shards = {split: info.shards for split, info in doc.splits.items()}
+        return shard_digests(output), shards, errors, doc.labels, doc.accounting, doc.statistics
 
     assert content(out) == content(messy_again)
-    doc = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
-    for info in doc["splits"].values():  # dataset.json's sha256 is the file's
-        for shard in info["shards"]:
-            assert shard_digests(out)[shard["file"]] == shard["sha256"]
-            assert shard["index"] == manifest.index_file(shard["file"])
+    doc = read_manifest(out)
+    for info in doc.splits.values():  # dataset.json's sha256 is the file's
+        for shard in info.shards:
+            assert shard_digests(out)[shard.file] == shard.sha256
+            assert shard.index == manifest.index_file(shard.file)
 
 
 def test_records_are_shuffled_within_shards(tmp_path):
@@ -276,7 +277,7 @@ def test_split_folders_are_used_as_given(tmp_path):
     proc = convert(root, out, *ONE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc, records = read_records(out)
-    assert doc["labels"] == ["ant", "cat", "dog"]
+    assert doc.labels == ("ant", "cat", "dog")
     assert split_membership(records) == {
         "test": ["test/cat/5.jpg"],
         "train": ["train/cat/1.jpg", "train/cat/2.jpg", "train/dog/1.jpg"],
@@ -310,14 +311,14 @@ def test_resize_gzip_and_shard_size(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc, records = read_records(out)
-    shards = doc["splits"]["train"]["shards"]
-    assert len(shards) > 1 and all(s["file"].endswith(".tfrecord.gz") for s in shards)
+    shards = doc.splits["train"].shards
+    assert len(shards) > 1 and all(s.file.endswith(".tfrecord.gz") for s in shards)
     assert len(records["train"]) == 24
     for r in records["train"]:
         assert (r[schemas.IMAGE_WIDTH], r[schemas.IMAGE_HEIGHT], r[schemas.IMAGE_CHANNELS]) == (48, 32, 1)
         assert r[schemas.IMAGE_FORMAT] == b"png"
         assert tf.io.decode_png(r[schemas.IMAGE_ENCODED]).shape == (32, 48, 1)
-    assert doc["options"]["image_size"] == [48, 32]
+    assert doc.options["image_size"] == [48, 32]
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import ROOT, cli_command, cli_env, convert, manifest_doc, shard_digests
+from conftest import ROOT, cli_command, cli_env, convert, shard_digests
 from helpers.cli import run_in_process
 
 from img2tfrecord import faults
@@ -205,14 +205,14 @@ def test_every_copy_left_out_is_a_duplicate_row_naming_the_kept_file(planted, de
 def test_the_accounting_holds_and_the_summary_lists_duplicates(planted, deduped):
     data, _ = planted
     out, stdout = deduped
-    acc = manifest_doc(out)["accounting"]
+    acc = records.read_manifest(out).accounting
     inputs = len(data.files) + 1  # and the named pipe
-    assert acc["inputs"] == inputs == acc["written"] + acc["rejected"]
-    assert acc["written"] == len(data.written())
-    assert acc["rejected_by_reason"] == dict(sorted(collections.Counter(r["reason"] for r in error_rows(out)).items()))
-    assert acc["rejected_by_reason"][DUPLICATE] == len(data.duplicates())
+    assert acc.inputs == inputs == acc.written + acc.rejected
+    assert acc.written == len(data.written())
+    assert acc.rejected_by_reason == dict(sorted(collections.Counter(r["reason"] for r in error_rows(out)).items()))
+    assert acc.rejected_by_reason[DUPLICATE] == len(data.duplicates())
     assert f"  {DUPLICATE}: {len(data.duplicates())}" in stdout.splitlines()
-    assert manifest_doc(out)["options"]["dedupe"] is True
+    assert records.read_manifest(out).options["dedupe"] is True
 
 
 def test_a_second_run_writes_the_same_bytes_and_report_finds_no_exact_duplicate(planted, deduped, tmp_path):
@@ -252,7 +252,7 @@ def test_resume_with_another_dedupe_is_refused_and_the_same_one_finishes(planted
     resumed = convert(root, out, *ARGS, "--dedupe", "--resume", runner=())
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert shard_digests(out) == shard_digests(reference)
-    assert manifest_doc(out)["accounting"] == manifest_doc(reference)["accounting"]
+    assert records.read_manifest(out).accounting == records.read_manifest(reference).accounting
 
 
 def test_dedupe_with_sequence_is_a_usage_error(tmp_path):
@@ -297,8 +297,8 @@ def test_archives_zip_and_tar_gz_members_are_deduped(tmp_path):
     # The same relpath in two archives: the message names the kept member by its path.
     assert duplicates[member_path(tgz, "cat/a.jpg")].startswith(f"same bytes as {member_path(zipped, 'cat/a.jpg')},")
     assert duplicates[member_path(tgz, "dog/e.jpg")].startswith("same bytes as dog/d.jpg,")
-    acc = manifest_doc(out)["accounting"]
-    assert acc["inputs"] == 7 == acc["written"] + acc["rejected"] and acc["rejected_by_reason"] == {DUPLICATE: 3}
+    acc = records.read_manifest(out).accounting
+    assert acc.inputs == 7 == acc.written + acc.rejected and acc.rejected_by_reason == {DUPLICATE: 3}
 
 
 def test_detection_copies_keep_the_first_images_boxes(tmp_path):
@@ -319,9 +319,9 @@ def test_detection_copies_keep_the_first_images_boxes(tmp_path):
     out = str(tmp_path / "out")
     proc = convert(str(root / "boxes.csv"), out, "--dedupe", "--no-analyze", "--format", "keep", *ONE)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = manifest_doc(out)
-    assert doc["accounting"]["inputs"] == 3 == doc["accounting"]["written"] + doc["accounting"]["rejected"]
-    assert doc["splits"]["train"][manifest.BOXES_PER_CLASS] == {"cat": 2}
+    doc = records.read_manifest(out)
+    assert doc.accounting.inputs == 3 == doc.accounting.written + doc.accounting.rejected
+    assert doc.splits["train"].boxes_per_class == {"cat": 2}
     assert sorted(r["filename"] for r in read_back(out)) == ["images/a.jpg", "images/c.jpg"]
     (row,) = error_rows(out)
     assert (row["relpath"], row["reason"]) == ("images/b.jpg", DUPLICATE)

@@ -15,10 +15,10 @@ import os
 
 import conftest
 import pytest
-from conftest import manifest_doc
 from helpers.datasets import clip_dataset, dataset_files, hostile_corpus, write_tar, write_tree, write_zip
 
 from img2tfrecord.readers import datasource
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
 
 
@@ -79,22 +79,22 @@ def test_the_default_command_analyses_every_input_kind(tmp_path, kind):
     processes = () if kind == "hostile" else ONE_PROCESS
     proc = convert(_input(tmp_path, kind), out, *SPLITS, *processes, runner=())  # no --no-analyze: the analysis runs
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = manifest_doc(out)
-    acc = doc["accounting"]
-    assert acc["inputs"] == acc["written"] + acc["rejected"] and acc["written"] > 0
+    doc = read_manifest(out)
+    acc = doc.accounting
+    assert acc.inputs == acc.written + acc.rejected and acc.written > 0
     if kind == "archives":  # every member of the three archives
-        assert acc["inputs"] == acc["written"] == len(dataset_files()), acc
-    stats = doc["statistics"]
-    train = doc["splits"]["train"]
-    assert stats["num_examples"] == train["num_examples"] > 0
+        assert acc.inputs == acc.written == len(dataset_files()), acc
+    stats = doc.statistics
+    train = doc.splits["train"]
+    assert stats["num_examples"] == train.num_examples > 0
     assert len(stats["pixel_mean"]) == 3 and all(0.0 < m < 1.0 for m in stats["pixel_mean"])
     assert all(s > 0 for s in stats["pixel_std"])
     assert stats["exact"] is False  # re-encoded as JPEG: the encoder's input, by default
     assert stats["image_height"] == {"min": 32, "max": 32}
     if kind == "unlabeled":
-        assert not doc["labeled"] and "examples_per_class" not in stats
+        assert not doc.labeled and "examples_per_class" not in stats
     else:
-        assert stats["examples_per_class"] == {c: train["examples_per_class"].get(c, 0) for c in doc["labels"]}
+        assert stats["examples_per_class"] == {c: train.examples_per_class.get(c, 0) for c in doc.labels}
     assert os.path.isdir(os.path.join(out, "transform_fn"))
     heights = {r[keys.IMAGE_HEIGHT] for r in datasource.iter_split(out, "train", decode=False)}
     assert heights == {32}
@@ -108,6 +108,6 @@ def test_the_default_command_on_sequences_skips_the_analysis_and_says_so(tmp_pat
     proc = convert(root, out, "--sequence", *SPLITS, *ONE_PROCESS, runner=())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "--sequence records are SequenceExamples: skipping the tf.Transform analysis" in proc.stderr
-    doc = manifest_doc(out)
-    assert "statistics" not in doc and not os.path.exists(os.path.join(out, "transform_fn"))
-    assert doc["accounting"]["inputs"] == doc["accounting"]["written"] + doc["accounting"]["rejected"]
+    doc = read_manifest(out)
+    assert doc.statistics is None and not os.path.exists(os.path.join(out, "transform_fn"))
+    assert doc.accounting.inputs == doc.accounting.written + doc.accounting.rejected

@@ -9,7 +9,7 @@ import zipfile
 from typing import Dict, List, Tuple
 
 import pytest
-from conftest import IN_MEMORY, manifest_doc, shard_digests
+from conftest import IN_MEMORY, shard_digests
 from gcs_emulator import gcs_fixture, upload_file  # noqa: F401 - the gcs fixture
 from helpers.cli import run_in_process
 from helpers.detection_inputs import RECTS, RESIZE, pack, picture, write_coco
@@ -25,6 +25,7 @@ from helpers.shared_builds import (
     voc_with_link_and_twin,
 )
 
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
 
 
@@ -33,10 +34,10 @@ def error_rows(output: str) -> List[Tuple[str, str]]:
         return sorted((row["relpath"], row["reason"]) for row in map(json.loads, f))
 
 
-def facts(output: str) -> dict:
+def facts(output: str) -> tuple:
     """What dataset.json says of the records (splits: counts, boxes, shards and their sha256) and the inputs."""
-    doc = manifest_doc(output)
-    return {key: doc[key] for key in ("task", "labels", "accounting", "splits")}
+    doc = read_manifest(output)
+    return doc.task, doc.labels, doc.accounting, doc.splits
 
 
 def records_by_name(output: str) -> Dict[str, tuple]:
@@ -63,12 +64,12 @@ def assert_same_conversion(archived: str, folder: str) -> None:
 @pytest.fixture(scope="module")
 def voc_folder_output(tmp_path_factory) -> str:
     out = bad_voc(tmp_path_factory).output
-    doc = manifest_doc(out)
-    acc = doc["accounting"]
-    assert doc["task"] == "detection" and set(doc["splits"]) == {"train", "validation"}
-    assert acc["rejected_by_reason"] == {"bad_annotation": 2, "not_found": 1, "not_in_image_sets": 1}
-    assert acc["inputs"] == 9 and acc["written"] == 5 and acc["inputs"] == acc["written"] + acc["rejected"]
-    assert doc["splits"]["train"]["num_examples"] == 2 and doc["splits"]["validation"]["num_examples"] == 3
+    doc = read_manifest(out)
+    acc = doc.accounting
+    assert doc.is_detection and set(doc.splits) == {"train", "validation"}
+    assert acc.rejected_by_reason == {"bad_annotation": 2, "not_found": 1, "not_in_image_sets": 1}
+    assert acc.inputs == 9 and acc.written == 5 and acc.inputs == acc.written + acc.rejected
+    assert doc.splits["train"].num_examples == 2 and doc.splits["validation"].num_examples == 3
     return out
 
 
@@ -87,8 +88,8 @@ def test_voc_archive_gives_the_records_of_its_folder(tmp_path_factory, voc_folde
 def test_voc_members_that_cannot_be_read_are_rejected_by_name(tmp_path_factory):
     """A link, a name held twice: the annotation naming it is rejected; the rest converts."""
     out = voc_with_link_and_twin(tmp_path_factory).output
-    acc = manifest_doc(out)["accounting"]
-    assert acc["written"] == 1 and acc["inputs"] == 3
+    acc = read_manifest(out).accounting
+    assert acc.written == 1 and acc.inputs == 3
     assert error_rows(out) == [
         ("JPEGImages/linked.jpg", "unsupported_member"),
         ("JPEGImages/twice.jpg", "duplicate_member"),
@@ -103,10 +104,10 @@ def test_coco_archive_with_split_files_gives_the_records_of_its_folder(tmp_path_
     """helpers/shared_builds.write_split_coco as ``coco.tar``, under ``coco/``."""
     out = split_coco(tmp_path_factory, "coco.tar").output
     assert_same_conversion(out, split_coco(tmp_path_factory).output)
-    doc = manifest_doc(out)
-    assert {s: info["num_examples"] for s, info in doc["splits"].items()} == COCO_SPLITS
-    assert doc["accounting"]["rejected_by_reason"] == {"bad_annotation": 1, "not_found": 1, "unknown_image": 1}
-    assert doc["splits"]["train"]["dropped_boxes"] == {"unknown_category": 1}
+    doc = read_manifest(out)
+    assert {s: info.num_examples for s, info in doc.splits.items()} == COCO_SPLITS
+    assert doc.accounting.rejected_by_reason == {"bad_annotation": 1, "not_found": 1, "unknown_image": 1}
+    assert doc.splits["train"].dropped_boxes == {"unknown_category": 1}
     assert sum(check_boxes_frame_rectangles(e, skip_truncated=True) for e in records(out)) == 8 * len(RECTS)
 
 
@@ -132,14 +133,14 @@ def coco_tgz(tmp_path_factory) -> str:
 
 def test_coco_json_over_the_image_limit_is_read_from_a_tar_gz(coco_tgz):
     """A tar.gz carries its members' bytes, up to --max-file-mb for images; annotation files have their own limit."""
-    acc = manifest_doc(coco_tgz)["accounting"]
-    assert manifest_doc(coco_tgz)["task"] == "detection"
-    assert acc["written"] == 2
+    acc = read_manifest(coco_tgz).accounting
+    assert read_manifest(coco_tgz).is_detection
+    assert acc.written == 2
 
 
 def test_task_detection_reads_any_coco_json_in_an_archive(coco_tgz, tmp_path):
-    acc = manifest_doc(coco_tgz)["accounting"]
-    assert acc["written"] == 2 and acc["rejected_by_reason"] == {"bad_annotation": 1} and acc["inputs"] == 3
+    acc = read_manifest(coco_tgz).accounting
+    assert acc.written == 2 and acc.rejected_by_reason == {"bad_annotation": 1} and acc.inputs == 3
 
     flowers = str(tmp_path / "flowers.zip")
     with zipfile.ZipFile(flowers, "w") as z:
@@ -158,9 +159,9 @@ def test_task_detection_reads_any_coco_json_in_an_archive(coco_tgz, tmp_path):
 def test_box_manifest_archive_gives_the_records_of_its_folder(tmp_path_factory):
     out = box_manifest(tmp_path_factory, "zip").output
     assert_same_conversion(out, box_manifest(tmp_path_factory, "folder").output)
-    acc = manifest_doc(out)["accounting"]
-    assert acc["rejected_by_reason"] == {"bad_manifest_row": 1, "not_found": 1}
-    assert acc["written"] == 9 and acc["inputs"] == 11
+    acc = read_manifest(out).accounting
+    assert acc.rejected_by_reason == {"bad_manifest_row": 1, "not_found": 1}
+    assert acc.written == 9 and acc.inputs == 11
 
 
 # ---------------------------------------------------------------------------

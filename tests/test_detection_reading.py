@@ -9,7 +9,7 @@ from typing import Dict, List
 
 import numpy as np
 import pytest
-from conftest import convert, manifest_doc, write_manifest_doc
+from conftest import convert, manifest_to_edit, write_manifest_doc
 from helpers.cli import run_in_process
 from helpers.detection_inputs import picture, write_voc
 from helpers.detection_outputs import values
@@ -37,7 +37,7 @@ def detection_out(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("det") / "out")
     proc = convert(root, out, "--image-size", SIZE, "--resize", "fit", "--format", "png", "--num-shards", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert manifest_doc(out)["task"] == "detection"
+    assert framing.read_manifest(out).is_detection
     return out
 
 
@@ -84,11 +84,11 @@ def test_load_detection_ragged_batches(detection_out):
     assert targets[keys.DECODED_BOXES].shape.as_list() == [7, None, 4]
     lengths = targets[keys.DECODED_NUM_BOXES].numpy().tolist()
     assert targets[keys.DECODED_CLASSES].row_lengths().numpy().tolist() == lengths and 0 in lengths
-    doc = manifest_doc(detection_out)
-    ids = {name: i + 1 for i, name in enumerate(doc["labels"])}
+    doc = framing.read_manifest(detection_out)
+    ids = {name: i + 1 for i, name in enumerate(doc.labels)}
     texts = [t.decode() for t in targets[keys.DECODED_CLASS_TEXTS].flat_values.numpy()]
     assert targets[keys.DECODED_CLASSES].flat_values.numpy().tolist() == [ids[t] for t in texts]
-    assert sum(lengths) == sum(doc["splits"]["train"][manifest.BOXES_PER_CLASS].values())
+    assert sum(lengths) == sum(doc.splits["train"].boxes_per_class.values())
 
 
 def test_load_detection_padded_and_unbatched(detection_out):
@@ -155,7 +155,7 @@ def test_verify_passes_a_detection_output(detection_out):
 def test_verify_finds_planted_bad_boxes(detection_out, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(detection_out, out)
-    doc = manifest_doc(str(out))
+    doc = manifest_to_edit(str(out))
     entry = max(doc["splits"]["train"]["shards"], key=lambda s: s["num_records"])
     path = out / entry["file"]
     originals = [data for _, _, data in framing.iter_records(str(path))]

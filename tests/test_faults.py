@@ -22,6 +22,7 @@ What is real here, locally:
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import json
@@ -34,7 +35,7 @@ import subprocess
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from conftest import ROOT, cli_command, cli_env, convert, manifest_doc
+from conftest import ROOT, cli_command, cli_env, convert
 from helpers.cli import FAST
 from helpers.datasets import make_images
 from helpers.outputs import read_records
@@ -44,7 +45,9 @@ from img2tfrecord import faults, schemas
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, ShardSinks
 from img2tfrecord.transforms.discover import Discover, DiscoverClasses
@@ -72,8 +75,8 @@ def assert_exact_output(out: str, files: dict) -> None:
     assert sorted(names) == good, "records lost or duplicated"
     errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
     assert sorted(e["relpath"] for e in errors) == sorted(k for k in files if "broken" in k)
-    acc = doc["accounting"]
-    assert acc["inputs"] == len(files) == acc["written"] + acc["rejected"]
+    acc = doc.accounting
+    assert acc.inputs == len(files) == acc.written + acc.rejected
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)]
 
@@ -182,11 +185,9 @@ def _shard_digests(out: str) -> dict:
     return found
 
 
-def _comparable(doc: dict) -> dict:
+def _comparable(doc: DatasetManifest) -> DatasetManifest:
     """The manifest without the times it was written at."""
-    kept = {k: v for k, v in doc.items() if k != "created"}
-    kept["generations"] = [{k: v for k, v in g.items() if k != "created"} for g in doc.get("generations", [])]
-    return kept
+    return doc.replace(created="", generations=tuple(dataclasses.replace(g, created="") for g in doc.generations))
 
 
 KILL_ARGS = ("--image-size", "96", "--format", "png", "--num-shards", "8", "--splits", "train=0.5,test=0.5")
@@ -220,7 +221,7 @@ def test_sigkill_mid_run_then_resume_converts_only_the_rest_and_gives_the_same_b
     assert not any(os.path.exists(p) and os.stat(p).st_mtime_ns != t for p, t in stamps.items())
     assert_exact_output(out, files)
     assert _shard_digests(out) == _shard_digests(reference)
-    assert _comparable(manifest_doc(out)) == _comparable(manifest_doc(reference))
+    assert _comparable(read_manifest(out)) == _comparable(read_manifest(reference))
 
     # Resuming a finished output of the same run does nothing and says so.
     again = convert(root, out, *KILL_ARGS, "--resume", *FAST, runner=())
@@ -327,7 +328,7 @@ def test_a_kill_at_each_phase_leaves_nothing_that_looks_complete_and_resume_fini
         assert f"{kept} finished shard(s) kept" in resumed.stderr, resumed.stderr[-2000:]
     assert_exact_output(out, files)
     assert _shard_digests(out) == _shard_digests(reference)
-    assert _comparable(manifest_doc(out)) == _comparable(manifest_doc(reference))
+    assert _comparable(read_manifest(out)) == _comparable(read_manifest(reference))
 
 
 def test_a_kill_while_converting_then_overwrite_gives_the_same_output(tmp_path, phase_input):

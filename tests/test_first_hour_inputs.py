@@ -12,13 +12,14 @@ import shutil
 
 import images as I
 import pytest
-from conftest import convert, manifest_doc, shard_digests
+from conftest import convert, shard_digests
 from helpers.cli import run_in_process
 from helpers.datasets import photos, write_old_output, write_tree, write_zip_raw_names
 from helpers.outputs import assert_plan_is_the_run, one_line, snapshot
 
 from img2tfrecord import api
 from img2tfrecord.commands.errors import UsageError
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 
 FAST = ("--no-analyze",)  # the analysis is not what these runs and plans are about
@@ -77,10 +78,10 @@ def test_an_old_output_inside_the_input_never_becomes_a_class(tmp_path):
     proc = convert(src, out, *FAST)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [line for line in proc.stderr.splitlines() if line.startswith("WARNING")] == warned, proc.stderr
-    doc = manifest_doc(out)
-    assert doc["labels"] == ["cat", "dog"]
-    assert doc["accounting"]["inputs"] == doc["accounting"]["written"] == len(files)
-    assert doc["accounting"]["skipped"] == 0 and doc["accounting"]["rejected"] == 0
+    doc = read_manifest(out)
+    assert doc.labels == ("cat", "dog")
+    assert doc.accounting.inputs == doc.accounting.written == len(files)
+    assert doc.accounting.skipped == 0 and doc.accounting.rejected == 0
     assert_plan_is_the_run(found, doc)
     assert snapshot(src) == before
 
@@ -105,8 +106,8 @@ def test_a_flat_folder_is_refused_and_the_manifest_it_points_to_converts(tmp_pat
     out = str(tmp_path / "out")
     proc = convert(listed, out, *FAST)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = manifest_doc(out)
-    assert doc["labeled"] is False and doc["labels"] == [] and doc["accounting"]["written"] == len(cats)
+    doc = read_manifest(out)
+    assert doc.labeled is False and doc.labels == () and doc.accounting.written == len(cats)
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE)) and snapshot(src) == before
 
 
@@ -152,7 +153,7 @@ def test_a_run_that_writes_no_record_fails_without_success(tmp_path):
     ), line
     assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)], os.listdir(out)
-    assert manifest_doc(out)["accounting"]["rejected"] == 2 and snapshot(src) == before
+    assert read_manifest(out).accounting.rejected == 2 and snapshot(src) == before
 
 
 # -- zip member names --------------------------------------------------------------------------------
@@ -175,8 +176,8 @@ def test_a_zip_without_the_utf8_flag_gives_the_records_of_its_folder(tmp_path):
         proc = convert(given, out, *options)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert shard_digests(from_zip) == shard_digests(from_folder) != {}
-    assert manifest_doc(from_zip)["labels"] == manifest_doc(from_folder)["labels"] == ["chat_été", "犬"]
-    assert manifest_doc(from_zip)["accounting"]["written"] == len(files)
+    assert read_manifest(from_zip).labels == read_manifest(from_folder).labels == ("chat_été", "犬")
+    assert read_manifest(from_zip).accounting.written == len(files)
 
 
 # -- --splits val, --image-size past its bound, a glob the shell expanded -----------------------------

@@ -134,16 +134,16 @@ def test_every_hostile_file_is_a_record_or_an_error_line(hostile_input, hostile_
     assert sorted(by_name) == sorted(want_records)
     assert rejected == want_errors
 
-    acc = doc["accounting"]
-    assert acc["inputs"] == len(expected) == acc["written"] + acc["rejected"]
-    assert acc["written"] == len(want_records) and acc["rejected"] == len(want_errors)
-    assert acc["skipped"] == len(JUNK)
+    acc = doc.accounting
+    assert acc.inputs == len(expected) == acc.written + acc.rejected
+    assert acc.written == len(want_records) and acc.rejected == len(want_errors)
+    assert acc.skipped == len(JUNK)
     reasons = sorted(set(want_errors.values()))
-    assert acc["rejected_by_reason"] == {r: list(want_errors.values()).count(r) for r in reasons}
-    assert doc["options"]["decode_timeout_s"] == 20
-    assert ODD_CLASS in doc["labels"]
+    assert acc.rejected_by_reason == {r: list(want_errors.values()).count(r) for r in reasons}
+    assert doc.options["decode_timeout_s"] == 20
+    assert ODD_CLASS in doc.labels
     with open(os.path.join(out, manifest.LABELS_FILE), encoding="utf-8") as f:
-        assert f.read() == "".join(name + "\n" for name in doc["labels"])
+        assert f.read() == "".join(name + "\n" for name in doc.labels)
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)]
 
@@ -223,7 +223,7 @@ def test_resize_of_extreme_shapes_orientations_and_animations(tmp_path):
         proc = convert(root, target, "--image-size", "32x24", "--resize", resize, *FAST, *ONE)
         assert proc.returncode == 0, proc.stderr[-3000:]
         doc, records = read_records(target)
-        assert doc["accounting"]["written"] == len(files) and doc["accounting"]["rejected"] == 0
+        assert doc.accounting.written == len(files) and doc.accounting.rejected == 0
         for r in records["train"]:
             name = r[schemas.FILENAME].decode()
             decoded = tf.io.decode_image(r[schemas.IMAGE_ENCODED], channels=3, expand_animations=False).numpy()
@@ -255,9 +255,9 @@ def test_names_that_are_not_utf8_become_bad_name_rows(tmp_path):
     ]
     assert all(e["path"].endswith(e["relpath"]) and "convmv" in e["error"] for e in errors)
     doc, records = read_records(out)
-    assert doc["labels"] == ["cat", "dog"]  # a class folder whose name is not text is no class
-    assert doc["accounting"]["inputs"] == 4 and doc["accounting"]["written"] == 2 and doc["accounting"]["rejected"] == 2
-    assert doc["accounting"]["skipped"] == 1
+    assert doc.labels == ("cat", "dog")  # a class folder whose name is not text is no class
+    assert doc.accounting.inputs == 4 and doc.accounting.written == 2 and doc.accounting.rejected == 2
+    assert doc.accounting.skipped == 1
     assert sorted(r[schemas.FILENAME].decode() for r in records["train"]) == ["cat/fine.jpg", "dog/fine.jpg"]
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
 

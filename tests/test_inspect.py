@@ -6,24 +6,25 @@ import json
 import os
 import shutil
 
-from conftest import convert, manifest_doc, write_manifest_doc
+from conftest import convert, manifest_to_edit, write_manifest_doc
 from helpers.cli import run_in_process
 from PIL import Image
 
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 
 
 def test_summary_lists_splits_classes_shards_and_sizes(converted_sample):
     proc = run_in_process("inspect", converted_sample)
     assert proc.returncode == 0, proc.stderr
-    doc = manifest_doc(converted_sample)
+    doc = read_manifest(converted_sample)
     out = proc.stdout
-    for split, info in doc["splits"].items():
-        assert f"{split}: {info['num_examples']} examples in {len(info['shards'])} shard(s)" in out
-        for shard in info["shards"]:
-            assert shard["file"] in out
-        assert f"{split} ({info['num_examples']} records):" in out
-    for name in doc["labels"]:
+    for split, info in doc.splits.items():
+        assert f"{split}: {info.num_examples} examples in {len(info.shards)} shard(s)" in out
+        for shard in info.shards:
+            assert shard.file in out
+        assert f"{split} ({info.num_examples} records):" in out
+    for name in doc.labels:
         assert name in out
     assert "size (WxH): 64x64" in out
     assert "formats: jpeg" in out
@@ -34,32 +35,32 @@ def test_json_matches_the_manifest(converted_sample):
     proc = run_in_process("inspect", converted_sample, "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    doc = manifest_doc(converted_sample)
-    assert summary["labels"] == doc["labels"]
+    doc = read_manifest(converted_sample)
+    assert summary["labels"] == list(doc.labels)
     assert summary["complete"] is True
-    for split, info in doc["splits"].items():
+    for split, info in doc.splits.items():
         got = summary["splits"][split]
-        assert got["num_examples"] == info["num_examples"]
-        assert got["examples_per_class"] == info["examples_per_class"]
-        assert [s["num_records"] for s in got["shards"]] == [s["num_records"] for s in info["shards"]]
+        assert got["num_examples"] == info.num_examples
+        assert got["examples_per_class"] == info.examples_per_class
+        assert [s["num_records"] for s in got["shards"]] == [s.num_records for s in info.shards]
         assert all(s["present"] for s in got["shards"])
         images = got["images"]
-        assert images["records_read"] == info["num_examples"] and images["sampled"] is False
-        assert images["sizes"] == {"64x64": info["num_examples"]}
-        assert images["formats"] == {"jpeg": info["num_examples"]}
-        assert images["channels"] == {"3": info["num_examples"]}
+        assert images["records_read"] == info.num_examples and images["sampled"] is False
+        assert images["sizes"] == {"64x64": info.num_examples}
+        assert images["formats"] == {"jpeg": info.num_examples}
+        assert images["channels"] == {"3": info.num_examples}
 
 
 def test_summary_shows_the_tf_transform_analysis(converted_sample):
-    doc = manifest_doc(converted_sample)
-    stats = doc[manifest.STATISTICS]
+    doc = read_manifest(converted_sample)
+    stats = doc.statistics
     out = run_in_process("inspect", converted_sample).stdout
     mean = ", ".join(f"{v:.4f}" for v in stats["pixel_mean"])
     std = ", ".join(f"{v:.4f}" for v in stats["pixel_std"])
     assert "tf.Transform analysis of the train split (transform_fn/" in out
     assert f"train pixel mean [{mean}], std [{std}]" in out
-    assert f"{doc['splits']['train']['num_examples']} images; height 64..64, width 64..64" in out
-    assert f"label vocabulary 'label': {len(doc['labels'])} classes" in out
+    assert f"{doc.splits['train'].num_examples} images; height 64..64, width 64..64" in out
+    assert f"label vocabulary 'label': {len(doc.labels)} classes" in out
     assert stats["exact"] is False  # 64x64 JPEGs re-encoded, without --exact-statistics
     assert "images re-encoded as JPEG counted with the pixels given to the encoder (exact: --exact-statistics)" in out
     summary = json.loads(run_in_process("inspect", converted_sample, "--json").stdout)
@@ -96,7 +97,7 @@ def test_mixed_sizes_and_formats(converted_keep):
 def test_rejected_inputs_by_reason(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     row = {
         "path": "/in/circle/broken.jpg",
         "relpath": "circle/broken.jpg",
@@ -133,7 +134,7 @@ def test_grid_and_class_chart(converted_sample, tmp_path):
         str(chart),
     )
     assert proc.returncode == 0, proc.stderr
-    assert manifest_doc(converted_sample)["splits"]["validation"]["num_examples"] >= 10
+    assert read_manifest(converted_sample).splits["validation"].num_examples >= 10
     with Image.open(grid) as img:
         assert img.format == "PNG"
         # 10 images: 4 columns x 3 rows of 128 px cells with captions
@@ -178,7 +179,7 @@ def test_usage_errors(converted_sample, tmp_path):
 def test_unreadable_shard_is_reported_not_raised(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
-    shard = manifest_doc(out)["splits"]["train"]["shards"][0]["file"]
+    shard = read_manifest(str(out)).splits["train"].shards[0].file
     path = out / shard
     path.write_bytes(path.read_bytes()[:100])
     os.remove(out / manifest.SUCCESS_FILE)

@@ -9,7 +9,7 @@ import os
 
 import images as I
 import pytest
-from conftest import convert, manifest_doc
+from conftest import convert
 from helpers.cli import run_in_process
 from helpers.datasets import JUNK, write_tar, write_tree, write_zip
 from helpers.detection_inputs import RESIZE, VOC_TOP
@@ -24,6 +24,8 @@ from helpers.shared_builds import (
     voc_orientations,
     voc_with_link_and_twin,
 )
+
+from img2tfrecord.readers.records import read_manifest
 
 SPLITS = DETECTION_SPLITS  # the shared detection conversions (helpers/shared_builds.py) use these too
 # The runs these plans are compared with skip the analysis, and so do the plans: the analysis would only add
@@ -83,7 +85,7 @@ def test_the_plan_of_class_folders_counts_what_the_run_writes_per_split_and_clas
 
     proc = convert(class_folder, out, *SPLITS, "--image-size", "16", "--no-analyze", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_plan_is_the_run(found, manifest_doc(out))
+    assert_plan_is_the_run(found, read_manifest(out))
 
 
 def write_split_folders(root: str) -> None:
@@ -124,7 +126,7 @@ def test_the_plan_of_split_folders_and_a_manifest_counts_what_the_run_writes(kin
         assert found["rejected"]["by_reason"] == {"missing_label": 1, "not_found": 1}
     proc = convert(source, out, *SPLITS, "--no-analyze", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_plan_is_the_run(found, manifest_doc(out))
+    assert_plan_is_the_run(found, read_manifest(out))
 
 
 def test_the_plan_of_voc_with_random_splits_counts_what_the_run_writes(tmp_path_factory, tmp_path):
@@ -133,7 +135,7 @@ def test_the_plan_of_voc_with_random_splits_counts_what_the_run_writes(tmp_path_
     assert found["layout"] == "detection"
     assert found["annotations"] == "voc" and found["classes"] == ["bird", "cat", "dog"]
     assert sum(sum(s["boxes_per_class"].values()) for s in found["splits"].values()) == 8 * 3
-    assert_plan_is_the_run(found, manifest_doc(run.output))
+    assert_plan_is_the_run(found, read_manifest(run.output))
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar.gz"])
@@ -217,13 +219,13 @@ def test_a_voc_archive_is_planned_as_its_folder_and_the_run_writes_what_it_count
     assert all("!/" in row["path"] for row in found["rejected"]["examples"])  # ARCHIVE!/MEMBER, as errors.jsonl
     assert comparable(found) == comparable(bad_voc_folder_plan)
 
-    doc = manifest_doc(run.output)
+    doc = read_manifest(run.output)
     assert_plan_is_the_run(found, doc, boxes=False)
-    for name, info in doc["splits"].items():
+    for name, info in doc.splits.items():
         # The plan counts the boxes the annotations give; the run drops the cat box planted outside each image.
-        outside = info["dropped_boxes"].get("box_outside_image", 0)
+        outside = info.dropped_boxes.get("box_outside_image", 0)
         assert outside > 0, name
-        written = dict(info["boxes_per_class"], cat=info["boxes_per_class"]["cat"] + outside)
+        written = dict(info.boxes_per_class, cat=info.boxes_per_class["cat"] + outside)
         assert found["splits"][name]["boxes_per_class"] == written, name
 
 
@@ -233,7 +235,7 @@ def test_archive_members_an_annotation_cannot_use_are_planned_as_the_run_rejects
     found = plan(run.input, str(tmp_path / "records"), "--task", "detection", *SPLITS)
     assert found["rejected"]["by_reason"] == {"duplicate_member": 1, "unsupported_member": 1}
     assert found["inputs"] == 3
-    assert_plan_is_the_run(found, manifest_doc(run.output))
+    assert_plan_is_the_run(found, read_manifest(run.output))
 
 
 def test_a_coco_archive_is_planned_as_its_folder_and_the_run_writes_what_it_counted(tmp_path_factory, tmp_path):
@@ -247,7 +249,7 @@ def test_a_coco_archive_is_planned_as_its_folder_and_the_run_writes_what_it_coun
     assert found["inputs"] == 11
     assert {name: s["examples"] for name, s in found["splits"].items()} == COCO_SPLITS
     assert comparable(found) == comparable(plan(split_coco(tmp_path_factory).input, out, *RESIZE))
-    assert_plan_is_the_run(found, manifest_doc(run.output))
+    assert_plan_is_the_run(found, read_manifest(run.output))
 
 
 def test_junk_strays_and_non_images_are_listed_and_an_existing_output_is_reported_untouched(class_folder, tmp_path):

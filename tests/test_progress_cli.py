@@ -15,9 +15,10 @@ import time
 
 import images as I
 import pytest
-from conftest import IN_MEMORY, ROOT, cli_command, cli_env, convert, manifest_doc, run_cli
+from conftest import IN_MEMORY, ROOT, cli_command, cli_env, convert, run_cli
 
 from img2tfrecord import faults, progress
+from img2tfrecord.readers.records import read_manifest
 
 # "INFO progress: 40/64 images (62%), 31 images/s, ETA 1 s, 3 rejected, 120.4 kB written"
 PROGRESS = re.compile(
@@ -75,12 +76,12 @@ def test_a_run_without_a_terminal_logs_progress_lines_that_count_up_to_its_input
     assert done == sorted(done) and rejected == sorted(rejected)
     assert {m["total"] for m in found} == {str(inputs)}
     assert any(m["rate"] and m["eta"] for m in found), "no line while converting showed a rate and an ETA"
-    acc = manifest_doc(out)["accounting"]
-    assert acc["inputs"] == inputs and acc["rejected"] == len(BAD) + 1
+    acc = read_manifest(out).accounting
+    assert acc.inputs == inputs and acc.rejected == len(BAD) + 1
     last = found[-1]
-    assert int(last["done"]) == acc["inputs"] == acc["written"] + acc["rejected"]
-    assert int(last["rejected"]) == acc["rejected"]
-    shard_bytes = sum(info["num_bytes"] for info in manifest_doc(out)["splits"].values())
+    assert int(last["done"]) == acc.inputs == acc.written + acc.rejected
+    assert int(last["rejected"]) == acc.rejected
+    shard_bytes = sum(info.num_bytes for info in read_manifest(out).splits.values())
     assert last["bytes"] == progress.format_bytes(shard_bytes)
 
 
@@ -180,7 +181,7 @@ def test_quiet_in_a_terminal_prints_only_the_summary(tmp_path):
     lines = [line for line in output.replace("\r\n", "\n").split("\n") if line]
     assert lines == [
         f"{inputs} inputs: {inputs} records written, 0 rejected",
-        f"  train: {inputs} records in 1 shard(s), {manifest_doc(out)['splits']['train']['num_bytes'] / 1e6:.1f} MB",
+        f"  train: {inputs} records in 1 shard(s), {read_manifest(out).splits['train'].num_bytes / 1e6:.1f} MB",
         f"    cat: {inputs // 2}",
         f"    dog: {inputs // 2}",
         f"output: {out}",

@@ -14,7 +14,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from conftest import ROOT, SRC, manifest_doc, write_manifest_doc  # noqa: E402
+from conftest import ROOT, SRC, manifest_to_edit, write_manifest_doc  # noqa: E402
 
 import img2tfrecord  # noqa: E402
 from img2tfrecord.schemas import features as keys  # noqa: E402
@@ -30,8 +30,8 @@ from img2tfrecord.schemas.dataset_manifest import (  # noqa: E402
 
 def _plain_read(path, split):
     """(sha256, label, class text) of every record, read without img2tfrecord.load."""
-    doc = manifest_doc(path)
-    files = [os.path.join(path, s["file"]) for s in doc["splits"][split]["shards"]]
+    doc = img2tfrecord.read_manifest(path)
+    files = [os.path.join(path, s.file) for s in doc.splits[split].shards]
     spec = keys.feature_spec()
     out = []
     for record in tf.data.TFRecordDataset(files):
@@ -68,7 +68,7 @@ def test_import_is_light_and_load_is_exported():
 
 
 def test_shapes_dtypes_and_ranges(converted_sample):
-    doc = manifest_doc(converted_sample)
+    doc = img2tfrecord.read_manifest(converted_sample)
     ds = img2tfrecord.load(converted_sample, split="train", batch_size=8, seed=1)
     images_spec, labels_spec = ds.element_spec
     assert images_spec.shape.as_list() == [None, 64, 64, 3] and images_spec.dtype == tf.float32
@@ -79,26 +79,26 @@ def test_shapes_dtypes_and_ranges(converted_sample):
         assert x.dtype == np.float32 and x.shape[1:] == (64, 64, 3)
         assert x.min() >= 0.0 and x.max() <= 1.0
         assert labels.dtype == tf.int64
-        assert set(labels.numpy().tolist()) <= set(range(doc["num_classes"]))
+        assert set(labels.numpy().tolist()) <= set(range(doc.num_classes))
         seen += x.shape[0]
-    assert seen == doc["splits"]["train"]["num_examples"]
+    assert seen == doc.splits["train"].num_examples
 
 
 @pytest.mark.parametrize("split", ["train", "validation", "test"])
 def test_exact_records_per_split(converted_sample, split):
-    doc = manifest_doc(converted_sample)
+    doc = img2tfrecord.read_manifest(converted_sample)
     plain = _plain_read(converted_sample, split)
     loaded = _load_all(converted_sample, split, batch_size=5, shuffle=False)
     shuffled = _load_all(converted_sample, split, batch_size=7, seed=3)
-    assert len(loaded) == len(plain) == doc["splits"][split]["num_examples"] > 0
+    assert len(loaded) == len(plain) == doc.splits[split].num_examples > 0
     assert sorted(loaded) == sorted(plain) == sorted(shuffled)
     assert collections.Counter(text for _, _, text in loaded) == collections.Counter(
-        {k: v for k, v in doc["splits"][split]["examples_per_class"].items() if v}
+        {k: v for k, v in doc.splits[split].examples_per_class.items() if v}
     )
 
 
 def test_labels_match_class_text(converted_sample):
-    labels = manifest_doc(converted_sample)["labels"]
+    labels = img2tfrecord.read_manifest(converted_sample).labels
     rows = _load_all(converted_sample, "train", batch_size=16)
     assert rows and all(labels[label] == text for _, label, text in rows)
 
@@ -125,7 +125,7 @@ def test_same_seed_same_order(converted_sample):
 
 
 def test_unbatched_and_repeat(converted_sample):
-    n = manifest_doc(converted_sample)["splits"]["test"]["num_examples"]
+    n = img2tfrecord.read_manifest(converted_sample).splits["test"].num_examples
     ds = img2tfrecord.load(converted_sample, split="test", batch_size=None)
     assert ds.element_spec[0].shape.as_list() == [64, 64, 3]
     assert sum(1 for _ in ds) == n
@@ -136,13 +136,13 @@ def test_unbatched_and_repeat(converted_sample):
 def test_mixed_sizes_need_image_size(converted_keep):
     with pytest.raises(ValueError, match="image_size"):
         img2tfrecord.load(converted_keep)
-    doc = manifest_doc(converted_keep)
+    doc = img2tfrecord.read_manifest(converted_keep)
     total = 0
     for images, _labels in img2tfrecord.load(converted_keep, batch_size=16, image_size=(40, 56)):
         assert images.shape[1:] == (40, 56, 3) and images.dtype == tf.float32
         assert float(tf.reduce_min(images)) >= 0.0 and float(tf.reduce_max(images)) <= 1.0
         total += images.shape[0]
-    assert total == doc["splits"]["train"]["num_examples"]
+    assert total == doc.splits["train"].num_examples
     square = next(iter(img2tfrecord.load(converted_keep, batch_size=4, image_size=32)))[0]
     assert square.shape == (4, 32, 32, 3)
 
@@ -186,7 +186,7 @@ def test_load_of_an_output_interrupted_before_its_manifest(tmp_path):
 def test_empty_shards_are_skipped(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     empty = "train-00002-of-00003.tfrecord"
     open(out / empty, "wb").close()
     doc["splits"]["train"]["shards"].append({"file": empty, "num_records": 0, "num_bytes": 0})
@@ -197,7 +197,7 @@ def test_empty_shards_are_skipped(converted_sample, tmp_path):
 def _gzip_copy(src, dst):
     """A copy of an output directory with every shard gzip-compressed, as --compression gzip writes it."""
     shutil.copytree(src, dst)
-    doc = manifest_doc(dst)
+    doc = manifest_to_edit(dst)
     for info in doc["splits"].values():
         for shard in info["shards"]:
             plain = os.path.join(dst, shard["file"])
@@ -313,7 +313,7 @@ def test_format_decided_per_record(tmp_path):
 def test_keras_model_learns(converted_sample):
     keras = pytest.importorskip("keras")
     keras.utils.set_random_seed(0)
-    doc = manifest_doc(converted_sample)
+    doc = img2tfrecord.read_manifest(converted_sample)
     model = keras.Sequential(
         [
             keras.Input((64, 64, 3)),
@@ -322,7 +322,7 @@ def test_keras_model_learns(converted_sample):
             keras.layers.Conv2D(32, 3, activation="relu"),
             keras.layers.MaxPooling2D(2),
             keras.layers.Flatten(),
-            keras.layers.Dense(doc["num_classes"]),
+            keras.layers.Dense(doc.num_classes),
         ]
     )
     model.compile(
@@ -332,7 +332,7 @@ def test_keras_model_learns(converted_sample):
     evaluation = img2tfrecord.load(converted_sample, split="train", batch_size=32, shuffle=False)
     initial = model.evaluate(evaluation, verbose=0)
     train = img2tfrecord.load(converted_sample, split="train", batch_size=16, repeat=True, seed=0, deterministic=True)
-    assert len(evaluation) == -(-doc["splits"]["train"]["num_examples"] // 32)  # known cardinality
+    assert len(evaluation) == -(-doc.splits["train"].num_examples // 32)  # known cardinality
     model.fit(train, steps_per_epoch=40, epochs=1, verbose=0, shuffle=False)  # load() shuffles
     final = model.evaluate(evaluation, verbose=0)
     assert final < initial, (initial, final)
@@ -341,7 +341,7 @@ def test_keras_model_learns(converted_sample):
 def test_manifest_count_is_enforced(converted_sample, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(converted_sample, out)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     doc["splits"]["test"]["shards"][0]["num_records"] += 1
     write_manifest_doc(out, doc)
     ds = img2tfrecord.load(str(out), split="test", batch_size=4)

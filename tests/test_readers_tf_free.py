@@ -20,7 +20,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import ROOT, SRC, convert, manifest_doc, write_manifest_doc
+from conftest import ROOT, SRC, convert, manifest_to_edit, write_manifest_doc
 
 from img2tfrecord.readers import datasource, records
 from img2tfrecord.schemas import features as keys
@@ -54,7 +54,7 @@ def _copy(src: str, tmp_path, name: str = "out") -> str:
 def _drop_indexes(out: str) -> None:
     """Remove the index files and their manifest entries: the readers then walk the record headers."""
     shutil.rmtree(os.path.join(out, manifest.INDEX_DIR), ignore_errors=True)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     for info in doc["splits"].values():
         for shard in info["shards"]:
             shard.pop("index", None)
@@ -73,7 +73,7 @@ def _prepared(output: str, tmp_path, indexed: bool) -> str:
 
 
 def _shard(out: str, split: str = "train", n: int = 0) -> str:
-    return os.path.join(out, manifest_doc(out)["splits"][split]["shards"][n]["file"])
+    return os.path.join(out, records.read_manifest(out).splits[split].shards[n].file)
 
 
 def _write_indexes(out: str) -> None:
@@ -84,9 +84,9 @@ def _write_indexes(out: str) -> None:
     """
     os.makedirs(os.path.join(out, manifest.INDEX_DIR), exist_ok=True)
     pairs = [
-        (os.path.join(out, shard["file"]), os.path.join(out, manifest.index_file(shard["file"])))
-        for info in manifest_doc(out)["splits"].values()
-        for shard in info["shards"]
+        (os.path.join(out, shard.file), os.path.join(out, manifest.index_file(shard.file)))
+        for info in records.read_manifest(out).splits.values()
+        for shard in info.shards
     ]
     script = (
         "import json, sys\n"
@@ -102,12 +102,12 @@ def _write_indexes(out: str) -> None:
 
 def _sequential(out: str, split: str):
     """The split's records in shard order, parsed from the framing reader."""
-    doc = manifest_doc(out)
-    compression = doc["compression"]
+    doc = records.read_manifest(out)
+    compression = doc.compression.value
     return [
-        records.parse_example(data, doc["feature_spec"])
-        for shard in doc["splits"][split]["shards"]
-        for _, _, data in records.iter_records(os.path.join(out, shard["file"]), compression)
+        records.parse_example(data, doc.spec)
+        for shard in doc.splits[split].shards
+        for _, _, data in records.iter_records(os.path.join(out, shard.file), compression)
     ]
 
 
@@ -123,10 +123,10 @@ def _names(examples):
 def test_source_reads_every_record_in_shard_order(output, tmp_path, indexed):
     out = _prepared(output, tmp_path, indexed)
     assert os.path.exists(os.path.join(out, manifest.INDEX_DIR)) == indexed
-    doc = manifest_doc(out)
+    doc = records.read_manifest(out)
     for split in ("train", "test"):
         source = datasource.SplitDataSource(out, split)
-        assert len(source) == doc["splits"][split]["num_examples"] > 0
+        assert len(source) == doc.splits[split].num_examples > 0
         expected = _sequential(out, split)
         got = [source[i] for i in range(len(source))]
         for e, g in zip(expected, got):
@@ -137,7 +137,7 @@ def test_source_reads_every_record_in_shard_order(output, tmp_path, indexed):
     assert source[-1][keys.FILENAME] == expected[-1][keys.FILENAME]
     with pytest.raises(IndexError, match="out of range"):
         source[len(source)]
-    assert source.labels == tuple(doc["labels"])
+    assert source.labels == doc.labels
 
 
 def test_decode_false_gives_the_stored_bytes(output):
@@ -169,7 +169,7 @@ def test_index_files_in_dali_format_are_used_and_match_the_header_walk(output, t
     with open(os.path.join(out, manifest.index_file(os.path.basename(shard))), "w") as f:
         f.write(records.index_text(swapped))
     source = datasource.SplitDataSource(out, "train")
-    first = manifest_doc(out)["splits"]["train"]["shards"][0]["num_records"]
+    first = records.read_manifest(out).splits["train"].shards[0].num_records
     with pytest.raises(
         datasource.IndexMismatchError, match=r"\.idx: record 0 \(byte 0\): disagrees with .*train-00001"
     ) as e:
@@ -181,7 +181,7 @@ def test_index_files_in_dali_format_are_used_and_match_the_header_walk(output, t
 def test_index_declared_in_the_manifest(output, tmp_path):
     out = _copy(output, tmp_path)
     _write_indexes(out)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     for info in doc["splits"].values():
         for shard in info["shards"]:
             moved = f"{manifest.INDEX_DIR}/moved-{shard['file']}.idx"
@@ -253,7 +253,7 @@ def test_grain_reads_a_split_with_a_global_shuffle(output):
     source = datasource.SplitDataSource(output, "train")
     expected = sorted(_names(_sequential(output, "train")))
     dataset = grain.MapDataset.source(source).shuffle(seed=3)
-    assert len(dataset) == len(source) == manifest_doc(output)["splits"]["train"]["num_examples"]
+    assert len(dataset) == len(source) == records.read_manifest(output).splits["train"].num_examples
     shuffled = [dataset[i][keys.FILENAME] for i in range(len(dataset))]
     assert sorted(shuffled) == expected
     assert shuffled != _names(_sequential(output, "train"))
@@ -328,7 +328,7 @@ def test_values_equal_those_of_load(output):
     for i in range(len(source)):
         ours = source[i]
         theirs = loaded[ours[keys.FILENAME]]
-        for key in manifest_doc(output)["feature_spec"]:
+        for key in records.read_manifest(output).spec:
             assert ours[key] == theirs[key], key
         pixels = np.round(theirs[keys.DECODED_IMAGE] * 255).astype(np.uint8)
         np.testing.assert_array_equal(ours[keys.DECODED_IMAGE], pixels)

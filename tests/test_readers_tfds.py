@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from conftest import convert, manifest_doc
+from conftest import convert, manifest_to_edit
 
 from img2tfrecord.readers import datasource, records
 from img2tfrecord.readers.tfds_metadata import write_tfds_metadata
@@ -55,7 +55,7 @@ def _compare(out: str, split: str, max_pixel_error: int):
     by_name = {source[i][keys.FILENAME]: source[i] for i in range(len(source))}
     got = list(tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)))
     assert sorted(_get(e, keys.FILENAME) for e in got) == sorted(by_name)
-    spec = manifest_doc(out)["feature_spec"]
+    spec = records.read_manifest(out).spec
     for i, example in enumerate(got):
         ours = by_name[_get(example, keys.FILENAME)]
         for key in spec:
@@ -69,16 +69,16 @@ def _compare(out: str, split: str, max_pixel_error: int):
 
 
 def test_tfds_reads_every_split_as_written(jpeg_output):
-    doc = manifest_doc(jpeg_output)
+    doc = records.read_manifest(jpeg_output)
     builder = tfds.builder_from_directory(jpeg_output)
     info = builder.info
     assert {name: s.num_examples for name, s in info.splits.items()} == {
-        name: s["num_examples"] for name, s in doc["splits"].items()
+        name: s.num_examples for name, s in doc.splits.items()
     }
     assert [s.num_shards for s in info.splits.values()] == [3, 3]
     with open(os.path.join(jpeg_output, manifest.LABELS_FILE), encoding="utf-8") as f:
         names = label_map.parse_labels_text(f.read())
-    assert info.features["image"]["class"]["label"].names == names == doc["labels"]
+    assert info.features["image"]["class"]["label"].names == names == list(doc.labels)
     assert info.features["image"]["encoded"].shape == (64, 64, 3)
     for split in ("train", "test"):
         # TFDS decodes JPEG with TensorFlow's default (fast) DCT, Pillow with the accurate one.
@@ -119,7 +119,7 @@ def test_outputs_tfds_cannot_read_say_why(jpeg_output):
     assert "SequenceExample" in tfds_layout.unsupported_reason(sequence)
     gzip = doc.replace(compression=Compression.GZIP)
     assert "uncompressed TFRecord files only" in tfds_layout.unsupported_reason(gzip)
-    renamed_json = manifest_doc(jpeg_output)
+    renamed_json = manifest_to_edit(jpeg_output)
     renamed_json["splits"]["train"]["shards"][0]["file"] = "train-00000-of-00009.tfrecord"
     renamed = DatasetManifest.from_json(renamed_json)
     assert "does not follow {SPLIT}-{SHARD_X_OF_Y}.tfrecord" in tfds_layout.unsupported_reason(renamed)

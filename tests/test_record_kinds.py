@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 
 import images as I
@@ -80,11 +79,11 @@ def test_raw_resized_batches(tmp_path):
 
 def read_sequences(output):
     """clip name -> (label, class, [frame bytes]) read without TensorFlow."""
-    doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
+    doc = rec.read_manifest(str(output))
     clips = {}
-    for info in doc["splits"].values():
-        for shard in info["shards"]:
-            for _, _, data in rec.iter_records(os.path.join(output, shard["file"]), doc["compression"]):
+    for info in doc.splits.values():
+        for shard in info.shards:
+            for _, _, data in rec.iter_records(os.path.join(output, shard.file), doc.compression.value):
                 seq = example_proto.SequenceExample.FromString(data)
                 ctx = seq.context.feature
                 name = ctx[keys.CLIP_NAME].bytes_list.value[0].decode()
@@ -180,8 +179,8 @@ def test_sequences_from_a_tar_gz_as_the_folder(clips_converted, tmp_path):
     _, from_folder = read_sequences(out)
     _, from_archive = read_sequences(out_tgz)
     assert from_archive == from_folder
-    membership = lambda d: {s: info["num_examples"] for s, info in d["splits"].items()}  # noqa: E731
-    assert membership(doc.to_json()) == membership(json.load(open(os.path.join(out, manifest.MANIFEST_FILE))))
+    membership = lambda d: {s: info.num_examples for s, info in d.splits.items()}  # noqa: E731
+    assert membership(doc) == membership(rec.read_manifest(str(out)))
 
 
 def test_sequence_cli_raw_resized(tmp_path):

@@ -34,6 +34,7 @@ from helpers.cli import run_in_process
 from PIL import Image
 
 from img2tfrecord.conversion.sharding import assign_split, parse_splits
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.report import duplicates as dup
 from img2tfrecord.report import facts, perceptual_hash
 from img2tfrecord.schemas import manifest
@@ -190,7 +191,7 @@ def test_report_json_counts_pairs_across_splits(reported):
 def test_report_json_class_counts_sizes_shards_and_rejects(reported):
     data, out, _, document = reported
     expected = data.class_counts()
-    doc = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
+    doc = read_manifest(out)
     assert list(document["splits"]) == ["train", "validation", "test"]
     for split, counts in expected.items():
         info = document["splits"][split]
@@ -202,18 +203,14 @@ def test_report_json_class_counts_sizes_shards_and_rejects(reported):
         assert info["images"]["aspect_ratio"]["median"] == 1.0
     assert document["read"]["records"] == len(data.good_files())
     for part in ("options", "accounting", "labels", "created", "tool_version", "input", "record_type", "labeled"):
-        assert json.dumps(document["dataset"][part]) == json.dumps(doc[part]), part  # values and key order
+        assert json.dumps(document["dataset"][part]) == json.dumps(doc.to_json()[part]), part  # values and key order
     assert document["read"]["complete"] is True and document["read"]["problems"] == []
     assert document["read"]["images_per_second"] > 0
     shards = {s["file"]: s for s in document["shards"]}
-    for info in doc["splits"].values():
-        for shard in info["shards"]:
-            assert shards[shard["file"]]["records"] == shard["num_records"]
-            assert (
-                shards[shard["file"]]["bytes"]
-                == shard["num_bytes"]
-                == os.path.getsize(os.path.join(out, shard["file"]))
-            )
+    for info in doc.splits.values():
+        for shard in info.shards:
+            assert shards[shard.file]["records"] == shard.num_records
+            assert shards[shard.file]["bytes"] == shard.num_bytes == os.path.getsize(os.path.join(out, shard.file))
     rejected = document["rejected"]
     assert rejected["total"] == rejected["declared"] == 2
     assert {r: [e["path"] for e in items] for r, items in rejected["by_reason"].items()} == data.rejected
@@ -265,8 +262,7 @@ def test_damaged_shard_gives_a_report_of_what_could_be_read(planted, tmp_path):
     data, out = planted
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
-    doc = json.load(open(copy / manifest.MANIFEST_FILE))
-    shard = doc["splits"]["train"]["shards"][0]["file"]
+    shard = read_manifest(str(copy)).splits["train"].shards[0].file
     content = (copy / shard).read_bytes()
     (copy / shard).write_bytes(content[: len(content) // 2])
     proc = run_in_process("report", str(copy), "--output", str(tmp_path / "r.html"))

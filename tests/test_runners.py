@@ -98,19 +98,19 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc_local, rec_local = read_records(local)
     doc_port, rec_port = read_records(portable)
-    assert doc_port["accounting"] == doc_local["accounting"]
-    assert doc_port["statistics"] == doc_local["statistics"] and doc_local["statistics"]["num_examples"] > 0
+    assert doc_port.accounting == doc_local.accounting
+    assert doc_port.statistics == doc_local.statistics and doc_local.statistics["num_examples"] > 0
     for split in ("train", "test"):
         assert sorted(r["image/key/sha256"] for r in rec_port[split]) == sorted(
             r["image/key/sha256"] for r in rec_local[split]
         )
-        assert doc_port["splits"][split]["examples_per_class"] == doc_local["splits"][split]["examples_per_class"]
+        assert doc_port.splits[split].examples_per_class == doc_local.splits[split].examples_per_class
     assert os.path.exists(os.path.join(portable, manifest.SUCCESS_FILE))
     assert not glob.glob(os.path.join(portable, "beam-temp-*"))
     # The same shard files, byte for byte, and dataset.json lists the same sha256 for each.
     assert shard_digests(portable) == shard_digests(local) and shard_digests(local)
     for split in ("train", "test"):
-        assert doc_port["splits"][split]["shards"] == doc_local["splits"][split]["shards"]
+        assert doc_port.splits[split].shards == doc_local.splits[split].shards
 
 
 def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):

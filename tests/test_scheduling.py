@@ -9,6 +9,8 @@ import sys
 
 from conftest import ROOT, SRC, convert
 
+from img2tfrecord.readers.records import read_manifest
+
 sys.path.insert(0, os.path.join(ROOT, "flex_template"))
 import main as flex_main  # noqa: E402
 
@@ -86,7 +88,7 @@ def test_job_fails_after_writing_everything_past_the_error_budget(tmp_path):
     assert (
         proc.stderr.strip().splitlines()[-1].startswith("img2tfrecord: error budget exceeded: 1 of 2 inputs rejected")
     )
-    doc = json.load(open(out / "dataset.json"))
-    assert doc["accounting"]["written"] == 1 and doc["accounting"]["rejected"] == 1
+    doc = read_manifest(str(out))
+    assert doc.accounting.written == 1 and doc.accounting.rejected == 1
     assert (out / "_SUCCESS").exists() and (out / "errors.jsonl").read_text().count("\n") == 1
     assert convert(str(root), str(tmp_path / "out2"), "--max-error-rate", "0.5").returncode == 0

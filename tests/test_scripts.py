@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -10,6 +9,7 @@ import subprocess
 
 from conftest import ROOT
 
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 
 
@@ -24,11 +24,11 @@ def test_run_local_converts_the_sample_dataset():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = os.path.join(ROOT, "output")
     assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    doc = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
-    assert doc["labels"] == ["circle", "square", "stripes", "triangle"]
-    acc = doc["accounting"]
-    assert acc["inputs"] == 300 and acc["written"] == 300 and acc["rejected"] == 0
-    assert set(doc["splits"]) == {"train", "validation", "test"}
+    doc = read_manifest(out)
+    assert doc.labels == ("circle", "square", "stripes", "triangle")
+    acc = doc.accounting
+    assert acc.inputs == 300 and acc.written == 300 and acc.rejected == 0
+    assert set(doc.splits) == {"train", "validation", "test"}
     assert "300 inputs: 300 records written, 0 rejected" in proc.stdout
 
 

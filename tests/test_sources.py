@@ -22,7 +22,7 @@ from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import plan_input
 from img2tfrecord.readers import records as rec
-from img2tfrecord.schemas import example_proto, manifest
+from img2tfrecord.schemas import example_proto
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.sources import archives, kinds
 
@@ -37,11 +37,11 @@ def plan_of(config: ConvertConfig):
 
 def record_set(output):
     """{(filename, sha256, label, class, split)} of every record, read without TensorFlow."""
-    doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
+    doc = rec.read_manifest(str(output))
     out = set()
-    for split, info in doc["splits"].items():
-        for shard in info["shards"]:
-            for _, _, data in rec.iter_records(os.path.join(output, shard["file"]), doc["compression"]):
+    for split, info in doc.splits.items():
+        for shard in info.shards:
+            for _, _, data in rec.iter_records(os.path.join(output, shard.file), doc.compression.value):
                 f = example_proto.Example.FromString(data).features.feature
                 label = f[keys.CLASS_LABEL].int64_list.value[0] if keys.CLASS_LABEL in f else None
                 text = f[keys.CLASS_TEXT].bytes_list.value[0].decode() if keys.CLASS_TEXT in f else None

@@ -6,7 +6,6 @@ recomputed here with NumPy from the records themselves.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 
@@ -16,6 +15,7 @@ import pytest
 from helpers.cli import run_in_process
 from PIL import Image
 
+from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas import manifest
@@ -38,15 +38,10 @@ HEIGHT, WIDTH = 32, 40  # the --exact-statistics run: --image-size 40x32 is widt
 ONE_PROCESS = ("--processes", "1")
 
 
-def read_doc(out):
-    with open(os.path.join(out, manifest.MANIFEST_FILE), encoding="utf-8") as f:
-        return json.load(f)
-
-
 def parsed_split(out, split):
     """Every record of ``split`` as one batch parsed with the raw feature spec (dict of tensors)."""
-    doc = read_doc(out)
-    files = [os.path.join(out, s["file"]) for s in doc["splits"][split]["shards"]]
+    doc = read_manifest(out)
+    files = [os.path.join(out, s.file) for s in doc.splits[split].shards]
     serialized = list(tf.data.TFRecordDataset(files))
     assert serialized, f"no {split} records"
     return tf.io.parse_example(tf.stack(serialized), keys.feature_spec())
@@ -122,9 +117,9 @@ def test_tft_output_loads(analysed):
     with open(os.path.join(analysed, manifest.RAW_METADATA_DIR, manifest.SCHEMA_FILE), encoding="utf-8") as f:
         assert f.read() == text
 
-    doc = read_doc(analysed)
-    assert doc["options"]["analyze"] is True
-    stats = doc["statistics"]
+    doc = read_manifest(analysed)
+    assert doc.options["analyze"] is True
+    stats = doc.statistics
     assert stats["split"] == "train" and stats["label_vocabulary"] == names.LABEL_VOCABULARY
     assert stats["files"]["transform_fn"] == manifest.TRANSFORM_FN_DIR
 
@@ -133,7 +128,7 @@ def test_label_vocabulary_equals_labels_txt(analysed, layer):
     with open(os.path.join(analysed, manifest.LABELS_FILE), encoding="utf-8") as f:
         labels_txt = label_map.parse_labels_text(f.read())
     vocabulary = tft.TFTransformOutput(analysed).vocabulary_by_name(names.LABEL_VOCABULARY)
-    assert [v.decode("utf-8") for v in vocabulary] == labels_txt == read_doc(analysed)["labels"]
+    assert [v.decode("utf-8") for v in vocabulary] == labels_txt == list(read_manifest(analysed).labels)
     for split in ("train", "validation", "test"):
         parsed = parsed_split(analysed, split)
         labels = layer(parsed)[names.LABEL].numpy()
@@ -158,9 +153,9 @@ def test_statistics_agree_with_numpy(analysed, sample_dir):
     moments, and within the JPEG loss of the moments of the decoded records."""
     from img2tfrecord.images import ImageOptions
 
-    doc = read_doc(analysed)
-    stats = doc["statistics"]
-    assert stats["exact"] is False and doc["options"]["exact_statistics"] is False
+    doc = read_manifest(analysed)
+    stats = doc.statistics
+    assert stats["exact"] is False and doc.options["exact_statistics"] is False
     parsed = parsed_split(analysed, "train")
     mean, std = moments(encoder_inputs(sample_dir, parsed, ImageOptions(size=(SIZE, SIZE), format="jpeg")))
     np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)
@@ -172,12 +167,12 @@ def test_statistics_agree_with_numpy(analysed, sample_dir):
     # (0.45% on photo-like 224x224 images, benchmarks/bench_analyze.py).
     np.testing.assert_allclose(stats["pixel_mean"], stored_mean, rtol=0, atol=2e-3)
     np.testing.assert_allclose(stats["pixel_std"], stored_std, rtol=8e-2, atol=0)
-    assert stats["num_examples"] == len(images) == doc["splits"]["train"]["num_examples"]
+    assert stats["num_examples"] == len(images) == doc.splits["train"].num_examples
     assert stats["image_height"] == stats["image_width"] == {"min": SIZE, "max": SIZE}
-    expected = {name: 0 for name in doc["labels"]}
-    expected.update(doc["splits"]["train"]["examples_per_class"])
+    expected = {name: 0 for name in doc.labels}
+    expected.update(doc.splits["train"].examples_per_class)
     assert stats["examples_per_class"] == expected
-    assert list(stats["examples_per_class"]) == doc["labels"]  # vocabulary order
+    assert list(stats["examples_per_class"]) == list(doc.labels)  # vocabulary order
 
 
 def test_transformed_train_images_are_standardised(analysed, layer):
@@ -209,9 +204,9 @@ def test_exact_statistics_are_those_of_the_decoded_records(sample_dir, tmp_path)
         *ONE_PROCESS,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = read_doc(out)
-    stats = doc["statistics"]
-    assert stats["exact"] is True and doc["options"]["exact_statistics"] is True
+    doc = read_manifest(out)
+    stats = doc.statistics
+    assert stats["exact"] is True and doc.options["exact_statistics"] is True
     assert stats["image_height"] == {"min": HEIGHT, "max": HEIGHT}
     assert stats["image_width"] == {"min": WIDTH, "max": WIDTH}
     assert "  of the stored pixels, as load() decodes them" in run_in_process("inspect", out).stdout.splitlines()
@@ -244,7 +239,7 @@ def test_exact_statistics_without_an_analysis_is_a_usage_error(sample_dir, tmp_p
 
 @pytest.mark.parametrize("split", ["validation", "test"])
 def test_other_splits_use_the_train_statistics(analysed, layer, split):
-    stats = read_doc(analysed)["statistics"]
+    stats = read_manifest(analysed).statistics
     parsed = parsed_split(analysed, split)
     images = np.stack(decoded(parsed)).astype(np.float64) / 255.0
     got = layer(parsed)[names.IMAGE].numpy()
@@ -293,7 +288,7 @@ def test_mixed_sizes_raw_pixels_then_overwrite_without_analysis(sample_dir, tmp_
     out = str(tmp_path / "out")
     proc = convert(sample_dir, out, "--format", "raw", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    stats = read_doc(out)["statistics"]
+    stats = read_manifest(out).statistics
     parsed = parsed_split(out, "train")
     images = decoded(parsed)
     mean, std = moments(images)
@@ -321,8 +316,8 @@ def test_mixed_sizes_raw_pixels_then_overwrite_without_analysis(sample_dir, tmp_
 
     proc = convert(sample_dir, out, "--format", "raw", "--overwrite", "--no-analyze", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = read_doc(out)
-    assert doc["options"]["analyze"] is False and "statistics" not in doc
+    doc = read_manifest(out)
+    assert doc.options["analyze"] is False and doc.statistics is None
     left = set(os.listdir(out))
     assert not left & set(manifest.ANALYSIS_FILE_NAMES), left
     with pytest.raises(ValueError, match="--no-analyze"):
@@ -342,7 +337,7 @@ def test_kept_originals_statistics(sample_dir, tmp_path, exact):
     parsed = parsed_split(out, "train")
     assert set(parsed[keys.IMAGE_FORMAT].numpy()) == {b"jpeg", b"png"}  # both kinds of original kept
     mean, std = moments(decoded(parsed))
-    stats = read_doc(out)["statistics"]
+    stats = read_manifest(out).statistics
     assert stats["exact"] is exact
     if exact:
         np.testing.assert_allclose(stats["pixel_mean"], mean, rtol=0, atol=1e-9)
@@ -366,8 +361,8 @@ def test_no_train_split_skips_the_analysis(tmp_path):
     proc = convert(str(root), out, *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "skipping the tf.Transform analysis" in proc.stderr
-    doc = read_doc(out)
-    assert "statistics" not in doc and sorted(doc["splits"]) == ["test", "validation"]
+    doc = read_manifest(out)
+    assert doc.statistics is None and sorted(doc.splits) == ["test", "validation"]
     assert not set(os.listdir(out)) & set(manifest.ANALYSIS_FILE_NAMES)
 
 

@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from conftest import manifest_doc, write_manifest_doc
+from conftest import manifest_to_edit, write_manifest_doc
 from helpers.cli import run_in_process
 from helpers.outputs import frame
 
@@ -26,7 +26,7 @@ def _copy(src, tmp_path, name="out"):
 
 
 def _first_shard(path, split="train"):
-    return manifest_doc(path)["splits"][split]["shards"][0]["file"]
+    return records.read_manifest(str(path)).splits[split].shards[0].file
 
 
 def _verify(path, *extra):
@@ -82,9 +82,9 @@ def test_good_outputs_pass(converted_sample, converted_keep):
     for path in (converted_sample, converted_keep):
         proc = _verify(path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        doc = manifest_doc(path)
-        total = sum(info["num_examples"] for info in doc["splits"].values())
-        shards = sum(len(info["shards"]) for info in doc["splits"].values())
+        doc = records.read_manifest(path)
+        total = sum(info.num_examples for info in doc.splits.values())
+        shards = sum(len(info.shards) for info in doc.splits.values())
         assert (
             proc.stdout.strip().splitlines()[0].startswith(f"OK: {path}: {total} records in {shards} shards verified")
         )
@@ -96,13 +96,13 @@ def test_json_report(converted_sample):
     assert proc.returncode == 0 and report["ok"] is True and report["problems"] == []
     assert report["analysis_checked"] is True
     assert report["records_checked"] == sum(
-        i["num_examples"] for i in manifest_doc(converted_sample)["splits"].values()
+        i.num_examples for i in records.read_manifest(converted_sample).splits.values()
     )
 
 
 def test_gzip_output_passes_and_truncation_is_caught(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     for info in doc["splits"].values():
         for shard in info["shards"]:
             plain = out / shard["file"]
@@ -170,7 +170,7 @@ def test_shard_on_disk_not_in_manifest(converted_sample, tmp_path):
 
 def test_manifest_count_mismatch(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     shard = doc["splits"]["train"]["shards"][1]
     actual = shard["num_records"]
     shard["num_records"] += 1
@@ -191,7 +191,7 @@ def test_tf_transform_output_is_checked(converted_sample, tmp_path):
     schema = (out / manifest.SCHEMA_FILE).read_text(encoding="utf-8")
     (out / manifest.SCHEMA_FILE).write_text(schema.replace('"image/width"', '"image/wide"'), encoding="utf-8")
     (out / manifest.RAW_METADATA_DIR / manifest.SCHEMA_FILE).write_text("garbage {\n", encoding="utf-8")
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     stats = doc[manifest.STATISTICS]
     stats["num_examples"] += 1
     stats["examples_per_class"][doc["labels"][0]] += 1
@@ -216,7 +216,7 @@ def test_tf_transform_output_is_checked(converted_sample, tmp_path):
 def test_output_without_statistics_skips_the_tf_transform_checks(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
     shutil.rmtree(out / manifest.TRANSFORM_FN_DIR)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     del doc[manifest.STATISTICS]
     write_manifest_doc(out, doc)
     proc = _verify(out)
@@ -233,7 +233,7 @@ def test_missing_success_file(converted_sample, tmp_path):
 def test_record_contents(converted_sample, tmp_path):
     """Records with intact checksums but wrong contents: sha256 key, label, image bytes, size, missing feature."""
     out = _copy(converted_sample, tmp_path)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     name = _first_shard(out)
     path = out / name
     originals = [data for _, _, data in records.iter_records(str(path))]
@@ -276,7 +276,7 @@ def test_record_contents(converted_sample, tmp_path):
 
 def test_manifest_class_counts_mismatch(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     per_class = doc["splits"]["validation"]["examples_per_class"]
     a, b = sorted(per_class)[:2]
     per_class[a] += 1
@@ -327,7 +327,7 @@ def test_garbage_manifest_and_missing_directory(converted_sample, tmp_path):
 )
 def test_manifest_field_of_the_wrong_type_is_one_problem_naming_it(converted_sample, tmp_path, edit, message):
     out = _copy(converted_sample, tmp_path)
-    doc = manifest_doc(out)
+    doc = manifest_to_edit(out)
     edit(doc)
     write_manifest_doc(out, doc)
     _failed(out, f"{manifest.MANIFEST_FILE}: {message}", "1 problem(s)")

@@ -15,17 +15,18 @@ from img2tfrecord.pipeline.launch import launch
 from img2tfrecord.pipeline.run import run
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 
 def read_records(output: str):
     """split -> list of parsed feature dicts (numpy values), via tf.data and the schema's spec."""
     tf = pytest.importorskip("tensorflow")
-    doc = json.load(open(os.path.join(output, manifest.MANIFEST_FILE)))
-    spec = schemas.feature_spec(doc["feature_spec"])
+    doc = records.read_manifest(str(output))
+    spec = schemas.feature_spec(doc.spec)
     out = {}
-    for split, info in doc["splits"].items():
-        paths = [os.path.join(output, s["file"]) for s in info["shards"]]
-        ds = tf.data.TFRecordDataset(paths, compression_type="GZIP" if doc["compression"] == "gzip" else "")
+    for split, info in doc.splits.items():
+        paths = [os.path.join(output, s.file) for s in info.shards]
+        ds = tf.data.TFRecordDataset(paths, compression_type="GZIP" if doc.compression == "gzip" else "")
         out[split] = [{k: v.numpy() for k, v in tf.io.parse_single_example(r, spec).items()} for r in ds]
     return doc, out
 
@@ -34,11 +35,9 @@ def records_by_relpath(output: str, with_image: bool = False) -> dict:
     """split -> {relpath: (label id, class name[, image bytes])} of every record a reader returns, read
     without TensorFlow; a relpath read twice in a split fails."""
     from img2tfrecord.readers import datasource
-    from img2tfrecord.schemas import dataset_manifest
     from img2tfrecord.schemas import features as keys
 
-    with open(os.path.join(output, manifest.MANIFEST_FILE), encoding="utf-8") as f:
-        doc = dataset_manifest.loads(f.read())
+    doc = records.read_manifest(str(output))
     found = {}
     for split in doc.splits:
         rows = {}
@@ -91,24 +90,24 @@ def one_line(proc) -> str:
     return lines[0]
 
 
-def assert_plan_is_the_run(found: dict, doc: dict, boxes: bool = True) -> None:
+def assert_plan_is_the_run(found: dict, doc: DatasetManifest, boxes: bool = True) -> None:
     """Inputs, junk, splits, records and shards per split and records per class (and ``boxes`` per class) are
     the run's."""
-    acc = doc["accounting"]
+    acc = doc.accounting
     assert (found["inputs"], found["skipped"]["count"], found["rejected"]["count"]) == (
-        acc["inputs"],
-        acc["skipped"],
-        acc["rejected"],
+        acc.inputs,
+        acc.skipped,
+        acc.rejected,
     )
-    assert found["classes"] == doc["labels"]
-    assert set(found["splits"]) == set(doc["splits"])
-    for name, info in doc["splits"].items():
+    assert found["classes"] == list(doc.labels)
+    assert set(found["splits"]) == set(doc.splits)
+    for name, info in doc.splits.items():
         planned = found["splits"][name]
-        assert planned["examples"] == info["num_examples"], name
-        assert planned["examples_per_class"] == info["examples_per_class"], name
-        assert planned["num_shards"] == len(info["shards"]), name
-        if boxes and "boxes_per_class" in info:
-            assert planned["boxes_per_class"] == info["boxes_per_class"], name
+        assert planned["examples"] == info.num_examples, name
+        assert planned["examples_per_class"] == info.examples_per_class, name
+        assert planned["num_shards"] == len(info.shards), name
+        if boxes and info.boxes_per_class is not None:
+            assert planned["boxes_per_class"] == info.boxes_per_class, name
 
 
 def append_refusal(call) -> str:
