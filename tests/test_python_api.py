@@ -200,3 +200,32 @@ def test_a_script_without_a_main_guard_converts_with_worker_processes(sample_dir
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "written 80 rejected 0"
     assert proc.stdout.count("written") == 1  # the workers did not run the script
+
+
+def _nothing_to_convert(kind: str, folder) -> str:
+    """An input in which no record can be made (``--input`` of it): every input kind ends the same way."""
+    folder.mkdir()
+    if kind == "empty_zip":
+        (folder / "empty.zip").write_bytes(b"")
+        return str(folder / "empty.zip")
+    if kind == "bad_archives":
+        (folder / "a.zip").write_bytes(b"")
+        (folder / "b.tar.gz").write_text("<html>not found</html>\n")
+        return str(folder / "*")
+    (folder / "labels.csv").write_text("path,label\nmissing/a.jpg,cat\nmissing/b.jpg,dog\n")
+    return str(folder / "labels.csv")
+
+
+@pytest.mark.parametrize("kind", ["empty_zip", "bad_archives", "failing_manifest"])
+def test_an_input_that_gives_no_record_is_no_records_written_with_the_analysis(tmp_path, kind):
+    """With the tf.Transform analysis on, as without it: an archive run discovers its (here no) classes in
+    the graph, and the analysis of nothing ends as the finalisation's "no records written", not as a crash."""
+    given = _nothing_to_convert(kind, tmp_path / "in")
+    out = str(tmp_path / "out")
+    with pytest.raises(ErrorBudgetExceeded, match="no records written") as info:
+        api.convert(given, out, processes=1, pipeline_options=list(IN_MEMORY))
+    doc = info.value.result
+    assert doc is not None and doc.num_examples == 0 and doc.accounting.rejected == doc.accounting.inputs > 0
+    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    if not doc.labels:  # no class: nothing analysed, no transform of nothing published
+        assert doc.statistics is None and not os.path.exists(os.path.join(out, manifest.TRANSFORM_FN_DIR))
