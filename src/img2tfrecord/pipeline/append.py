@@ -16,7 +16,14 @@ import logging
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from img2tfrecord.conversion.appends import GenerationInputs, InputChanges, compare, outcomes, stale_inputs
+from img2tfrecord.conversion.appends import (
+    GenerationInputs,
+    InputChanges,
+    compare,
+    outcomes,
+    retried_reasons,
+    stale_inputs,
+)
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, Item, frames
@@ -55,7 +62,8 @@ class AppendRun:
     ``listed``: the work items of the inputs it converts and the rows rejected while making them (None:
     the pipeline reads them, from the archives ``plan.input.units`` names);
     ``analysis_base``: the totals of the train records the output's statistics cover, less the
-    withdrawn ones, which the generation's analysis adds to (None: it is not analysed).
+    withdrawn ones, which the generation's analysis adds to (None: it is not analysed); ``retried``: the
+    earlier rejections, per reason, of the inputs it tries again (``Generation.retried``).
     """
 
     previous: DatasetManifest
@@ -67,6 +75,12 @@ class AppendRun:
     analysis_base: Optional[RunTotals] = None
     listed: Optional[Tuple[List[Item], List[ErrorRow]]] = ([], [])
     noun: str = "input(s)"  # what the ledger counts: input(s), archive(s), annotated image(s)
+    retried: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def resolved(self) -> Tuple[str, ...]:
+        """The folders earlier generations could not list that this one lists (``Generation.resolved``)."""
+        return tuple(entry.relpath for entry in self.changes.resolved)
 
     @property
     def generation(self) -> int:
@@ -131,8 +145,10 @@ def generation_inputs(output: str, doc: DatasetManifest, key_of: Callable[[Error
             if line.strip():
                 row = json.loads(line)
                 rejected[key_of(row)] = str(row.get("reason", ""))
-        # A withdrawn record's relpath, and the archive that held it: neither is recorded any more.
+        # A withdrawn record's relpath, and the archive that held it: neither is recorded any more; nor a
+        # folder that could not be listed once its files are inputs.
         withdrawn = frozenset(key for w in generation.withdrawn for key in (w.relpath, w.input))
+        withdrawn |= frozenset(generation.resolved)
         generations.append(GenerationInputs(generation.number, tuple(ledger), rejected, withdrawn, generation.shards))
     return generations
 
@@ -271,7 +287,10 @@ def plan_append(config: ConvertConfig, plan: Plan, converter: Converter) -> Appe
     )
     labels = tuple(previous.labels) + tuple(new_classes)
     listed = (items, rejected) if ledger.places_at_launch else None
-    return AppendRun(previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base, listed, ledger.noun)
+    retried = retried_reasons(changes, outcomes(generations))
+    return AppendRun(
+        previous, narrowed, changes, labels, tuple(new_classes), withdrawn, base, listed, ledger.noun, retried
+    )
 
 
 def analysis_base(config: ConvertConfig, previous: DatasetManifest) -> Optional[RunTotals]:

@@ -209,6 +209,8 @@ def build_pipeline(
                 withdrawn=append.withdrawn if append is not None else (),
                 after_success=after_success,
                 members=manifest.members_file(plan.generation) if members_input else None,
+                retried=append.retried if append is not None else None,
+                resolved=append.resolved if append is not None else (),
             ),
             label_names=beam.pvalue.AsSingleton(label_names),
             shards=beam.pvalue.AsList(shards),

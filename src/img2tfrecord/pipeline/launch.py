@@ -33,7 +33,7 @@ from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.sources import kinds
-from img2tfrecord.sources.layout import class_names
+from img2tfrecord.sources.layout import class_names, folder_classes
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.pool import ConversionPool
@@ -120,7 +120,9 @@ def launch(config: ConvertConfig, plan: Optional[Plan] = None) -> Launched:
         if not found.places_at_launch:  # archives: the pipeline reads their members
             return Launched(plan, found.entries, None, found.junk)
         listed = found.work_items(found.entries)
-        return Launched(plan, found.entries, listed, found.junk, class_names(frames_of(listed[0]), plan.input.layout))
+        layout = plan.input.layout  # a class folder that cannot be listed is still a class
+        labels = sorted(set(class_names(frames_of(listed[0]), layout)) | set(folder_classes(listed[1], layout)))
+        return Launched(plan, found.entries, listed, found.junk, labels)
 
 
 def check_local(plan: Plan) -> Optional[LocalInputReport]:

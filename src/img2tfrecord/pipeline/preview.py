@@ -46,6 +46,7 @@ from img2tfrecord.pipeline.append import (
 )
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import places_at_launch
+from img2tfrecord.pipeline.kinds.folder import unlistable_entries
 from img2tfrecord.pipeline.launch import check_local, image_converter
 from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.outputs import list_output
@@ -65,8 +66,9 @@ from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, mea
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.clips import group_clips
-from img2tfrecord.sources.inputs import Discovered, discover
+from img2tfrecord.sources.inputs import ERRORS, Discovered, discover
 from img2tfrecord.sources.inputs.archive import slim_members
+from img2tfrecord.sources.inputs.folder import FolderSource
 
 SAMPLE_SIZE = 16  # inputs converted and timed
 SAMPLE_PASSES = 2
@@ -83,8 +85,14 @@ class _SplitTally:
 
 def list_sources(config: ConvertConfig, plan: Plan) -> Discovered:
     """Every work item, junk name and early error row the run's discovery step would give: the run's
-    own source (``InputPlan.source``), read in this process."""
-    return discover(plan.input.source(config), list_input, slim_members(4 * SAMPLE_SIZE))
+    own source (``InputPlan.source``), read in this process, and the folders of a local folder input
+    that cannot be listed (the run's ledger holds them, ``kinds/folder.py``)."""
+    source = plan.input.source(config)
+    found = discover(source, list_input, slim_members(4 * SAMPLE_SIZE))
+    if isinstance(source, FolderSource) and not plan.input.annotations:
+        for entry in unlistable_entries(plan):
+            found.errors.extend(row for tag, row in source.read(source.base + entry.relpath, 0) if tag == ERRORS)
+    return found
 
 
 def _missing_local_file(item: Item) -> bool:
@@ -202,7 +210,10 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         local_checks = _local_checks(plan)
         listing = list_sources(config, plan)
         converter = image_converter(config, plan)
-        labels = layouts.class_names(listing.files, plan.input.layout)
+        labels = sorted(
+            set(layouts.class_names(listing.files, plan.input.layout))
+            | set(layouts.folder_classes(listing.errors, plan.input.layout))
+        )
         if config.append and is_finished(config.output):
             plan, labels, append = _narrow_to_append(config, plan, converter, listing)
     listing_seconds = time.perf_counter() - started

@@ -15,7 +15,7 @@ from img2tfrecord.pipeline.kinds.archive import plan_archives
 from img2tfrecord.pipeline.kinds.common import check_images, layout_of, skip_outputs, split_bytes
 from img2tfrecord.pipeline.kinds.detection import detection_layout, plan_folder_detection
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed
-from img2tfrecord.pipeline.listing import digest, is_file, list_input, list_stamped, resolve_input
+from img2tfrecord.pipeline.listing import digest, is_file, list_input, list_stamped, resolve_input, unlistable_folders
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, sized
 from img2tfrecord.schemas.ledger import LedgerEntry
@@ -47,9 +47,8 @@ def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
         if not layouts.is_junk(relpath) and not layouts.in_folders(relpath, outputs)
     ]
     if not files:
-        if not listing and not kinds.GLOB_CHARS.search(config.input) and "://" not in base and not os.path.exists(base):
-            missing = base.rstrip("/")
-            raise PlanError(f"--input {config.input}: no such file or folder ({missing}); check the path")
+        if not listing and not kinds.GLOB_CHARS.search(config.input) and "://" not in base:
+            _check_root(config, base.rstrip("/") or "/")
         raise PlanError(f"no input files match {pattern}")
     files.sort(key=lambda f: f.relpath)
     if detect:
@@ -79,6 +78,30 @@ def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
     )
 
 
+def _check_root(config: ConvertConfig, root: str) -> None:
+    """PlanError naming why the local input folder ``root``, which listed no file, cannot be read, if it cannot."""
+    if not os.path.exists(root):
+        raise PlanError(f"--input {config.input}: no such file or folder ({root}); check the path")
+    try:
+        os.listdir(root)
+    except OSError as e:
+        why = (e.strerror or type(e).__name__).lower()
+        raise PlanError(
+            f"--input {config.input}: {why}: the folder {root} cannot be listed; check its permissions"
+        ) from None
+
+
+def unlistable_entries(plan: Plan) -> List[LedgerEntry]:
+    """Ledger entries of the folders of a local input that cannot be listed (relpaths ending with ``/``):
+    each is one rejected input (``layout.unlistable_row``), so no class disappears without a word."""
+    found = []
+    for path, mtime in unlistable_folders(plan.input.base, plan.input.pattern):
+        relpath = layouts.relative_path(plan.input.base, path)
+        if not layouts.is_junk(relpath) and not layouts.in_folders(relpath.rstrip("/"), plan.input.skipped_outputs):
+            found.append(LedgerEntry(relpath, 0, mtime))
+    return found
+
+
 class FolderLedger(InputLedger):
     """The files of a folder plan's launch listing; files inside earlier outputs are neither inputs nor junk."""
 
@@ -96,6 +119,7 @@ class FolderLedger(InputLedger):
                 junk.append(layouts.printable(relpath))
             else:
                 found.append(LedgerEntry(relpath, size, mtime))
+        found.extend(unlistable_entries(plan))
         self.entries, self.junk = sorted(found), sorted(junk)
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
