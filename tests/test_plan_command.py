@@ -93,14 +93,14 @@ def write_split_folders(root: str) -> None:
     write_tree(root, files)
 
 
-def write_manifest(root: str) -> str:
+def write_manifest(root: str, delimiter: str = ",") -> str:
     """A CSV manifest with a split column (``val`` stands for validation) next to its images, and
     rows the run rejects without decoding anything: a missing file, a missing label."""
     files = many_files()
     write_tree(root, files)
     path = os.path.join(root, "labels.csv")
     with open(path, "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, delimiter=delimiter)
         w.writerow(["path", "label", "split"])
         for i, rel in enumerate(sorted(files)):
             w.writerow([rel, rel.split("/")[0], ("train", "val", "test")[i % 4 % 3]])
@@ -109,19 +109,22 @@ def write_manifest(root: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("kind", ["split_folders", "manifest"])
+@pytest.mark.parametrize("kind", ["split_folders", "manifest", "semicolon_manifest"])
 def test_the_plan_of_split_folders_and_a_manifest_counts_what_the_run_writes(kind, tmp_path):
+    """A semicolon-delimited manifest (what Excel writes in many locales) is read as the comma-delimited one."""
     source = str(tmp_path / "source")
     if kind == "split_folders":
         write_split_folders(source)
     else:
-        source = write_manifest(source)
+        source = write_manifest(source, ";" if kind == "semicolon_manifest" else ",")
     out = str(tmp_path / "records")
     found = plan(source, out, *SPLITS)
-    assert found["layout"] == {"split_folders": "split", "manifest": "manifest"}[kind]
+    assert found["layout"] == ("split" if kind == "split_folders" else "manifest")
     assert set(found["splits"]) == {"train", "validation", "test"}  # val is validation
-    if kind == "manifest":
+    if kind != "split_folders":
         assert found["rejected"]["by_reason"] == {"missing_label": 1, "not_found": 1}
+        how = "semicolon" if kind == "semicolon_manifest" else "comma"
+        assert found["manifest_columns"] == {source: f"columns path, label, split ({how}-delimited, header row)"}
     proc = convert(source, out, *SPLITS, "--no-analyze", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_plan_is_the_run(found, manifest_doc(out))

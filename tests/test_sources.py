@@ -303,6 +303,40 @@ def test_an_archive_inside_an_archive_is_rejected_as_nested(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    "text, delimiter, rows",
+    [
+        ("path;label\na.jpg;cat\n", ";", [{"path": "a.jpg", "label": "cat"}]),
+        ("\ufeffLabel\tPath\n\ndog\tb,1.jpg\n", "\t", [{"path": "b,1.jpg", "label": "dog"}]),  # BOM, blank line
+        ('"path","label"\n"c;2.jpg","emu"\n', ",", [{"path": "c;2.jpg", "label": "emu"}]),
+        ("path\nd.jpg\n", ",", [{"path": "d.jpg"}]),  # one column: unlabeled
+        ("e.jpg;cat;train\nf.jpg;dog;test\n", ";", [{"path": "e.jpg", "label": "cat", "split": "train"}]),
+    ],
+    ids=["semicolon", "tab", "quoted-comma", "one-column", "no-header-semicolon"],
+)
+def test_a_csv_manifests_delimiter_is_read_from_its_first_row(tmp_path, text, delimiter, rows):
+    path = tmp_path / "m.csv"
+    path.write_text(text, encoding="utf-8")
+    from img2tfrecord.sources import manifests
+
+    assert manifests.manifest_head(str(path)).delimiter == delimiter
+    assert [row for _, row in manifests.manifest_rows(str(path))][: len(rows)] == rows
+
+
+def test_a_csv_manifest_whose_delimiter_cannot_be_told_is_refused_naming_what_it_saw(tmp_path):
+    from img2tfrecord.pipeline.plan_model import PlanError
+
+    path = tmp_path / "m.csv"
+    path.write_text("cat;1.jpg,dog\n", encoding="utf-8")
+    config = ConvertConfig(input=str(path), output=str(tmp_path / "out"), analyze=False)
+    with pytest.raises(PlanError) as info:
+        make_plan(config)
+    assert str(info.value) == (
+        f"{path}: cannot tell the delimiter: the first line 'cat;1.jpg,dog' names no 'path' column and holds "
+        "commas and semicolons; give the manifest a header row (path,label[,split]) with one delimiter"
+    )
+
+
 # -- an earlier output inside the input, and inputs that can give no record ------------------------
 
 

@@ -64,6 +64,7 @@ from img2tfrecord.pipeline.preview_report import (
 from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
 from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
 from img2tfrecord.schemas import manifest
+from img2tfrecord.sources import kinds, manifests
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.clips import group_clips
 from img2tfrecord.sources.inputs import ERRORS, Discovered, discover
@@ -157,6 +158,18 @@ def _local_checks(plan: Plan) -> Dict[str, List[str]]:
     return {name: names for name, names in found.items() if names}
 
 
+def _manifest_columns(plan: Plan) -> Dict[str, str]:
+    """manifest path -> the columns its rows are read with, for a manifest input (CSV: as its first row
+    shows them, delimiter included; JSONL: keys)."""
+    if plan.input.input_kind != kinds.INPUT_MANIFEST:
+        return {}
+    found = {}
+    for path in sorted(p for p, _ in list_input(plan.input.pattern) if manifests.manifest_kind(p)):
+        head = manifests.manifest_head(path)
+        found[path] = head.describe() if head is not None else "JSON objects with keys path, label, split"
+    return found
+
+
 def _time_sample(converter, items: Sequence[Item], classes: List[str], processes: int, startup: Startup):
     """Convert up to SAMPLE_SIZE evenly spaced inputs in memory, timed; -> the run's estimated time.
 
@@ -208,6 +221,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
     with listing_once():
         plan = make_plan(config)
         local_checks = _local_checks(plan)
+        columns = _manifest_columns(plan)
         listing = list_sources(config, plan)
         converter = image_converter(config, plan)
         labels = sorted(
@@ -298,6 +312,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         local_checks=local_checks,
         skipped_outputs=list(plan.input.skipped_outputs),
         append=append,
+        manifest_columns=columns,
     )
 
 

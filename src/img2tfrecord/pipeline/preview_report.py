@@ -103,6 +103,7 @@ class RunPlan:
     local_checks: Dict[str, List[str]]  # a local folder: what the run warns about at launch (logged too)
     skipped_outputs: List[str]  # a folder's folders holding earlier img2tfrecord outputs: not inputs
     append: Optional[AppendPlan] = None  # --append: the inputs above are those the next generation converts
+    manifest_columns: Dict[str, str] = dataclasses.field(default_factory=dict)  # manifest -> what its rows hold
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n"
@@ -141,6 +142,8 @@ def format_plan(p: RunPlan) -> str:
     if p.layout == layouts.LAYOUT_MANIFEST and not p.labeled:
         layout += ", unlabeled"
     lines.append(f"input: {p.input} ({p.input_kind}), layout: {layout}, task: {p.task}")
+    for path, columns in p.manifest_columns.items():
+        lines.append(f"manifest {path}: {columns}")
     if p.classes:
         shown = ", ".join(p.classes[:20]) + (f" and {len(p.classes) - 20} more" if len(p.classes) > 20 else "")
         lines.append(f"classes: {len(p.classes)} ({shown})")

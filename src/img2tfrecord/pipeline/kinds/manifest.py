@@ -39,6 +39,8 @@ def plan_manifest(config: ConvertConfig, whole: bool = True) -> Plan:
             parsed = parsed_rows(path)
         except (OSError, UnicodeDecodeError) as e:
             raise PlanError(f"cannot read manifest {path}: {type(e).__name__}: {e}") from e
+        except manifests.ManifestError as e:
+            raise PlanError(str(e)) from None
         columns.add(manifests.manifest_columns(path, parsed))
         rows.extend((path, number, row) for number, row in parsed if "error" not in row and row.get("path"))
     if not rows:
