@@ -404,6 +404,14 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> List[str]:
     return add_arguments(parser, CONVERT_OPTIONS)
 
 
+def recorded_flag(recorded: str) -> str:
+    """The flag of the option ``dataset.json`` records as ``recorded`` (``max_file_bytes`` -> ``--max-file-mb``)."""
+    for option in CONVERT_OPTIONS:
+        if option.recorded_as == recorded:
+            return option.flag
+    return "--" + recorded.replace("_", "-")
+
+
 def template_options() -> Dict[str, Option]:
     """Flex Template parameter name -> option."""
     return {option.dest: option for option in CONVERT_OPTIONS if option.template}
