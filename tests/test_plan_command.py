@@ -320,3 +320,23 @@ def test_the_plans_start_up_times_the_placement_a_folder_or_manifest_run_does_at
     assert places_at_launch(config, plan) and not places_at_launch(dataclasses.replace(config, dedupe=True), plan)
     items = [WorkItem(f"/x/{c}/{i}.jpg", f"{c}/{i}.jpg", 10) for c in ("cat", "dog") for i in range(5000)]
     assert placement_seconds(config, plan, items) > 0 and placement_seconds(config, plan, []) == 0.0
+
+
+def test_a_huge_image_size_is_sampled_at_a_bounded_size_and_its_bytes_scaled(tmp_path):
+    """A launch (or --plan) converts its sample at most at SAMPLE_PIXELS output pixels, in the run's shape, and
+    scales the bytes by the pixel count: a raw image's estimate is exact, and a plan takes seconds however
+    large --image-size is."""
+    from img2tfrecord.conversion.record_sizes import SAMPLE_PIXELS, sample_options, sample_sizes
+    from img2tfrecord.images import ImageOptions
+    from img2tfrecord.model import WorkItem
+
+    assert sample_options(ImageOptions(size=(224, 224))) == (ImageOptions(size=(224, 224)), 1.0)
+    huge = ImageOptions(size=(16384, 8192), format="raw")
+    small, scale = sample_options(huge)
+    width, height = small.size
+    assert width * height <= SAMPLE_PIXELS * 1.001 and width == 2 * height
+    assert scale == 16384 * 8192 / (width * height)
+    path = tmp_path / "a.jpg"
+    path.write_bytes(I.jpeg(40, 30))
+    _, ratio = sample_sizes([WorkItem(str(path), "cat/a.jpg", path.stat().st_size)], huge)
+    assert ratio * path.stat().st_size == pytest.approx(16384 * 8192 * 3)

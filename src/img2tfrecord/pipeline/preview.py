@@ -25,6 +25,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from img2tfrecord.conversion.appends import stale_inputs
 from img2tfrecord.conversion.placement import place
+from img2tfrecord.conversion.record_sizes import sample_options
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import (
     Clip,
@@ -170,12 +171,18 @@ def _manifest_columns(plan: Plan) -> Dict[str, str]:
     return found
 
 
-def _time_sample(converter, items: Sequence[Item], classes: List[str], processes: int, startup: Startup):
+def _time_sample(
+    config: ConvertConfig, plan: Plan, items: Sequence[Item], classes: List[str], processes: int, startup: Startup
+):
     """Convert up to SAMPLE_SIZE evenly spaced inputs in memory, timed; -> the run's estimated time.
 
     The sample is converted twice and the faster pass counts: the first also loads Pillow's
-    plugins and encoders, and either may lose the core to another process.
+    plugins and encoders, and either may lose the core to another process. A huge ``--image-size`` is
+    timed at a smaller size of the same shape (``record_sizes.sample_options``) and the time scaled by
+    the pixel count.
     """
+    small, scale = sample_options(config.image)
+    converter = image_converter(dataclasses.replace(config, image=small), plan)
     candidates = [item for item in items if _has_bytes(item)]
     step = max(1, len(candidates) // SAMPLE_SIZE)
     sample = candidates[::step][:SAMPLE_SIZE]
@@ -189,7 +196,7 @@ def _time_sample(converter, items: Sequence[Item], classes: List[str], processes
         if tag is not None:
             rejected[out["reason"]] = rejected.get(out["reason"], 0) + 1
     elapsed = min(passes, default=0.0)
-    per_input = elapsed / len(sample) if sample else 0.0
+    per_input = elapsed * scale / len(sample) if sample else 0.0
     return TimeEstimate(
         seconds=round(startup.seconds + per_input * len(items) / processes, 1),
         startup_seconds=startup.seconds,
@@ -199,6 +206,7 @@ def _time_sample(converter, items: Sequence[Item], classes: List[str], processes
         sample_size=len(sample),
         sample_seconds=round(elapsed, 3),
         sample_rejected=dict(sorted(rejected.items())),
+        sample_image_size=list(small.size) if scale != 1.0 and small.size else None,
     )
 
 
@@ -307,7 +315,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         ),
         size_ratio=round(plan.sizing.size_ratio, 4),
         estimated_bytes=int(sum(info.bytes for info in splits.values())),
-        time=_time_sample(converter, placed, labels, processes, startup),
+        time=_time_sample(config, plan, placed, labels, processes, startup),
         output=_output_state(config, nothing_new=append is not None and append.nothing_new),
         local_checks=local_checks,
         skipped_outputs=list(plan.input.skipped_outputs),

@@ -51,6 +51,7 @@ class TimeEstimate:
     sample_seconds: float
     sample_rejected: Dict[str, int]  # reasons of the sampled inputs the converter rejected
     startup_parts: Dict[str, float] = dataclasses.field(default_factory=dict)  # imports, listing, graph, placement (s)
+    sample_image_size: Optional[List[int]] = None  # [width, height] the sample was timed at, when not --image-size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,8 +201,12 @@ def format_plan(p: RunPlan) -> str:
         f"{p.inputs - p.rejected.count} inputs x {t.seconds_per_input * 1000:.1f} ms / {t.processes} process(es)"
     )
     rejected = ", ".join(f"{r} {n}" for r, n in t.sample_rejected.items())
+    scaled = ""
+    if t.sample_image_size:
+        width, height = t.sample_image_size
+        scaled = f" at {width}x{height}, scaled to --image-size by the pixel count"
     lines.append(
-        f"  per input: timed on {t.sample_size} inputs converted in memory"
+        f"  per input: timed on {t.sample_size} inputs converted in memory{scaled}"
         + (f" ({rejected} rejected)" if rejected else "")
     )
     lines.append(f"output: {p.output.path}: {p.output.note}")
