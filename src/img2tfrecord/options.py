@@ -245,12 +245,13 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "--append",
-        doc="add the inputs that are new since the last run to a finished output, as a new generation of shards "
+        doc="add the inputs that are new since the last run to a finished output, as a new generation of shards; "
+        "give the options the output was made with: they are checked against it, not inherited "
         "([appending](scheduled-jobs.md#appending-what-is-new))",
         switch=True,
         doc_default="off",
-        help="add what is new in the input to a finished output of the same input, options and seed, as new "
-        "shards; earlier shards are kept as they are",
+        help="add what is new in the input to a finished output of the same input, options and seed (given "
+        "again: they are checked, not inherited), as new shards; earlier shards are kept as they are",
         template=Template(
             "Append",
             "true to convert only the inputs that are new since the output was written, into new shards.",

@@ -169,8 +169,8 @@ def check_options(config: ConvertConfig, doc: DatasetManifest) -> None:
             continue
         flag = "--" + name.replace("_", "-")
         raise PlanError(
-            f"--append: {flag} is {_shown(mine.get(name))} here but {_shown(value)} in the output; an append "
-            "converts with the options of the run that made it (or rebuild with --overwrite)"
+            f"--append: {flag} is {_shown(mine.get(name))} here but {_shown(value)} in the output; an append does not "
+            "inherit the output's options: give it the ones the output was made with (or rebuild with --overwrite)"
         )
 
 
