@@ -5,7 +5,7 @@
 Starts ``gcp-storage-emulator`` on 127.0.0.1 (as ``tests/gcs_emulator.py``
 does) on a store seeded with ``--objects`` small JPEGs in 100 class folders
 (and a tenth as many under another prefix), then times
-``make_plan`` (what ``convert`` does before it builds the Beam graph: one
+``plan_input`` (what ``convert`` does before it builds the Beam graph: one
 metadata listing of the input, the layout, and the size ratio from
 converting a small sample) at a tenth of the objects and at all of them, so
 the growth with the object count shows, and the listing alone with change markers (what an append's
@@ -70,12 +70,12 @@ def _seed(data_dir: str, bucket: str, prefixes: Dict[str, int]) -> float:
 
 
 def _time_plan(source: str, runs: int) -> Dict[str, Any]:
-    """Median seconds of ``make_plan`` over ``runs``, and the objects it opened per run."""
+    """Median seconds of ``plan_input`` over ``runs``, and the objects it opened per run."""
     from apache_beam.io.filesystems import FileSystems
 
     from img2tfrecord.images import ImageOptions
     from img2tfrecord.pipeline.config import ConvertConfig
-    from img2tfrecord.pipeline.plan import make_plan
+    from img2tfrecord.pipeline.kinds import plan_input
 
     opened = []
     original = FileSystems.open
@@ -91,7 +91,7 @@ def _time_plan(source: str, runs: int) -> Dict[str, Any]:
             opened.clear()
             config = ConvertConfig(input=source, output=source + "-out", image=ImageOptions(size=(24, 24)))
             start = time.perf_counter()
-            plan = make_plan(config)
+            plan = plan_input(config)[1]
             times.append(time.perf_counter() - start)
     finally:
         FileSystems.open = original  # type: ignore[method-assign]

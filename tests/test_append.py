@@ -401,6 +401,26 @@ def test_compare_sorts_a_listing_against_every_generation():
     assert [e.relpath for e in again.retried] == ["bad", "slow"]
 
 
+def test_the_rejections_an_append_tries_again_or_resolves_are_counted_per_reason():
+    """What the next generation's outcomes replace in the output's accounting (``Generation.retried``): the
+    transient rejections it tries again, and folders that could not be listed and now are."""
+    recorded = appends.outcomes(
+        [
+            appends.GenerationInputs(
+                0,
+                (_entry("a"), _entry("locked/"), _entry("shut/"), _entry("gone"), _entry("bad")),
+                {"locked/": "unlistable", "shut/": "unlistable", "gone": "not_found", "bad": "corrupt"},
+            ),
+        ]
+    )
+    listed = [_entry("a"), _entry("shut/"), _entry("gone"), _entry("bad"), _entry("locked/1.jpg")]
+    changes = appends.compare(listed, recorded)
+    assert [e.relpath for e in changes.retried] == ["gone", "shut/"]  # still missing, still unlistable: again
+    assert [e.relpath for e in changes.resolved] == ["locked/"]  # listed now: its files are new
+    assert [e.relpath for e in changes.new] == ["locked/1.jpg"] and not changes.removed
+    assert appends.retried_reasons(changes, recorded) == {"not_found": 1, "unlistable": 2}
+
+
 def test_a_ledger_is_the_same_bytes_for_the_same_inputs_and_reads_back():
     entries = [_entry("b/\udcff.jpg", 3, 1.5), _entry("a/1.jpg", 2, 1795762503.1327336)]
     data = ledger_bytes(entries)

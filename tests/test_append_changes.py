@@ -93,6 +93,9 @@ def test_accepted_changes_read_as_a_full_run_over_the_final_input(accepted):
     assert full_doc.format_version == 1
     report = verify(out)
     assert report.ok, report.text()
+    # verify reads every record, the withdrawn ones too, and says how many of them are withdrawn.
+    assert (report.records_checked, report.withdrawn_checked) == (acc.written, 2)
+    assert f"{acc.written} records (2 of them withdrawn, which readers skip) in " in report.text()
     assert doc.tfds is not None and not doc.tfds.readable and "withdrawn records" in doc.tfds.reason
 
 

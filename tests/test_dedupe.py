@@ -247,7 +247,9 @@ def test_resume_with_another_dedupe_is_refused_and_the_same_one_finishes(planted
     assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
 
     refused = convert(root, out, *ARGS, "--resume", runner=())
-    assert refused.returncode == 2 and "other options, seed or input" in refused.stderr, refused.stderr[-2000:]
+    assert refused.returncode == 2 and "differently: --dedupe is false here but true" in refused.stderr, refused.stderr[
+        -2000:
+    ]
     assert len(refused.stderr.strip().splitlines()) == 1
     resumed = convert(root, out, *ARGS, "--dedupe", "--resume", runner=())
     assert resumed.returncode == 0, resumed.stderr[-3000:]

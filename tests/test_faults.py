@@ -210,7 +210,9 @@ def test_sigkill_mid_run_then_resume_converts_only_the_rest_and_gives_the_same_b
     # Other options, seed or input: refused, and nothing is touched.
     before = sorted(os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs)
     other = convert(root, out, *KILL_ARGS, "--seed", "1", "--resume", *FAST, runner=())
-    assert other.returncode == 2 and "other options, seed or input" in other.stderr, other.stderr[-2000:]
+    assert other.returncode == 2 and "was started differently: --seed is 1 here but " in other.stderr, other.stderr[
+        -2000:
+    ]
     assert len(other.stderr.strip().splitlines()) == 1
     assert sorted(os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs) == before
 
@@ -406,3 +408,30 @@ def test_a_full_disk_exits_1_with_a_clear_message_and_no_success(tmp_path, small
     assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     assert final_shards(out) == [], "a shard got its final name on a full disk"
     assert not os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))
+
+
+def test_a_refused_resume_names_the_option_that_differs_from_the_unfinished_run(tmp_path):
+    """The staging folder records what its run's fingerprint covers (``run.json``): a ``--resume`` with other
+    options names the one that differs, as an ``--append`` does."""
+    from img2tfrecord.pipeline.config import ConvertConfig
+    from img2tfrecord.pipeline.outputs import OutputNotEmpty, prepare_output
+    from img2tfrecord.pipeline.kinds import plan_input
+
+    root = str(tmp_path / "in")
+    make_images(root, classes=2, per_class=2, size=(16, 12))
+    out = str(tmp_path / "out")
+    started = ConvertConfig(input=root, output=out, analyze=False, seed=3)
+    plan = plan_input(started)[1]
+    staging = os.path.join(out, manifest.run_folder(plan.fingerprint(started)))
+    os.makedirs(staging)
+    with open(os.path.join(staging, manifest.RUN_STARTED_FILE), "w") as f:
+        json.dump(plan.fingerprint_doc(started), f)  # as run.py records it
+    again = ConvertConfig(input=root, output=out, analyze=False, seed=4)
+    folder = manifest.run_folder(plan.fingerprint(again))
+    with pytest.raises(OutputNotEmpty) as info:
+        prepare_output(out, False, folder, run_doc=plan.fingerprint_doc(again))
+    assert str(info.value) == (
+        f"cannot resume: the unfinished conversion in {out} was started differently: --seed is 4 here but 3 "
+        "there; rerun it as it was started, or pass --overwrite to start over"
+    )
+    assert os.listdir(out) == [os.path.basename(staging)]  # refused: nothing touched

@@ -11,6 +11,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -104,14 +105,13 @@ def test_a_stopped_run_says_one_line_and_its_resume_command_finishes_it(dataset,
     assert "Traceback" not in stderr and "semaphore" not in stderr, stderr[-3000:]
     name = signal.Signals(signum).name
     assert line.startswith(f"img2tfrecord: interrupted by {name}: 1 finished shard(s) kept in "), line
-    command = line.split("; to finish, run: ", 1)[1]
-    assert shlex.split(command) == ["img2tfrecord", "convert", *args, "--resume"]
+    command = line.split("; to finish, run: ", 1)[1]  # the program as started (python -m here), from ROOT
+    python = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT + "/") else sys.executable
+    assert shlex.split(command) == [python, "-m", "img2tfrecord", "convert", *args, "--resume"]
     left = sorted(os.listdir(out))
     assert len(left) == 1 and left[0].startswith(manifest.RUN_FOLDER_PREFIX), left  # no lock, no beam-temp-*
 
-    resumed = subprocess.run(
-        cli_command(*shlex.split(command)[1:]), cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300
-    )
+    resumed = subprocess.run(shlex.split(command), cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "1 finished shard(s) kept from the interrupted run" in resumed.stderr
     assert shard_digests(out) == shard_digests(reference)
@@ -138,3 +138,19 @@ def test_a_killed_runs_lock_is_taken_over_by_resume_with_a_warning(dataset, tmp_
     assert f"took over the stale lock on {out} of an earlier run (pid {run.pid} " in resumed.stderr
     assert shard_digests(out) == shard_digests(reference)
     assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+
+
+def test_the_resume_hint_names_the_program_as_it_was_started(tmp_path, monkeypatch):
+    """``./run_local.sh`` runs the venv's img2tfrecord without putting it on the caller's PATH: the hint names
+    it by its path from the caller's folder, and ``python -m img2tfrecord`` by that interpreter."""
+    from img2tfrecord.cli import invoked_as
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, ".venv", "bin", "img2tfrecord"), "convert"])
+    assert invoked_as() == [".venv/bin/img2tfrecord"]  # a virtualenv's command, as found on run_local.sh's PATH
+    monkeypatch.chdir(tmp_path)
+    assert invoked_as() == [os.path.join(ROOT, ".venv", "bin", "img2tfrecord")]  # from elsewhere: absolute
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "src", "img2tfrecord", "__main__.py"), "convert"])
+    assert invoked_as() == [os.path.abspath(sys.executable), "-m", "img2tfrecord"]
+    monkeypatch.setattr(sys, "argv", ["pytest"])  # cli.main called from Python
+    assert invoked_as() == ["img2tfrecord"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -283,35 +284,92 @@ def test_output_through_a_file_exits_2_with_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def unprivileged(tmp_path_factory):
-    """Two conversions, in one fresh process with permission bits in force (``run_unprivileged``): into a folder
-    it may not write (``locked/out``) and of an input holding a file it may not read (to ``out``)."""
+    """Conversions in one fresh process with permission bits in force (``run_unprivileged``): into a folder it
+    may not write (``locked/out``), of an input holding a file it may not read (to ``out``), of an input whose
+    ``dog`` class folder it may not list (its ``--plan --json``, then converted to ``classes-out`` within an
+    error budget) and of an input folder it may not list at all (``shut``)."""
     base = tmp_path_factory.mktemp("unprivileged")
     _write(str(base / "in"), "cat/a.jpg", I.jpeg(8, 8))
     _write(str(base / "secret"), "cat/a.jpg", I.jpeg(8, 8))
     _write(str(base / "secret"), "cat/secret.jpg", I.jpeg(8, 8))
+    for relpath in ("cat/a.jpg", "cat/b.jpg", "dog/c.jpg", "dog/d.jpg", "emu/e.jpg"):
+        _write(str(base / "classes"), relpath, I.jpeg(8, 8))
+    _write(str(base / "shut"), "cat/a.jpg", I.jpeg(8, 8))
     os.chmod(base / "secret" / "cat" / "secret.jpg", 0)
-    parent = base / "locked"
-    parent.mkdir()
-    parent.chmod(0o555)
+    shut = [base / "locked", base / "classes" / "dog", base / "shut"]
+    (base / "locked").mkdir()
+    for folder in shut:
+        folder.chmod(0o555 if folder.name == "locked" else 0)
+    classes = ("convert", "--input", str(base / "classes"), "--output", str(base / "classes-out"), *FAST, *ONE)
     try:
-        locked, unreadable = run_unprivileged(
+        found = run_unprivileged(
             str(base),
-            ("convert", "--input", str(base / "in"), "--output", str(parent / "out"), *FAST, *ONE),
+            ("convert", "--input", str(base / "in"), "--output", str(base / "locked" / "out"), *FAST, *ONE),
             ("convert", "--input", str(base / "secret"), "--output", str(base / "out"), *FAST, *ONE),
+            (*classes, "--plan", "--json"),
+            (*classes, "--max-error-rate", "0.1"),
+            ("convert", "--input", str(base / "shut"), "--output", str(base / "shut-out"), *FAST, *ONE),
         )
     finally:
-        parent.chmod(0o755)
-    return base, locked, unreadable
+        for folder in shut:
+            folder.chmod(0o755)
+    return base, dict(zip(("locked", "unreadable", "plan", "classes", "shut"), found))
 
 
 def test_read_only_output_folder_exits_2(unprivileged):
-    base, proc, _ = unprivileged
+    base, found = unprivileged
+    proc = found["locked"]
     assert proc.returncode == 2 and "is not writable: Permission denied" in proc.stderr, proc.stderr[-3000:]
     assert os.listdir(base / "locked") == []
 
 
+def test_a_folder_that_cannot_be_listed_is_an_error_row_and_its_class_stays(unprivileged, tmp_path):
+    """A class folder that cannot be listed is one rejected input (``unlistable``, with its path) in ``--plan``
+    and the run, counted against the error budget, and still a class: once readable, an append converts its
+    files under the same label id, without --allow-new-classes."""
+    base, found = unprivileged
+    dog = str(base / "classes" / "dog")
+    plan = json.loads(found["plan"].stdout)
+    assert plan["classes"] == ["cat", "dog", "emu"] and plan["inputs"] == 4
+    assert plan["rejected"]["by_reason"] == {"unlistable": 1}
+    assert [(r["path"], r["relpath"]) for r in plan["rejected"]["examples"]] == [(dog, "dog/")]
+    assert plan["local_checks"] == {"unlistable": ["dog"]}  # and not an "empty class folder"
+    proc = found["classes"]
+    assert proc.returncode == 3, proc.stderr[-3000:]  # 1 of 4 inputs rejected, over 0.1
+    assert "1 folder(s) cannot be listed ('dog')" in proc.stderr and "empty class folder" not in proc.stderr
+    assert "  unlistable: 1" in proc.stdout and proc.stderr.strip().splitlines()[-1].startswith(
+        "img2tfrecord: error budget exceeded: 1 of 4 inputs rejected"
+    )
+    out = str(base / "classes-out")
+    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
+    assert [(e["path"], e["relpath"], e["reason"]) for e in errors] == [(dog, "dog/", "unlistable")]
+    assert "folder cannot be listed (permission denied)" in errors[0]["error"]
+    labels = open(os.path.join(out, manifest.LABELS_FILE)).read().split()
+    assert labels == ["cat", "dog", "emu"]
+    moved = str(tmp_path / "classes-out")  # appended to a copy: other tests read the module's outputs
+    shutil.copytree(out, moved)
+    appended = convert(str(base / "classes"), moved, *FAST, *ONE, "--append")
+    assert appended.returncode == 0, appended.stderr[-3000:]
+    doc = json.load(open(os.path.join(moved, manifest.MANIFEST_FILE)))
+    assert doc["labels"] == labels and doc["splits"]["train"]["examples_per_class"]["dog"] == 2
+    assert doc["accounting"]["rejected_by_reason"] == {}  # the folder was tried again: its files are in
+
+
+def test_an_input_folder_that_cannot_be_listed_is_one_line_exit_2(unprivileged):
+    base, found = unprivileged
+    proc = found["shut"]
+    shut = str(base / "shut")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"img2tfrecord: error: --input {shut}: permission denied: the folder {shut} cannot be listed; "
+        "check its permissions"
+    ]
+    assert not os.path.exists(base / "shut-out")
+
+
 def test_permission_denied_file_is_an_unreadable_error(unprivileged):
-    base, _, proc = unprivileged
+    base, found = unprivileged
+    proc = found["unreadable"]
     out = str(base / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]

@@ -131,7 +131,7 @@ def test_an_archive_source_strips_the_wrapping_folder_and_reports_a_bad_archive(
     _, found = _found("archives", tmp_path)
     relpaths = sorted(f.relpath for f in found.files)
     assert relpaths == sorted([*IMAGES, *IMAGES]), "flowers/ is stripped from a.zip's names"
-    assert [(os.path.basename(p), r) for p, r in _rows(found)] == [("c.zip", "corrupt_archive")]
+    assert [(os.path.basename(p), r) for p, r in _rows(found)] == [("c.zip", "not_an_archive")]
     assert sorted(found.skipped) == sorted(f"{tmp_path}/a.zip!/flowers/{name}" for name in JUNK)
 
 

@@ -143,21 +143,61 @@ def test_a_live_holder_on_another_host_is_not_stale(tmp_path):
         lock_output(out).acquire(take_over_stale=True)
 
 
-def test_an_unreadable_lock_is_dated_by_its_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("data, why", [(b"{not json", "it is not JSON, 9 bytes"), (b"", "it is empty, 0 bytes")])
+def test_an_unparsable_lock_is_judged_by_its_age_alone(tmp_path, monkeypatch, data, why):
     out = str(tmp_path / "out")
     os.makedirs(out)
     path = os.path.join(out, manifest.LOCK_FILE)
     with open(path, "wb") as f:
-        f.write(b"{not json")
+        f.write(data)
     monkeypatch.setattr(lock_module, "_UNREADABLE_WAIT_S", 0.0)
-    with pytest.raises(OutputLocked, match="holder unknown"):
+    with pytest.raises(
+        OutputLocked, match=f"holder unknown: its _LOCK cannot be parsed \\({why}\\).*stale 1 min after"
+    ):
         lock_output(out).acquire(take_over_stale=True)
-    old = time.time() - 2 * lock_module.STALE_AFTER_S
+    # Every lock is written whole and a live holder rewrites it every 30 s: one that old protects no run,
+    # whatever the heartbeat window.
+    old = time.time() - 2 * lock_module.UNPARSABLE_STALE_AFTER_S
     os.utime(path, (old, old))
+    left = lock_output(out)
+    left.acquire(take_over_stale=False)
+    assert not left.held and f"cannot be parsed ({why}) and was last written 2 min ago" in left.stale_note()
     taker = lock_output(out)
     taker.acquire(take_over_stale=True)
-    assert taker.held and "no heartbeat" in taker.took_over()
+    assert taker.held and f"cannot be parsed ({why})" in taker.took_over()
     taker.release()
+    assert not os.path.exists(path)
+
+
+_FAILING_WRITE = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from img2tfrecord.pipeline.lock import lock_output
+    from img2tfrecord.pipeline.output_errors import OutputNotWritable
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))  # fewer bytes than any lock holds
+    try:
+        lock_output(sys.argv[1]).acquire(take_over_stale=False)
+    except OutputNotWritable as e:
+        print(e)
+    """
+)
+
+
+def test_a_lock_that_cannot_be_written_whole_is_not_left_behind(tmp_path):
+    """A write of the lock that fails (a full disk; here the file size limit) leaves neither an empty lock,
+    which every later run would take for a live one, nor its temporary file."""
+    out = str(tmp_path / "out")
+    proc = subprocess.run(
+        [sys.executable, "-c", _FAILING_WRITE, out], capture_output=True, text=True, env=cli_env(), timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == f"output {out} is not writable: File too large", proc.stdout
+    assert os.listdir(out) == []
+    held = lock_output(out)
+    held.acquire(take_over_stale=False)
+    assert held.held
+    held.release()
 
 
 # Each process takes the races the test gives it on stdin, one after the other: at the start time given with

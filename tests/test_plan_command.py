@@ -95,14 +95,14 @@ def write_split_folders(root: str) -> None:
     write_tree(root, files)
 
 
-def write_manifest(root: str) -> str:
+def write_manifest(root: str, delimiter: str = ",") -> str:
     """A CSV manifest with a split column (``val`` stands for validation) next to its images, and
     rows the run rejects without decoding anything: a missing file, a missing label."""
     files = many_files()
     write_tree(root, files)
     path = os.path.join(root, "labels.csv")
     with open(path, "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, delimiter=delimiter)
         w.writerow(["path", "label", "split"])
         for i, rel in enumerate(sorted(files)):
             w.writerow([rel, rel.split("/")[0], ("train", "val", "test")[i % 4 % 3]])
@@ -111,19 +111,22 @@ def write_manifest(root: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("kind", ["split_folders", "manifest"])
+@pytest.mark.parametrize("kind", ["split_folders", "manifest", "semicolon_manifest"])
 def test_the_plan_of_split_folders_and_a_manifest_counts_what_the_run_writes(kind, tmp_path):
+    """A semicolon-delimited manifest (what Excel writes in many locales) is read as the comma-delimited one."""
     source = str(tmp_path / "source")
     if kind == "split_folders":
         write_split_folders(source)
     else:
-        source = write_manifest(source)
+        source = write_manifest(source, ";" if kind == "semicolon_manifest" else ",")
     out = str(tmp_path / "records")
     found = plan(source, out, *SPLITS)
-    assert found["layout"] == {"split_folders": "split", "manifest": "manifest"}[kind]
+    assert found["layout"] == ("split" if kind == "split_folders" else "manifest")
     assert set(found["splits"]) == {"train", "validation", "test"}  # val is validation
-    if kind == "manifest":
+    if kind != "split_folders":
         assert found["rejected"]["by_reason"] == {"missing_label": 1, "not_found": 1}
+        how = "semicolon" if kind == "semicolon_manifest" else "comma"
+        assert found["manifest_columns"] == {source: f"columns path, label, split ({how}-delimited, header row)"}
     proc = convert(source, out, *SPLITS, "--no-analyze", *ONE_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_plan_is_the_run(found, read_manifest(out))
@@ -318,3 +321,23 @@ def test_the_plans_start_up_times_the_placement_a_folder_or_manifest_run_does_at
     assert kind.places_at_launch(config) and not kind.places_at_launch(dataclasses.replace(config, dedupe=True))
     items = [WorkItem(f"/x/{c}/{i}.jpg", f"{c}/{i}.jpg", 10) for c in ("cat", "dog") for i in range(5000)]
     assert placement_seconds(config, plan, items) > 0 and placement_seconds(config, plan, []) == 0.0
+
+
+def test_a_huge_image_size_is_sampled_at_a_bounded_size_and_its_bytes_scaled(tmp_path):
+    """A launch (or --plan) converts its sample at most at SAMPLE_PIXELS output pixels, in the run's shape, and
+    scales the bytes by the pixel count: a raw image's estimate is exact, and a plan takes seconds however
+    large --image-size is."""
+    from img2tfrecord.conversion.record_sizes import SAMPLE_PIXELS, sample_options, sample_sizes
+    from img2tfrecord.images import ImageOptions
+    from img2tfrecord.model import WorkItem
+
+    assert sample_options(ImageOptions(size=(224, 224))) == (ImageOptions(size=(224, 224)), 1.0)
+    huge = ImageOptions(size=(16384, 8192), format="raw")
+    small, scale = sample_options(huge)
+    width, height = small.size
+    assert width * height <= SAMPLE_PIXELS * 1.001 and width == 2 * height
+    assert scale == 16384 * 8192 / (width * height)
+    path = tmp_path / "a.jpg"
+    path.write_bytes(I.jpeg(40, 30))
+    _, ratio = sample_sizes([WorkItem(str(path), "cat/a.jpg", path.stat().st_size)], huge)
+    assert ratio * path.stat().st_size == pytest.approx(16384 * 8192 * 3)

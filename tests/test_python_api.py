@@ -12,11 +12,12 @@ import sys
 import images as I
 import pytest
 from conftest import IN_MEMORY, cli_env, shard_digests
+from helpers.cli import run_in_process
 
 import img2tfrecord
 from img2tfrecord import api, cli, faults
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import dataset_manifest, manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 FAST = {"analyze": False, "pipeline_options": list(IN_MEMORY)}
@@ -200,3 +201,43 @@ def test_a_script_without_a_main_guard_converts_with_worker_processes(sample_dir
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "written 80 rejected 0"
     assert proc.stdout.count("written") == 1  # the workers did not run the script
+
+
+def _nothing_to_convert(kind: str, folder) -> str:
+    """An input in which no record can be made (``--input`` of it): every input kind ends the same way."""
+    folder.mkdir()
+    if kind == "empty_zip":
+        (folder / "empty.zip").write_bytes(b"")
+        return str(folder / "empty.zip")
+    if kind == "bad_archives":
+        (folder / "a.zip").write_bytes(b"")
+        (folder / "b.tar.gz").write_text("<html>not found</html>\n")
+        return str(folder / "*")
+    (folder / "labels.csv").write_text("path,label\nmissing/a.jpg,cat\nmissing/b.jpg,dog\n")
+    return str(folder / "labels.csv")
+
+
+@pytest.mark.parametrize("kind", ["empty_zip", "bad_archives", "failing_manifest"])
+def test_an_input_that_gives_no_record_is_no_records_written_with_the_analysis(tmp_path, kind):
+    """With the tf.Transform analysis on, as without it: an archive run discovers its (here no) classes in
+    the graph, and the analysis of nothing ends as the finalisation's "no records written", not as a crash."""
+    given = _nothing_to_convert(kind, tmp_path / "in")
+    out = str(tmp_path / "out")
+    if kind == "empty_zip":  # the command: exit 3 and its one line, as without the analysis
+        proc = run_in_process("convert", "--input", given, "--output", out, "--processes", "1", *IN_MEMORY)
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        assert (
+            proc.stderr.strip()
+            .splitlines()[-1]
+            .startswith("img2tfrecord: error budget exceeded: no records written, 1 of 1 inputs rejected")
+        ), proc.stderr[-3000:]
+        with open(os.path.join(out, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+            doc = dataset_manifest.loads(f.read())  # written to say why, without _SUCCESS
+    else:
+        with pytest.raises(ErrorBudgetExceeded, match="no records written") as info:
+            api.convert(given, out, processes=1, pipeline_options=list(IN_MEMORY))
+        doc = info.value.result
+    assert doc is not None and doc.num_examples == 0 and doc.accounting.rejected == doc.accounting.inputs > 0
+    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    if not doc.labels:  # no class: nothing analysed, no transform of nothing published
+        assert doc.statistics is None and not os.path.exists(os.path.join(out, manifest.TRANSFORM_FN_DIR))

@@ -267,6 +267,79 @@ def test_archive_member_names_that_are_not_text_become_bad_name_entries(tmp_path
     ]
 
 
+def _listed(path: str) -> list:
+    return list(archives.list_archive(path, os.path.getsize(path), 1 << 30))
+
+
+def test_a_file_named_like_an_archive_that_is_none_is_not_an_archive(tmp_path):
+    """An empty file or a text file named .zip/.tar/.tar.gz is no archive at all, which a damaged or cut
+    archive (``corrupt_archive``, ``truncated_archive``) is."""
+    named = {
+        "empty.zip": b"",
+        "x.tar.gz": b"a text file, not an archive\n",
+        "page.tar": b"<html>" + b"not found " * 80 + b"</html>",
+        "photo.zip": I.jpeg(8, 8),
+    }
+    for name, data in named.items():
+        (tmp_path / name).write_bytes(data)
+        entries = _listed(str(tmp_path / name))
+        assert [e.reason for e in entries] == [archives.NOT_AN_ARCHIVE], (name, entries)
+    assert "the file is empty" in _listed(str(tmp_path / "empty.zip"))[0].message
+    assert "starts with b'a text file, not'" in _listed(str(tmp_path / "x.tar.gz"))[0].message
+    cut = str(tmp_path / "cut.tar.gz")
+    write_tar(cut, {"cat/a.jpg": I.jpeg(64, 64)}, mode="w:gz")
+    with open(cut, "r+b") as f:
+        f.truncate(os.path.getsize(cut) // 2)
+    assert [e.reason for e in _listed(cut) if isinstance(e, ErrorEntry)] == ["truncated_archive"]
+
+
+def test_an_archive_inside_an_archive_is_rejected_as_nested(tmp_path):
+    inner = str(tmp_path / "inner.zip")
+    write_zip(inner, {"cat/a.jpg": I.jpeg(8, 8)})
+    outer = str(tmp_path / "outer.tar")
+    write_tar(outer, {"cat/b.jpg": I.jpeg(8, 8), "cat/more.zip": open(inner, "rb").read(), "dogs.tar.gz": b"x"})
+    entries = _listed(outer)
+    assert [e.name for e in entries if isinstance(e, MemberEntry)] == ["cat/b.jpg"]
+    assert [e[:2] for e in entries if isinstance(e, ErrorEntry)] == [
+        ("cat/more.zip", archives.NESTED_ARCHIVE),
+        ("dogs.tar.gz", archives.NESTED_ARCHIVE),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, delimiter, rows",
+    [
+        ("path;label\na.jpg;cat\n", ";", [{"path": "a.jpg", "label": "cat"}]),
+        ("\ufeffLabel\tPath\n\ndog\tb,1.jpg\n", "\t", [{"path": "b,1.jpg", "label": "dog"}]),  # BOM, blank line
+        ('"path","label"\n"c;2.jpg","emu"\n', ",", [{"path": "c;2.jpg", "label": "emu"}]),
+        ("path\nd.jpg\n", ",", [{"path": "d.jpg"}]),  # one column: unlabeled
+        ("e.jpg;cat;train\nf.jpg;dog;test\n", ";", [{"path": "e.jpg", "label": "cat", "split": "train"}]),
+    ],
+    ids=["semicolon", "tab", "quoted-comma", "one-column", "no-header-semicolon"],
+)
+def test_a_csv_manifests_delimiter_is_read_from_its_first_row(tmp_path, text, delimiter, rows):
+    path = tmp_path / "m.csv"
+    path.write_text(text, encoding="utf-8")
+    from img2tfrecord.sources import manifests
+
+    assert manifests.manifest_head(str(path)).delimiter == delimiter
+    assert [row for _, row in manifests.manifest_rows(str(path))][: len(rows)] == rows
+
+
+def test_a_csv_manifest_whose_delimiter_cannot_be_told_is_refused_naming_what_it_saw(tmp_path):
+    from img2tfrecord.pipeline.plan_model import PlanError
+
+    path = tmp_path / "m.csv"
+    path.write_text("cat;1.jpg,dog\n", encoding="utf-8")
+    config = ConvertConfig(input=str(path), output=str(tmp_path / "out"), analyze=False)
+    with pytest.raises(PlanError) as info:
+        plan_of(config)
+    assert str(info.value) == (
+        f"{path}: cannot tell the delimiter: the first line 'cat;1.jpg,dog' names no 'path' column and holds "
+        "commas and semicolons; give the manifest a header row (path,label[,split]) with one delimiter"
+    )
+
+
 # -- an earlier output inside the input, and inputs that can give no record ------------------------
 
 

@@ -13,6 +13,7 @@ import logging
 import os
 import select
 import shlex
+import shutil
 import signal
 import sys
 from typing import List, Optional, Sequence, Tuple
@@ -84,7 +85,31 @@ def _interrupted(e: KeyboardInterrupt, ns: argparse.Namespace, argv: Sequence[st
     if not ns.resume:
         again.append("--resume")
     name = getattr(e, "signal_name", "SIGINT")
-    return f"interrupted by {name}: {kept}; to finish, run: img2tfrecord {shlex.join(again)}"
+    return f"interrupted by {name}: {kept}; to finish, run: {shlex.join([*invoked_as(), *again])}"
+
+
+def invoked_as() -> List[str]:
+    """The program as this process was started, to run it again from the same folder: ``img2tfrecord`` when
+    that is a command outside a virtualenv, else its path as typed or found (``.venv/bin/img2tfrecord``:
+    ``./run_local.sh`` does not put it on the caller's PATH), or ``.venv/bin/python -m img2tfrecord``."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "__main__.py":
+        return [_shortest(sys.executable), "-m", "img2tfrecord"]
+    if os.path.basename(argv0) != "img2tfrecord" or "/" not in argv0:
+        return ["img2tfrecord"]  # called from Python (cli.main), or as typed
+    on_path = shutil.which("img2tfrecord")
+    if sys.prefix == sys.base_prefix and on_path and os.path.abspath(on_path) == os.path.abspath(argv0):
+        return ["img2tfrecord"]
+    return [_shortest(argv0)]
+
+
+def _shortest(path: str) -> str:
+    """``path`` relative to the working folder when that is shorter and stays below it, else absolute."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    if "/" not in relative:
+        relative = "./" + relative  # a bare name would be looked up on PATH
+    return relative if not relative.startswith("..") and len(relative) < len(absolute) else absolute
 
 
 def _stdout_closed() -> bool:

@@ -5,7 +5,8 @@
   or change the input and remove the marker to let the run go on.
   Phases: ``listing``, ``converting`` (once a shard is finished and the next is half
   written), ``committing`` (once the first split is committed), ``finalizing`` (``dataset.json``
-  written, ``_SUCCESS`` not yet).
+  written, ``_SUCCESS`` not yet). ``report``'s worker processes pause at ``scanning``, as each
+  starts on a shard.
 * ``drop_record``: the shard writer leaves out the first record it is given,
   as a lost write would; the accounting check must then fail the run.
 * ``slow:<seconds>``: the shard writer waits that long after each record, so
@@ -25,7 +26,7 @@ from typing import Any, List, Optional
 
 ENV = "IMG2TFRECORD_FAULT"
 MARKER_ENV = "IMG2TFRECORD_FAULT_MARKER"
-PHASES = ("listing", "converting", "committing", "finalizing")
+PHASES = ("listing", "converting", "committing", "finalizing")  # of convert
 _PAUSE_S = 600.0
 _DROPPED: List[Any] = []  # drop_record: the one record this process left out
 _FINISHED: List[None] = []  # pause:converting: one entry per shard this process finished

@@ -249,12 +249,13 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "--append",
-        doc="add the inputs that are new since the last run to a finished output, as a new generation of shards "
+        doc="add the inputs that are new since the last run to a finished output, as a new generation of shards; "
+        "give the options the output was made with: they are checked against it, not inherited "
         "([appending](scheduled-jobs.md#appending-what-is-new))",
         switch=True,
         doc_default="off",
-        help="add what is new in the input to a finished output of the same input, options and seed, as new "
-        "shards; earlier shards are kept as they are",
+        help="add what is new in the input to a finished output of the same input, options and seed (given "
+        "again: they are checked, not inherited), as new shards; earlier shards are kept as they are",
         template=Template(
             "Append",
             "true to convert only the inputs that are new since the output was written, into new shards.",
@@ -406,6 +407,14 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
 def add_convert_arguments(parser: argparse.ArgumentParser) -> List[str]:
     """Add every option to ``parser``; -> the option strings, for "did you mean" hints."""
     return add_arguments(parser, CONVERT_OPTIONS)
+
+
+def recorded_flag(recorded: str) -> str:
+    """The flag of the option ``dataset.json`` records as ``recorded`` (``max_file_bytes`` -> ``--max-file-mb``)."""
+    for option in CONVERT_OPTIONS:
+        if option.recorded_as == recorded:
+            return option.flag
+    return "--" + recorded.replace("_", "-")
 
 
 def template_options() -> Dict[str, Option]:

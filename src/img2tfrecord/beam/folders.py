@@ -16,7 +16,7 @@ from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.options import keyword_values
 from img2tfrecord.pipeline.build import manifest_template
 from img2tfrecord.pipeline.config import ConvertConfig, config_from_options
-from img2tfrecord.pipeline.plan_model import fingerprint
+from img2tfrecord.pipeline.plan_model import digest_of, fingerprint_doc
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Task
 from img2tfrecord.sources.kinds import absolute_input
@@ -90,7 +90,7 @@ class ImagesToTFRecords(beam.PTransform):
             raise UsageError(str(e)) from None
         split_names = tuple(name for name, _ in self._splits)
         input_name = absolute_input(self._root) if self._root else INPUT_DESCRIPTION
-        run_fingerprint = fingerprint(config, input_name, output=config.output, labeled=self._labeled)
+        run_fingerprint = digest_of(fingerprint_doc(config, input_name, output=config.output, labeled=self._labeled))
         run_dir = FileSystems.join(config.output, manifest.run_folder(run_fingerprint))
 
         to_items = _to_items(self._converter, self._root, self._labeled)

@@ -89,7 +89,7 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
     from img2tfrecord.commands.fast_start import one_blas_thread, pause_collection, resume_collection
     from img2tfrecord.commands.quiet import StderrFilter
 
-    pause_collection()  # until the job starts (pipeline/own_process.py)
+    pause_collection()  # until the job starts (commands/fast_start.py)
     one_blas_thread()  # before numpy is imported
     # Before Beam, gRPC or TensorFlow is loaded: their C++ code writes to fd 2 as it loads.
     stderr_filter = None if ns.verbose else StderrFilter().start()

@@ -17,9 +17,10 @@ from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, SplitInfo
 from img2tfrecord.schemas.generations import CHANGED, REMOVED, Generation, Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
+from img2tfrecord.sources.layout import UNLISTABLE
 
 # Rejections that may not happen again: the next append tries these inputs again.
-TRANSIENT_REASONS = ("decode_timeout", "not_found", "unreadable", "worker_crashed")
+TRANSIENT_REASONS = ("decode_timeout", "not_found", UNLISTABLE, "unreadable", "worker_crashed")
 WRITTEN = ""  # an input's outcome when a record was written from it
 
 
@@ -30,7 +31,8 @@ class InputChanges:
     ``new``: never converted; ``retried``: rejected last time for a transient reason (any reason with
     ``retry_rejected``), converted again; ``changed``: (as recorded, as listed now) for inputs a record
     was written from whose size or change marker differs; ``removed``: recorded inputs with a record
-    that the listing no longer has. ``unchanged`` counts the rest.
+    that the listing no longer has. ``unchanged`` counts the rest. ``resolved``: folders recorded as
+    ``unlistable`` that the listing no longer has as such (listed now, their files are among ``new``).
     """
 
     new: Tuple[LedgerEntry, ...]
@@ -39,6 +41,7 @@ class InputChanges:
     removed: Tuple[LedgerEntry, ...]
     unchanged: int
     accepted: bool = False  # --accept-changes: the changed inputs are converted again, stale records withdrawn
+    resolved: Tuple[LedgerEntry, ...] = ()
 
     @property
     def to_convert(self) -> Tuple[LedgerEntry, ...]:
@@ -121,7 +124,20 @@ def compare(
         else:
             unchanged += 1
     removed = [entry for relpath, (entry, outcome) in sorted(recorded.items()) if relpath not in seen and not outcome]
-    return InputChanges(tuple(new), tuple(retried), tuple(changed), tuple(removed), unchanged)
+    resolved = [
+        entry for relpath, (entry, outcome) in sorted(recorded.items()) if relpath not in seen and outcome == UNLISTABLE
+    ]
+    return InputChanges(tuple(new), tuple(retried), tuple(changed), tuple(removed), unchanged, resolved=tuple(resolved))
+
+
+def retried_reasons(changes: InputChanges, recorded: Mapping[str, Tuple[LedgerEntry, str]]) -> Dict[str, int]:
+    """reason -> how many of the inputs ``changes`` tries again (or resolves) were rejected for it last time
+    (``recorded``: ``outcomes`` of every generation): the rejections the next generation's outcomes replace."""
+    found: Dict[str, int] = {}
+    for entry in changes.retried + changes.resolved:
+        outcome = recorded[entry.relpath][1]
+        found[outcome] = found.get(outcome, 0) + 1
+    return dict(sorted(found.items()))
 
 
 def stale_inputs(changes: InputChanges) -> Dict[str, str]:
@@ -230,12 +246,16 @@ def merge(previous: DatasetManifest, added: DatasetManifest, generation: Generat
         for name in names
     }
     old, new = previous.accounting or Accounting(0, 0, 0), added.accounting or Accounting(0, 0, 0)
+    retried = sum(generation.retried.values())  # counted again by ``added``: once per input, its latest outcome
+    by_reason = _sum_counts(old.rejected_by_reason, new.rejected_by_reason)
+    for reason, n in generation.retried.items():
+        by_reason[reason] = by_reason.get(reason, 0) - n
     accounting = Accounting(
-        inputs=old.inputs + new.inputs,
+        inputs=old.inputs + new.inputs - retried,
         written=old.written + new.written,
-        rejected=old.rejected + new.rejected,
+        rejected=old.rejected + new.rejected - retried,
         skipped=old.skipped + new.skipped,
-        rejected_by_reason=_sum_counts(old.rejected_by_reason, new.rejected_by_reason),
+        rejected_by_reason={reason: n for reason, n in by_reason.items() if n > 0},
         withdrawn=old.withdrawn + new.withdrawn + len(generation.withdrawn),
     )
     return added.replace(

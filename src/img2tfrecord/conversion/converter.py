@@ -19,11 +19,8 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
-import os
 import posixpath
 import re
-import threading
-import time
 from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from img2tfrecord.conversion.examples import (
@@ -364,26 +361,12 @@ def stored_objects(
 # in a worker imports no more than this module does.
 
 _worker_converter: Optional[Converter[Any]] = None
-_PARENT_CHECK_S = 1.0
 
 
-def install_converter(converter: Converter[Any], parent_pid: Optional[int] = None) -> None:
-    """The pool's initializer: the converter every task of this process uses.
-
-    With ``parent_pid``, the process also exits on its own when that parent
-    is gone (killed, or ended without shutting the pool down), instead of
-    waiting for work forever.
-    """
+def install_converter(converter: Converter[Any]) -> None:
+    """The pool's initializer: the converter every task of this process uses."""
     global _worker_converter  # pylint: disable=global-statement
     _worker_converter = converter
-    if parent_pid is not None:
-        threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="img2tfrecord-parent", daemon=True).start()
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    while os.getppid() == parent_pid:
-        time.sleep(_PARENT_CHECK_S)
-    os._exit(1)  # pylint: disable=protected-access
 
 
 def convert_batch(batch: List[Any], label_names: List[str]) -> List[Output]:

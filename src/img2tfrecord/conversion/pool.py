@@ -28,7 +28,7 @@ takes the outputs instead of converting them again.
 The workers ignore SIGINT and SIGTERM: a terminal's Ctrl-C (sent to the
 whole process group) or a service manager's SIGTERM is for the run, which
 then shuts its pools down (:func:`close_open_pools`); a worker whose parent
-is gone exits by itself.
+is gone, however it went, exits by itself (``worker_exit.py``).
 
 No Beam here: the pool is plain ``concurrent.futures``.
 """
@@ -49,6 +49,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.converter import Converter, Output, convert_batch, install_converter
+from img2tfrecord.worker_exit import Parent, exit_with_parent
 
 CRASH_MESSAGE = (
     "the conversion worker process died while converting this item, twice "
@@ -144,12 +145,14 @@ def _one_blas_thread() -> Iterator[None]:
         os.environ.pop(BLAS_THREADS_ENV, None)
 
 
-def _start_worker(converter: Converter[Any], parent_pid: int) -> None:
-    """The initializer of a worker process: the run's signals ignored, then the converter installed."""
+def _start_worker(converter: Converter[Any], parent: Parent) -> None:
+    """The initializer of a worker process: bound to its parent's life, the run's signals ignored, then the
+    converter installed."""
+    exit_with_parent(parent)
     for signum in _RUN_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _RUN_SIGNALS)  # blocked by the parent while it started this
-    install_converter(converter, parent_pid)
+    install_converter(converter)
 
 
 class _Batch(NamedTuple):
@@ -213,7 +216,7 @@ class ConversionPool:
             self._processes,
             mp_context=multiprocessing.get_context("spawn"),  # never fork the runner's threads
             initializer=_start_worker,
-            initargs=(self._converter, os.getpid()),  # workers exit if this process dies
+            initargs=(self._converter, Parent.this_process()),  # workers exit if this process dies
         )
         self._generation += 1
         # Start every process now (an empty batch each): their start-up overlaps the

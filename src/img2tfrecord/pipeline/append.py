@@ -16,7 +16,14 @@ import logging
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from img2tfrecord.conversion.appends import GenerationInputs, InputChanges, compare, outcomes, stale_inputs
+from img2tfrecord.conversion.appends import (
+    GenerationInputs,
+    InputChanges,
+    compare,
+    outcomes,
+    retried_reasons,
+    stale_inputs,
+)
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, Item, frames
@@ -52,7 +59,8 @@ class AppendRun:
     ``listed``: the work items of the inputs it converts and the rows rejected while making them (None:
     the pipeline reads them, from the archives ``plan.input.units`` names);
     ``analysis_base``: the totals of the train records the output's statistics cover, less the
-    withdrawn ones, which the generation's analysis adds to (None: it is not analysed);
+    withdrawn ones, which the generation's analysis adds to (None: it is not analysed); ``retried``: the
+    earlier rejections, per reason, of the inputs it tries again (``Generation.retried``);
     ``nothing_new``: why the append converts nothing (it writes nothing); :meth:`refusal`: why it cannot
     go on without a choice from the user.
     """
@@ -69,6 +77,12 @@ class AppendRun:
     analysis_base: Optional[RunTotals] = None
     listed: Optional[Tuple[List[Item], List[ErrorRow]]] = ([], [])
     nothing_new: Optional[str] = None
+    retried: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def resolved(self) -> Tuple[str, ...]:
+        """The folders earlier generations could not list that this one lists (``Generation.resolved``)."""
+        return tuple(entry.relpath for entry in self.changes.resolved)
 
     @property
     def generation(self) -> int:
@@ -157,8 +171,10 @@ def generation_inputs(output: str, doc: DatasetManifest, key_of: Callable[[Error
             if line.strip():
                 row = json.loads(line)
                 rejected[key_of(row)] = str(row.get("reason", ""))
-        # A withdrawn record's relpath, and the archive that held it: neither is recorded any more.
+        # A withdrawn record's relpath, and the archive that held it: neither is recorded any more; nor a
+        # folder that could not be listed once its files are inputs.
         withdrawn = frozenset(key for w in generation.withdrawn for key in (w.relpath, w.input))
+        withdrawn |= frozenset(generation.resolved)
         generations.append(GenerationInputs(generation.number, tuple(ledger), rejected, withdrawn, generation.shards))
     return generations
 
@@ -179,8 +195,8 @@ def check_options(config: ConvertConfig, doc: DatasetManifest) -> None:
             continue
         flag = "--" + name.replace("_", "-")
         raise PlanError(
-            f"--append: {flag} is {_shown(mine.get(name))} here but {_shown(value)} in the output; an append "
-            "converts with the options of the run that made it (or rebuild with --overwrite)"
+            f"--append: {flag} is {_shown(mine.get(name))} here but {_shown(value)} in the output; an append does not "
+            "inherit the output's options: give it the ones the output was made with (or rebuild with --overwrite)"
         )
 
 
@@ -268,6 +284,7 @@ def plan_append(config: ConvertConfig, kind: InputKind, plan: Plan, converter: C
         kind.class_noun(plan),
         config.allow_new_classes,
         listed=(items, rejected) if kind.places_at_launch(config) else None,
+        retried=retried_reasons(changes, outcomes(generations)),
     )
     if run.refused is not None:
         return run

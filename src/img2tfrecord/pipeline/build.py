@@ -182,6 +182,8 @@ def build_pipeline(
         withdrawn=append.withdrawn if append is not None else (),
         after_success=after_success,
         members=manifest.members_file(plan.generation) if tail.MEMBERS in parts else None,
+        retried=append.retried if append is not None else None,
+        resolved=append.resolved if append is not None else (),
     )
     parts.update(
         {

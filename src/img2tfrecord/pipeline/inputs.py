@@ -13,8 +13,10 @@ before the pipeline starts, and says what it finds:
 * class folder names holding a line break stop the run: ``labels.txt`` is
   one class name per line;
 * empty class folders (none or only junk files), links to folders (not
-  followed), broken links and folders that cannot be listed are warned
-  about: none of them gives an input.
+  followed) and broken links are warned about: none of them gives an input;
+* folders that cannot be listed are warned about too: each is an input the
+  run rejects (an ``errors.jsonl`` row, reason ``unlistable``, counted against
+  ``--max-error-rate``), and a class folder among them stays a class.
 
 Folders holding an earlier img2tfrecord output are not looked into
 (``sources/layout.py`` ``marks_output``; the launch plan warns about them).
@@ -119,8 +121,11 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
                 files_per_class[folder] = files_per_class.get(folder, 0) + 1
     if whole_folder:  # a glob's scope is narrower than the folder walked
         for error in walk.unlistable:
-            if not inside_pruned(str(error.filename)):
-                report.unlistable.append(printable(layouts.relative_path(base, f"{error.filename}/") or "."))
+            folder = str(error.filename)
+            relpath = layouts.relative_path(base, f"{folder}/").rstrip("/")
+            if not inside_pruned(folder) and not layouts.is_junk(relpath):
+                report.unlistable.append(printable(relpath or "."))
+                files_per_class.pop(relpath, None)  # not seen inside: no empty class folder
     if layout == layouts.LAYOUT_SPLIT:  # only folders inside split folders are class folders
         files_per_class = {k: n for k, n in files_per_class.items() if split_of_folder(k.split("/", 1)[0]) is not None}
     report.empty_class_folders = sorted(  # a folder of earlier outputs only is not an empty class: warned about
@@ -167,7 +172,8 @@ def check_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
         )
     if report.unlistable:
         logging.warning(
-            "%d folder(s) cannot be listed, their files are not inputs: %s",
+            "%d folder(s) cannot be listed (%s): their files are not inputs; each is an errors.jsonl row "
+            "(unlistable), counted against --max-error-rate",
             len(report.unlistable),
             _examples(report.unlistable),
         )

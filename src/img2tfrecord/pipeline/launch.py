@@ -29,7 +29,7 @@ from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.sources.inputs import discover
 from img2tfrecord.sources.inputs.archive import slim_members
-from img2tfrecord.sources.layout import class_names
+from img2tfrecord.sources.layout import class_names, folder_classes
 
 Listed = Tuple[List[Item], List[ErrorRow]]  # work items (clips with --sequence), and the inputs rejected making them
 
@@ -147,7 +147,8 @@ def launch(config: ConvertConfig, preview: bool = False) -> Launch:
                 config, kind, plan, converter, ledger, ledger.entries, None, ledger.junk, local_input=local_input
             )
         listed = ledger.work_items(ledger.entries)
-        labels = sorted(class_names(frames_of(listed[0]), plan.input.layout))
+        layout = plan.input.layout  # a class folder that cannot be listed is still a class
+        labels = sorted(set(class_names(frames_of(listed[0]), layout)) | set(folder_classes(listed[1], layout)))
         return Launch(
             config, kind, plan, converter, ledger, ledger.entries, listed, ledger.junk, labels, local_input=local_input
         )

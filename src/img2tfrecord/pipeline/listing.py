@@ -187,6 +187,23 @@ def walk_folder(root: str) -> FolderWalk:
     return found
 
 
+def unlistable_folders(base: str, pattern: str) -> List[Tuple[str, float]]:
+    """``(path ending with '/', its change marker)`` of each folder under a local folder input's root ``base``
+    that its walk could not list (no permission, an I/O error), when ``pattern`` is the whole folder's; the
+    root itself is not among them (a root that cannot be listed lists no file)."""
+    if _is_uri(base) or pattern != base + "**":
+        return []
+    root = base.rstrip("/") or "/"
+    found = []
+    for error in walk_folder(root).unlistable:
+        folder = str(error.filename).rstrip("/")
+        if folder == root or not folder.startswith(base):
+            continue
+        stamped = _stat(folder)
+        found.append((folder + "/", stamped[2] if stamped is not None else 0.0))
+    return sorted(found)
+
+
 def list_input(pattern: str) -> List[Tuple[str, int]]:
     """``(path, size)`` of every file matching ``pattern`` (metadata only); nothing matched is ``[]``."""
     return [(path, size) for path, size, _ in list_stamped(pattern)]

@@ -6,7 +6,9 @@ that a daemon thread rewrites every :data:`HEARTBEAT_S`. It is created only
 if absent, before the run changes anything in the output, and removed
 after ``_SUCCESS`` (or on failure or interruption):
 
-* local paths: ``open(O_CREAT | O_EXCL)``;
+* local paths: written whole under a temporary name, then hard-linked to
+  its name, which fails when a lock exists (``O_CREAT | O_EXCL`` where a
+  filesystem has no hard links); a write that fails leaves no lock;
 * ``gs://``: an object written with ``if_generation_match=0`` (Cloud Storage
   answers 412 when it exists), rewritten and removed with
   ``if_generation_match=<the generation this run wrote>``; the client is
@@ -16,7 +18,10 @@ after ``_SUCCESS`` (or on failure or interruption):
 
 A lock is stale when its heartbeat is older than :data:`STALE_AFTER_S`, or
 at once when its holder ran on this host and that process is gone; only a
-stale lock is ever taken over (``--resume``/``--overwrite``).
+stale lock is ever taken over (``--resume``/``--overwrite``). A lock file that
+cannot be parsed (empty, damaged) is judged by its age alone: every store
+writes a lock whole and a live holder rewrites it every :data:`HEARTBEAT_S`,
+so one older than :data:`UNPARSABLE_STALE_AFTER_S` protects no run.
 
 A launcher that does not wait for its job (``--no-wait``, the Flex Template)
 hands its lock to the job (:meth:`OutputLock.hand_over`): the file then names
@@ -45,6 +50,7 @@ from img2tfrecord.schemas import manifest
 HEARTBEAT_S = 30.0  # how often the holder rewrites its heartbeat
 STALE_AFTER_S = 600.0  # a lock whose heartbeat is older than this is stale
 JOB_STALE_AFTER_S = 24 * 3600.0  # a lock handed to a submitted job is stale this long after the submission
+UNPARSABLE_STALE_AFTER_S = 2 * HEARTBEAT_S  # a lock file that cannot be parsed is stale once this old
 _PID_REUSE_SLACK_S = 5.0  # a process with the holder's pid that started this long after the lock is another one
 _ATTEMPTS = 5  # reads and creates when the lock changes in between (another run starting or leaving)
 _UNREADABLE_WAIT_S = 0.2  # a lock file just created may not hold its text yet
@@ -56,7 +62,8 @@ class OutputLocked(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Holder:
-    """Who holds a lock, as its file says; ``pid`` 0 when the file cannot be read (then dated by the file)."""
+    """Who holds a lock, as its file says; ``pid`` 0 when the file cannot be parsed (then dated by the file, and
+    ``unparsable`` says why)."""
 
     pid: int
     host: str
@@ -64,6 +71,7 @@ class Holder:
     heartbeat: float
     token: str = ""  # unique per run: tells this run's lock from any other's
     job: bool = False  # handed to the job its launcher submitted without waiting (heartbeat: the submission)
+    unparsable: str = ""  # why the file names no holder ("it is empty", ...); "" when it does
 
     def to_bytes(self) -> bytes:
         doc = {
@@ -90,13 +98,17 @@ class Holder:
                 str(doc.get("token", "")),
                 doc.get("job") is True,
             )
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return cls(0, "", modified, modified)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            return cls(0, "", modified, modified, unparsable=_unparsable(data, e))
 
     def describe(self) -> str:
         """``pid 123 on host h, started 2026-11-27 05:40:12 UTC``."""
         if not self.pid:
-            return f"holder unknown: its {manifest.LOCK_FILE} cannot be read, last written {_readable(self.heartbeat)}"
+            return (
+                f"holder unknown: its {manifest.LOCK_FILE} cannot be parsed ({self.unparsable or 'no holder named'}), "
+                f"last written {_readable(self.heartbeat)}; judged by its age, it is stale "
+                f"{_duration(UNPARSABLE_STALE_AFTER_S)} after that"
+            )
         if self.job:
             return (
                 f"a job submitted {_readable(self.heartbeat)} by pid {self.pid} on host {self.host}, "
@@ -109,12 +121,29 @@ class Holder:
         if self.job:  # its launcher is gone by design; the job's end is not seen from here
             age = now - self.heartbeat
             return f"its job was submitted {_duration(age)} ago and never finished" if age > JOB_STALE_AFTER_S else None
-        if self.pid and self.host == socket.gethostname() and not _same_process_alive(self.pid, self.started):
+        if not self.pid:  # no holder to ask about: its age alone decides
+            age = now - self.heartbeat
+            if age > min(stale_after_s, UNPARSABLE_STALE_AFTER_S):
+                return (
+                    f"its {manifest.LOCK_FILE} cannot be parsed ({self.unparsable}) "
+                    f"and was last written {_duration(age)} ago"
+                )
+            return None
+        if self.host == socket.gethostname() and not _same_process_alive(self.pid, self.started):
             return "its process is gone"
         age = now - self.heartbeat
         if age > stale_after_s:
             return f"no heartbeat for {_duration(age)}"
         return None
+
+
+def _unparsable(data: bytes, error: Exception) -> str:
+    """Why a lock file's bytes name no holder, in a few words."""
+    if not data.strip():
+        return f"it is empty, {len(data)} bytes"
+    if isinstance(error, (UnicodeDecodeError, json.JSONDecodeError)):
+        return f"it is not JSON, {len(data)} bytes"
+    return f"it names no holder: {type(error).__name__}: {error}"
 
 
 def _iso(seconds: float) -> str:

@@ -8,6 +8,7 @@ for what the lock holds and when it is stale.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import posixpath
 import time
@@ -15,6 +16,9 @@ import uuid
 from typing import Any, Optional, Protocol
 
 from img2tfrecord.schemas import manifest
+
+# What os.link raises where a filesystem has no hard links (some FUSE and network mounts, FAT).
+_NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +55,40 @@ class LocalStore:
         return os.path.join(os.path.dirname(self.path), f"{manifest.TEMP_PREFIXES[1]}lock-{uuid.uuid4().hex}")
 
     def create(self, data: bytes) -> Optional[bytes]:
+        """Written whole under a temporary name, then linked to the lock's name only if that is free: the lock
+        is never seen empty or partial, and a write that fails (a full disk) leaves no lock behind."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        temp = self._temp()
+        try:
+            with open(temp, "wb") as f:
+                f.write(data)
+            try:
+                os.link(temp, self.path)
+            except FileExistsError:
+                return None
+            except OSError as e:
+                if e.errno not in _NO_HARD_LINKS:
+                    raise
+                return self._create_in_place(data)
+        finally:
+            try:
+                os.unlink(temp)
+            except FileNotFoundError:
+                pass
+        return data
+
+    def _create_in_place(self, data: bytes) -> Optional[bytes]:
+        """A filesystem without hard links: create-if-absent, then write; a failed write removes the lock again."""
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return None
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:
+            os.unlink(self.path)
+            raise
         return data
 
     def read(self) -> Optional[Found]:

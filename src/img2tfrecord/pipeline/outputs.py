@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import shutil
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.pipeline.output_errors import OutputNotWritable, error_cause
+from img2tfrecord.pipeline.plan_model import run_difference
 from img2tfrecord.readers import storage
 from img2tfrecord.schemas import dataset_manifest, manifest
 
@@ -66,17 +68,35 @@ def _run_folders(output_dir: str, existing: List[str]) -> List[str]:
     return sorted(n for n in names if n.startswith(manifest.RUN_FOLDER_PREFIX))
 
 
-def _read_fingerprint(output_dir: str) -> Optional[str]:
+def _read_finished(output_dir: str) -> Optional[dataset_manifest.DatasetManifest]:
     try:
-        return dataset_manifest.loads(
-            storage.read_text(storage.join(output_dir, manifest.MANIFEST_FILE))
-        ).run_fingerprint
+        return dataset_manifest.loads(storage.read_text(storage.join(output_dir, manifest.MANIFEST_FILE)))
     except Exception:  # pylint: disable=broad-except
         return None
 
 
+def _read_started(output_dir: str, run_folder: str) -> Optional[Dict[str, Any]]:
+    """What the fingerprint of the run that left ``run_folder`` covers (None: not recorded, or unreadable)."""
+    try:
+        doc = json.loads(storage.read_text(storage.join(output_dir, run_folder, manifest.RUN_STARTED_FILE)))
+    except Exception:  # pylint: disable=broad-except
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _differs(there: Optional[Mapping[str, Any]], here: Optional[Mapping[str, Any]]) -> str:
+    """How an earlier run differs from this one, as a refusal says it (``differently: --seed is 1 here but
+    0 there``), or ``with other options, seed or input`` when that cannot be told."""
+    found = run_difference(there, here) if there is not None and here is not None else None
+    return f"differently: {found}" if found else "with other options, seed or input"
+
+
 def prepare_output(
-    output_dir: str, overwrite: bool, resume_folder: Optional[str] = None, lock: Optional[OutputLock] = None
+    output_dir: str,
+    overwrite: bool,
+    resume_folder: Optional[str] = None,
+    lock: Optional[OutputLock] = None,
+    run_doc: Optional[Mapping[str, Any]] = None,
 ) -> bool:
     """Refuse a non-empty output, or with ``overwrite`` clear what an earlier run left.
 
@@ -94,6 +114,8 @@ def prepare_output(
     by the caller: nothing is deleted unless it still holds the output, and a
     stale lock it did not take over (neither flag given) is named in the
     refusal. The lock file itself is never counted or deleted here.
+    ``run_doc``: what this run's fingerprint covers (``Plan.fingerprint_doc``), so that a refused
+    ``--resume`` names the option (or input) that differs from the earlier run's.
     """
     existing = list_output(output_dir)
     base = output_dir.rstrip("/") + "/"
@@ -118,17 +140,20 @@ def prepare_output(
     finished = any(posixpath.basename(p) == manifest.SUCCESS_FILE for p in existing)
     if resume_folder:
         if finished:
-            if _read_fingerprint(output_dir) == resume_folder[len(manifest.RUN_FOLDER_PREFIX) :]:
+            done = _read_finished(output_dir)
+            if done is not None and done.run_fingerprint == resume_folder[len(manifest.RUN_FOLDER_PREFIX) :]:
                 raise AlreadyComplete(f"output {output_dir} already holds this conversion, finished; nothing to resume")
+            recorded = {"input": done.input, "options": done.options} if done is not None else None
             raise OutputNotEmpty(
-                f"output {output_dir} holds a finished conversion of other options, seed or input; "
+                f"output {output_dir} holds a finished conversion made {_differs(recorded, run_doc)}; "
                 "pass --overwrite to replace it"
             )
         others = [r for r in runs if r != resume_folder]
         if others:
+            why = _differs(_read_started(output_dir, others[0]), run_doc)
             raise OutputNotEmpty(
-                f"cannot resume: the unfinished conversion in {output_dir} was started with other options, "
-                "seed or input; rerun it with those, or pass --overwrite to start over"
+                f"cannot resume: the unfinished conversion in {output_dir} was started {why}; "
+                "rerun it as it was started, or pass --overwrite to start over"
             )
         resumable = resume_folder in runs
         keep = (resume_folder, manifest.INDEX_DIR) if resumable else ()

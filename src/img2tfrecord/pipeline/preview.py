@@ -21,6 +21,7 @@ import time
 from typing import Dict, List, Sequence
 
 from img2tfrecord.conversion.placement import place
+from img2tfrecord.conversion.record_sizes import sample_options
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import (
     Clip,
@@ -35,8 +36,9 @@ from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.append import AppendRun
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.launch import Launch, launch
-from img2tfrecord.pipeline.listing import listing_once
+from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.outputs import list_output
+from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.preview_report import (
     AppendPlan,
     Listed,
@@ -50,7 +52,7 @@ from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
 from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import layout as layouts
-from img2tfrecord.sources.layout import class_names
+from img2tfrecord.sources import manifests
 
 SAMPLE_SIZE = 16  # inputs converted and timed
 SAMPLE_PASSES = 2
@@ -127,12 +129,29 @@ def _local_checks(launched: Launch) -> Dict[str, List[str]]:
     return {name: names for name, names in found.items() if names}
 
 
-def _time_sample(converter, items: Sequence[Item], classes: List[str], processes: int, startup: Startup):
+def _manifest_columns(plan: Plan) -> Dict[str, str]:
+    """manifest path -> the columns its rows are read with, for an input of manifest rows (CSV: as its first
+    row shows them, delimiter included; JSONL: keys)."""
+    if plan.input.layout != layouts.LAYOUT_MANIFEST:
+        return {}
+    found = {}
+    for path in sorted(p for p, _ in list_input(plan.input.pattern) if manifests.manifest_kind(p)):
+        head = manifests.manifest_head(path)
+        found[path] = head.describe() if head is not None else "JSON objects with keys path, label, split"
+    return found
+
+
+def _time_sample(launched: Launch, items: Sequence[Item], classes: List[str], processes: int, startup: Startup):
     """Convert up to SAMPLE_SIZE evenly spaced inputs in memory, timed; -> the run's estimated time.
 
     The sample is converted twice and the faster pass counts: the first also loads Pillow's
-    plugins and encoders, and either may lose the core to another process.
+    plugins and encoders, and either may lose the core to another process. A huge ``--image-size`` is
+    timed at a smaller size of the same shape (``record_sizes.sample_options``) and the time scaled by
+    the pixel count.
     """
+    config, plan = launched.config, launched.plan
+    small, scale = sample_options(config.image)
+    converter = launched.kind.converter(dataclasses.replace(config, image=small), plan)
     candidates = [item for item in items if _has_bytes(item)]
     step = max(1, len(candidates) // SAMPLE_SIZE)
     sample = candidates[::step][:SAMPLE_SIZE]
@@ -146,7 +165,7 @@ def _time_sample(converter, items: Sequence[Item], classes: List[str], processes
         if tag is not None:
             rejected[out["reason"]] = rejected.get(out["reason"], 0) + 1
     elapsed = min(passes, default=0.0)
-    per_input = elapsed / len(sample) if sample else 0.0
+    per_input = elapsed * scale / len(sample) if sample else 0.0
     return TimeEstimate(
         seconds=round(startup.seconds + per_input * len(items) / processes, 1),
         startup_seconds=startup.seconds,
@@ -156,6 +175,7 @@ def _time_sample(converter, items: Sequence[Item], classes: List[str], processes
         sample_size=len(sample),
         sample_seconds=round(elapsed, 3),
         sample_rejected=dict(sorted(rejected.items())),
+        sample_image_size=list(small.size) if scale != 1.0 and small.size else None,
     )
 
 
@@ -177,15 +197,16 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
     started = time.perf_counter()
     with listing_once():  # the launch and the listing of what the graph would discover share one listing
         launched = launch(config, preview=True)
-        items, junk, listing_errors = launched.listed_units()
+        items, junk, errors = launched.listed_units()
     labels = launched.labels
-    if labels is None:  # the graph would discover them
-        labels = sorted(class_names(_files(items), launched.plan.input.layout))
+    if labels is None:  # the graph would discover them; a class folder that cannot be listed is still a class
+        layout = launched.plan.input.layout
+        labels = sorted(set(layouts.class_names(_files(items), layout)) | set(layouts.folder_classes(errors, layout)))
     listing_seconds = time.perf_counter() - started
     plan, converter, append = launched.plan, launched.converter, launched.append
     processes = processes or config.processes or processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
 
-    rejected: List[ErrorRow] = list(listing_errors)  # the rejections found without converting
+    rejected: List[ErrorRow] = list(errors)  # the rejections found without converting
     placed: List[Item] = []
     splits = {name: _SplitTally() for name in plan.input.split_names}
     mean_size = (
@@ -239,7 +260,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         sequence=launched.kind.sequence,
         labeled=plan.input.labeled,
         classes=labels,
-        inputs=len(items) + len(listing_errors),
+        inputs=len(items) + len(errors),
         splits={
             name: SplitPlan(
                 examples=info.examples,
@@ -257,11 +278,12 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         ),
         size_ratio=round(plan.sizing.size_ratio, 4),
         estimated_bytes=int(sum(info.bytes for info in splits.values())),
-        time=_time_sample(converter, placed, labels, processes, startup),
+        time=_time_sample(launched, placed, labels, processes, startup),
         output=_output_state(config, nothing_new=launched.nothing_new is not None),
         local_checks=_local_checks(launched),
         skipped_outputs=list(plan.input.skipped_outputs),
         append=_append_plan(append) if append is not None else None,
+        manifest_columns=_manifest_columns(launched.plan),
     )
 
 

@@ -51,6 +51,7 @@ class TimeEstimate:
     sample_seconds: float
     sample_rejected: Dict[str, int]  # reasons of the sampled inputs the converter rejected
     startup_parts: Dict[str, float] = dataclasses.field(default_factory=dict)  # imports, listing, graph, placement (s)
+    sample_image_size: Optional[List[int]] = None  # [width, height] the sample was timed at, when not --image-size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +104,7 @@ class RunPlan:
     local_checks: Dict[str, List[str]]  # a local folder: what the run warns about at launch (logged too)
     skipped_outputs: List[str]  # a folder's folders holding earlier img2tfrecord outputs: not inputs
     append: Optional[AppendPlan] = None  # --append: the inputs above are those the next generation converts
+    manifest_columns: Dict[str, str] = dataclasses.field(default_factory=dict)  # manifest -> what its rows hold
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n"
@@ -141,6 +143,8 @@ def format_plan(p: RunPlan) -> str:
     if p.layout == layouts.LAYOUT_MANIFEST and not p.labeled:
         layout += ", unlabeled"
     lines.append(f"input: {p.input} ({p.input_kind}), layout: {layout}, task: {p.task}")
+    for path, columns in p.manifest_columns.items():
+        lines.append(f"manifest {path}: {columns}")
     if p.classes:
         shown = ", ".join(p.classes[:20]) + (f" and {len(p.classes) - 20} more" if len(p.classes) > 20 else "")
         lines.append(f"classes: {len(p.classes)} ({shown})")
@@ -197,8 +201,12 @@ def format_plan(p: RunPlan) -> str:
         f"{p.inputs - p.rejected.count} inputs x {t.seconds_per_input * 1000:.1f} ms / {t.processes} process(es)"
     )
     rejected = ", ".join(f"{r} {n}" for r, n in t.sample_rejected.items())
+    scaled = ""
+    if t.sample_image_size:
+        width, height = t.sample_image_size
+        scaled = f" at {width}x{height}, scaled to --image-size by the pixel count"
     lines.append(
-        f"  per input: timed on {t.sample_size} inputs converted in memory"
+        f"  per input: timed on {t.sample_size} inputs converted in memory{scaled}"
         + (f" ({rejected} rejected)" if rejected else "")
     )
     lines.append(f"output: {p.output.path}: {p.output.note}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import signal
 import sys
@@ -111,7 +112,11 @@ def run(
     with _StopSignals() as stop:
         try:
             lock.acquire(take_over_stale=config.resume or config.overwrite)
-            resuming = _prepare(config, staging, lock, launched.plan.generation)
+            started = launched.plan.fingerprint_doc(config)
+            resuming = _prepare(config, staging, lock, launched.plan.generation, started)
+            storage.write_bytes(
+                storage.join(launched.run_dir, manifest.RUN_STARTED_FILE), json.dumps(started).encode("utf-8")
+            )
             if launched.entries is not None:
                 write_ledger(launched.run_dir, launched.entries)
             if placed_shards is not None:
@@ -140,8 +145,11 @@ def _remove_staging(config: ConvertConfig, options: PipelineOptions) -> None:
         lock.release()
 
 
-def _prepare(config: ConvertConfig, staging: str, lock: OutputLock, generation: int = 0) -> bool:
-    """``prepare_output`` (an append: ``prepare_append``) under the lock; True when the run resumes ``staging``.
+def _prepare(
+    config: ConvertConfig, staging: str, lock: OutputLock, generation: int = 0, started: Optional[Dict[str, Any]] = None
+) -> bool:
+    """``prepare_output`` (an append: ``prepare_append``) under the lock; True when the run resumes ``staging``
+    (``started``: what its fingerprint covers, to name what differs from an earlier run's).
 
     A refused run leaves the output as it found it: a stale lock it took
     over is put back.
@@ -150,7 +158,9 @@ def _prepare(config: ConvertConfig, staging: str, lock: OutputLock, generation: 
         if generation:
             resuming = prepare_append(config.output, generation, staging if config.resume else None, lock)
         else:
-            resuming = prepare_output(config.output, config.overwrite, staging if config.resume else None, lock)
+            resuming = prepare_output(
+                config.output, config.overwrite, staging if config.resume else None, lock, run_doc=started
+            )
     except (OutputNotEmpty, OutputNotWritable, OutputLocked):
         lock.release(restore=True)
         raise

@@ -17,7 +17,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from img2tfrecord import tfrecord_codec
+from img2tfrecord import faults, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import features as keys
@@ -151,6 +151,7 @@ def _text(values: Mapping[str, Any], key: str, default: str = "") -> str:
 def scan_shard(task: ShardTask) -> ShardScan:
     """Read every record of one shard once: facts per record, and thumbnails of the records with the
     ``thumbnails_per_class`` smallest sample keys of each class (drawn when the shard has been read)."""
+    faults.pause_at("scanning")  # test-only: stops here with IMG2TFRECORD_FAULT=pause:scanning
     started = time.perf_counter()
     scan = ShardScan(task.file, task.split, [], [])
     path = records.join(task.directory, task.file)
@@ -290,8 +291,13 @@ class Workers:
             import concurrent.futures
             import multiprocessing
 
+            from img2tfrecord.worker_exit import Parent, exit_with_parent
+
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                self.processes, mp_context=multiprocessing.get_context("spawn")
+                self.processes,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=exit_with_parent,  # a killed report leaves no worker behind
+                initargs=(Parent.this_process(),),
             )
         return list(self._pool.map(function, tasks))
 

@@ -79,7 +79,11 @@ class Generation:
 
     ``inputs == written + rejected`` for the generation; ``withdrawn``: the earlier records it withdrew
     (``--accept-changes``); ``shards`` counts the shard files it added per
-    split; ``analyzed``: the manifest's tf.Transform statistics include its train records.
+    split; ``analyzed``: the manifest's tf.Transform statistics include its train records; ``retried``:
+    the earlier rejections, per reason, of the inputs it converted again, which leave the manifest's
+    accounting (this generation counts those inputs) while their rows stay in the earlier error reports;
+    ``resolved``: the relpaths of folders an earlier generation could not list that are listed now (their
+    files are this generation's inputs), no longer recorded from here on.
     """
 
     number: int
@@ -92,6 +96,8 @@ class Generation:
     shards: Dict[str, int]
     analyzed: bool
     withdrawn: Tuple[Withdrawal, ...] = ()
+    retried: Dict[str, int] = dataclasses.field(default_factory=dict)
+    resolved: Tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Generation:
@@ -112,6 +118,8 @@ class Generation:
             withdrawn=tuple(
                 Withdrawal.from_json(w, f"{where}.withdrawn[{i}]") for i, w in enumerate(_list(doc, "withdrawn", where))
             ),
+            retried=counts(doc.get("retried", {}), f"{where}.retried"),
+            resolved=tuple(string(r, f"{where}.resolved[{i}]") for i, r in enumerate(_list(doc, "resolved", where))),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -126,6 +134,8 @@ class Generation:
             "shards": dict(self.shards),
             "analyzed": self.analyzed,
             **({"withdrawn": [w.to_json() for w in self.withdrawn]} if self.withdrawn else {}),
+            **({"retried": dict(sorted(self.retried.items()))} if self.retried else {}),
+            **({"resolved": list(self.resolved)} if self.resolved else {}),
         }
 
 

@@ -101,6 +101,7 @@ RUN_SHARDS_DIR = "shards"
 RUN_DONE_DIR = "done"
 RUN_LEDGER_FILE = "ledger.jsonl.gz"  # the run's input ledger, moved to ledger/ when the run finalises
 RUN_MEMBERS_FILE = "members.jsonl.gz"  # an archive run's items per archive, moved to ledger/ when the run finalises
+RUN_STARTED_FILE = "run.json"  # what the run's fingerprint covers: a refused --resume names what differs
 RUN_PLACED_FILE = "placed-items.bin"  # a folder run's work items grouped by shard at launch (schemas/placed_items.py)
 
 # Every name convert may leave in an output directory (beam-temp-* are Beam's

@@ -45,6 +45,12 @@ MIN_DEPTH_SEQUENCES = 4
 
 _TAR_BLOCK = tarfile.BLOCKSIZE
 
+NOT_AN_ARCHIVE = "not_an_archive"  # named like an archive, its bytes no archive of that kind
+NESTED_ARCHIVE = "nested_archive"  # a member that is itself an archive
+NESTED_MESSAGE = (
+    "an archive inside an archive is not unpacked: unpack the outer one, or give the inner one as an --input of its own"
+)
+
 
 def suffix_kind(path: str, table) -> Optional[str]:
     lower = path.lower()
@@ -326,19 +332,63 @@ def list_archive(
         "tgz": lambda: _list_tgz(path, limit, member_limit),
     }
     if kind not in listers:
-        yield ErrorEntry("", "corrupt_archive", "not a .zip, .tar, .tar.gz or .tgz file")
+        yield ErrorEntry("", NOT_AN_ARCHIVE, "not a .zip, .tar, .tar.gz or .tgz file")
         return
     try:
+        with open_raw(path) as f:
+            head = f.read(_TAR_BLOCK)
+        unlike = _unlike_archive(kind, head)
+        if unlike:
+            yield ErrorEntry("", NOT_AN_ARCHIVE, unlike)
+            return
         for entry in listers[kind]():
             problem = _name_problem(entry.name)
             if problem and isinstance(entry, MemberEntry):
                 yield ErrorEntry(printable(entry.name), "bad_name", problem)
+            elif isinstance(entry, MemberEntry) and archive_kind(entry.name):
+                yield ErrorEntry(entry.name, NESTED_ARCHIVE, NESTED_MESSAGE)
             elif problem:
                 yield entry._replace(name=printable(entry.name))
             else:
                 yield entry
     except (OSError, EOFError) as e:  # the archive itself cannot be opened
         yield ErrorEntry("", "unreadable", f"{type(e).__name__}: {e}")
+
+
+_KIND_NAMES = {"zip": "zip", "tar": "tar", "tgz": "compressed tar (.tar.gz, .tgz)"}
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")  # a member, an empty zip, a spanned zip
+# What tarfile's "r|*" opens: gzip, bzip2 and xz streams (and an uncompressed tar, checked apart).
+_COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+_TAR_MAGIC_AT = 257  # "ustar" (POSIX and GNU tar headers)
+
+
+def _unlike_archive(kind: str, head: bytes) -> Optional[str]:
+    """Why the first bytes ``head`` (up to a tar block) of a file named as a ``kind`` archive are no archive of
+    that kind at all (an empty file, text, an HTML error page, an image); None when they may be one.
+
+    A damaged or cut archive starts like one, and is ``corrupt_archive`` or ``truncated_archive`` once listed.
+    """
+    if not head:
+        return f"not a {_KIND_NAMES[kind]} archive: the file is empty"
+    if kind == "zip" and head.startswith(_ZIP_MAGIC):
+        return None
+    is_tar = head[_TAR_MAGIC_AT : _TAR_MAGIC_AT + 5] == b"ustar" or _old_tar_header(head)
+    if kind == "tar" and is_tar:
+        return None
+    if kind == "tgz" and (head.startswith(_COMPRESSED_MAGIC) or is_tar):
+        return None
+    return f"not a {_KIND_NAMES[kind]} archive: the file starts with {head[:16]!r}"
+
+
+def _old_tar_header(head: bytes) -> bool:
+    """True for a whole tar header block whose checksum holds (a pre-POSIX tar has no magic)."""
+    if len(head) < _TAR_BLOCK:
+        return False
+    try:
+        tarfile.TarInfo.frombuf(head, tarfile.ENCODING, "surrogateescape")
+    except tarfile.HeaderError:
+        return False
+    return True
 
 
 def _name_problem(name: str) -> Optional[str]:

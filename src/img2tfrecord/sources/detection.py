@@ -15,7 +15,6 @@ any of them, and every name of those modules is imported back here.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import posixpath
@@ -38,7 +37,16 @@ from img2tfrecord.sources.detection_common import (
     split_boxes,
 )
 from img2tfrecord.sources.files import open_raw
-from img2tfrecord.sources.manifests import canonical_split, csv_rows, jsonl_objects, manifest_kind, resolve_row_path
+from img2tfrecord.sources.manifests import (
+    ManifestError,
+    canonical_split,
+    csv_head,
+    csv_rows,
+    first_line,
+    jsonl_objects,
+    manifest_kind,
+    resolve_row_path,
+)
 from img2tfrecord.sources.split_folders import split_of_folder
 from img2tfrecord.sources.voc import (
     MAX_ANNOTATION_BYTES,
@@ -178,7 +186,10 @@ def is_box_manifest(path: str, data: Optional[bytes] = None) -> bool:
         except ValueError:
             return False
         return isinstance(obj, dict) and "xmin" in obj
-    return "xmin" in [c.strip().lower() for c in next(csv.reader([first]), [])]
+    try:
+        return csv_head(first, path, "xmin").header  # comma-, semicolon- or tab-delimited
+    except ManifestError:
+        return False
 
 
 def box_rows(path: str, data: Optional[bytes] = None) -> Iterator[Tuple[int, Dict[str, Any]]]:
@@ -199,7 +210,8 @@ def box_rows(path: str, data: Optional[bytes] = None) -> Iterator[Tuple[int, Dic
                 yield number, {k: obj[k] for k in BOX_COLUMNS if obj.get(k) is not None}
             return
         columns: Optional[Dict[str, int]] = None
-        for number, cells in csv_rows(lines):
+        first, again = first_line(lines)
+        for number, cells in csv_rows(again, csv_head(first, path, "xmin").delimiter):
             if columns is None:
                 lowered = [c.strip().lower() for c in cells]
                 columns = {name: lowered.index(name) for name in BOX_COLUMNS if name in lowered}

@@ -58,7 +58,7 @@ MEMBER = "member"  # anything else: an image an annotation may name
 NOT_FOUND = "no such member in the archive (named by the annotations)"
 _ANY_XML = "*.xml"
 # Member-level listing problems that concern the whole archive: always reported, never joined.
-_ARCHIVE_PROBLEMS = ("corrupt_archive", "truncated_archive", "unreadable")
+_ARCHIVE_PROBLEMS = ("corrupt_archive", "truncated_archive", "not_an_archive", "unreadable")
 
 
 def matches(name: str, pattern: str) -> bool:

@@ -6,6 +6,7 @@ this module, and start faster without Beam.
 
 from __future__ import annotations
 
+import os
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.model import DetectionPlacement, ErrorRow, SkippedEntry, WorkItem, error_row
@@ -17,6 +18,7 @@ LAYOUT_SPLIT = "split"  # SRC/<split>/<class>/<file>
 LAYOUT_MANIFEST = "manifest"  # label and split come from the rows of a CSV/JSONL manifest
 LAYOUT_DETECTION = "detection"  # split and boxes come from annotations (VOC, COCO, a manifest of boxes)
 LAYOUTS = (LAYOUT_CLASS, LAYOUT_SPLIT)
+UNLISTABLE = "unlistable"  # the reason of a folder of the input that cannot be listed
 
 
 def is_text(name: str) -> bool:
@@ -156,9 +158,38 @@ def folder_entry(
         return None
     if is_junk(relpath):
         return SkippedEntry(printable(relpath))
+    if relpath.endswith("/"):
+        return unlistable_row(path, relpath)
     if not is_text(path):
         return error_row(printable(path), printable(relpath), "bad_name", BAD_NAME)
     return WorkItem(path, relpath, size)
+
+
+def unlistable_row(path: str, relpath: str) -> ErrorRow:
+    """The error row of a folder of a local input that cannot be listed (``relpath`` ends with ``/``): whatever
+    it holds is no input, so it is one rejected input, counted against the error budget."""
+    folder = path.rstrip("/") or "/"
+    try:
+        os.listdir(folder)
+        why = "it could not be listed when the run started"
+    except OSError as e:
+        why = (e.strerror or type(e).__name__).lower()
+    message = (
+        f"folder cannot be listed ({why}): its files are not inputs; make it readable, then convert again "
+        "(--append converts its files)"
+    )
+    return error_row(printable(folder), printable(relpath), UNLISTABLE, message)
+
+
+def folder_classes(rows: Iterable[ErrorRow], layout: str) -> List[str]:
+    """The classes of the unlistable folders among ``rows`` (``unlistable_row``): a class folder that
+    cannot be listed is still a class, so its label id does not depend on its permissions."""
+    found = set()
+    for row in rows:
+        name = class_of(row["relpath"], layout) if row["reason"] == UNLISTABLE else None
+        if name:
+            found.add(name)
+    return sorted(found)
 
 
 def classes_of_file(source: WorkItem, layout: str):

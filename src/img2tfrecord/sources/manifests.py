@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import posixpath
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.model import RowPlacement, WorkItem, error_row
 from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
@@ -15,7 +16,7 @@ from img2tfrecord.sources.archives import suffix_kind
 from img2tfrecord.sources.files import open_raw
 from img2tfrecord.sources.split_folders import split_of_folder
 
-MANIFEST_SUFFIXES = ((".csv", "csv"), (".jsonl", "jsonl"))
+MANIFEST_SUFFIXES = ((".csv", "csv"), (".tsv", "csv"), (".jsonl", "jsonl"))  # a .tsv is read as CSV
 
 
 def manifest_kind(path: str) -> Optional[str]:
@@ -51,11 +52,74 @@ def jsonl_objects(lines: Iterable[str]) -> Iterator[Tuple[int, Union[Dict[str, A
         yield number, obj
 
 
-def csv_rows(lines: Iterable[str]) -> Iterator[Tuple[int, List[str]]]:
+def csv_rows(lines: Iterable[str], delimiter: str = ",") -> Iterator[Tuple[int, List[str]]]:
     """``(row number, cells)`` of each CSV row that has a non-blank cell (the header included)."""
-    for number, cells in enumerate(csv.reader(lines), 1):
+    for number, cells in enumerate(csv.reader(lines, delimiter=delimiter), 1):
         if cells and any(c.strip() for c in cells):
             yield number, cells
+
+
+# The delimiters a CSV manifest may use: what spreadsheets write (Excel writes ';' in many locales) and TSV.
+DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab"}
+
+
+class CsvHead(NamedTuple):
+    """How a CSV manifest is laid out, from its first row: its delimiter and its columns."""
+
+    delimiter: str
+    columns: List[str]  # the header's cells, lower-cased; without a header, the columns its first row fills
+    header: bool
+
+    def describe(self) -> str:
+        """``columns path, label (semicolon-delimited, header row)``, for ``--plan``."""
+        names = ", ".join(c or "(unnamed)" for c in self.columns)
+        row = "header row" if self.header else "no header row"
+        return f"columns {names} ({DELIMITERS[self.delimiter]}-delimited, {row})"
+
+
+def _cells(line: str, delimiter: str) -> List[str]:
+    return next(csv.reader([line], delimiter=delimiter), [])
+
+
+def csv_head(first_line: str, where: str, key: str = "path") -> CsvHead:
+    """The layout of a CSV manifest whose first non-blank line is ``first_line``: the delimiter under which a
+    header cell is ``key``; without such a header, the one delimiter the line splits on (a comma when it
+    splits on none: one column). ManifestError, naming what it saw, when the line splits on several."""
+    headers = {}
+    for delimiter in DELIMITERS:
+        cells = [c.strip().lower() for c in _cells(first_line, delimiter)]
+        if key in cells:
+            headers[delimiter] = cells
+    if headers:
+        delimiter = max(headers, key=lambda d: (len(headers[d]), d == ","))  # "path" alone: any, so a comma
+        return CsvHead(delimiter, headers[delimiter], True)
+    splits = [d for d in DELIMITERS if len(_cells(first_line, d)) > 1]
+    if len(splits) > 1:
+        names = " and ".join(f"{DELIMITERS[d]}s" for d in splits)
+        raise ManifestError(
+            f"{where}: cannot tell the delimiter: the first line {first_line.strip()[:80]!r} names no {key!r} column "
+            f"and holds {names}; give the manifest a header row ({key},label[,split]) with one delimiter"
+        )
+    delimiter = splits[0] if splits else ","
+    return CsvHead(delimiter, list(MANIFEST_COLUMNS[: len(_cells(first_line, delimiter))]), False)
+
+
+def first_line(lines: Iterator[str]) -> Tuple[str, Iterator[str]]:
+    """The first non-blank line of ``lines``, and every line again (that one included)."""
+    seen: List[str] = []
+    for line in lines:
+        seen.append(line)
+        if line.strip():
+            return line, itertools.chain(seen, lines)
+    return "", iter(seen)
+
+
+def manifest_head(path: str) -> Optional[CsvHead]:
+    """The layout of the CSV manifest at ``path`` (None for JSONL); ManifestError when it cannot be told."""
+    if manifest_kind(path) == "jsonl":
+        return None
+    line, _ = first_line(_text_lines(path))
+    return csv_head(line, path)
 
 
 def manifest_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
@@ -63,7 +127,8 @@ def manifest_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
 
     CSV: a header row naming the columns (``path``, ``label``, ``split``, in
     any order, other columns ignored) or, without one, the columns
-    ``path,label,split`` in that order (fewer columns: no label / no split).
+    ``path,label,split`` in that order (fewer columns: no label / no split);
+    comma-, semicolon- or tab-delimited, as the first row shows (``csv_head``).
     JSONL: one object per line with ``path`` and optional ``label``/``split``.
     A label or split column present means every row must have a value.
     """
@@ -84,12 +149,13 @@ def manifest_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
                 },
             )
         return
+    line, lines = first_line(lines)
+    head = csv_head(line, path)
     columns: Optional[Dict[str, int]] = None
-    for number, cells in csv_rows(lines):
+    for number, cells in csv_rows(lines, head.delimiter):
         if columns is None:
-            lowered = [c.strip().lower() for c in cells]
-            if "path" in lowered:
-                columns = {name: lowered.index(name) for name in MANIFEST_COLUMNS if name in lowered}
+            if head.header:
+                columns = {name: head.columns.index(name) for name in MANIFEST_COLUMNS if name in head.columns}
                 continue
             columns = {name: i for i, name in enumerate(MANIFEST_COLUMNS[: len(cells)])}
         yield number, {name: cells[i].strip() if i < len(cells) else "" for name, i in columns.items()}

@@ -250,7 +250,11 @@ class _ClassSet(beam.CombineFn):
 
 
 def _write_vocabulary(train_classes, temp_dir: str, label_names: Optional[List[str]] = None):
-    """Write the vocabulary file; without ``label_names`` (outside ``convert``): the sorted train classes."""
+    """Write the vocabulary file; without ``label_names`` (outside ``convert``): the sorted train classes.
+
+    A run without any class (every input rejected) gets the placeholder vocabulary: TensorFlow cannot
+    initialise a lookup table from an empty file, and such a run publishes no transform (``_publish``).
+    """
     train_names = {c.decode("utf-8") for c in train_classes}
     if label_names is None:
         label_names = label_map.label_names(train_names)
@@ -259,8 +263,8 @@ def _write_vocabulary(train_classes, temp_dir: str, label_names: Optional[List[s
         raise ValueError(f"train records of classes missing from the label map: {sorted(unknown)[:5]}")
     tf.io.gfile.makedirs(temp_dir)  # unique to this analyzer (set by TFT)
     path = posixpath.join(temp_dir, names.LABEL_VOCABULARY)
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(label_map.labels_text(label_names))
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(label_map.labels_text(label_names).encode("utf-8") if label_names else _PLACEHOLDER_VOCABULARY)
     return np.array(path)
 
 
@@ -304,7 +308,13 @@ def _export_dir(temp_dir: str) -> str:
 
 def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, exact: bool, totals, label_names=None):
     """After WriteTransformFn: the export and the raw schema files in the output, the temp dir removed,
-    the statistics out."""
+    the statistics out; None, and nothing published, for labeled records without any class (every input
+    was rejected: the run ends as "no records written", not with a transform of nothing)."""
+    if label_names is not None and not label_names:
+        if tf.io.gfile.exists(temp_dir):
+            tf.io.gfile.rmtree(temp_dir)
+        logging.warning("no class has a record: no tf.Transform output is written")
+        return None
     export = _export_dir(temp_dir)
     for folder in (manifest.TRANSFORM_FN_DIR, manifest.TRANSFORMED_METADATA_DIR):
         storage.copy_tree(storage.join(export, folder), storage.join(output_dir, folder))

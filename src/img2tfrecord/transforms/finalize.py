@@ -155,13 +155,17 @@ class FinalizeOutput(beam.DoFn):
         withdrawn: Tuple[Withdrawal, ...] = (),
         after_success: Optional[Callable[[], None]] = None,
         members: Optional[str] = None,
+        retried: Optional[Dict[str, int]] = None,
+        resolved: Tuple[str, ...] = (),
     ):
         """``template``: the manifest's fields known before the run (tool, input, options, task, record type);
         the rest is filled in here. ``ledger``: the run's input ledger (None: the run keeps none);
         ``previous``: the manifest an append adds generation ``generation`` to, which withdraws the
         earlier records ``withdrawn`` (``--accept-changes``); ``after_success`` runs once ``_SUCCESS`` is
         written (a job its launcher did not wait for removes the output's lock); ``members``: where an archive
-        run's members file goes (side input ``unused_members`` orders this step after it is written)."""
+        run's members file goes (side input ``unused_members`` orders this step after it is written);
+        ``retried``: an append's earlier rejections of the inputs it tried again, per reason
+        (``Generation.retried``), ``resolved`` the folders it could list that an earlier one could not."""
         self._output_dir = output_dir
         self._template = template
         self._split_names = split_names
@@ -173,6 +177,8 @@ class FinalizeOutput(beam.DoFn):
         self._withdrawn = withdrawn
         self._after_success = after_success
         self._members = members
+        self._retried = dict(retried or {})
+        self._resolved = tuple(resolved)
 
     def process(
         self,
@@ -213,6 +219,8 @@ class FinalizeOutput(beam.DoFn):
                 shards={name: len(info.shards) for name, info in splits.items() if info.shards},
                 analyzed=statistics is not None,
                 withdrawn=self._withdrawn,
+                retried=self._retried,
+                resolved=self._resolved,
             )
             if self._previous is not None:
                 doc = appends.merge(self._previous, doc, generation)

@@ -33,7 +33,8 @@ class Report:
     problems: List[Problem] = dataclasses.field(default_factory=list)
     omitted: Dict[str, int] = dataclasses.field(default_factory=lambda: collections.defaultdict(int))
     notes: List[str] = dataclasses.field(default_factory=list)
-    records_checked: int = 0
+    records_checked: int = 0  # every record read, withdrawn ones included
+    withdrawn_checked: int = 0  # of those, the records --accept-changes withdrew (readers skip them)
     shards_checked: int = 0
     analysis_checked: bool = False  # dataset.json has tf.Transform statistics and their files were checked
     _per_scope: Dict[str, int] = dataclasses.field(default_factory=lambda: collections.defaultdict(int))
@@ -58,6 +59,7 @@ class Report:
             "path": self.path,
             "ok": self.ok,
             "records_checked": self.records_checked,
+            "withdrawn_checked": self.withdrawn_checked,
             "shards_checked": self.shards_checked,
             "analysis_checked": self.analysis_checked,
             "num_problems": self.num_problems,
@@ -69,7 +71,7 @@ class Report:
     def text(self) -> str:
         if self.ok:
             lines = [
-                f"OK: {self.path}: {self.records_checked} records in {self.shards_checked} shards verified "
+                f"OK: {self.path}: {self._records()} in {self.shards_checked} shards verified "
                 f"(framing, checksums, counts, schema, images, labels, sha256 keys"
                 + (", tf.Transform output)" if self.analysis_checked else ")")
             ]
@@ -81,5 +83,12 @@ class Report:
             if self.omitted.get(scope):
                 lines.append(f"  {scope}: ... and {self.omitted[scope]} more problem(s)")
         lines += [f"note: {n}" for n in self.notes]
-        lines.append(f"{self.records_checked} records in {self.shards_checked} shards checked")
+        lines.append(f"{self._records()} in {self.shards_checked} shards checked")
         return "\n".join(lines)
+
+    def _records(self) -> str:
+        """``25 records (3 of them withdrawn, which readers skip)``: every record read is checked."""
+        withdrawn = (
+            f" ({self.withdrawn_checked} of them withdrawn, which readers skip)" if self.withdrawn_checked else ""
+        )
+        return f"{self.records_checked} records{withdrawn}"

@@ -279,6 +279,7 @@ def check_shard(
             for problem in problems:
                 report.add(name, problem, record.index, record.offset)
             if record.index in withdrawn:
+                report.withdrawn_checked += 1
                 _check_withdrawn(record.data, withdrawn[record.index], ctx, name, record, report)
             elif boxes is not None:
                 classes += boxes

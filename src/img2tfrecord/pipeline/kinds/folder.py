@@ -13,7 +13,15 @@ from img2tfrecord.pipeline.inputs import LocalInputReport, check_local_input
 from img2tfrecord.pipeline.kinds.base import InputKind
 from img2tfrecord.pipeline.kinds.common import check_images, layout_of, skip_outputs, split_bytes
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed
-from img2tfrecord.pipeline.listing import digest, is_file, list_input, list_stamped, read_once, resolve_input
+from img2tfrecord.pipeline.listing import (
+    digest,
+    is_file,
+    list_input,
+    list_stamped,
+    read_once,
+    resolve_input,
+    unlistable_folders,
+)
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, sized
 from img2tfrecord.readers import storage
@@ -57,9 +65,8 @@ def _list_folder(config: ConvertConfig) -> FolderFiles:
         if not layouts.is_junk(relpath) and not layouts.in_folders(relpath, outputs)
     ]
     if not files:
-        if not listing and not kinds.GLOB_CHARS.search(config.input) and "://" not in base and not os.path.exists(base):
-            missing = base.rstrip("/")
-            raise PlanError(f"--input {config.input}: no such file or folder ({missing}); check the path")
+        if not listing and not kinds.GLOB_CHARS.search(config.input) and "://" not in base:
+            _check_root(config, base.rstrip("/") or "/")
         raise PlanError(f"no input files match {pattern}")
     files.sort(key=lambda f: f.relpath)
     return FolderFiles(base, pattern, files, outputs)
@@ -84,6 +91,30 @@ def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
         ),
         sized(config, split_names, per_split, len(files), sum(f.size for f in files), ratio),
     )
+
+
+def _check_root(config: ConvertConfig, root: str) -> None:
+    """PlanError naming why the local input folder ``root``, which listed no file, cannot be read, if it cannot."""
+    if not os.path.exists(root):
+        raise PlanError(f"--input {config.input}: no such file or folder ({root}); check the path")
+    try:
+        os.listdir(root)
+    except OSError as e:
+        why = (e.strerror or type(e).__name__).lower()
+        raise PlanError(
+            f"--input {config.input}: {why}: the folder {root} cannot be listed; check its permissions"
+        ) from None
+
+
+def unlistable_entries(plan: Plan) -> List[LedgerEntry]:
+    """Ledger entries of the folders of a local input that cannot be listed (relpaths ending with ``/``):
+    each is one rejected input (``layout.unlistable_row``), so no class disappears without a word."""
+    found = []
+    for path, mtime in unlistable_folders(plan.input.base, plan.input.pattern):
+        relpath = layouts.relative_path(plan.input.base, path)
+        if not layouts.is_junk(relpath) and not layouts.in_folders(relpath.rstrip("/"), plan.input.skipped_outputs):
+            found.append(LedgerEntry(relpath, 0, mtime))
+    return found
 
 
 def check_local_folder(plan: Plan) -> Optional[LocalInputReport]:
@@ -132,6 +163,7 @@ class FolderLedger(InputLedger):
                 junk.append(layouts.printable(relpath))
             else:
                 found.append(LedgerEntry(relpath, size, mtime))
+        found.extend(unlistable_entries(plan))
         self.entries, self.junk = sorted(found), sorted(junk)
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:

@@ -28,7 +28,7 @@ def parsed_rows(path: str) -> List[Tuple[int, dict]]:
 
 
 def plan_manifest(config: ConvertConfig, whole: bool = True) -> Plan:
-    """The plan of CSV/JSONL manifests (``make_plan``): read whole; their columns decide labeled or not,
+    """The plan of CSV/JSONL manifests: read whole; their columns decide labeled or not,
     their split column the split names."""
     base, pattern = file_pattern(config.input)
     found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_kind(p))
@@ -41,6 +41,8 @@ def plan_manifest(config: ConvertConfig, whole: bool = True) -> Plan:
             parsed = parsed_rows(path)
         except (OSError, UnicodeDecodeError) as e:
             raise PlanError(f"cannot read manifest {path}: {type(e).__name__}: {e}") from e
+        except manifests.ManifestError as e:
+            raise PlanError(str(e)) from None
         columns.add(manifests.manifest_columns(path, parsed))
         rows.extend((path, number, row) for number, row in parsed if "error" not in row and row.get("path"))
     if not rows:

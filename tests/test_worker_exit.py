@@ -1,0 +1,126 @@
+"""Worker processes die with the process that started them (``worker_exit.py``): a ``report`` or ``convert``
+killed with SIGKILL leaves none of its pool's workers running; a worker started by a thread that ends before
+its process lives on. Real processes: a process's death is the point."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import List, Set
+
+import pytest
+from conftest import ROOT, cli_command, cli_env
+
+from img2tfrecord import faults
+
+_GONE_WITHIN_S = 2.0
+
+
+def _children(pid: int) -> Set[int]:
+    """The processes whose parent is ``pid``, from Linux's /proc."""
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                found.add(int(name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (a container's init may never reap what it inherits)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _kill_and_watch(args: List[str], marker: str, phase: str) -> Set[int]:
+    """Start ``img2tfrecord ARGS`` paused at ``phase``, SIGKILL it there; -> its children still running
+    ``_GONE_WITHIN_S`` later (every child it had then)."""
+    env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
+    proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not os.path.exists(marker):
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, f"never paused at {phase}"
+            time.sleep(0.02)
+        workers = _children(proc.pid)
+        assert workers, "the run has no worker process to watch"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + _GONE_WITHIN_S
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return {pid for pid in workers if _running(pid)}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_report_leaves_no_worker_running(converted_sample, tmp_path):
+    marker = str(tmp_path / "paused")
+    args = ["report", converted_sample, "--output", str(tmp_path / "report.html"), "--processes", "2"]
+    left = _kill_and_watch(args, marker, "scanning")
+    assert not left, f"worker(s) {sorted(left)} outlived the killed report"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_convert_leaves_no_conversion_worker_running(sample_dir, tmp_path):
+    marker = str(tmp_path / "paused")
+    args = ["convert", "--input", sample_dir, "--output", str(tmp_path / "out"), "--no-analyze"]
+    args += ["--processes", "2", "--num-shards", "4"]  # paused once a shard is finished and the next half written
+    left = _kill_and_watch(args, marker, "converting")
+    assert not left, f"worker(s) {sorted(left)} outlived the killed convert"
+
+
+_THREAD_STARTS_A_WORKER = textwrap.dedent(
+    """
+    import multiprocessing, sys, threading, time
+    from img2tfrecord.worker_exit import Parent, exit_with_parent
+
+    def work(parent):
+        exit_with_parent(parent)
+        time.sleep(1.0)  # longer than the thread that started it lives
+
+    if __name__ == "__main__":
+        started = []
+
+        def start():  # a thread that ends as soon as its worker is started
+            parent = Parent.this_process()
+            assert not parent.main_thread
+            process = multiprocessing.get_context("spawn").Process(target=work, args=(parent,))
+            process.start()
+            started.append(process)
+
+        thread = threading.Thread(target=start)
+        thread.start()
+        thread.join()
+        started[0].join(timeout=60)
+        print(started[0].exitcode)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_worker_outlives_the_thread_that_started_it_while_its_process_lives(tmp_path):
+    """Linux signals a worker when the *thread* that started it ends: only workers started by the main thread
+    are bound to it; the others are watched by their own thread, so they live as long as the process."""
+    script = tmp_path / "starts.py"
+    script.write_text(_THREAD_STARTS_A_WORKER)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "0", "the worker was killed when the thread that started it ended"
