@@ -270,7 +270,7 @@ def test_writes_failing_mid_run_exit_1_then_overwrite_recovers(tmp_path):
     )
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("img2tfrecord: pipeline failed:") and "File too large" in last, last
+    assert last.startswith("img2tfrecord: the run failed while converting and writing shards: File too large"), last
     assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     assert final_shards(out) == []  # shards are written under staging names and renamed only when whole
     assert_shards_complete(out)
@@ -316,8 +316,10 @@ def test_a_kill_at_each_phase_leaves_nothing_that_looks_complete_and_resume_fini
     assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     if os.path.isdir(out):
         _assert_final_shards_whole(out, reference)
-        if phase == "committing":  # one split committed, the other not yet
-            assert 0 < len(final_shards(out)) < len(final_shards(reference))
+        if phase == "committing":  # one split committed, in the staging folder: nothing in the output yet
+            (staging,) = [n for n in os.listdir(out) if n.startswith(manifest.RUN_FOLDER_PREFIX)]
+            committed = os.path.join(out, staging, manifest.RUN_COMMITTED_DIR)
+            assert final_shards(out) == [] and 0 < len(final_shards(committed)) < len(final_shards(reference))
         if phase == "finalizing":
             assert os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))  # written, but no _SUCCESS
         if phase == "converting":  # one shard finished, the next half written
@@ -404,18 +406,18 @@ def test_a_full_disk_exits_1_with_a_clear_message_and_no_success(tmp_path, small
     proc = convert(root, out, "--format", "png", "--num-shards", "2", *FAST, runner=())
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("img2tfrecord: pipeline failed:") and "No space left on device" in last, last
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    assert final_shards(out) == [], "a shard got its final name on a full disk"
-    assert not os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))
+    assert last.startswith("img2tfrecord: the run failed while converting and writing shards: No space left on device")
+    assert "free space where the output is, then run: " in last and last.endswith(".log)"), last
+    assert "--resume" in last and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 3
+    assert [n for n in os.listdir(out) if not n.startswith(manifest.RUN_FOLDER_PREFIX)] == []  # only the staging
 
 
 def test_a_refused_resume_names_the_option_that_differs_from_the_unfinished_run(tmp_path):
     """The staging folder records what its run's fingerprint covers (``run.json``): a ``--resume`` with other
     options names the one that differs, as an ``--append`` does."""
     from img2tfrecord.pipeline.config import ConvertConfig
-    from img2tfrecord.pipeline.outputs import OutputNotEmpty, prepare_output
     from img2tfrecord.pipeline.kinds import plan_input
+    from img2tfrecord.pipeline.outputs import OutputNotEmpty, prepare_output
 
     root = str(tmp_path / "in")
     make_images(root, classes=2, per_class=2, size=(16, 12))

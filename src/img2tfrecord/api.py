@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union, cast
 
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
+from img2tfrecord.failures import RunLog, failure_of
 from img2tfrecord.options import CONVERT_OPTIONS, KEYWORD_OPTIONS, keyword_values
 
 if TYPE_CHECKING:
@@ -120,6 +121,32 @@ def check_pipeline_args(args: Sequence[str], own_options: Sequence[str], input_p
         candidates = list(own_options) + [f"--{name}" for name in known]
         hint = difflib.get_close_matches(flag, candidates, n=1)
         raise UsageError(f"unrecognized argument {flag}" + (f" (did you mean {hint[0]}?)" if hint else ""))
+    _check_runner(options)
+
+
+def _check_runner(options: PipelineOptions) -> None:
+    """UsageError for a ``--runner`` Beam does not know, or options it requires missing (Dataflow's project,
+    region, temporary location): found before the launch writes anything."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.runners.runner import create_runner
+
+    name = options.view_as(StandardOptions).runner
+    if not name:
+        return
+    try:
+        runner = create_runner(name)
+    except (ValueError, ImportError, AttributeError) as e:
+        known = "DirectRunner, FnApiRunner, DataflowRunner, PortableRunner, FlinkRunner, SparkRunner"
+        why = "no such module" if isinstance(e, ImportError) else "not a Beam runner"
+        raise UsageError(f"--runner {name}: {why} (runners: {known}, or a runner class's full name)") from None
+    if type(runner).__name__ != "DataflowRunner":
+        return
+    errors = PipelineOptionsValidator(options, runner).validate()
+    if options.view_as(GoogleCloudOptions).temp_location:  # Dataflow stages below it when not told otherwise
+        errors = [e for e in errors if "staging_location" not in e]
+    if errors:
+        raise UsageError(f"--runner {name}: {' '.join(errors)}")
 
 
 def config_of(input: str, output: str, options: Any) -> ConvertConfig:
@@ -158,32 +185,37 @@ def run_config(
     # tf.Transform runs on Keras 2 and sets this itself, but only after TensorFlow is
     # imported, which then has loaded Keras 3 as well; set before the import.
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    try:
-        launched = launch(config)  # before Beam is loaded: an append may find nothing to do
-        if launched.nothing_new is not None and not staging_left(config.output):
-            logging.info("%s", launched.nothing_new)
-            return read_manifest(config.output)
-        if start is None:
-            from img2tfrecord.pipeline.run import run
+    staging: Optional[str] = None
+    with RunLog(quiet_libraries=not logging.getLogger().handlers) as log:
+        try:
+            launched = launch(config)  # before Beam is loaded: an append may find nothing to do
+            staging = launched.run_dir
+            if launched.nothing_new is not None and not staging_left(config.output):
+                logging.info("%s", launched.nothing_new)
+                return read_manifest(config.output)
+            if start is None:
+                from img2tfrecord.pipeline.run import run
 
-            start = run
-        return start(launched, pipeline_args, wait=wait, show_progress=show_progress)
-    except AlreadyComplete as e:
-        logging.info("%s", e)
-        return read_manifest(config.output)
-    except (PlanError, OutputNotEmpty, OutputNotWritable, OutputLocked) as e:
-        raise UsageError(str(e)) from None
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:
-        # Runners re-raise the job's exception as it was or wrapped in their own.
-        if isinstance(e, ErrorBudgetExceeded) or ErrorBudgetExceeded.__name__ in str(e):
-            message = next(
-                (line for line in str(e).splitlines() if line.startswith("error budget exceeded")), str(e)
-            ).split(" [while running")[0]
-            raise ErrorBudgetExceeded(message, read_manifest(config.output)) from None
-        last_line = str(e).strip().splitlines()[-1] if str(e).strip() else ""
-        raise ConversionFailed(f"{type(e).__name__}: {last_line}") from e
+                start = run
+            return start(launched, pipeline_args, wait=wait, show_progress=show_progress)
+        except AlreadyComplete as e:
+            logging.info("%s", e)
+            return read_manifest(config.output)
+        except (PlanError, OutputNotEmpty, OutputNotWritable, OutputLocked) as e:
+            raise UsageError(str(e)) from None
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            # Runners re-raise the job's exception as it was or wrapped in their own.
+            if isinstance(e, ErrorBudgetExceeded) or ErrorBudgetExceeded.__name__ in str(e):
+                message = next(
+                    (line for line in str(e).splitlines() if line.startswith("error budget exceeded")), str(e)
+                ).split(" [while running")[0]
+                raise ErrorBudgetExceeded(message, read_manifest(config.output)) from None
+            failure = failure_of(e, config.output)
+            kept = log.keep(e, staging)
+            message = failure.line("call convert() again with resume=True", kept)
+            raise ConversionFailed(message, failure.stage, failure.cause, failure.fix, kept) from e
 
 
 def _run_signature() -> Tuple[inspect.Signature, inspect.Signature]:

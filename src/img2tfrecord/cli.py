@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import os
 import select
 import shlex
@@ -19,6 +18,8 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_FAILURE, EXIT_USAGE, UsageError
+from img2tfrecord.errors import ConversionFailed
+from img2tfrecord.failures import Failure, failure_of
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,13 +67,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C; during a conversion also SIGTERM (pipeline/run.py Interrupted)
         print(f"img2tfrecord: {_interrupted(e, ns, argv)}", file=sys.stderr)
         return int(getattr(e, "exit_code", 128 + signal.SIGINT))
-    except Exception as e:  # a pipeline failure: one clear line, details in the log above
+    except ConversionFailed as e:  # one line: what failed, why, what next; the details are in its log file
+        failure = Failure(e.stage, e.cause, e.fix) if e.stage else None
+        again = f"run: {_resume_command(ns, argv)}"
+        line = failure.line(again, e.log_path) if failure is not None else str(e)
+        print(f"img2tfrecord: {line}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as e:  # a command's own failure: one line
         if isinstance(e, BrokenPipeError) and _stdout_closed():
             return _leave_closed_stdout()
-        logging.getLogger(__name__).error("pipeline failure", exc_info=True)
-        last_line = str(e).strip().splitlines()[-1] if str(e).strip() else ""
-        print(f"img2tfrecord: pipeline failed: {type(e).__name__}: {last_line}", file=sys.stderr)
+        details = _traceback_file(e)
+        print(f"img2tfrecord: {ns.command} failed: {failure_of(e).cause} (details: {details})", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _traceback_file(e: BaseException) -> str:
+    """A temporary file holding ``e``'s traceback, for the one line that names it."""
+    import tempfile
+    import traceback
+
+    with tempfile.NamedTemporaryFile("w", prefix="img2tfrecord-", suffix=".log", delete=False) as f:
+        f.write("".join(traceback.format_exception(type(e), e, e.__traceback__)))
+    return f.name
 
 
 def _interrupted(e: KeyboardInterrupt, ns: argparse.Namespace, argv: Sequence[str]) -> str:
@@ -80,12 +96,16 @@ def _interrupted(e: KeyboardInterrupt, ns: argparse.Namespace, argv: Sequence[st
     kept = getattr(e, "kept", None)
     if kept is None:
         return "interrupted"
-    # The same command line with --resume (and without --overwrite, in any abbreviation argparse took).
+    name = getattr(e, "signal_name", "SIGINT")
+    return f"interrupted by {name}: {kept}; to finish, run: {_resume_command(ns, argv)}"
+
+
+def _resume_command(ns: argparse.Namespace, argv: Sequence[str]) -> str:
+    """The same command line with ``--resume`` (and without ``--overwrite``, in any abbreviation argparse took)."""
     again = [a for a in argv if not (ns.overwrite and len(a) > 3 and "--overwrite".startswith(a))]
     if not ns.resume:
         again.append("--resume")
-    name = getattr(e, "signal_name", "SIGINT")
-    return f"interrupted by {name}: {kept}; to finish, run: {shlex.join([*invoked_as(), *again])}"
+    return shlex.join([*invoked_as(), *again])
 
 
 def invoked_as() -> List[str]:

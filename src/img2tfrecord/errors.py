@@ -21,8 +21,14 @@ class UsageError(ValueError):
 
 
 class ConversionFailed(RuntimeError):
-    """The pipeline failed. The message is the failure's type and last line; ``__cause__`` is the runner's
-    exception. Finished shards stay in the output's staging folder for ``resume=True``."""
+    """The pipeline failed. The message is one line: what failed, why, and what to do next; ``stage``,
+    ``cause`` and ``fix`` are its parts, ``log_path`` the run's log file (tracebacks, the libraries' log
+    lines) and ``__cause__`` the runner's exception. Finished shards stay in the output's staging folder
+    for ``resume=True``."""
+
+    def __init__(self, message: str, stage: str = "", cause: str = "", fix: str = "", log_path: str = ""):
+        super().__init__(message)
+        self.stage, self.cause, self.fix, self.log_path = stage, cause, fix, log_path
 
 
 class ErrorBudgetExceeded(RuntimeError):

@@ -41,6 +41,7 @@ _FIXES = {
     errno.EACCES: "let this user write there",
     errno.EPERM: "let this user write there",
     errno.EROFS: "give an --output on a writable filesystem",
+    errno.EFBIG: "give a smaller --shard-size-mb (the filesystem limits the size of a file)",
     errno.ENOENT: "check that the path exists and was not removed while the run went on",
 }
 LOG_FILE = "run.log"  # in the run's staging folder

@@ -14,14 +14,13 @@ from img2tfrecord.errors import UsageError
 from img2tfrecord.model import ERRORS
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.options import keyword_values
-from img2tfrecord.pipeline.build import manifest_template
+from img2tfrecord.pipeline.build import manifest_template, shard_sinks
 from img2tfrecord.pipeline.config import ConvertConfig, config_from_options
 from img2tfrecord.pipeline.plan_model import digest_of, fingerprint_doc
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import Task
 from img2tfrecord.sources.kinds import absolute_input
 from img2tfrecord.transforms import finish_output as tail
-from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.discover import DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput
 from img2tfrecord.transforms.shard_counts import CountShards
@@ -102,7 +101,7 @@ class ImagesToTFRecords(beam.PTransform):
         )
         written = items | "WriteShards" >> WriteShards(
             self._converter,
-            ShardSinks(config.output, config.compression, FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR)),
+            shard_sinks(run_dir, config.compression),
             run_dir,
             config.processes,
             beam.pvalue.AsSingleton(labels),
@@ -122,4 +121,4 @@ class ImagesToTFRecords(beam.PTransform):
             | "CountInputs" >> beam.combiners.Count.Globally(),
             tail.NUM_SKIPPED: refs.pipeline | "NoJunk" >> beam.Create([0], reshuffle=False),
         }
-        return parts | "FinishOutput" >> tail.FinishOutput(finalize, config.output, analysis=analysis)
+        return parts | "FinishOutput" >> tail.FinishOutput(finalize, run_dir, analysis=analysis)

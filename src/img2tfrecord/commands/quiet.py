@@ -4,8 +4,9 @@ Two filters, both off with ``convert --verbose``:
 
 * :class:`OwnLinesOnly`, on the logging handler: records logged by
   img2tfrecord's code pass; those of other libraries (Beam, TensorFlow,
-  absl, google-auth's credential warnings) pass only at ERROR and above,
-  except a failure the command itself reports in one line (the error budget).
+  absl, google-auth's credential warnings) go to the run's log file only
+  (``failures.RunLog``), which the line of a failed run names, as does a
+  failure the command itself reports in one line (the error budget).
 * :class:`StderrFilter`, on file descriptor 2: TensorFlow's and gRPC's C++
   code logs through absl before anything can configure it ("All log
   messages before absl::InitializeLog() is called are written to STDERR",
@@ -62,7 +63,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 
 
 class OwnLinesOnly(logging.Filter):
-    """Passes the records logged by img2tfrecord's code, and any at ERROR and above.
+    """Passes the records logged by img2tfrecord's code.
 
     Judged by the file that logged, not the logger's name: Beam's portable
     runner, for one, logs its job's messages through the root logger, as
@@ -76,8 +77,6 @@ class OwnLinesOnly(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if reported_by_command(record):
             return False
-        if record.levelno >= logging.ERROR:
-            return True
         ours = self._ours.get(record.pathname)
         if ours is None:
             ours = self._ours[record.pathname] = os.path.abspath(record.pathname).startswith(_PACKAGE_DIR)

@@ -43,11 +43,11 @@ def _one(unused_element):
     return 1
 
 
-def shard_sinks(launched: Launch) -> ShardSinks:
-    """Where the run's splits are written: temp files in its staging folder, final names in the output."""
-    staging = FileSystems.join(launched.run_dir, manifest.RUN_SHARDS_DIR)
-    config = launched.config
-    return ShardSinks(config.output, config.compression, staging, launched.plan.generation)
+def shard_sinks(run_dir: str, compression: str, generation: int = 0) -> ShardSinks:
+    """Where a run's splits are written: temp files in its staging folder ``run_dir``, committed under their
+    final names in it too; ``FinalizeOutput`` moves them into the output."""
+    committed = FileSystems.join(run_dir, manifest.RUN_COMMITTED_DIR)
+    return ShardSinks(committed, compression, FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR), generation)
 
 
 def manifest_template(
@@ -138,7 +138,7 @@ def build_pipeline(
         )
     written = to_write | "WriteShards" >> WriteShards(
         converter,
-        shard_sinks(launched),
+        shard_sinks(launched.run_dir, config.compression, plan.generation),
         launched.run_dir,
         config.processes,
         beam.pvalue.AsSingleton(label_names),
@@ -195,4 +195,4 @@ def build_pipeline(
             tail.NUM_SKIPPED: num_skipped,
         }
     )
-    _ = parts | "FinishOutput" >> tail.FinishOutput(finalize, config.output, plan.generation, analysis)
+    _ = parts | "FinishOutput" >> tail.FinishOutput(finalize, launched.run_dir, plan.generation, analysis)

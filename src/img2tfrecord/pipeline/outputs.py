@@ -156,17 +156,15 @@ def prepare_output(
                 "rerun it as it was started, or pass --overwrite to start over"
             )
         resumable = resume_folder in runs
-        keep = (resume_folder, manifest.INDEX_DIR) if resumable else ()
+        keep = (resume_folder,) if resumable else ()
         if lock is not None:
             lock.ensure_held()
+        published = [p for p in existing if _is_shard_or_index(_relative(base, p))] if resumable else []
+        if resume_folder and published:
+            _return_to_staging(output_dir, resume_folder, published)
         _clear(
             output_dir,
-            [
-                p
-                for p in existing
-                if _relative(base, p).split("/", 1)[0] not in keep
-                and not (resumable and manifest.parse_shard_file_name(_relative(base, p)) is not None)
-            ],
+            [p for p in existing if _relative(base, p).split("/", 1)[0] not in keep and p not in published],
             keep_folders=keep,
         )
         check_writable(output_dir)
@@ -226,18 +224,43 @@ def prepare_append(output_dir: str, generation: int, resume_folder: Optional[str
     runs = _run_folders(output_dir, existing)
     keep: Tuple[str, ...] = (resume_folder,) if resume_folder is not None and resume_folder in runs else ()
     resumable = bool(keep)
-    leftovers = []
+    leftovers, published = [], []
     for path in existing:
         rel = _relative(base, path)
         top = rel.split("/", 1)[0]
-        if top in keep or (resumable and _of_generation(rel, generation)):
+        if resumable and _of_generation(rel, generation) and _is_shard_or_index(rel):
+            published.append(path)
+        elif top in keep or (resumable and _of_generation(rel, generation)):
             continue
-        if top.startswith(manifest.TEMP_PREFIXES) or _of_generation(rel, generation):
+        elif top.startswith(manifest.TEMP_PREFIXES) or _of_generation(rel, generation):
             leftovers.append(path)
     lock.ensure_held()
+    if resume_folder and published:
+        _return_to_staging(output_dir, resume_folder, published)
     _clear(output_dir, leftovers, keep_folders=keep + (manifest.INDEX_DIR, manifest.LEDGER_DIR))
     check_writable(output_dir)
     return resumable
+
+
+def _is_shard_or_index(rel: str) -> bool:
+    return manifest.parse_shard_file_name(rel) is not None or rel.startswith(manifest.INDEX_DIR + "/")
+
+
+def _return_to_staging(output_dir: str, run_folder: str, paths: List[str]) -> None:
+    """Move shards and indexes a stopped run had already moved into the output back into its staging folder
+    (``run_folder``'s ``committed/``), where the resumed run commits and publishes them again."""
+    base = output_dir.rstrip("/") + "/"
+    committed = storage.join(output_dir, run_folder, manifest.RUN_COMMITTED_DIR)
+    sources = sorted(paths)
+    targets = [storage.join(committed, _relative(base, p)) for p in sources]
+    try:
+        for target in targets:
+            folder = posixpath.dirname(target)
+            if not storage.is_remote(folder):
+                os.makedirs(folder, exist_ok=True)
+        storage.beam_filesystems().rename(sources, targets)
+    except Exception as e:  # pylint: disable=broad-except
+        raise OutputNotWritable(f"cannot resume in {output_dir}: {error_cause(e)}") from None
 
 
 def staging_left(output_dir: str) -> List[str]:

@@ -98,6 +98,7 @@ INDEX_SUFFIX = ".idx"
 # Removed before _SUCCESS is written; a --resume'd run of the same fingerprint picks it up.
 RUN_FOLDER_PREFIX = ".tmp-run-"
 RUN_SHARDS_DIR = "shards"
+RUN_COMMITTED_DIR = "committed"  # a run's committed shards and indexes, moved into the output when it finalises
 RUN_DONE_DIR = "done"
 RUN_LEDGER_FILE = "ledger.jsonl.gz"  # the run's input ledger, moved to ledger/ when the run finalises
 RUN_MEMBERS_FILE = "members.jsonl.gz"  # an archive run's items per archive, moved to ledger/ when the run finalises

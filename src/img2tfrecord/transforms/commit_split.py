@@ -17,13 +17,17 @@ def split_key(result: ShardResult) -> Tuple[str, ShardResult]:
     return result.split, result
 
 
-def _rename_into(src: str, dst: str) -> None:
-    parent = dst.rsplit("/", 1)[0]
-    if not FileSystems.exists(parent):
+def _make_folder(folder: str) -> None:
+    """Make ``folder`` where a filesystem has folders (made meanwhile by another worker is fine)."""
+    if not FileSystems.exists(folder):
         try:
-            FileSystems.mkdirs(parent)
+            FileSystems.mkdirs(folder)
         except OSError:
             pass
+
+
+def _rename_into(src: str, dst: str) -> None:
+    _make_folder(dst.rsplit("/", 1)[0])
     FileSystems.rename([src], [dst])
 
 
@@ -77,6 +81,7 @@ class CommitSplitFn(beam.DoFn):
             )
         # Existing final files are kept: a resumed commit needs them, and the launcher has
         # already refused or cleared stale shards.
+        _make_folder(sink.output_dir)
         sink.commit([r.temp_path for r in ordered])
         self._faults.split_committed()
         paths = [FileSystems.join(sink.output_dir, c.file) for c in committed]

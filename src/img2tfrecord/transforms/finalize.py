@@ -2,8 +2,10 @@
 
 ``FinalizeOutput`` runs once, after every shard and the error report are
 final (it takes them as side inputs), checks that every input is accounted
-for, and writes ``dataset.json``, ``labels.txt`` and finally ``_SUCCESS`` (none
-when no record was written: that run fails, past any error budget).
+for, moves the shards, their indexes and the error report from the run's
+staging folder into the output (until then a failed run leaves nothing
+outside that folder), and writes ``dataset.json``, ``labels.txt`` and finally
+``_SUCCESS`` (none when no record was written: that run fails, past any error budget).
 With the tf.Transform analysis on, its ``statistics`` side input is emitted
 only once ``transform_fn/`` is written (transforms/analyze.py), and is
 copied into ``dataset.json``.
@@ -34,12 +36,12 @@ def error_json(row: Mapping[str, str]) -> str:
 
 
 class WriteErrorReport(beam.PTransform):
-    """Error rows -> ``errors.jsonl`` (an append's: ``errors-g<N>.jsonl``), always written, empty when
-    nothing was rejected."""
+    """Error rows -> ``errors.jsonl`` (an append's: ``errors-g<N>.jsonl``) in ``folder`` (the run's staging
+    folder, which ``FinalizeOutput`` moves it from), always written, empty when nothing was rejected."""
 
-    def __init__(self, output_dir: str, generation: int = 0):
+    def __init__(self, folder: str, generation: int = 0):
         super().__init__()
-        self._path = FileSystems.join(output_dir, manifest.errors_file(generation))
+        self._path = FileSystems.join(folder, manifest.errors_file(generation))
 
     def expand(self, errors):
         return (
@@ -114,11 +116,11 @@ def summarise_splits(
     }
 
 
-def _move_ledger(staged: str, final: str) -> None:
-    """Move a ledger file of the run from its staging folder to ``ledger/`` (already there: a retried finalise)."""
+def _move_staged(staged: str, final: str) -> None:
+    """Move a file of the run from its staging folder into the output (already there: a retried finalise)."""
     if not FileSystems.exists(staged):
         if not FileSystems.exists(final):
-            raise FileNotFoundError(f"the run's ledger file is missing: {staged}")
+            raise FileNotFoundError(f"a file of the run is missing from its staging folder: {staged}")
         return
     if FileSystems.exists(final):
         FileSystems.delete([final])
@@ -229,10 +231,15 @@ class FinalizeOutput(beam.DoFn):
         # The folder is also a TFDS dataset (tfds.builder_from_directory), or says why not.
         doc = doc.replace(tfds=tfds_layout.status(doc))
         join = FileSystems.join
+        committed = join(self._run_dir, manifest.RUN_COMMITTED_DIR)
+        for name in [c.file for c in shards] + [c.index_file for c in shards if c.index_file]:
+            _move_staged(join(committed, name), join(self._output_dir, name))
+        errors = manifest.errors_file(self._generation)
+        _move_staged(join(self._run_dir, errors), join(self._output_dir, errors))
         if self._ledger is not None:
-            _move_ledger(join(self._run_dir, manifest.RUN_LEDGER_FILE), join(self._output_dir, self._ledger))
+            _move_staged(join(self._run_dir, manifest.RUN_LEDGER_FILE), join(self._output_dir, self._ledger))
         if self._members is not None:
-            _move_ledger(join(self._run_dir, manifest.RUN_MEMBERS_FILE), join(self._output_dir, self._members))
+            _move_staged(join(self._run_dir, manifest.RUN_MEMBERS_FILE), join(self._output_dir, self._members))
         write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
         if detection:
             write_atomically(join(self._output_dir, manifest.LABEL_MAP_FILE), label_map.label_map_pbtxt(label_names))

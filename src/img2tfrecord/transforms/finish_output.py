@@ -45,20 +45,23 @@ def _reason(row) -> str:
 
 class FinishOutput(beam.PTransform):
     """The parts of a conversion (a dict keyed as above) -> ``errors.jsonl`` (an append's
-    ``errors-g<N>.jsonl``), the analysis (``analysis``; None: not analysed) and ``finalize``'s
-    ``dataset.json``, ``labels.txt`` and ``_SUCCESS``; returns ``finalize``'s output (the manifest)."""
+    ``errors-g<N>.jsonl``, written in the staging folder ``run_dir``), the analysis (``analysis``; None: not
+    analysed) and ``finalize``'s ``dataset.json``, ``labels.txt`` and ``_SUCCESS``; returns ``finalize``'s
+    output (the manifest)."""
 
-    def __init__(self, finalize: FinalizeOutput, output: str, generation: int = 0, analysis: Optional[Analysis] = None):
+    def __init__(
+        self, finalize: FinalizeOutput, run_dir: str, generation: int = 0, analysis: Optional[Analysis] = None
+    ):
         super().__init__()
         self._finalize = finalize
-        self._output = output
+        self._run_dir = run_dir
         self._generation = generation
         self._analysis = analysis
 
     def expand(self, parts: Dict[str, Any]):
         errors = parts[ERRORS]
         reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
-        error_files = errors | "ErrorReport" >> WriteErrorReport(self._output, self._generation)
+        error_files = errors | "ErrorReport" >> WriteErrorReport(self._run_dir, self._generation)
         side: Dict[str, Any] = {}
         analysis = self._analysis
         if analysis is not None:
