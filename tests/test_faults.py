@@ -303,38 +303,6 @@ def _assert_final_shards_whole(out: str, reference: str) -> None:
             assert hashlib.sha256(f.read()).hexdigest() == expected[name], f"{name} is not whole"
 
 
-@pytest.mark.parametrize("phase", faults.PHASES)
-def test_a_kill_at_each_phase_leaves_nothing_that_looks_complete_and_resume_finishes_it(tmp_path, phase_input, phase):
-    root, files, reference = phase_input
-    out = str(tmp_path / "out")
-    marker = str(tmp_path / "paused")
-    env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
-    args = ("convert", "--input", root, "--output", out, *PHASE_ARGS)
-    assert kill_when(args, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
-    with open(marker) as f:
-        assert f.read().split()[0] == phase
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    if os.path.isdir(out):
-        _assert_final_shards_whole(out, reference)
-        if phase == "committing":  # one split committed, in the staging folder: nothing in the output yet
-            (staging,) = [n for n in os.listdir(out) if n.startswith(manifest.RUN_FOLDER_PREFIX)]
-            committed = os.path.join(out, staging, manifest.RUN_COMMITTED_DIR)
-            assert final_shards(out) == [] and 0 < len(final_shards(committed)) < len(final_shards(reference))
-        if phase == "finalizing":
-            assert os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))  # written, but no _SUCCESS
-        if phase == "converting":  # one shard finished, the next half written
-            assert _done_files(out) and final_shards(out) == []
-
-    kept = len(_done_files(out)) if os.path.isdir(out) else 0
-    resumed = convert(root, out, *PHASE_ARGS, "--resume", runner=())
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    if kept:
-        assert f"{kept} finished shard(s) kept" in resumed.stderr, resumed.stderr[-2000:]
-    assert_exact_output(out, files)
-    assert _shard_digests(out) == _shard_digests(reference)
-    assert _comparable(read_manifest(out)) == _comparable(read_manifest(reference))
-
-
 def test_a_kill_while_converting_then_overwrite_gives_the_same_output(tmp_path, phase_input):
     root, files, reference = phase_input
     out = str(tmp_path / "out")

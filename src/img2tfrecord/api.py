@@ -172,7 +172,7 @@ def run_config(
     ``start``: how the launched run starts (default ``pipeline.run.run``).
 
     Raises UsageError (before any work), ErrorBudgetExceeded (with the finished ``result``),
-    ConversionFailed (the runner's exception as ``__cause__``), and ``pipeline.run.Interrupted``
+    ConversionFailed (the runner's exception as ``__cause__``), and ``errors.Interrupted``
     (a KeyboardInterrupt) on SIGINT or SIGTERM.
     """
     from img2tfrecord.pipeline.launch import launch
@@ -186,10 +186,11 @@ def run_config(
     # imported, which then has loaded Keras 3 as well; set before the import.
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     staging: Optional[str] = None
+    stage = "listing the input"  # until the launch is done
     with RunLog(quiet_libraries=not logging.getLogger().handlers) as log:
         try:
             launched = launch(config)  # before Beam is loaded: an append may find nothing to do
-            staging = launched.run_dir
+            staging, stage = launched.run_dir, "running"
             if launched.nothing_new is not None and not staging_left(config.output):
                 logging.info("%s", launched.nothing_new)
                 return read_manifest(config.output)
@@ -212,7 +213,7 @@ def run_config(
                     (line for line in str(e).splitlines() if line.startswith("error budget exceeded")), str(e)
                 ).split(" [while running")[0]
                 raise ErrorBudgetExceeded(message, read_manifest(config.output)) from None
-            failure = failure_of(e, config.output)
+            failure = failure_of(e, config.output, stage)
             kept = log.keep(e, staging)
             message = failure.line("call convert() again with resume=True", kept)
             raise ConversionFailed(message, failure.stage, failure.cause, failure.fix, kept) from e

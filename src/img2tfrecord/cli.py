@@ -18,7 +18,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_FAILURE, EXIT_USAGE, UsageError
-from img2tfrecord.errors import ConversionFailed
+from img2tfrecord.errors import ConversionFailed, Interrupted
 from img2tfrecord.failures import Failure, failure_of
 
 
@@ -94,9 +94,9 @@ def _traceback_file(e: BaseException) -> str:
 def _interrupted(e: KeyboardInterrupt, ns: argparse.Namespace, argv: Sequence[str]) -> str:
     """The line for a stopped command; for a conversion, what it kept and the command that finishes it."""
     kept = getattr(e, "kept", None)
-    if kept is None:
-        return "interrupted"
     name = getattr(e, "signal_name", "SIGINT")
+    if kept is None:
+        return f"interrupted by {name} before anything was written" if isinstance(e, Interrupted) else "interrupted"
     return f"interrupted by {name}: {kept}; to finish, run: {_resume_command(ns, argv)}"
 
 

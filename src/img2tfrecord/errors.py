@@ -6,6 +6,7 @@ Standard library only. The command line maps them to exit codes: :class:`UsageEr
 
 from __future__ import annotations
 
+import signal
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
@@ -41,3 +42,21 @@ class ErrorBudgetExceeded(RuntimeError):
     def __init__(self, message: str, result: Optional[DatasetManifest] = None):
         super().__init__(message)
         self.result = result
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped a run. ``kept`` says in a few words what its output keeps for ``--resume``
+    (None: the run stopped before it wrote anything); ``exit_code`` is the shell's 128 + the signal's number."""
+
+    def __init__(self, signum: int, kept: Optional[str] = None):
+        super().__init__(kept or "")
+        self.signum = signum
+        self.kept = kept
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

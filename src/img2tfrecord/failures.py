@@ -38,8 +38,8 @@ _ERRNO = re.compile(r"\[Errno (\d+)\] ([^:\]\n']+?)(?::\s*'([^'\n]*)')?(?=$|[\]\
 _FIXES = {
     errno.ENOSPC: "free space where the output is",
     errno.EDQUOT: "free space where the output is (a disk quota is full)",
-    errno.EACCES: "let this user write there",
-    errno.EPERM: "let this user write there",
+    errno.EACCES: "give this user access to it",
+    errno.EPERM: "give this user access to it",
     errno.EROFS: "give an --output on a writable filesystem",
     errno.EFBIG: "give a smaller --shard-size-mb (the filesystem limits the size of a file)",
     errno.ENOENT: "check that the path exists and was not removed while the run went on",
@@ -63,20 +63,23 @@ class Failure:
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes, outermost first; a worker process's traceback text (concurrent.futures'
+    ``_RemoteTraceback``, the cause of the exception it re-raises) is not one."""
     seen: List[int] = []
     found: Optional[BaseException] = exc
     while found is not None and id(found) not in seen:
         seen.append(id(found))
-        yield found
+        if type(found).__name__ != "_RemoteTraceback":
+            yield found
         found = found.__cause__ or found.__context__
 
 
-def failure_of(exc: BaseException, where: Optional[str] = None) -> Failure:
+def failure_of(exc: BaseException, where: Optional[str] = None, stage: str = "running") -> Failure:
     """The stage, cause and fix of a run's exception (a runner's wrapper included); ``where`` (the output) is
-    named when the cause names no path."""
+    named when the cause names no path; ``stage``: the stage when no step of the graph names it."""
     texts = [str(e) for e in _chain(exc)]
     steps = [m.group(1) for text in texts for m in _STEP.finditer(text)]
-    stage = next((words for step in steps for prefix, words in _STAGES if step.startswith(prefix)), "running")
+    stage = next((words for step in steps for prefix, words in _STAGES if step.startswith(prefix)), stage)
     for e in _chain(exc):
         if isinstance(e, OSError) and e.errno in _FIXES:
             return Failure(stage, _os_cause(e.errno, e.strerror or "", e.filename or where), _FIXES[e.errno])

@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
-from typing import TYPE_CHECKING, List, Sequence
+import threading
+from typing import TYPE_CHECKING, Any, List, Sequence
 
 from img2tfrecord.api import check_pipeline_args
 from img2tfrecord.commands.errors import EXIT_ERROR_BUDGET, EXIT_OK, UsageError
+from img2tfrecord.errors import Interrupted
 
 if TYPE_CHECKING:
     from img2tfrecord.schemas.dataset_manifest import DatasetManifest
@@ -93,12 +96,27 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
     one_blas_thread()  # before numpy is imported
     # Before Beam, gRPC or TensorFlow is loaded: their C++ code writes to fd 2 as it loads.
     stderr_filter = None if ns.verbose else StderrFilter().start()
+    previous = _stop_on_sigterm()
     try:
         return _run(ns, pipeline_args, own_options)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         resume_collection()
         if stderr_filter is not None:
             stderr_filter.stop()
+
+
+def _stop_on_sigterm() -> Any:
+    """Until the run holds its output (``pipeline/run.py`` takes over then), SIGTERM stops the command as Ctrl-C
+    does: one line, exit 143; -> the handler it replaced (None off the main thread)."""
+
+    def stop(signum, unused_frame):
+        raise Interrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:

@@ -23,6 +23,7 @@ import posixpath
 import re
 from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
+from img2tfrecord import faults
 from img2tfrecord.conversion.examples import (
     StoredObject,
     encode_detection_example,
@@ -370,6 +371,7 @@ def install_converter(converter: Converter[Any]) -> None:
 
 
 def convert_batch(batch: List[Any], label_names: List[str]) -> List[Output]:
+    faults.fail_at("worker")  # test-only: none unless IMG2TFRECORD_FAULT is set
     convert = _worker_converter
     if convert is None:
         raise RuntimeError("install_converter has not run in this process")

@@ -43,6 +43,7 @@ import time
 import uuid
 from typing import Any, Optional
 
+from img2tfrecord import faults
 from img2tfrecord.pipeline.lock_stores import Found, LockStore, store_for
 from img2tfrecord.pipeline.output_errors import OutputNotWritable, error_cause
 from img2tfrecord.schemas import manifest
@@ -338,16 +339,21 @@ class OutputLock:
         self._thread.start()
 
     def _beat(self) -> None:
+        failing = False
         while not self._stop.wait(self._heartbeat_s):
             with self._mutex:
                 if not self._held:
                     return
                 beat = dataclasses.replace(self._me, heartbeat=time.time())
                 try:
+                    faults.fail_at("heartbeat", self.output_dir)  # test-only: none unless IMG2TFRECORD_FAULT is set
                     version = self._store.refresh(self._version, beat.to_bytes())
                 except Exception as e:  # pylint: disable=broad-except  # a network hiccup: the next beat retries
-                    logging.warning("could not refresh the lock on %s: %s", self.output_dir, error_cause(e))
+                    if not failing:  # once per streak of failed beats
+                        logging.warning("could not refresh the lock on %s: %s", self.output_dir, error_cause(e))
+                    failing = True
                     continue
+                failing = False
                 if version is None:  # said before ``held`` turns False, which callers may be waiting for
                     try:
                         removed = self._store.read() is None
@@ -372,7 +378,7 @@ class OutputLock:
 
 def lock_output(output_dir: str, pipeline_options: Any = None) -> OutputLock:
     """The (not yet acquired) lock of ``output_dir``."""
-    return OutputLock(output_dir, store_for(output_dir, pipeline_options))
+    return OutputLock(output_dir, store_for(output_dir, pipeline_options), faults.heartbeat_seconds(HEARTBEAT_S))
 
 
 def release_handed(output_dir: str, version: Any) -> None:

@@ -20,6 +20,7 @@ from apache_beam.options.pipeline_options import (
 
 from img2tfrecord import progress
 from img2tfrecord.conversion.pool import close_open_pools
+from img2tfrecord.errors import Interrupted
 from img2tfrecord.pipeline.append import write_ledger
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import LOCAL_RUNNING_MODE, ConvertConfig
@@ -254,27 +255,6 @@ def _run(
     if resuming:
         resumed = result.metrics().query(beam.metrics.MetricsFilter().with_name(SHARDS_RESUMED))["counters"]
         logging.info("%d finished shard(s) kept from the interrupted run", sum(c.committed or 0 for c in resumed))
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM stopped a run; its output keeps what ``--resume`` goes on from.
-
-    ``kept`` says what that is, in a few words; ``exit_code`` is the shell's
-    128 + the signal's number.
-    """
-
-    def __init__(self, signum: int, kept: str):
-        super().__init__(kept)
-        self.signum = signum
-        self.kept = kept
-
-    @property
-    def signal_name(self) -> str:
-        return signal.Signals(self.signum).name
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 class _StopSignals:

@@ -39,6 +39,7 @@ from google.protobuf import text_format
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
+from img2tfrecord import faults
 from img2tfrecord.conversion.run_totals import BATCH_CLASSES, MAX_PIXEL, RunTotals, pixel_moments, statistics_json
 from img2tfrecord.images import LOSSLESS_FORMATS, ImageOptions
 from img2tfrecord.readers import storage
@@ -307,7 +308,7 @@ def _export_dir(temp_dir: str) -> str:
 
 
 def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, exact: bool, totals, label_names=None):
-    """After WriteTransformFn: the export and the raw schema files in the output, the temp dir removed,
+    """After WriteTransformFn: the export and the raw schema files in ``output_dir``, the temp dir removed,
     the statistics out; None, and nothing published, for labeled records without any class (every input
     was rejected: the run ends as "no records written", not with a transform of nothing)."""
     if label_names is not None and not label_names:
@@ -315,6 +316,8 @@ def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, e
             tf.io.gfile.rmtree(temp_dir)
         logging.warning("no class has a record: no tf.Transform output is written")
         return None
+    faults.pause_at("analysis")
+    faults.fail_at("analysis", output_dir)
     export = _export_dir(temp_dir)
     for folder in (manifest.TRANSFORM_FN_DIR, manifest.TRANSFORMED_METADATA_DIR):
         storage.copy_tree(storage.join(export, folder), storage.join(output_dir, folder))
@@ -393,6 +396,7 @@ def analyze_train_split(
     label_names,
     config,
     split_names: Sequence[str],
+    staging: str,
     labeled: bool = True,
     base: Optional[RunTotals] = None,
     base_exact: bool = True,
@@ -401,7 +405,8 @@ def analyze_train_split(
 
     ``rows`` are the train records' analysis rows (``converter.Record.analysis``: the
     record without its image bytes, plus its pixel sums); ``label_names`` the
-    one-element PCollection of the sorted class list; ``split_names`` the run's splits;
+    one-element PCollection of the sorted class list; ``split_names`` the run's splits; ``staging``: the
+    run's staging folder, which the transform is published into (``FinalizeOutput`` moves it into the output);
     ``labeled``: the records carry labels; ``base``: the totals of an append's earlier generations
     (``base_exact``: theirs are exact), which the statistics and the exported transform then cover too.
     """
@@ -425,11 +430,11 @@ def analyze_train_split(
     options = rows.pipeline.options.get_all_options()
     runner = str(options.get("runner") or "DirectRunner").split(".")[-1]
     return rows | "AnalyzeTrainSplit" >> AnalyzeTrainSplit(
-        config.output,
+        FileSystems.join(staging, manifest.RUN_COMMITTED_DIR),
         label_names,
         TransformSpec.from_options(config.image, labeled=labeled),
         temp_dir_for(
-            config.output,
+            staging,
             options.get("temp_location"),
             bool(options.get("dry_run")),
             local=runner in StandardOptions.LOCAL_RUNNERS,

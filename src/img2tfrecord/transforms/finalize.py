@@ -28,6 +28,7 @@ from img2tfrecord.schemas import dataset_manifest, manifest, tfds_layout
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, ShardInfo, SplitInfo
 from img2tfrecord.schemas.generations import Generation, Withdrawal
+from img2tfrecord.transforms.publish import Publication, analysis_files
 
 
 def error_json(row: Mapping[str, str]) -> str:
@@ -71,17 +72,6 @@ class AccountingError(RuntimeError):
     """Raised when records written + rejected does not equal the inputs."""
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary name, so readers never see half a file."""
-    directory, name = path.rsplit("/", 1)
-    tmp = f"{directory}/{manifest.TEMP_PREFIXES[1]}{name}"
-    with FileSystems.create(tmp) as f:
-        f.write(text.encode("utf-8"))
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
-
-
 def summarise_splits(
     split_names: Iterable[str], shards: Iterable[CommittedShard], detection: bool = False
 ) -> Dict[str, SplitInfo]:
@@ -114,20 +104,6 @@ def summarise_splits(
         )
         for name, written in by_split.items()
     }
-
-
-def _move_staged(staged: str, final: str) -> None:
-    """Move a file of the run from its staging folder into the output (already there: a retried finalise)."""
-    if not FileSystems.exists(staged):
-        if not FileSystems.exists(final):
-            raise FileNotFoundError(f"a file of the run is missing from its staging folder: {staged}")
-        return
-    if FileSystems.exists(final):
-        FileSystems.delete([final])
-    folder = final.rsplit("/", 1)[0]
-    if "://" not in folder and not FileSystems.exists(folder):
-        FileSystems.mkdirs(folder)
-    FileSystems.rename([staged], [final])
 
 
 def remove_tree(path: str) -> None:
@@ -230,27 +206,16 @@ class FinalizeOutput(beam.DoFn):
                 doc = doc.replace(generations=(generation,))
         # The folder is also a TFDS dataset (tfds.builder_from_directory), or says why not.
         doc = doc.replace(tfds=tfds_layout.status(doc))
-        join = FileSystems.join
-        committed = join(self._run_dir, manifest.RUN_COMMITTED_DIR)
-        for name in [c.file for c in shards] + [c.index_file for c in shards if c.index_file]:
-            _move_staged(join(committed, name), join(self._output_dir, name))
-        errors = manifest.errors_file(self._generation)
-        _move_staged(join(self._run_dir, errors), join(self._output_dir, errors))
-        if self._ledger is not None:
-            _move_staged(join(self._run_dir, manifest.RUN_LEDGER_FILE), join(self._output_dir, self._ledger))
-        if self._members is not None:
-            _move_staged(join(self._run_dir, manifest.RUN_MEMBERS_FILE), join(self._output_dir, self._members))
-        write_atomically(join(self._output_dir, manifest.LABELS_FILE), label_map.labels_text(label_names))
-        if detection:
-            write_atomically(join(self._output_dir, manifest.LABEL_MAP_FILE), label_map.label_map_pbtxt(label_names))
-        for name, text in tfds_layout.metadata_files(doc).items():
-            write_atomically(join(self._output_dir, name), text)
-        write_atomically(join(self._output_dir, manifest.MANIFEST_FILE), dataset_manifest.dumps(doc))
-        faults.pause_at("finalizing")
+        publication = Publication(self._run_dir, self._output_dir)
+        try:
+            self._publish(publication, doc, shards, statistics is not None)
+        except BaseException:  # a failure or a stop while publishing: the output is left as it was
+            publication.undo(self._previous_files())
+            raise
         remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
         if not written and self._previous is None:  # nothing to train on is a failed run, whatever the budget
             raise ErrorBudgetExceeded(no_records_written(num_inputs, rejected))
-        with FileSystems.create(join(self._output_dir, manifest.SUCCESS_FILE)) as f:
+        with FileSystems.create(FileSystems.join(self._output_dir, manifest.SUCCESS_FILE)) as f:
             f.write(b"")
         if self._after_success is not None:
             self._after_success()
@@ -259,3 +224,44 @@ class FinalizeOutput(beam.DoFn):
             # The output is complete and consistent; the job still fails so a scheduler alerts.
             raise ErrorBudgetExceeded(budget_message)
         yield doc
+
+    def _publish(self, publication: Publication, doc: DatasetManifest, shards: List[CommittedShard], analysed: bool):
+        """Move the run's shards, indexes, error report, analysis and ledger from its staging folder into the
+        output, then write ``labels.txt``, the TFDS metadata and ``dataset.json``."""
+        join = FileSystems.join
+        committed = join(self._run_dir, manifest.RUN_COMMITTED_DIR)
+        for name in [c.file for c in shards] + [c.index_file for c in shards if c.index_file]:
+            publication.move(join(committed, name), name)
+        errors = manifest.errors_file(self._generation)
+        publication.move(join(self._run_dir, errors), errors)
+        if analysed:
+            for name, folder in analysis_files().items():
+                if folder:
+                    publication.move_tree(join(committed, name), name)
+                else:
+                    publication.move(join(committed, name), name)
+        if self._ledger is not None:
+            publication.move(join(self._run_dir, manifest.RUN_LEDGER_FILE), self._ledger)
+        if self._members is not None:
+            publication.move(join(self._run_dir, manifest.RUN_MEMBERS_FILE), self._members)
+        for name, text in self._metadata_files(doc).items():
+            publication.write(name, text)
+        faults.fail_at("finalizing", join(self._output_dir, manifest.MANIFEST_FILE))
+        publication.write(manifest.MANIFEST_FILE, dataset_manifest.dumps(doc))
+        faults.pause_at("finalizing")
+
+    @staticmethod
+    def _metadata_files(doc: DatasetManifest) -> Dict[str, str]:
+        """name -> text of what the output holds about its records besides ``dataset.json``: the label
+        files and the TFDS metadata."""
+        files = {manifest.LABELS_FILE: label_map.labels_text(list(doc.labels))}
+        if doc.is_detection:
+            files[manifest.LABEL_MAP_FILE] = label_map.label_map_pbtxt(list(doc.labels))
+        files.update(tfds_layout.metadata_files(doc))
+        return files
+
+    def _previous_files(self) -> Dict[str, str]:
+        """What an append's output held before it (the texts it rewrites); {} for a new output."""
+        if self._previous is None:
+            return {}
+        return {**self._metadata_files(self._previous), manifest.MANIFEST_FILE: dataset_manifest.dumps(self._previous)}

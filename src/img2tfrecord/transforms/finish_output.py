@@ -72,6 +72,7 @@ class FinishOutput(beam.PTransform):
                 parts[LABELS],
                 analysis.config,
                 analysis.split_names,
+                self._run_dir,
                 analysis.labeled,
                 base=analysis.base,
                 base_exact=analysis.base_exact,

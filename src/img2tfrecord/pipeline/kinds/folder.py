@@ -57,6 +57,7 @@ def _list_folder(config: ConvertConfig) -> FolderFiles:
         )
     listing = list_input(pattern)
     faults.pause_at("listing")
+    faults.fail_at("listing", base)
     listed = [(path, layouts.relative_path(base, path), size) for path, size in listing if path.startswith(base)]
     outputs = skip_outputs(config, [relpath for _, relpath, _ in listed])
     files = [
