@@ -241,3 +241,25 @@ def test_an_input_that_gives_no_record_is_no_records_written_with_the_analysis(t
     assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
     if not doc.labels:  # no class: nothing analysed, no transform of nothing published
         assert doc.statistics is None and not os.path.exists(os.path.join(out, manifest.TRANSFORM_FN_DIR))
+
+
+def test_a_failed_conversion_prints_nothing_and_its_exception_names_the_log(sample_dir, tmp_path):
+    """A program that configured no logging: Beam's ERROR lines and tracebacks go to the run's log file, not
+    to its stderr; the exception is one line and names that file."""
+    script = f"""
+import os, img2tfrecord
+os.environ["IMG2TFRECORD_FAULT"] = "fail:writing:enospc"
+try:
+    img2tfrecord.convert({sample_dir!r}, {str(tmp_path / "out")!r}, image_size=16, analyze=False, processes=1)
+except img2tfrecord.ConversionFailed as e:
+    print("STAGE", e.stage)
+    print("LINE", str(e))
+    print("LOG", e.log_path, os.path.exists(e.log_path))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=cli_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.strip() == "", proc.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert lines["STAGE"] == "converting and writing shards"
+    assert lines["LINE"].startswith("the run failed while converting and writing shards: No space left on device")
+    assert "then call convert() again with resume=True" in lines["LINE"] and lines["LOG"].endswith(" True")
