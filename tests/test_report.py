@@ -35,7 +35,7 @@ from PIL import Image
 
 from img2tfrecord.conversion.sharding import assign_split, parse_splits
 from img2tfrecord.report import duplicates as dup
-from img2tfrecord.report import facts, perceptual_hash
+from img2tfrecord.report import facts, group_lines, near_search, perceptual_hash
 from img2tfrecord.schemas import manifest
 
 SEED = 5
@@ -130,9 +130,18 @@ def planted(tmp_path_factory):
     return data, out
 
 
+def lines(json_path, document, kind: str) -> List[Dict[str, Any]]:
+    """The rows of one of the JSON-lines files report.json names (beside it)."""
+    entry = document["files"][kind]
+    with open(os.path.join(os.path.dirname(json_path), entry["file"]), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == entry["lines"]
+    return rows
+
+
 @pytest.fixture(scope="module")
 def reported(planted, tmp_path_factory):
-    """(PlantedDataset, output folder, report.html path, report.json document)."""
+    """(PlantedDataset, output folder, report.html path, report.json document, {lines kind: rows})."""
     data, out = planted
     target = tmp_path_factory.mktemp("report_files")
     proc = run_in_process(
@@ -143,14 +152,20 @@ def reported(planted, tmp_path_factory):
     assert html_path == str(target / "report.html")
     with open(target / "report.json", encoding="utf-8") as f:
         document = json.load(f)
-    return data, out, html_path, document
+    assert sorted(os.listdir(target)) == [
+        "report-classes.jsonl",
+        "report-duplicates.jsonl",
+        "report-rejected.jsonl",
+        "report.html",
+        "report.json",
+    ]
+    rows = {kind: lines(target / "report.json", document, kind) for kind in ("classes", "duplicates", "rejected")}
+    return data, out, html_path, document, rows
 
 
-def _groups(document, kind: str) -> List[List[str]]:
+def _groups(groups, kind: str) -> List[List[str]]:
     return sorted(
-        sorted(r["filename"] for c in g["contents"] for r in c["records"])
-        for g in document["duplicates"]["groups"]
-        if g["kind"] == kind
+        sorted(r["filename"] for c in g["contents"] for r in c["records"]) for g in groups if g["kind"] == kind
     )
 
 
@@ -158,24 +173,27 @@ def _groups(document, kind: str) -> List[List[str]]:
 
 
 def test_report_json_finds_the_planted_duplicate_groups(reported):
-    data, _, _, document = reported
-    assert _groups(document, "exact") == sorted(sorted(g) for g in data.exact)
-    assert _groups(document, "near") == sorted(sorted(g) for g in data.near)
-    for group in document["duplicates"]["groups"]:
+    data, _, _, document, rows = reported
+    every = rows["duplicates"]
+    assert _groups(every, "exact") == sorted(sorted(g) for g in data.exact)
+    assert _groups(every, "near") == sorted(sorted(g) for g in data.near)
+    top = document["duplicates"]["top_groups"]
+    assert sorted(map(json.dumps, top)) == sorted(map(json.dumps, every)), "few groups: the page shows them all"
+    for group in every:
         assert group["splits"] == dup.split_order(
             {data.split_of(r["filename"]) for c in group["contents"] for r in c["records"]}
         )
         if group["kind"] == "near":
             assert all(c["distance"] <= 6 for c in group["contents"])
-    crossing = [g["crosses_splits"] for g in document["duplicates"]["groups"]]
+    crossing = [g["crosses_splits"] for g in top]
     assert crossing == sorted(crossing, reverse=True), "groups that cross splits come first"
     assert crossing.count(False) == 1  # the two copies within train
-    twin = next(g for g in document["duplicates"]["groups"] if len(g["classes"]) > 1)
+    twin = next(g for g in every if len(g["classes"]) > 1)
     assert twin["classes"] == ["bird", "dog"]
 
 
 def test_report_json_counts_pairs_across_splits(reported):
-    _, _, _, document = reported
+    _, _, _, document, _ = reported
     exact, near = document["duplicates"]["exact"], document["duplicates"]["near"]
     # leak: train-test; twin: dog train, dog validation, bird train; same: two in train.
     assert exact["pairs"] == {"train/validation": 2, "train/test": 1, "train/train": 2}
@@ -188,16 +206,20 @@ def test_report_json_counts_pairs_across_splits(reported):
 
 
 def test_report_json_class_counts_sizes_shards_and_rejects(reported):
-    data, out, _, document = reported
+    data, out, _, document, rows = reported
     expected = data.class_counts()
     doc = json.load(open(os.path.join(out, manifest.MANIFEST_FILE)))
     assert list(document["splits"]) == ["train", "validation", "test"]
+    assert [r["class"] for r in rows["classes"]] == list(CLASSES)
     for split, counts in expected.items():
         info = document["splits"][split]
-        assert info["examples_per_class"] == counts
+        assert {r["class"]: r["examples"][split] for r in rows["classes"]} == counts
+        assert {r["class"]: r["declared"][split] for r in rows["classes"]} == doc["splits"][split]["examples_per_class"]
         assert info["num_examples"] == info["declared_examples"] == sum(counts.values())
         nonzero = [n for n in counts.values()]
         assert info["imbalance"]["ratio"] == (round(max(nonzero) / min(nonzero), 3) if min(nonzero) else None)
+        spread = info["classes"]
+        assert (spread["classes"], spread["min"], spread["max"]) == (3, min(nonzero), max(nonzero))
         assert info["images"]["most_common"] == [{"width": 64, "height": 64, "count": sum(counts.values())}]
         assert info["images"]["aspect_ratio"]["median"] == 1.0
     assert document["read"]["records"] == len(data.good_files())
@@ -216,10 +238,15 @@ def test_report_json_class_counts_sizes_shards_and_rejects(reported):
             )
     rejected = document["rejected"]
     assert rejected["total"] == rejected["declared"] == 2
-    assert {r: [e["path"] for e in items] for r, items in rejected["by_reason"].items()} == data.rejected
-    assert all(e["error"] for items in rejected["by_reason"].values() for e in items)
+    assert rejected["by_reason"] == {r: len(paths) for r, paths in data.rejected.items()}
+    assert {r: [e["path"] for e in items] for r, items in rejected["shown"].items()} == data.rejected
+    assert sorted((e["reason"], e["path"]) for e in rows["rejected"]) == sorted(
+        (r, p) for r, paths in data.rejected.items() for p in paths
+    )
+    assert all(e["error"] for e in rows["rejected"])
     samples = document["samples"]
-    assert sorted(samples) == list(CLASSES) and all(len(items) == 4 for items in samples.values())
+    assert (samples["mode"], samples["per_class"]) == ("per_class", 4)
+    assert collections.Counter(item["class"] for item in samples["items"]) == {c: 4 for c in CLASSES}
 
 
 def test_sample_is_seeded_and_independent_of_processes(planted, tmp_path):
@@ -229,10 +256,13 @@ def test_sample_is_seeded_and_independent_of_processes(planted, tmp_path):
         target = tmp_path / f"p{processes}s{seed}.html"
         proc = run_in_process("report", out, "--output", str(target), "--seed", seed, "--processes", processes)
         assert proc.returncode == 0, proc.stderr
-        document = json.load(open(tmp_path / f"p{processes}s{seed}.json"))
+        json_path = tmp_path / f"p{processes}s{seed}.json"
+        document = json.load(open(json_path))
         picks.append(document["samples"])
-        document["read"] = document["options"] = None
-        picks.append(document)
+        every = [lines(json_path, document, kind) for kind in ("classes", "duplicates", "rejected")]
+        assert document["files"]["duplicates"]["file"] == f"p{processes}s{seed}-duplicates.jsonl"
+        document["read"] = document["options"] = document["files"] = None
+        picks.append([document, every])
     assert picks[0] == picks[2], "the same seed picks the same sample with 1 or 2 processes"
     assert picks[0] != picks[4], "another seed picks another sample"
     assert picks[1] == picks[3], "the whole report does not depend on the number of processes"
@@ -259,6 +289,14 @@ def test_incomplete_output_gives_a_report_that_says_so(planted, tmp_path):
     assert proc.stdout.strip() == str(tmp_path / "r.html")
     assert json.load(open(tmp_path / "r.json"))["dataset"]["complete"] is False
     assert 'id="incomplete"' in (tmp_path / "r.html").read_text()
+    assert sorted(os.listdir(tmp_path)) == [
+        "copy",
+        "r-classes.jsonl",
+        "r-duplicates.jsonl",
+        "r-rejected.jsonl",
+        "r.html",
+        "r.json",
+    ], "no temporary file left"
 
 
 def test_damaged_shard_gives_a_report_of_what_could_be_read(planted, tmp_path):
@@ -293,7 +331,7 @@ def test_sequence_output_is_refused_in_one_line(tmp_path):
     proc = run_in_process("report", str(out), "--output", str(tmp_path / "r.html"))
     assert proc.returncode == 2
     assert "SequenceExample" in _one_line_error(proc)
-    assert not (tmp_path / "r.html").exists()
+    assert sorted(os.listdir(tmp_path)) == ["clips", "out"], "nothing written, not even the lines files"
 
 
 def test_manifest_field_of_the_wrong_type_is_a_one_line_error_naming_it(planted, tmp_path):
@@ -344,7 +382,7 @@ def test_near_pairs_match_brute_force():
             for j in range(i + 1, len(hashes))
             if perceptual_hash.hamming(hashes[i], hashes[j]) <= distance
         )
-        assert [tuple(p) for p in perceptual_hash.near_pairs(hashes, distance)] == brute
+        assert [tuple(p) for p in near_search.near_pairs(hashes, distance)] == brute
 
 
 def _located(name: str, split: str, dhash: int) -> dup.Located:
@@ -376,8 +414,7 @@ def test_near_groups_do_not_chain():
     # Each group counts its own pair; the totals count all three, b-c between the groups too.
     assert {tuple(g.pairs.items()) for g in near} == {(("train/test", 1),), (("train/validation", 1),)}
     assert found.near_pairs == {"train/validation": 1, "train/test": 2}
-    section = facts.duplicates_section(found)
-    assert sorted(g["largest_distance"] for g in section["groups"]) == [6, 6]
+    assert sorted(group_lines.group_json(g)["largest_distance"] for g in found.groups) == [6, 6]
 
 
 def test_near_groups_hold_only_images_close_to_the_first():
@@ -401,7 +438,7 @@ def test_near_groups_hold_only_images_close_to_the_first():
             grouped[c.sha256] = g
     assert len(grouped) > 50
     # find_duplicates orders contents by file name, as items are: near_pairs' positions are the items'.
-    for pair in perceptual_hash.near_pairs(hashes, 6):
+    for pair in near_search.near_pairs(hashes, 6):
         # Two close images are never both left out: the first of them would have led a group.
         assert items[pair.first].sha256 in grouped or items[pair.second].sha256 in grouped
 
@@ -420,7 +457,13 @@ def test_size_summary_and_imbalance():
     summary = facts.image_sizes(sizes)
     assert summary["width"] == {"min": 48, "max": 100, "mean": 68.0, "median": 64}
     assert [b["count"] for b in summary["aspect_ratio_histogram"]] == [0, 0, 0, 1, 0, 0, 3, 0, 1]
-    assert facts.imbalance({"a": 10, "b": 4}) == {"ratio": 2.5, "largest": "a", "smallest": "b", "empty_classes": []}
+    assert facts.imbalance({"a": 10, "b": 4}) == {
+        "ratio": 2.5,
+        "largest": "a",
+        "smallest": "b",
+        "empty_classes": [],
+        "empty_class_count": 0,
+    }
     assert facts.imbalance({"a": 10, "b": 0})["ratio"] is None
 
 
@@ -592,7 +635,7 @@ _DOM_FACTS = """JSON.stringify({
 
 
 def test_page_in_headless_chromium(reported, browser, tmp_path):
-    data, _, html_path, document = reported
+    data, _, html_path, document, _ = reported
     with urllib.request.urlopen(f"{browser}/json/list", timeout=10) as response:
         page = next(t for t in json.load(response) if t["type"] == "page")
     tools = DevTools(WebSocket(page["webSocketDebuggerUrl"]))
