@@ -30,7 +30,7 @@ content gives the groups the rule gives.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.report import near_search
 from img2tfrecord.report.record_table import Located, RecordTable, from_located, split_order
@@ -43,6 +43,7 @@ __all__ = ["EXACT", "NEAR", "Content", "Duplicates", "Group", "Located", "find_d
 EXACT = "exact"
 NEAR = "near"
 _SPLIT_RANK = {"train": 0, "validation": 1, "test": 2}
+_CHUNK = 1 << 18  # rows compared at once
 
 
 @dataclasses.dataclass
@@ -191,20 +192,26 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
     words = np.ascontiguousarray(table.sha256).view(">u8").reshape(n, 4)
     order = np.lexsort(words.T[::-1])
     new = np.ones(n, dtype=bool)
-    new[1:] = (words[order[1:]] != words[order[:-1]]).any(axis=1)
-    starts = np.flatnonzero(new)
-    ends = np.append(starts[1:], n)
-    content_of_row = np.empty(n, dtype=np.int64)
-    content_of_row[order] = np.cumsum(new) - 1
+    for start in range(1, n, _CHUNK):  # in chunks: no second copy of every digest
+        stop = min(n, start + _CHUNK)
+        new[start:stop] = (words[order[start:stop]] != words[order[start - 1 : stop - 1]]).any(axis=1)
+    small: Any = np.int32 if n < 2**31 else np.int64  # row and content numbers: half the memory of int64
+    starts = np.flatnonzero(new).astype(small)
+    ends = np.append(starts[1:], n).astype(small)
+    content_of_row = np.empty(n, dtype=small)
+    content_of_row[order] = np.cumsum(new, dtype=small) - 1
+    del new
     first_row = order[starts]
     sizes = ends - starts
 
     # Distinct hashes of the contents that decoded, and the pairs of them within the distance.
-    content_value = np.full(len(starts), -1, dtype=np.int64)
+    content_value = np.full(len(starts), -1, dtype=small)
     decoded = np.flatnonzero(table.hashed[first_row])
     values, value_of = np.unique(table.dhash[first_row[decoded]], return_inverse=True)
+    del first_row
     content_value[decoded] = value_of
-    multiplicity = np.bincount(value_of, minlength=len(values)).astype(np.int64)
+    multiplicity = np.bincount(value_of, minlength=len(values)).astype(small)
+    del decoded, value_of
     batches = list(near_search.near_pair_batches(values, max_distance))
     pa = np.concatenate([b[0] for b in batches]) if batches else np.zeros(0, dtype=np.int64)
     pb = np.concatenate([b[1] for b in batches]) if batches else np.zeros(0, dtype=np.int64)
@@ -237,25 +244,28 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
             emit(group)
     found.exact_pairs = _as_pairs(exact_total, splits)
 
-    # Near groups, over the distinct hashes in the order of their first content.
-    rows_near = np.flatnonzero(in_near[content_of_row])
-    row_values = content_value[content_of_row[rows_near]]
-    per_value = np.bincount(row_values * k + table.split_ids(rows_near), minlength=len(values) * k)
-    per_value = per_value.reshape(len(values), k).astype(np.float64)
-    contents_of: Dict[int, List[int]] = {}
+    # Near groups, over the distinct hashes in some group (numbered anew, in the order of their first content).
+    del content_of_row
+    contents_of: Dict[int, List[int]] = {}  # value -> its contents, in order
     for c in ordered:
         if in_near[c]:
             contents_of.setdefault(int(content_value[c]), []).append(c)
-    neighbours = _adjacency(pa, pb, len(values))
-    exhausted = np.zeros(len(values), dtype=bool)
-    group_of_value = np.full(len(values), -1, dtype=np.int64)
+    near = list(contents_of)  # near[i]: the value numbered i
+    renumber = np.full(len(values), -1, dtype=np.int64)
+    renumber[near] = np.arange(len(near))
+    pa, pb = renumber[pa], renumber[pb]  # every value of a pair is in some group
+    counts = [[split_counts(c) for c in contents_of[v]] for v in near]
+    per_value = np.array([np.sum(x, axis=0) for x in counts], dtype=np.float64).reshape(len(near), k)
+    neighbours = _adjacency(pa, pb, len(near))
+    exhausted = np.zeros(len(near), dtype=bool)
+    group_of_value = np.full(len(near), -1, dtype=np.int64)
     leaders: List[Tuple[int, List[int]]] = []
-    for value in contents_of:  # in the order of first contents
+    for value in range(len(near)):  # in the order of first contents
         if exhausted[value]:
             continue
         others = neighbours[1][neighbours[0][value] : neighbours[0][value + 1]]
         others = others[~exhausted[others]]
-        if not len(others) and multiplicity[value] < 2:
+        if not len(others) and multiplicity[near[value]] < 2:
             continue
         members = [value, *others.tolist()]
         exhausted[members] = True
@@ -267,11 +277,10 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
     group_between = _grouped_outer(group_of_value[pa[same]], per_value[pa[same]], per_value[pb[same]], len(leaders))
     near_total = _between(between)
     within_of: Dict[int, np.ndarray] = {}
-    for value, cs in contents_of.items():
-        if len(cs) > 1:
+    for value, value_counts in enumerate(counts):
+        if len(value_counts) > 1:
             squares = np.zeros((k, k))
-            for c in cs:
-                x = split_counts(c).astype(np.float64)
+            for x in value_counts:
                 squares += np.outer(x, x)
             within_of[value] = _within(per_value[value], squares)
             near_total += within_of[value]
@@ -282,10 +291,11 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
         for value in members:
             if value in within_of:
                 pairs += within_of[value]
-        member_contents = sorted((c for value in members for c in contents_of[value]), key=position.__getitem__)
+        member_contents = sorted((c for value in members for c in contents_of[near[value]]), key=position.__getitem__)
+        first = values[near[leader]]
         group = Group(
             NEAR,
-            [content(c, int(values[leader] ^ values[content_value[c]]).bit_count()) for c in member_contents],
+            [content(c, int(first ^ values[content_value[c]]).bit_count()) for c in member_contents],
             _as_pairs(pairs, splits),
         )
         found.near.count(group)

@@ -96,6 +96,9 @@ class RecordTable:
         )
 
 
+_JOINED = ("record_index", "offset", "class_ids", "sha256", "dhash", "hashed")  # concatenated over the shards
+
+
 class TableBuilder:
     """A :class:`RecordTable` assembled from one shard's columns at a time; ``classes`` come first in its
     class list, any other class names after them in the order met."""
@@ -104,15 +107,22 @@ class TableBuilder:
         self.splits = split_order(splits)
         self.classes = list(classes)
         self._class_id = {c: i for i, c in enumerate(self.classes)}
-        self._shards: List[Tuple[str, str, ShardColumns, np.ndarray]] = []  # file, split, columns, class ids
+        self._files: List[Tuple[str, str]] = []  # (file, split) per shard
+        self._columns: Dict[str, List[np.ndarray]] = {name: [] for name in _JOINED}
+        self._names: List[bytes] = []
+        self._name_ends: List[np.ndarray] = []
 
     def add(self, file: str, split: str, columns: ShardColumns) -> None:
         import numpy as np
 
         if split not in self.splits:
             self.splits = split_order([*self.splits, split])
+        self._files.append((file, split))
         ids = np.array([self._class_of(c) for c in columns.class_names] or [0], dtype=np.int32)
-        self._shards.append((file, split, columns, ids[columns.class_ids]))
+        for name in _JOINED:
+            self._columns[name].append(ids[columns.class_ids] if name == "class_ids" else getattr(columns, name))
+        self._names.append(columns.names)
+        self._name_ends.append(columns.name_ends)
 
     def _class_of(self, name: str) -> int:
         if name not in self._class_id:
@@ -121,33 +131,41 @@ class TableBuilder:
         return self._class_id[name]
 
     def build(self) -> RecordTable:
+        """The table; the builder is empty afterwards. Each column is joined and its parts let go before the
+        next, so the peak is the table and one column's parts, not the table twice."""
         import numpy as np
 
-        shards = self._shards
-        self._shards = []
+        sizes = [len(part) for part in self._columns["record_index"]]
         rank = {s: i for i, s in enumerate(self.splits)}
-        sizes = [len(columns) for _, _, columns, _ in shards]
+        empty = {"sha256": np.zeros((0, 32), dtype=np.uint8)}
 
-        def joined(pick, dtype, shape=(0,)) -> np.ndarray:
-            parts = [pick(columns, ids) for _, _, columns, ids in shards]
-            return np.concatenate(parts) if parts else np.zeros(shape, dtype=dtype)
+        def joined(name: str, dtype) -> np.ndarray:
+            parts = self._columns.pop(name)
+            if not parts:
+                return empty.get(name, np.zeros(0, dtype=dtype))
+            out = np.concatenate(parts)
+            parts.clear()
+            return out
 
-        return RecordTable(
+        table = RecordTable(
             splits=self.splits,
-            shard_files=[file for file, _, _, _ in shards],
-            split_of_shard=np.array([rank[split] for _, split, _, _ in shards], dtype=np.int32),
+            shard_files=[file for file, _ in self._files],
+            split_of_shard=np.array([rank[split] for _, split in self._files], dtype=np.int32),
             classes=self.classes,
-            shard=np.repeat(np.arange(len(shards), dtype=np.int32), sizes),
-            index=joined(lambda c, _: c.record_index, np.int32),
-            offset=joined(lambda c, _: c.offset, np.int64),
-            class_id=joined(lambda _, ids: ids, np.int32),
-            sha256=joined(lambda c, _: c.sha256, np.uint8, (0, 32)),
-            dhash=joined(lambda c, _: c.dhash, np.uint64),
-            hashed=joined(lambda c, _: c.hashed, bool),
-            names=[columns.names for _, _, columns, _ in shards],
-            name_ends=[columns.name_ends for _, _, columns, _ in shards],
+            shard=np.repeat(np.arange(len(sizes), dtype=np.int32), sizes),
+            index=joined("record_index", np.int32),
+            offset=joined("offset", np.int64),
+            class_id=joined("class_ids", np.int32),
+            sha256=joined("sha256", np.uint8),
+            dhash=joined("dhash", np.uint64),
+            hashed=joined("hashed", bool),
+            names=self._names,
+            name_ends=self._name_ends,
             first_row=np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])[:-1].astype(np.int64),
         )
+        self._files, self._names, self._name_ends = [], [], []
+        self._columns = {name: [] for name in _JOINED}
+        return table
 
 
 def key_digest(key: str) -> bytes:

@@ -1,13 +1,16 @@
 """One read of one shard, in a worker process: the facts of every record and a seeded thumbnail sample.
 
 :func:`scan_shard` and :func:`fetch_thumbnails` are the functions a process
-pool runs; their arguments and results are small picklable values. A shard
-that cannot be read to its end gives the records before the break and a
-problem naming where it broke, never an exception.
+pool runs; their arguments and results are small picklable values (a shard's
+records come back as numpy columns, :class:`ShardColumns`). A shard that cannot
+be read to its end gives the records before the break and a problem naming
+where it broke, never an exception. Records are read through
+:mod:`img2tfrecord.readers.records` only (``scan_records``, ``read_record_at``).
 """
 
 from __future__ import annotations
 
+import array
 import base64
 import collections
 import dataclasses
@@ -190,39 +193,41 @@ def sha256_digest(values: Mapping[str, Any]) -> bytes:
 
 
 class _ColumnsBuilder:
-    """The columns of one shard, appended record by record."""
+    """The columns of one shard, appended record by record into typed buffers (no Python object per record)."""
 
     def __init__(self) -> None:
-        self.index: List[int] = []
-        self.offset: List[int] = []
-        self.class_ids: List[int] = []
-        self.sha: List[bytes] = []
-        self.dhash: List[int] = []
-        self.hashed: List[bool] = []
-        self.names: List[bytes] = []
+        self.index = array.array("i")
+        self.offset = array.array("q")
+        self.class_ids = array.array("i")
+        self.sha = bytearray()
+        self.dhash = array.array("Q")
+        self.hashed = bytearray()
+        self.names = bytearray()
+        self.name_ends = array.array("q")
         self.class_of: Dict[str, int] = {}
 
     def add(self, index: int, offset: int, class_name: str, sha: bytes, dhash: Optional[int], name: bytes) -> None:
         self.index.append(index)
         self.offset.append(offset)
         self.class_ids.append(self.class_of.setdefault(class_name, len(self.class_of)))
-        self.sha.append(sha)
+        self.sha += sha
         self.dhash.append(dhash or 0)
         self.hashed.append(dhash is not None)
-        self.names.append(name)
+        self.names += name
+        self.name_ends.append(len(self.names))
 
     def build(self) -> ShardColumns:
         import numpy as np
 
         return ShardColumns(
-            np.array(self.index, dtype=np.int32),
-            np.array(self.offset, dtype=np.int64),
-            np.array(self.class_ids, dtype=np.int32),
-            np.frombuffer(b"".join(self.sha), dtype=np.uint8).reshape(-1, 32),
-            np.array(self.dhash, dtype=np.uint64),
-            np.array(self.hashed, dtype=bool),
-            b"".join(self.names),
-            np.cumsum([len(n) for n in self.names], dtype=np.int64),
+            np.frombuffer(self.index, dtype=np.int32).copy(),
+            np.frombuffer(self.offset, dtype=np.int64).copy(),
+            np.frombuffer(self.class_ids, dtype=np.int32).copy(),
+            np.frombuffer(bytes(self.sha), dtype=np.uint8).reshape(-1, 32),
+            np.frombuffer(self.dhash, dtype=np.uint64).copy(),
+            np.frombuffer(bytes(self.hashed), dtype=bool),
+            bytes(self.names),
+            np.frombuffer(self.name_ends, dtype=np.int64).copy(),
             tuple(self.class_of),
         )
 
