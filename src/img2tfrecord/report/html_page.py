@@ -13,7 +13,7 @@ in the DOM.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.report import duplicates as dup
 from img2tfrecord.report import page_classes, svg
@@ -26,9 +26,10 @@ from img2tfrecord.schemas import manifest
 
 MAX_GROUPS_SHOWN = 50
 MAX_CONTENTS_SHOWN = 8  # images (with thumbnails) shown per group
-MAX_RECORDS_PER_CONTENT_SHOWN = 12
+MAX_RECORDS_PER_CONTENT_SHOWN = 8
 MAX_REJECTS_PER_REASON_SHOWN = MAX_REJECTS_PER_REASON_KEPT
 MAX_PROBLEMS_SHOWN = 50
+THUMBNAIL_BYTES = 5_000_000  # embedded pictures per page, at most: the groups' first, then the sample's
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
@@ -53,10 +54,27 @@ code{font-size:12px}details summary{cursor:pointer;font-weight:600}
 
 @dataclasses.dataclass
 class Pictures:
-    """Thumbnails for the page: the class samples by ``(split, filename)``, group contents by sha256."""
+    """Thumbnails for the page: the class samples by ``(split, filename)``, group contents by sha256.
+
+    ``spent`` counts the bytes embedded so far: past :data:`THUMBNAIL_BYTES` a picture is left out (its
+    caption stays), so that the page stays small whatever the pictures weigh.
+    """
 
     samples: Dict[Tuple[str, str], str] = dataclasses.field(default_factory=dict)
     contents: Dict[str, str] = dataclasses.field(default_factory=dict)
+    spent: int = 0
+
+    def _take(self, uri: Optional[str]) -> Optional[str]:
+        if uri is None or self.spent + len(uri) > THUMBNAIL_BYTES:
+            return None
+        self.spent += len(uri)
+        return uri
+
+    def sample(self, split: str, filename: str) -> Optional[str]:
+        return self._take(self.samples.get((split, filename)))
+
+    def content(self, sha256: str) -> Optional[str]:
+        return self._take(self.contents.get(sha256))
 
 
 def _header(document: Mapping[str, Any]) -> str:
@@ -167,7 +185,7 @@ def _samples(document: Mapping[str, Any], pictures: Pictures) -> str:
     seed = _e(document["options"].get("seed"))
     drawn: List[Tuple[Mapping[str, Any], str]] = []
     for item in samples["items"]:
-        uri = pictures.samples.get((item["split"], item["filename"]))
+        uri = pictures.sample(item["split"], item["filename"])
         if uri:
             drawn.append((item, uri))
     if samples["mode"] == "grid":
@@ -216,7 +234,7 @@ def _pairs_table(section: Mapping[str, Any]) -> str:
 def _group(g: Mapping[str, Any], splits: Sequence[str], pictures: Pictures, lines_file: str) -> str:
     contents = []
     for c in g["contents"][:MAX_CONTENTS_SHOWN]:
-        uri = pictures.contents.get(c["sha256"])
+        uri = pictures.content(c["sha256"])
         img = (
             f'<img src="{uri}" alt="{_e(c["records"][0]["filename"])}" width="96" height="96" style="object-fit:contain;background:#eee">'
             if uri
@@ -358,7 +376,7 @@ def _shards(document: Mapping[str, Any]) -> str:
 
 
 def render(document: Mapping[str, Any], pictures: Pictures, class_rows: Sequence[Mapping[str, Any]]) -> str:
-    """The whole page; ``class_rows`` are the classes lines file's rows (every class)."""
+    """The whole page; ``class_rows`` are the classes lines file's rows (every class). Spends ``pictures``."""
     title = f"img2tfrecord report: {document['dataset']['path']}"
     return (
         "<!DOCTYPE html>\n"

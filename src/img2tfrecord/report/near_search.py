@@ -16,7 +16,7 @@ docs/inspect-verify-report.md for the complexity.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterator, List, NamedTuple, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord.report.perceptual_hash import HASH_BITS, MAX_NEAR_DUPLICATE_DISTANCE
 
@@ -70,9 +70,12 @@ def _rotated_codes(values: np.ndarray, shift: int) -> np.ndarray:
     return np.ascontiguousarray(rotated.astype("<u8")).view(np.uint8).reshape(-1, 8)
 
 
-def near_pair_batches(values: np.ndarray, max_distance: int) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def near_pair_batches(
+    values: np.ndarray, max_distance: int, chosen: Optional[Plan] = None
+) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``(first, second, distance)`` arrays of the pairs of positions ``first < second`` whose hashes
-    (``values``, uint64, distinct or not) are at most ``max_distance`` bits apart; each pair in one batch only."""
+    (``values``, uint64, distinct or not) are at most ``max_distance`` bits apart; each pair in one batch only.
+    ``chosen`` replaces :func:`plan`'s (it must be exact for ``max_distance``)."""
     import faiss
     import numpy as np
 
@@ -81,7 +84,9 @@ def near_pair_batches(values: np.ndarray, max_distance: int) -> Iterator[Tuple[n
     values = np.asarray(values, dtype=np.uint64)
     if len(values) < 2:
         return
-    chosen = plan(len(values), max_distance)
+    chosen = chosen or plan(len(values), max_distance)
+    if sum(f + 1 for f in chosen.flips) <= max_distance:
+        raise ValueError(f"{chosen} does not find every pair within {max_distance} bits")
     masks = [np.uint64(chosen.block(i)[1]) for i in range(len(chosen.flips))]
     for table, flips in enumerate(chosen.flips):
         codes = _rotated_codes(values, chosen.block(table)[0])

@@ -73,7 +73,8 @@ class ReportFiles:
         self.counts: Dict[str, int] = {}
 
     def open_lines(self) -> None:
-        """Open every JSON-lines file (the folder must exist)."""
+        """Open every JSON-lines file, making the report's folder when missing."""
+        os.makedirs(os.path.dirname(self.paths.html), exist_ok=True)
         for kind, path in self.paths.lines.items():
             self._lines[kind] = open(self._temp(path), "w", encoding="utf-8")
             self.counts[kind] = 0
