@@ -593,6 +593,27 @@ def test_difference_hash_is_stable_under_small_changes():
     assert perceptual_hash.difference_hash(Image.new("RGB", (30, 20), (9, 9, 9))) == 0
 
 
+def test_jpeg_hash_fast_path_gives_pillows_hash():
+    """libjpeg-turbo via simplejpeg decodes the pixels Pillow's draft does: the hash does not depend on the path."""
+    from img2tfrecord.report import shard_scan
+
+    cases = []
+    for i, (w, h) in enumerate([(12, 9), (17, 40), (48, 48), (100, 75), (160, 120), (257, 130), (640, 480)]):
+        for subsampling in (0, 1, 2):
+            cases.append(I.save(photo(i, w, h), "JPEG", quality=70 + 5 * subsampling, subsampling=subsampling))
+        cases.append(I.save(photo(i, w, h).convert("L"), "JPEG", quality=85))
+    cases.append(I.cmyk_jpeg(64, 48))
+    fast = 0
+    for data in cases:
+        values = {"image/encoded": data, "image/format": b"jpeg"}
+        expected = perceptual_hash.difference_hash(shard_scan.decode_image(values, 16))
+        assert shard_scan.image_hash(values) == expected
+        fast += shard_scan._draft_jpeg(data, 16) is not None
+    assert fast == len(cases) - 1  # all but the CMYK one, which Pillow decodes
+    with pytest.raises(OSError):  # a damaged JPEG is Pillow's to refuse
+        shard_scan.image_hash({"image/encoded": I.truncated_jpeg(64, 48), "image/format": b"jpeg"})
+
+
 def test_size_summary_and_imbalance():
     sizes = collections.Counter({(64, 48): 3, (48, 64): 1, (100, 10): 1})
     summary = facts.image_sizes(sizes)

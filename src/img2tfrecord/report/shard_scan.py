@@ -161,6 +161,39 @@ def decode_image(values: Mapping[str, Any], min_px: int):
     return image
 
 
+def image_hash(values: Mapping[str, Any]) -> int:
+    """The difference hash of the record's image decoded at the smallest DCT scale at least
+    :data:`_HASH_DECODE_PX` wide and high (:func:`decode_image`), the JPEGs through :func:`_draft_jpeg`."""
+    image = _draft_jpeg(values[keys.IMAGE_ENCODED], _HASH_DECODE_PX) if _is_jpeg(values) else None
+    return perceptual_hash.difference_hash(image if image is not None else decode_image(values, _HASH_DECODE_PX))
+
+
+def _is_jpeg(values: Mapping[str, Any]) -> bool:
+    return records.decode_text(values[keys.IMAGE_FORMAT]) == keys.FORMAT_JPEG
+
+
+def _draft_jpeg(data: bytes, min_px: int):
+    """A YCbCr or grayscale JPEG decoded as Pillow's ``draft`` decodes it (the same 1/1, 1/2, 1/4 or 1/8 DCT
+    scale, libjpeg-turbo's default DCT and upsampling), by simplejpeg: the same pixels, without Pillow's
+    header parsing in Python. None for any other JPEG, or one simplejpeg refuses (Pillow decides then)."""
+    import simplejpeg
+    from PIL import Image
+
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        if colorspace not in ("YCbCr", "Gray"):
+            return None
+        ratio = min(width // min_px, height // min_px)
+        scale = next((s for s in (8, 4, 2) if ratio >= s), 1)
+        size = {"min_factor": scale, "min_height": -(-height // scale), "min_width": -(-width // scale)}
+        if colorspace == "Gray":
+            pixels = simplejpeg.decode_jpeg(data, colorspace="GRAY", **size)
+            return Image.fromarray(pixels.reshape(pixels.shape[:2]), "L")
+        return Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB", **size), "RGB")
+    except Exception:  # simplejpeg's ValueError, or anything a damaged header triggers
+        return None
+
+
 def thumbnail_uri(image, px: int) -> str:
     """A JPEG of at most ``px`` x ``px`` (aspect kept) as a ``data:image/jpeg;base64`` URI."""
     from PIL import Image
@@ -268,7 +301,7 @@ def scan_shard(task: ShardTask) -> ShardScan:
                 _offer(heaps.setdefault(class_name, []), task, filename, record.index, record.offset, values)
             if sha not in dhash_of:
                 try:
-                    dhash_of[sha] = perceptual_hash.difference_hash(decode_image(values, _HASH_DECODE_PX))
+                    dhash_of[sha] = image_hash(values)
                 except Exception as e:  # any decoder failure is a finding about the data
                     dhash_of[sha] = None
                     scan.problem(f"record {record.index} ({filename}): image does not decode: {type(e).__name__}: {e}")
