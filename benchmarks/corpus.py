@@ -61,10 +61,14 @@ def _mixed(rng: random.Random):
     return img, "JPEG", rng.randrange(75, 96)
 
 
-def generate(directory: str, num_images: int, num_classes: int = 10, seed: int = 0, kind: str = "photo") -> int:
-    """Write ``num_images`` images of ``kind`` spread over ``num_classes`` folders; returns total bytes."""
+def generate(
+    directory: str, num_images: int, num_classes: Optional[int] = None, seed: int = 0, kind: str = "photo"
+) -> int:
+    """Write ``num_images`` images of ``kind`` spread over ``num_classes`` folders (default 10, 1,000 for
+    ``imagenet``); returns total bytes."""
     if kind == "imagenet":
-        return imagenet_shaped(directory, num_images, num_classes, seed).bytes
+        return imagenet_shaped(directory, num_images, num_classes or IMAGENET_CLASSES, seed).bytes
+    num_classes = num_classes or 10
     if kind not in KINDS:
         raise ValueError(f"unknown corpus kind {kind!r}; expected one of {KINDS}")
     total = 0
@@ -327,7 +331,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             f"{made.copies} exact copies and {made.near} near variants planted, in {made.root}"
         )
         return
-    total = generate(args.directory, args.num_images, args.num_classes or 10, args.seed, kind=args.kind)
+    total = generate(args.directory, args.num_images, args.num_classes, args.seed, kind=args.kind)
     print(f"{args.num_images} images, {total / args.num_images / 1024:.1f} KB average, in {args.directory}")
 
 
