@@ -50,6 +50,7 @@ setuptools.setup(
         "opencv-python-headless>=4.10,<6",  # --resample fast: the low-pass and resize (images/fast_jpeg.py)
         "google-crc32c>=1.5",
         "rich>=13",  # convert's live progress line on a terminal
+        "faiss-cpu>=1.9,<2",  # report: Hamming range search over the images' difference hashes (report/near_search.py)
     ],
     extras_require={
         "test": [

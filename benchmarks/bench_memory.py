@@ -19,72 +19,20 @@ import argparse
 import datetime
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
-from common import package_dir, save_result  # noqa: E402
+from common import package_dir, peak_tree_rss, save_result  # noqa: E402
 
 MODES = {
     "keep --no-analyze": ["--format", "keep", "--no-analyze"],
     "jpeg 224 + analysis": ["--image-size", "224", "--resize", "stretch", "--format", "jpeg", "--quality", "90"],
 }
-_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def _children() -> dict:
-    """{pid: parent pid} of every process."""
-    parents = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                parents[int(name)] = int(fields[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    return parents
-
-
-def tree_rss_mb(root: int) -> float:
-    """Sum of the resident sets of ``root`` and all its descendants, in MB."""
-    parents = _children()
-    tree, frontier = {root}, [root]
-    while frontier:
-        pid = frontier.pop()
-        for child, parent in parents.items():
-            if parent == pid and child not in tree:
-                tree.add(child)
-                frontier.append(child)
-    total_kb = 0
-    for pid in tree:
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total_kb += int(f.read().split()[1]) * _PAGE_KB
-        except (OSError, IndexError, ValueError):
-            pass
-    return total_kb / 1024
-
-
-def peak_tree_rss(cmd, env, interval: float = 0.2):
-    """(seconds, peak summed RSS in MB) of a command and its descendants."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0.0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss_mb(proc.pid))
-        time.sleep(interval)
-    stderr = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[:5]} failed:\n{stderr[-3000:]}")
-    return time.perf_counter() - start, peak
 
 
 def main(argv=None):

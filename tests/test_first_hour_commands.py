@@ -132,6 +132,12 @@ def test_report_output_folder_gets_report_html_and_json(converted_sample, tmp_pa
         proc = run_in_process("report", converted_sample, "--output", output, "--processes", "1")
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout.strip() == str(folder / "report.html")
-        assert sorted(os.listdir(folder)) == ["report.html", "report.json"]
+        assert sorted(os.listdir(folder)) == [
+            "report-classes.jsonl",
+            "report-duplicates.jsonl",
+            "report-rejected.jsonl",
+            "report.html",
+            "report.json",
+        ]
         assert json.loads((folder / "report.json").read_text())["dataset"]["complete"] is True
     assert not (tmp_path / "reports.json").exists()

@@ -36,7 +36,7 @@ from PIL import Image
 from img2tfrecord.conversion.sharding import assign_split, parse_splits
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.report import duplicates as dup
-from img2tfrecord.report import facts, perceptual_hash
+from img2tfrecord.report import facts, group_lines, html_page, near_search, page_classes, perceptual_hash
 from img2tfrecord.schemas import manifest
 
 SEED = 5
@@ -131,9 +131,18 @@ def planted(tmp_path_factory):
     return data, out
 
 
+def lines(json_path, document, kind: str) -> List[Dict[str, Any]]:
+    """The rows of one of the JSON-lines files report.json names (beside it)."""
+    entry = document["files"][kind]
+    with open(os.path.join(os.path.dirname(json_path), entry["file"]), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == entry["lines"]
+    return rows
+
+
 @pytest.fixture(scope="module")
 def reported(planted, tmp_path_factory):
-    """(PlantedDataset, output folder, report.html path, report.json document)."""
+    """(PlantedDataset, output folder, report.html path, report.json document, {lines kind: rows})."""
     data, out = planted
     target = tmp_path_factory.mktemp("report_files")
     proc = run_in_process(
@@ -144,14 +153,20 @@ def reported(planted, tmp_path_factory):
     assert html_path == str(target / "report.html")
     with open(target / "report.json", encoding="utf-8") as f:
         document = json.load(f)
-    return data, out, html_path, document
+    assert sorted(os.listdir(target)) == [
+        "report-classes.jsonl",
+        "report-duplicates.jsonl",
+        "report-rejected.jsonl",
+        "report.html",
+        "report.json",
+    ]
+    rows = {kind: lines(target / "report.json", document, kind) for kind in ("classes", "duplicates", "rejected")}
+    return data, out, html_path, document, rows
 
 
-def _groups(document, kind: str) -> List[List[str]]:
+def _groups(groups, kind: str) -> List[List[str]]:
     return sorted(
-        sorted(r["filename"] for c in g["contents"] for r in c["records"])
-        for g in document["duplicates"]["groups"]
-        if g["kind"] == kind
+        sorted(r["filename"] for c in g["contents"] for r in c["records"]) for g in groups if g["kind"] == kind
     )
 
 
@@ -159,24 +174,27 @@ def _groups(document, kind: str) -> List[List[str]]:
 
 
 def test_report_json_finds_the_planted_duplicate_groups(reported):
-    data, _, _, document = reported
-    assert _groups(document, "exact") == sorted(sorted(g) for g in data.exact)
-    assert _groups(document, "near") == sorted(sorted(g) for g in data.near)
-    for group in document["duplicates"]["groups"]:
+    data, _, _, document, rows = reported
+    every = rows["duplicates"]
+    assert _groups(every, "exact") == sorted(sorted(g) for g in data.exact)
+    assert _groups(every, "near") == sorted(sorted(g) for g in data.near)
+    top = document["duplicates"]["top_groups"]
+    assert sorted(map(json.dumps, top)) == sorted(map(json.dumps, every)), "few groups: the page shows them all"
+    for group in every:
         assert group["splits"] == dup.split_order(
             {data.split_of(r["filename"]) for c in group["contents"] for r in c["records"]}
         )
         if group["kind"] == "near":
             assert all(c["distance"] <= 6 for c in group["contents"])
-    crossing = [g["crosses_splits"] for g in document["duplicates"]["groups"]]
+    crossing = [g["crosses_splits"] for g in top]
     assert crossing == sorted(crossing, reverse=True), "groups that cross splits come first"
     assert crossing.count(False) == 1  # the two copies within train
-    twin = next(g for g in document["duplicates"]["groups"] if len(g["classes"]) > 1)
+    twin = next(g for g in every if len(g["classes"]) > 1)
     assert twin["classes"] == ["bird", "dog"]
 
 
 def test_report_json_counts_pairs_across_splits(reported):
-    _, _, _, document = reported
+    _, _, _, document, _ = reported
     exact, near = document["duplicates"]["exact"], document["duplicates"]["near"]
     # leak: train-test; twin: dog train, dog validation, bird train; same: two in train.
     assert exact["pairs"] == {"train/validation": 2, "train/test": 1, "train/train": 2}
@@ -189,16 +207,20 @@ def test_report_json_counts_pairs_across_splits(reported):
 
 
 def test_report_json_class_counts_sizes_shards_and_rejects(reported):
-    data, out, _, document = reported
+    data, out, _, document, rows = reported
     expected = data.class_counts()
     doc = read_manifest(out)
     assert list(document["splits"]) == ["train", "validation", "test"]
+    assert [r["class"] for r in rows["classes"]] == list(CLASSES)
     for split, counts in expected.items():
         info = document["splits"][split]
-        assert info["examples_per_class"] == counts
+        assert {r["class"]: r["examples"][split] for r in rows["classes"]} == counts
+        assert {r["class"]: r["declared"][split] for r in rows["classes"]} == doc["splits"][split]["examples_per_class"]
         assert info["num_examples"] == info["declared_examples"] == sum(counts.values())
         nonzero = [n for n in counts.values()]
         assert info["imbalance"]["ratio"] == (round(max(nonzero) / min(nonzero), 3) if min(nonzero) else None)
+        spread = info["classes"]
+        assert (spread["classes"], spread["min"], spread["max"]) == (3, min(nonzero), max(nonzero))
         assert info["images"]["most_common"] == [{"width": 64, "height": 64, "count": sum(counts.values())}]
         assert info["images"]["aspect_ratio"]["median"] == 1.0
     assert document["read"]["records"] == len(data.good_files())
@@ -213,10 +235,15 @@ def test_report_json_class_counts_sizes_shards_and_rejects(reported):
             assert shards[shard.file]["bytes"] == shard.num_bytes == os.path.getsize(os.path.join(out, shard.file))
     rejected = document["rejected"]
     assert rejected["total"] == rejected["declared"] == 2
-    assert {r: [e["path"] for e in items] for r, items in rejected["by_reason"].items()} == data.rejected
-    assert all(e["error"] for items in rejected["by_reason"].values() for e in items)
+    assert rejected["by_reason"] == {r: len(paths) for r, paths in data.rejected.items()}
+    assert {r: [e["path"] for e in items] for r, items in rejected["shown"].items()} == data.rejected
+    assert sorted((e["reason"], e["path"]) for e in rows["rejected"]) == sorted(
+        (r, p) for r, paths in data.rejected.items() for p in paths
+    )
+    assert all(e["error"] for e in rows["rejected"])
     samples = document["samples"]
-    assert sorted(samples) == list(CLASSES) and all(len(items) == 4 for items in samples.values())
+    assert (samples["mode"], samples["per_class"]) == ("per_class", 4)
+    assert collections.Counter(item["class"] for item in samples["items"]) == {c: 4 for c in CLASSES}
 
 
 def test_sample_is_seeded_and_independent_of_processes(planted, tmp_path):
@@ -226,10 +253,13 @@ def test_sample_is_seeded_and_independent_of_processes(planted, tmp_path):
         target = tmp_path / f"p{processes}s{seed}.html"
         proc = run_in_process("report", out, "--output", str(target), "--seed", seed, "--processes", processes)
         assert proc.returncode == 0, proc.stderr
-        document = json.load(open(tmp_path / f"p{processes}s{seed}.json"))
+        json_path = tmp_path / f"p{processes}s{seed}.json"
+        document = json.load(open(json_path))
         picks.append(document["samples"])
-        document["read"] = document["options"] = None
-        picks.append(document)
+        every = [lines(json_path, document, kind) for kind in ("classes", "duplicates", "rejected")]
+        assert document["files"]["duplicates"]["file"] == f"p{processes}s{seed}-duplicates.jsonl"
+        document["read"] = document["options"] = document["files"] = None
+        picks.append([document, every])
     assert picks[0] == picks[2], "the same seed picks the same sample with 1 or 2 processes"
     assert picks[0] != picks[4], "another seed picks another sample"
     assert picks[1] == picks[3], "the whole report does not depend on the number of processes"
@@ -256,6 +286,14 @@ def test_incomplete_output_gives_a_report_that_says_so(planted, tmp_path):
     assert proc.stdout.strip() == str(tmp_path / "r.html")
     assert json.load(open(tmp_path / "r.json"))["dataset"]["complete"] is False
     assert 'id="incomplete"' in (tmp_path / "r.html").read_text()
+    assert sorted(os.listdir(tmp_path)) == [
+        "copy",
+        "r-classes.jsonl",
+        "r-duplicates.jsonl",
+        "r-rejected.jsonl",
+        "r.html",
+        "r.json",
+    ], "no temporary file left"
 
 
 def test_damaged_shard_gives_a_report_of_what_could_be_read(planted, tmp_path):
@@ -289,7 +327,7 @@ def test_sequence_output_is_refused_in_one_line(tmp_path):
     proc = run_in_process("report", str(out), "--output", str(tmp_path / "r.html"))
     assert proc.returncode == 2
     assert "SequenceExample" in _one_line_error(proc)
-    assert not (tmp_path / "r.html").exists()
+    assert sorted(os.listdir(tmp_path)) == ["clips", "out"], "nothing written, not even the lines files"
 
 
 def test_manifest_field_of_the_wrong_type_is_a_one_line_error_naming_it(planted, tmp_path):
@@ -340,7 +378,7 @@ def test_near_pairs_match_brute_force():
             for j in range(i + 1, len(hashes))
             if perceptual_hash.hamming(hashes[i], hashes[j]) <= distance
         )
-        assert [tuple(p) for p in perceptual_hash.near_pairs(hashes, distance)] == brute
+        assert [tuple(p) for p in near_search.near_pairs(hashes, distance)] == brute
 
 
 def _located(name: str, split: str, dhash: int) -> dup.Located:
@@ -372,8 +410,7 @@ def test_near_groups_do_not_chain():
     # Each group counts its own pair; the totals count all three, b-c between the groups too.
     assert {tuple(g.pairs.items()) for g in near} == {(("train/test", 1),), (("train/validation", 1),)}
     assert found.near_pairs == {"train/validation": 1, "train/test": 2}
-    section = facts.duplicates_section(found)
-    assert sorted(g["largest_distance"] for g in section["groups"]) == [6, 6]
+    assert sorted(group_lines.group_json(g)["largest_distance"] for g in found.groups) == [6, 6]
 
 
 def test_near_groups_hold_only_images_close_to_the_first():
@@ -397,9 +434,150 @@ def test_near_groups_hold_only_images_close_to_the_first():
             grouped[c.sha256] = g
     assert len(grouped) > 50
     # find_duplicates orders contents by file name, as items are: near_pairs' positions are the items'.
-    for pair in perceptual_hash.near_pairs(hashes, 6):
+    for pair in near_search.near_pairs(hashes, 6):
         # Two close images are never both left out: the first of them would have led a group.
         assert items[pair.first].sha256 in grouped or items[pair.second].sha256 in grouped
+
+
+def _rule_reference(items, max_distance: int):
+    """The documented grouping rule and pair counts, transcribed literally (every pair compared): the groups
+    as (kind, [(sha256, distance, [file names])], pairs), and the exact and near pair totals."""
+    by_sha: Dict[str, List[dup.Located]] = collections.defaultdict(list)
+    for item in items:
+        by_sha[item.sha256].append(item)
+
+    def in_order(recs):
+        rank = {s: i for i, s in enumerate(dup.split_order({r.split for r in recs}))}
+        return sorted(recs, key=lambda r: (rank[r.split], r.filename, r.shard, r.index))
+
+    def pairs_between(left, right, into):
+        for a in left:
+            for b in right:
+                into[dup.pair_key(a.split, b.split)] += 1
+
+    contents = sorted(((sha, in_order(recs)) for sha, recs in by_sha.items()), key=lambda c: (c[1][0].filename, c[0]))
+    groups, exact_total, near_total = [], collections.Counter(), collections.Counter()
+    for sha, recs in contents:
+        if len(recs) > 1:
+            pairs: collections.Counter = collections.Counter()
+            for i, a in enumerate(recs):
+                pairs_between([a], recs[i + 1 :], pairs)
+            exact_total.update(pairs)
+            groups.append(("exact", [(sha, 0, [r.filename for r in recs])], dict(pairs)))
+    hashed = [(sha, recs) for sha, recs in contents if recs[0].dhash is not None]
+
+    def close(i, j):
+        return perceptual_hash.hamming(hashed[i][1][0].dhash, hashed[j][1][0].dhash) <= max_distance
+
+    grouped: Dict[int, int] = {}
+    for i in range(len(hashed)):
+        for j in range(i + 1, len(hashed)):
+            if close(i, j):
+                pairs_between(hashed[i][1], hashed[j][1], near_total)
+        if i in grouped:
+            continue
+        others = [j for j in range(len(hashed)) if j != i and j not in grouped and close(i, j)]
+        if others:
+            members = sorted([i, *others])
+            grouped.update({m: i for m in members})
+            pairs = collections.Counter()
+            for x, m in enumerate(members):
+                for n in members[x + 1 :]:
+                    if close(m, n):
+                        pairs_between(hashed[m][1], hashed[n][1], pairs)
+            first = hashed[i][1][0].dhash
+            groups.append(
+                (
+                    "near",
+                    [
+                        (
+                            hashed[m][0],
+                            perceptual_hash.hamming(first, hashed[m][1][0].dhash),
+                            [r.filename for r in hashed[m][1]],
+                        )
+                        for m in members
+                    ],
+                    dict(pairs),
+                )
+            )
+    return groups, dict(exact_total), dict(near_total)
+
+
+def test_groups_follow_the_documented_rule_on_random_data():
+    for trial in range(120):
+        rng = random.Random(trial)
+        centres = [rng.getrandbits(64) for _ in range(rng.randint(1, 5))] + [0]
+        dhash_of: Dict[str, Optional[int]] = {}
+        items = []
+        for i in range(rng.randint(1, 90)):
+            sha = f"{rng.randrange(rng.randint(1, 50)):064x}"
+            if sha not in dhash_of:
+                h = rng.choice(centres)
+                for _ in range(rng.randint(0, 9)):
+                    h ^= 1 << rng.randrange(64)
+                dhash_of[sha] = None if rng.random() < 0.05 else h
+            split = rng.choice(["train", "validation", "test", "extra"])
+            items.append(
+                dup.Located(
+                    split, f"s{rng.randrange(3)}", i, i, f"f{rng.randrange(30):02d}.jpg", "c", sha, dhash_of[sha]
+                )
+            )
+        distance = rng.choice([0, 2, 6, 10, 16])
+        groups, exact_total, near_total = _rule_reference(items, distance)
+        found = dup.find_duplicates(items, distance)
+        got = sorted(
+            (
+                (g.kind, [(c.sha256, c.distance, [r.filename for r in c.records]) for c in g.contents], g.pairs)
+                for g in found.groups
+            ),
+            key=repr,
+        )
+        assert got == sorted(groups, key=repr), (trial, distance)
+        assert (found.exact_pairs, found.near_pairs) == (exact_total, near_total), (trial, distance)
+        assert [dup.rank_key(g) for g in found.groups] == sorted(dup.rank_key(g) for g in found.groups)
+
+
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        near_search.Plan(9, (0,) * 7),
+        near_search.Plan(16, (1, 1, 1, 0)),
+        near_search.Plan(21, (2, 1, 1)),
+        near_search.Plan(32, (3, 2)),
+    ],
+)
+def test_every_exact_plan_finds_the_same_pairs(chosen):
+    rng = random.Random(7)
+    centres = [rng.getrandbits(64) for _ in range(20)]
+    hashes = []
+    for _ in range(500):
+        h = rng.choice(centres)
+        for _ in range(rng.randint(0, 8)):
+            h ^= 1 << rng.randrange(64)
+        hashes.append(h)
+    brute = sorted(
+        (i, j)
+        for i in range(len(hashes))
+        for j in range(i + 1, len(hashes))
+        if perceptual_hash.hamming(hashes[i], hashes[j]) <= 6
+    )
+    found = [
+        (int(a), int(b))
+        for first, second, _ in near_search.near_pair_batches(np.array(hashes, dtype=np.uint64), 6, chosen)
+        for a, b in zip(first, second)
+    ]
+    assert sorted(found) == brute and len(found) == len(set(found)), "every pair, once"
+    with pytest.raises(ValueError):
+        list(near_search.near_pair_batches(np.array(hashes, dtype=np.uint64), 7, near_search.Plan(16, (1, 1, 1, 0))))
+
+
+def test_plans_grow_their_blocks_with_the_number_of_hashes():
+    small, large = near_search.plan(50_000, 6), near_search.plan(1_280_000, 6)
+    assert (small.bits, large.bits) == (9, 16) and large.flips == (1, 1, 1, 0)
+    for count in (10, 10_000, 10**6, 10**8):
+        for distance in range(perceptual_hash.MAX_NEAR_DUPLICATE_DISTANCE + 1):
+            chosen = near_search.plan(count, distance)
+            assert sum(f + 1 for f in chosen.flips) > distance and chosen.bits * len(chosen.flips) <= 64
 
 
 def test_difference_hash_is_stable_under_small_changes():
@@ -411,13 +589,153 @@ def test_difference_hash_is_stable_under_small_changes():
     assert perceptual_hash.difference_hash(Image.new("RGB", (30, 20), (9, 9, 9))) == 0
 
 
+def test_jpeg_hash_fast_path_gives_pillows_hash():
+    """libjpeg-turbo via simplejpeg decodes the pixels Pillow's draft does: the hash does not depend on the path."""
+    from img2tfrecord.report import shard_scan
+
+    cases = []
+    for i, (w, h) in enumerate([(12, 9), (17, 40), (48, 48), (100, 75), (160, 120), (257, 130), (640, 480)]):
+        for subsampling in (0, 1, 2):
+            cases.append(I.save(photo(i, w, h), "JPEG", quality=70 + 5 * subsampling, subsampling=subsampling))
+        cases.append(I.save(photo(i, w, h).convert("L"), "JPEG", quality=85))
+    cases.append(I.cmyk_jpeg(64, 48))
+    fast = 0
+    for data in cases:
+        values = {"image/encoded": data, "image/format": b"jpeg"}
+        expected = perceptual_hash.difference_hash(shard_scan.decode_image(values, 16))
+        assert shard_scan.image_hash(values) == expected
+        fast += shard_scan._draft_jpeg(data, 16) is not None
+    assert fast == len(cases) - 1  # all but the CMYK one, which Pillow decodes
+    with pytest.raises(OSError):  # a damaged JPEG is Pillow's to refuse
+        shard_scan.image_hash({"image/encoded": I.truncated_jpeg(64, 48), "image/format": b"jpeg"})
+
+
 def test_size_summary_and_imbalance():
     sizes = collections.Counter({(64, 48): 3, (48, 64): 1, (100, 10): 1})
     summary = facts.image_sizes(sizes)
     assert summary["width"] == {"min": 48, "max": 100, "mean": 68.0, "median": 64}
     assert [b["count"] for b in summary["aspect_ratio_histogram"]] == [0, 0, 0, 1, 0, 0, 3, 0, 1]
-    assert facts.imbalance({"a": 10, "b": 4}) == {"ratio": 2.5, "largest": "a", "smallest": "b", "empty_classes": []}
+    assert facts.imbalance({"a": 10, "b": 4}) == {
+        "ratio": 2.5,
+        "largest": "a",
+        "smallest": "b",
+        "empty_classes": [],
+        "empty_class_count": 0,
+    }
     assert facts.imbalance({"a": 10, "b": 0})["ratio"] is None
+
+
+# -- many classes, many groups -------------------------------------------------------------------
+
+MANY_CLASSES = 1000
+
+
+@pytest.fixture(scope="module")
+def many_classes(tmp_path_factory):
+    """1,000 classes of two 8x8 PNGs each, converted with --format keep: in the even classes both files hold the
+    same bytes (500 exact groups). (output folder, report.html path, report.json document, {kind: rows})."""
+    base = tmp_path_factory.mktemp("many_classes")
+    source = base / "photos"
+    for c in range(MANY_CLASSES):
+        folder = source / f"n{c:08d}"
+        folder.mkdir(parents=True)
+        first = I.save(I.noise(8, 8, seed=2 * c), "PNG")
+        (folder / "a.png").write_bytes(first)
+        (folder / "b.png").write_bytes(first if c % 2 == 0 else I.save(I.noise(8, 8, seed=2 * c + 1), "PNG"))
+    out = str(base / "out")
+    proc = convert(str(source), out, "--format", "keep", "--splits", "train=0.8,validation=0.1,test=0.1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    target = base / "pages" / "week12"  # a folder not there yet: made
+    proc = run_in_process("report", out, "--output", str(target) + "/", "--processes", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(target / "report.json", encoding="utf-8") as f:
+        document = json.load(f)
+    rows = {kind: lines(target / "report.json", document, kind) for kind in ("classes", "duplicates", "rejected")}
+    return out, str(target / "report.html"), document, rows
+
+
+def test_many_classes_lines_files_hold_everything_the_page_cuts_short(many_classes):
+    _, html_path, document, rows = many_classes
+    assert len(rows["classes"]) == MANY_CLASSES and sum(r["total"] for r in rows["classes"]) == 2 * MANY_CLASSES
+    groups = rows["duplicates"]
+    assert len(groups) == document["duplicates"]["exact"]["groups"] == MANY_CLASSES // 2
+    assert {g["contents"][0]["records"][0]["class"] for g in groups} == {f"n{c:08d}" for c in range(0, 1000, 2)}
+    top = document["duplicates"]["top_groups"]
+    assert len(top) == html_page.MAX_GROUPS_SHOWN < len(groups)
+    crossing = sorted(g["contents"][0]["records"][0]["filename"] for g in groups if g["crosses_splits"])
+    assert document["duplicates"]["exact"]["groups_crossing_splits"] == len(crossing) > html_page.MAX_GROUPS_SHOWN
+    # all groups are exact pairs: the top ones are the crossing ones with the first file names
+    assert [g["contents"][0]["records"][0]["filename"] for g in top] == crossing[: html_page.MAX_GROUPS_SHOWN]
+    page = open(html_path, encoding="utf-8").read()
+    assert page.count('class="group') == html_page.MAX_GROUPS_SHOWN
+    assert f"… {len(groups) - html_page.MAX_GROUPS_SHOWN:,} more groups in report-duplicates.jsonl" in page
+    assert "examples_per_class" not in json.dumps(document), "per-class rows are in the lines file only"
+
+
+def test_many_classes_page_has_a_capped_grid_a_sortable_table_and_histograms(many_classes):
+    _, html_path, document, _ = many_classes
+    samples = document["samples"]
+    assert samples["mode"] == "grid" and len(samples["items"]) == facts.MAX_SAMPLE_THUMBNAILS
+    assert len({item["class"] for item in samples["items"]}) == facts.MAX_SAMPLE_THUMBNAILS, "one per class"
+    page = open(html_path, encoding="utf-8").read()
+    thumbnails = page.count('<img src="data:image/jpeg')
+    assert thumbnails <= facts.MAX_SAMPLE_THUMBNAILS + html_page.MAX_GROUPS_SHOWN * html_page.MAX_CONTENTS_SHOWN
+    assert page.count('class="thumb"') == facts.MAX_SAMPLE_THUMBNAILS
+    assert '<table id="class-counts" class="sortable">' in page and "<script>" in page
+    assert page.count("<tr data-class=") == MANY_CLASSES
+    assert page.count('class="class-histogram"') == 3  # one per split, no bar per class
+    for info in document["splits"].values():
+        spread = info["classes"]
+        assert spread["classes"] == MANY_CLASSES and len(spread["smallest"]) == len(spread["largest"]) == 5
+        assert sum(b["count"] for b in spread["histogram"]) == MANY_CLASSES
+    assert len(page.encode()) < 3_000_000
+
+
+def test_page_stays_under_its_size_limit_at_any_number_of_classes_and_groups(many_classes, tmp_path):
+    """The many-classes report's document blown up: 200,000 classes with long names, thousands of groups of
+    hundreds of images, a thumbnail for every sample and image; the page holds at most its caps."""
+    _, _, document, rows = many_classes
+    document = json.loads(json.dumps(document))
+    long_name = "x" * 80
+    class_rows = [
+        {"class": f"{long_name}{i:07d}", "examples": {"train": i % 97, "validation": 1, "test": 2}, "total": i % 97 + 3}
+        for i in range(200_000)
+    ]
+    record = {"split": "train", "class": long_name, "filename": "f" * 120 + ".jpg", "shard": "s", "index": 0}
+    group = {
+        "kind": "near",
+        "crosses_splits": True,
+        "splits": ["train", "test"],
+        "classes": [long_name] * 3,
+        "size": 10_000,
+        "pairs": {"train/test": 5},
+        "largest_distance": 6,
+        "content_count": 100,
+        "contents": [
+            {"sha256": f"{c:064x}", "dhash": "0" * 16, "distance": 3, "record_count": 100, "records": [record] * 100}
+            for c in range(100)
+        ],
+    }
+    document["duplicates"]["top_groups"] = [group] * 5_000
+    document["duplicates"]["near"]["groups"] = 5_000
+    document["read"]["problems"] = ["p" * 200] * 10_000
+    document["read"]["problem_count"] = 10**6
+    document["rejected"]["by_reason"] = {"truncated": 10**6}
+    document["rejected"]["shown"] = {"truncated": [{"path": "q" * 200, "source": "q", "error": "e" * 200}] * 10_000}
+    thumb = "data:image/jpeg;base64," + base64.b64encode(os.urandom(7000)).decode()
+    pictures = html_page.Pictures(
+        samples={(item["split"], item["filename"]): thumb for item in document["samples"]["items"]},
+        contents={f"{c:064x}": thumb for c in range(100)},
+    )
+    page = html_page.render(document, pictures, class_rows)
+    assert len(page.encode()) <= 10_000_000
+    assert html_page.THUMBNAIL_BYTES - len(thumb) < pictures.spent <= html_page.THUMBNAIL_BYTES
+    assert page.count("<tr data-class=") == page_classes.MAX_CLASS_ROWS
+    assert 'id="class-rows-note"' in page
+    assert page.count('class="group') == html_page.MAX_GROUPS_SHOWN
+    assert page.count('class="content"') == html_page.MAX_GROUPS_SHOWN * html_page.MAX_CONTENTS_SHOWN
+    assert page.count('class="reject"') == html_page.MAX_REJECTS_PER_REASON_SHOWN
+    assert page.count("<li>p") == html_page.MAX_PROBLEMS_SHOWN
 
 
 # -- the page in a real browser ------------------------------------------------------------------
@@ -588,7 +906,7 @@ _DOM_FACTS = """JSON.stringify({
 
 
 def test_page_in_headless_chromium(reported, browser, tmp_path):
-    data, _, html_path, document = reported
+    data, _, html_path, document, _ = reported
     with urllib.request.urlopen(f"{browser}/json/list", timeout=10) as response:
         page = next(t for t in json.load(response) if t["type"] == "page")
     tools = DevTools(WebSocket(page["webSocketDebuggerUrl"]))
@@ -649,3 +967,51 @@ def test_page_in_headless_chromium(reported, browser, tmp_path):
         "Shards",
     ):
         assert name in dom["text"]
+
+
+_SORT_AND_FILTER = """(() => {
+  const table = document.getElementById('class-counts');
+  const heads = table.tHead.rows[0].cells;
+  const firstClass = () => table.tBodies[0].rows[0].dataset.class;
+  const visible = () => [...table.tBodies[0].rows].filter(r => r.style.display !== 'none').length;
+  const before = firstClass();
+  heads[heads.length - 1].click();
+  const largest = firstClass();
+  heads[heads.length - 1].click();
+  const smallest = firstClass();
+  const filter = document.getElementById('class-filter');
+  filter.value = 'n0000099';
+  filter.dispatchEvent(new Event('input'));
+  return JSON.stringify({before, largest, smallest, visible: visible(), rows: table.tBodies[0].rows.length,
+                         thumbs: document.querySelectorAll('#sample-grid .thumb img').length,
+                         loaded: [...document.images].every(i => i.complete && i.naturalWidth > 0)});
+})()"""
+
+
+def test_many_classes_page_in_headless_chromium(many_classes, browser):
+    _, html_path, _, rows = many_classes
+    request = urllib.request.Request(f"{browser}/json/new?about:blank", method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        page = json.load(response)
+    tools = DevTools(WebSocket(page["webSocketDebuggerUrl"]))
+    for domain in ("Page", "Runtime", "Log", "Network"):
+        tools.call(f"{domain}.enable")
+    tools.call("Page.navigate", url="file://" + html_path)
+    tools.wait_for("Page.loadEventFired")
+    state = json.loads(
+        tools.call("Runtime.evaluate", expression=_SORT_AND_FILTER, returnByValue=True)["result"]["value"]
+    )
+    errors = [
+        e
+        for e in tools.events
+        if e.get("method") == "Runtime.exceptionThrown"
+        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
+    assert errors == []
+    requests = [e["params"]["request"]["url"] for e in tools.events if e.get("method") == "Network.requestWillBeSent"]
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
+    totals = {r["class"]: r["total"] for r in rows["classes"]}
+    assert state["before"] == "n00000000"  # labels order until a column is clicked
+    assert totals[state["largest"]] == max(totals.values()) and totals[state["smallest"]] == min(totals.values())
+    assert state["rows"] == MANY_CLASSES and state["visible"] == 10  # n00000990 .. n00000999
+    assert state["thumbs"] == facts.MAX_SAMPLE_THUMBNAILS and state["loaded"]

@@ -1,11 +1,13 @@
 """``img2tfrecord report OUT``: read every record of a converted dataset once, write report.html and report.json.
 
 Shards are read in parallel, one shard per task in a pool of spawned
-processes (``--processes``, default one per core). The HTML page goes to
-``--output`` (default ``./report.html``) and the JSON document beside it
-with the suffix ``.json``; a folder (``DIR/`` or an existing folder, created
-when missing) gets ``report.html`` and ``report.json``. The command prints
-the page's path.
+processes (``--processes``, default one per core); the launching process keeps
+a few dozen bytes per record (:mod:`img2tfrecord.report.record_table`) for the
+duplicate search. The HTML page goes to ``--output`` (default ``./report.html``)
+and the JSON document beside it with the suffix ``.json``, the long lists in
+JSON-lines files beside that (:mod:`img2tfrecord.report.outputs`); a folder
+(``DIR/`` or an existing folder, created when missing) gets ``report.html``,
+``report.json`` and ``report-*.jsonl``. The command prints the page's path.
 
 Exit codes: 0 the report covers every record; 1 it was written but something
 could not be read (a damaged or missing shard, undecodable images, no
@@ -21,20 +23,19 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import manifest
 
 if TYPE_CHECKING:  # imported where used: the parser is built without any third-party package
-    from img2tfrecord.report import duplicates as dup
-    from img2tfrecord.report import html_page, shard_scan
+    from img2tfrecord.report import group_lines, html_page, outputs, shard_scan, workers
     from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 
 EXIT_INCOMPLETE = EXIT_FAILURE  # the report was written, but something could not be read
 DEFAULT_OUTPUT = "report.html"
-DEFAULT_JSON_OUTPUT = "report.json"
 DEFAULT_THUMBNAILS_PER_CLASS = 8
 _PROG = "img2tfrecord report"
 
@@ -102,26 +103,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def is_folder_output(output: str) -> bool:
-    """``--output`` names a folder: it ends with a slash, or is an existing folder."""
-    return output.endswith(("/", os.sep)) or os.path.isdir(output)
-
-
-def output_paths(output: str) -> Tuple[str, str]:
-    """``(report.html path, report.json path)`` for ``--output``.
-
-    A folder (:func:`is_folder_output`) gets ``report.html`` and ``report.json``;
-    any other path is the page, with the JSON beside it under the suffix ``.json``.
-    """
-    if is_folder_output(output):
-        folder = os.path.abspath(output)
-        return os.path.join(folder, DEFAULT_OUTPUT), os.path.join(folder, DEFAULT_JSON_OUTPUT)
-    html_path = os.path.abspath(output)
-    stem, ext = os.path.splitext(html_path)
-    return html_path, (stem if ext.lower() in (".html", ".htm") else html_path) + ".json"
-
-
-def _tasks(directory: str, doc: DatasetManifest, ns: argparse.Namespace) -> List[shard_scan.ShardTask]:
+def _tasks(
+    directory: str, doc: DatasetManifest, ns: argparse.Namespace, candidates_per_class: int
+) -> List[shard_scan.ShardTask]:
     """One scan task per listed shard, split by split (:func:`duplicates.split_order`)."""
     from img2tfrecord.report import duplicates as dup
     from img2tfrecord.report import shard_scan
@@ -140,28 +124,17 @@ def _tasks(directory: str, doc: DatasetManifest, ns: argparse.Namespace) -> List
                     compression,
                     spec,
                     ns.seed,
-                    ns.thumbnails_per_class,
-                    draw_samples=compression != "none",
+                    candidates_per_class,
+                    # drawn from offsets later where that is cheap, and where few candidates are kept
+                    draw_samples=compression != "none" and candidates_per_class > 1,
                     withdrawn=withdrawn.get(shard.file, frozenset()),
                 )
             )
     return tasks
 
 
-def _read_all(
-    tasks: Sequence[shard_scan.ShardTask], sizes: Mapping[str, int], workers: shard_scan.Workers
-) -> List[shard_scan.ShardScan]:
-    """Every shard scanned once, largest first so the pool ends together; results in task order."""
-    from img2tfrecord.report import shard_scan
-
-    order = sorted(range(len(tasks)), key=lambda i: -int(sizes.get(tasks[i].file) or 0))
-    results = workers.map(shard_scan.scan_shard, [tasks[i] for i in order])
-    by_position = dict(zip(order, results))
-    return [by_position[i] for i in range(len(tasks))]
-
-
 def _draw(
-    directory: str, doc: DatasetManifest, wanted: Mapping[str, Mapping[int, int]], workers: shard_scan.Workers
+    directory: str, doc: DatasetManifest, wanted: Mapping[str, Mapping[int, int]], pool: workers.Workers
 ) -> Dict[Tuple[str, int], str]:
     """``{(shard, index): data URI}`` of the wanted records (shard -> index -> offset), read at their offsets."""
     from img2tfrecord.report import shard_scan
@@ -173,60 +146,47 @@ def _draw(
         for shard, items in sorted(wanted.items())
         if items
     ]
-    drawn = workers.map(shard_scan.fetch_thumbnails, tasks)
+    drawn = pool.map(shard_scan.fetch_thumbnails, tasks)
     return {(task.file, index): uri for task, uris in zip(tasks, drawn) for index, uri in uris.items()}
 
 
 def _pictures(
     directory: str,
     doc: DatasetManifest,
-    found: dup.Duplicates,
-    samples: Mapping[str, Sequence[shard_scan.Thumbnail]],
-    workers: shard_scan.Workers,
+    refs: Sequence[group_lines.PictureRef],
+    samples: Sequence[shard_scan.Thumbnail],
+    pool: workers.Workers,
 ) -> html_page.Pictures:
-    """The page's thumbnails: the class samples, and one record per content of the groups the page shows."""
+    """The page's thumbnails: the sample, and one record per content of the groups the page shows."""
     from img2tfrecord.report import html_page
 
     wanted: Dict[str, Dict[int, int]] = {}
-    for items in samples.values():
-        for t in items:
-            if not t.data_uri:
-                wanted.setdefault(t.shard, {})[t.record_index] = t.offset
-    for group in found.groups[: html_page.MAX_GROUPS_SHOWN]:
-        for content in group.contents:
-            first = content.records[0]
-            wanted.setdefault(first.shard, {})[first.index] = first.offset
-    drawn = _draw(directory, doc, wanted, workers)
+    for t in samples:
+        if not t.data_uri:
+            wanted.setdefault(t.shard, {})[t.record_index] = t.offset
+    for ref in refs:
+        wanted.setdefault(ref.shard, {})[ref.record_index] = ref.offset
+    drawn = _draw(directory, doc, wanted, pool)
     pictures = html_page.Pictures()
-    for items in samples.values():
-        for t in items:
-            uri = t.data_uri or drawn.get((t.shard, t.record_index))
-            if uri:
-                pictures.samples[(t.split, t.filename)] = uri
-    for group in found.groups[: html_page.MAX_GROUPS_SHOWN]:
-        for content in group.contents:
-            uri = drawn.get((content.records[0].shard, content.records[0].index))
-            if uri:
-                pictures.contents[content.sha256] = uri
+    for t in samples:
+        uri = t.data_uri or drawn.get((t.shard, t.record_index))
+        if uri:
+            pictures.samples[(t.split, t.filename)] = uri
+    for ref in refs:
+        uri = drawn.get((ref.shard, ref.record_index))
+        if uri:
+            pictures.contents[ref.sha256] = uri
     return pictures
 
 
-def _write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+class Report(NamedTuple):
+    document: Dict[str, Any]
+    pictures: html_page.Pictures
+    class_rows: List[Dict[str, Any]]
 
 
-def build(directory: str, ns: argparse.Namespace) -> Tuple[Dict[str, Any], html_page.Pictures]:
-    """The report document and its pictures.
-
-    Raises ReportUsageError before reading anything when the dataset is not one to report on.
-    """
-    from img2tfrecord.conversion.pool import usable_cores
+def _read_manifest(directory: str) -> DatasetManifest:
     from img2tfrecord.readers import records
-    from img2tfrecord.report import duplicates as dup
-    from img2tfrecord.report import facts, shard_scan
 
     try:
         doc = records.read_manifest(directory)
@@ -237,48 +197,95 @@ def build(directory: str, ns: argparse.Namespace) -> Tuple[Dict[str, Any], html_
             f"{directory} holds {doc.record_type.value} records (convert --sequence); "
             f"report reads {manifest.RECORD_TYPE} outputs only (inspect and verify read sequences)"
         )
+    return doc
+
+
+def build(directory: str, ns: argparse.Namespace, files: outputs.ReportFiles) -> Report:
+    """Read the dataset and write the lines files (under their temporary names): the report's document, its
+    pictures and the class rows. Raises ReportUsageError before reading anything (or writing any file) when
+    the dataset is not one to report on."""
+    from img2tfrecord.conversion.pool import usable_cores
+    from img2tfrecord.report import duplicates as dup
+    from img2tfrecord.report import facts, group_lines, html_page, outputs, record_table, shard_scan, workers
+
+    doc = _read_manifest(directory)
+    classes = max(1, len(doc.labels))
+    per_class = ns.thumbnails_per_class
+    candidates = per_class if classes * per_class <= facts.MAX_SAMPLE_THUMBNAILS else min(per_class, 1)
     try:
-        tasks = _tasks(directory, doc, ns)
+        tasks = _tasks(directory, doc, ns, candidates)
         sizes = {shard.file: shard.num_bytes for _, shard in doc.shards()}
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # feature_spec entries of the wrong shape
         raise ReportUsageError(f"{manifest.MANIFEST_FILE} is malformed: {type(e).__name__}: {e}") from None
     processes = ns.processes or usable_cores()
+    files.open_lines()
 
     started = time.perf_counter()
-    with shard_scan.Workers(processes) as workers:
-        scans = _read_all(tasks, sizes, workers)
+    table = record_table.TableBuilder(doc.splits, doc.labels)
+    merger = facts.SampleMerger(max(1, candidates))
+    class_counts: Dict[str, Counter] = {split: Counter() for split in dup.split_order(doc.splits)}
+    image_sizes: Dict[str, Counter] = {split: Counter() for split in class_counts}
+    largest_first = sorted(tasks, key=lambda t: -int(sizes.get(t.file) or 0))  # so the pool ends together
+    scans: Dict[str, shard_scan.ShardScan] = {}
+    with workers.Workers(processes) as pool:
+        for scan in pool.imap(shard_scan.scan_shard, largest_first):
+            if scan.columns is not None:
+                table.add(scan.file, scan.split, scan.columns)
+            merger.add(scan.samples)
+            class_counts[scan.split].update(scan.class_counts)
+            image_sizes[scan.split].update(scan.sizes)
+            scan.columns, scan.samples = None, []  # in the table now
+            scans[scan.file] = scan
         read_seconds = time.perf_counter() - started
-        located = [
-            dup.Located(s.split, s.file, r.record_index, r.offset, r.filename, r.class_name, r.sha256, r.dhash)
-            for s in scans
-            for r in s.records
-        ]
-        found = dup.find_duplicates(located, ns.near_duplicate_distance)
-        samples = facts.select_samples((t for s in scans for t in s.samples), ns.thumbnails_per_class)
-        pictures = _pictures(directory, doc, found, samples, workers)
-    error_rows, problems = facts.read_errors(directory, doc)
-    total_seconds = time.perf_counter() - started
-    document = facts.build_document(
-        directory=directory,
-        doc=doc,
-        scans=scans,
-        found=found,
-        samples=samples,
-        error_rows=error_rows,
-        problems=problems,
-        options={
+        searching = time.perf_counter()
+        top = group_lines.TopGroups(
+            html_page.MAX_GROUPS_SHOWN, html_page.MAX_CONTENTS_SHOWN, html_page.MAX_RECORDS_PER_CONTENT_SHOWN
+        )
+
+        def emit(group: dup.Group) -> None:
+            files.line(outputs.DUPLICATE_GROUPS, group_lines.group_json(group))
+            top.offer(group)
+
+        found = dup.search(table.build(), ns.near_duplicate_distance, emit)
+        search_seconds = time.perf_counter() - searching
+        samples = facts.select_samples(merger.by_class(), per_class)
+        pictures = _pictures(directory, doc, top.pictures(), samples["items"], pool)
+    rejected, problems = facts.rejected_section(directory, doc, files.line)
+    class_rows = []
+    for row in facts.class_rows(doc.labels, class_counts, doc):
+        files.line(outputs.CLASSES, row)
+        class_rows.append(row)
+    in_order = [scans[t.file] for t in tasks if t.file in scans]
+    records_read = sum(s.records for s in in_order)
+    document = {
+        "report_format_version": facts.REPORT_FORMAT_VERSION,
+        "dataset": facts.dataset_section(directory, doc),
+        "options": {
             "seed": ns.seed,
-            "thumbnails_per_class": ns.thumbnails_per_class,
+            "thumbnails_per_class": per_class,
             "near_duplicate_distance": ns.near_duplicate_distance,
         },
-        timing={
-            "processes": processes,
-            "seconds": round(read_seconds, 3),
-            "images_per_second": round(len(located) / read_seconds, 1) if read_seconds > 0 else None,
-            "total_seconds": round(total_seconds, 3),
+        "read": facts.read_section(
+            in_order,
+            problems,
+            {
+                "processes": processes,
+                "seconds": round(read_seconds, 3),
+                "images_per_second": round(records_read / read_seconds, 1) if read_seconds > 0 else None,
+                "duplicate_search_seconds": round(search_seconds, 3),
+                "total_seconds": round(time.perf_counter() - started, 3),
+            },
+        ),
+        "files": facts.files_section(files.paths, files.counts),
+        "splits": {
+            split: facts.split_section(split, doc, class_counts[split], image_sizes[split]) for split in class_counts
         },
-    )
-    return document, pictures
+        "shards": facts.shard_rows(in_order, doc),
+        "samples": facts.samples_section(samples),
+        "rejected": rejected,
+        "duplicates": facts.duplicates_section(found, top.groups()),
+    }
+    return Report(document, pictures, class_rows)
 
 
 def _error(message: str, code: int = EXIT_USAGE) -> int:
@@ -289,32 +296,34 @@ def _error(message: str, code: int = EXIT_USAGE) -> int:
 def run(ns: argparse.Namespace) -> int:
     """Run ``report``; returns the exit code."""
     from img2tfrecord.readers import records
-    from img2tfrecord.report import html_page
+    from img2tfrecord.report import html_page, outputs
 
     directory = ns.directory.rstrip("/") if records.is_remote(ns.directory) else ns.directory
-    html_path, json_path = output_paths(ns.output)
-    to_folder = is_folder_output(ns.output)  # created, once the report is built
-    if not to_folder and not os.path.isdir(os.path.dirname(html_path)):
-        return _error(f"--output: folder {os.path.dirname(html_path)} does not exist")
-    try:
-        document, pictures = build(directory, ns)
-        page = html_page.render(document, pictures)
-    except ReportUsageError as e:
-        return _error(str(e))
-    except KeyboardInterrupt:
-        return _error("interrupted", EXIT_INCOMPLETE)
-    except Exception as e:  # never a traceback: one line naming what failed
-        return _error(
-            f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}", EXIT_INCOMPLETE
-        )
-    try:
-        if to_folder:
-            os.makedirs(os.path.dirname(html_path), exist_ok=True)
-        _write(json_path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-        _write(html_path, page)
-    except OSError as e:
-        return _error(f"cannot write the report: {e}")
-    print(html_path)
+    paths = outputs.report_paths(ns.output)
+    if not outputs.is_folder_output(ns.output) and not os.path.isdir(os.path.dirname(paths.html)):
+        return _error(f"--output: folder {os.path.dirname(paths.html)} does not exist")
+    with outputs.ReportFiles(paths) as files:
+        try:
+            report = build(directory, ns, files)
+            page = html_page.render(report.document, report.pictures, report.class_rows)
+        except ReportUsageError as e:
+            return _error(str(e))
+        except OSError as e:
+            return _error(f"cannot write the report: {e}")
+        except KeyboardInterrupt:
+            return _error("interrupted", EXIT_INCOMPLETE)
+        except Exception as e:  # never a traceback: one line naming what failed
+            return _error(
+                f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}", EXIT_INCOMPLETE
+            )
+        document = report.document
+        try:
+            files.write(paths.json, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+            files.write(paths.html, page)
+            files.commit()
+        except OSError as e:
+            return _error(f"cannot write the report: {e}")
+    print(paths.html)
     if not document["dataset"]["complete"]:
         print(
             f"{_PROG}: warning: no {manifest.SUCCESS_FILE} in {directory}: the conversion did not finish",
@@ -323,7 +332,7 @@ def run(ns: argparse.Namespace) -> int:
     problems = document["read"]["problems"]
     if problems:
         print(
-            f"{_PROG}: warning: {len(problems)} problem(s) reading the dataset, e.g. {problems[0]} "
+            f"{_PROG}: warning: {document['read']['problem_count']} problem(s) reading the dataset, e.g. {problems[0]} "
             f"(listed in the report)",
             file=sys.stderr,
         )

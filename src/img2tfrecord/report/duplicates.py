@@ -14,35 +14,36 @@ Pairs are counted per unordered pair of splits (key ``"train/test"``,
 splits in :func:`split_order`): every two records of an exact group, and
 every two records of two contents that are a near pair. A group's counts
 hold its own pairs; the totals hold every pair, also one whose contents
-landed in different groups. Groups are listed with the groups that cross
-splits first, then the larger ones.
+landed in different groups.
+
+:func:`search` works on a :class:`~.record_table.RecordTable` and hands each
+group to a callback as it is formed (exact groups in content order, then
+near groups in the order of their first content), keeping none: only the
+records that are in some group are ever turned into Python values. Contents
+with equal hashes are searched once (their pairs counted by multiplication),
+and the pairs of distinct hashes come from :mod:`.near_search`. Because a
+content's neighbours before it in that order are always grouped already when
+its turn comes, taking the distinct hashes in the order of their first
+content gives the groups the rule gives.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from img2tfrecord.report import perceptual_hash
+from img2tfrecord.report import near_search
+from img2tfrecord.report.record_table import Located, RecordTable, from_located, split_order
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["EXACT", "NEAR", "Content", "Duplicates", "Group", "Located", "find_duplicates", "search", "split_order"]
 
 EXACT = "exact"
 NEAR = "near"
 _SPLIT_RANK = {"train": 0, "validation": 1, "test": 2}
-
-
-@dataclasses.dataclass(frozen=True)
-class Located:
-    """One record and where it is."""
-
-    split: str
-    shard: str
-    index: int
-    offset: int
-    filename: str
-    class_name: str
-    sha256: str
-    dhash: Optional[int]
+_CHUNK = 1 << 18  # rows compared at once
 
 
 @dataclasses.dataclass
@@ -66,12 +67,16 @@ class Group:
         return [r for c in self.contents for r in c.records]
 
     @property
+    def size(self) -> int:
+        return sum(len(c.records) for c in self.contents)
+
+    @property
     def splits(self) -> List[str]:
-        return split_order({r.split for r in self.records})
+        return split_order({r.split for c in self.contents for r in c.records})
 
     @property
     def classes(self) -> List[str]:
-        return sorted({r.class_name for r in self.records})
+        return sorted({r.class_name for c in self.contents for r in c.records})
 
     @property
     def crosses_splits(self) -> bool:
@@ -83,22 +88,34 @@ class Group:
         return max(c.distance for c in self.contents)
 
 
+def rank_key(group: Group) -> Tuple:
+    """The order groups are shown in: crossing splits first, exact before near, larger first, then by file name."""
+    return (not group.crosses_splits, group.kind != EXACT, -group.size, group.contents[0].records[0].filename)
+
+
+@dataclasses.dataclass
+class KindTotals:
+    """Groups of one kind, counted as they are formed."""
+
+    groups: int = 0
+    groups_crossing_splits: int = 0
+    records: int = 0
+
+    def count(self, group: Group) -> None:
+        self.groups += 1
+        self.groups_crossing_splits += group.crosses_splits
+        self.records += group.size
+
+
 @dataclasses.dataclass
 class Duplicates:
     max_distance: int
-    groups: List[Group]  # exact and near, crossing groups first
+    groups: List[Group]  # the groups kept by the caller (find_duplicates: all of them, in rank_key order)
     exact_pairs: Dict[str, int]
     near_pairs: Dict[str, int]
     unhashed: int  # records whose image did not decode: in exact groups only
-
-
-def _split_rank(split: str) -> Tuple[int, str]:
-    return (_SPLIT_RANK.get(split, len(_SPLIT_RANK)), split)
-
-
-def split_order(splits: Iterable[str]) -> List[str]:
-    """train, validation, test, then any other split names alphabetically."""
-    return sorted(set(splits), key=_split_rank)
+    exact: KindTotals = dataclasses.field(default_factory=KindTotals)
+    near: KindTotals = dataclasses.field(default_factory=KindTotals)
 
 
 def pair_key(a: str, b: str) -> str:
@@ -111,33 +128,196 @@ def is_cross_split(key: str) -> bool:
     return first != second
 
 
-def _split_counts(items: Sequence[Located]) -> collections.Counter:
-    return collections.Counter(r.split for r in items)
+def _split_rank(split: str) -> Tuple[int, str]:
+    return (_SPLIT_RANK.get(split, len(_SPLIT_RANK)), split)
 
 
-def _pairs_within(counts: Mapping[str, int], into: Dict[str, int]) -> None:
-    names = split_order(counts)
-    for i, a in enumerate(names):
-        if counts[a] > 1:
-            into[pair_key(a, a)] = into.get(pair_key(a, a), 0) + counts[a] * (counts[a] - 1) // 2
-        for b in names[i + 1 :]:
-            into[pair_key(a, b)] = into.get(pair_key(a, b), 0) + counts[a] * counts[b]
-
-
-def _pairs_between(left: Mapping[str, int], right: Mapping[str, int], into: Dict[str, int]) -> None:
-    for a, m in left.items():
-        for b, n in right.items():
-            into[pair_key(a, b)] = into.get(pair_key(a, b), 0) + m * n
-
-
-def _ordered(pairs: Dict[str, int]) -> Dict[str, int]:
+def _ordered(pairs: Mapping[str, int]) -> Dict[str, int]:
     """Cross-split keys first, each side in split order; zero counts left out."""
 
     def rank(key: str) -> Tuple:
         a, b = key.split("/", 1)
         return (a == b, _split_rank(a), _split_rank(b))
 
-    return {k: pairs[k] for k in sorted(pairs, key=rank) if pairs[k]}
+    return {k: int(pairs[k]) for k in sorted(pairs, key=rank) if pairs[k]}
+
+
+def _as_pairs(upper: np.ndarray, splits: Sequence[str]) -> Dict[str, int]:
+    """Pair counts from an upper-triangular split x split matrix (``[s, t]``, s <= t, split ids in rank order)."""
+    out: Dict[str, int] = {}
+    for s in range(len(splits)):
+        for t in range(s, len(splits)):
+            if upper[s, t]:
+                out[pair_key(splits[s], splits[t])] = int(round(float(upper[s, t])))
+    return _ordered(out)
+
+
+def _between(outer: np.ndarray) -> np.ndarray:
+    """The unordered pair counts of ``sum(x ⊗ y)`` over pairs of record sets x, y: an upper-triangular matrix."""
+    import numpy as np
+
+    return np.triu(outer + outer.T, 1) + np.diag(np.diag(outer))
+
+
+def _within(total: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """The pairs among record sets whose split counts add up to ``total``, each of them counted with
+    ``squares = sum(x ⊗ x)`` over the sets: pairs inside one set are not counted."""
+    import numpy as np
+
+    outer = np.outer(total, total) - squares
+    return np.triu(outer, 1) + np.diag(np.diag(outer) / 2)
+
+
+def _one_content_pairs(counts: np.ndarray) -> np.ndarray:
+    """Every pair of records of one content, from its split counts."""
+    import numpy as np
+
+    ones = np.diag(counts.astype(np.float64))
+    return _within(counts.astype(np.float64), ones)
+
+
+def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None]) -> Duplicates:
+    """Find the groups of ``table`` (see the module docstring), handing each to ``emit``; returns the totals
+    (with no groups: ``emit`` keeps what it needs)."""
+    import numpy as np
+
+    splits = table.splits
+    k = len(splits)
+    found = Duplicates(max_distance, [], {}, {}, int(np.count_nonzero(~table.hashed)))
+    n = len(table)
+    if n == 0:
+        return found
+
+    # Contents: runs of equal digests.
+    words = np.ascontiguousarray(table.sha256).view(">u8").reshape(n, 4)
+    order = np.lexsort(words.T[::-1])
+    new = np.ones(n, dtype=bool)
+    for start in range(1, n, _CHUNK):  # in chunks: no second copy of every digest
+        stop = min(n, start + _CHUNK)
+        new[start:stop] = (words[order[start:stop]] != words[order[start - 1 : stop - 1]]).any(axis=1)
+    small: Any = np.int32 if n < 2**31 else np.int64  # row and content numbers: half the memory of int64
+    starts = np.flatnonzero(new).astype(small)
+    ends = np.append(starts[1:], n).astype(small)
+    content_of_row = np.empty(n, dtype=small)
+    content_of_row[order] = np.cumsum(new, dtype=small) - 1
+    del new
+    first_row = order[starts]
+    sizes = ends - starts
+
+    # Distinct hashes of the contents that decoded, and the pairs of them within the distance.
+    content_value = np.full(len(starts), -1, dtype=small)
+    decoded = np.flatnonzero(table.hashed[first_row])
+    values, value_of = np.unique(table.dhash[first_row[decoded]], return_inverse=True)
+    del first_row
+    content_value[decoded] = value_of
+    multiplicity = np.bincount(value_of, minlength=len(values)).astype(small)
+    del decoded, value_of
+    batches = list(near_search.near_pair_batches(values, max_distance))
+    pa = np.concatenate([b[0] for b in batches]) if batches else np.zeros(0, dtype=np.int64)
+    pb = np.concatenate([b[1] for b in batches]) if batches else np.zeros(0, dtype=np.int64)
+    del batches
+    near_value = multiplicity >= 2
+    near_value[pa] = True
+    near_value[pb] = True
+
+    # Only contents in some group need their first file name: the rule's order.
+    in_near = (content_value >= 0) & (near_value[np.maximum(content_value, 0)] if len(values) else False)
+    involved = np.flatnonzero((sizes >= 2) | in_near)
+    ordered = sorted(involved.tolist(), key=lambda c: _content_key(table, order[starts[c] : ends[c]]))
+    position = {c: i for i, c in enumerate(ordered)}
+
+    def content(c: int, distance: int = 0) -> Content:
+        rows = order[starts[c] : ends[c]]
+        located = _sort_records([table.located(int(r)) for r in rows])
+        return Content(located[0].sha256, located[0].dhash, located, distance)
+
+    def split_counts(c: int) -> np.ndarray:
+        return np.bincount(table.split_ids(order[starts[c] : ends[c]]), minlength=k)
+
+    exact_total = np.zeros((k, k))
+    for c in ordered:
+        if sizes[c] >= 2:
+            pairs = _one_content_pairs(split_counts(c))
+            exact_total += pairs
+            group = Group(EXACT, [content(c)], _as_pairs(pairs, splits))
+            found.exact.count(group)
+            emit(group)
+    found.exact_pairs = _as_pairs(exact_total, splits)
+
+    # Near groups, over the distinct hashes in some group (numbered anew, in the order of their first content).
+    del content_of_row
+    contents_of: Dict[int, List[int]] = {}  # value -> its contents, in order
+    for c in ordered:
+        if in_near[c]:
+            contents_of.setdefault(int(content_value[c]), []).append(c)
+    near = list(contents_of)  # near[i]: the value numbered i
+    renumber = np.full(len(values), -1, dtype=np.int64)
+    renumber[near] = np.arange(len(near))
+    pa, pb = renumber[pa], renumber[pb]  # every value of a pair is in some group
+    counts = [[split_counts(c) for c in contents_of[v]] for v in near]
+    per_value = np.array([np.sum(x, axis=0) for x in counts], dtype=np.float64).reshape(len(near), k)
+    neighbours = _adjacency(pa, pb, len(near))
+    exhausted = np.zeros(len(near), dtype=bool)
+    group_of_value = np.full(len(near), -1, dtype=np.int64)
+    leaders: List[Tuple[int, List[int]]] = []
+    for value in range(len(near)):  # in the order of first contents
+        if exhausted[value]:
+            continue
+        others = neighbours[1][neighbours[0][value] : neighbours[0][value + 1]]
+        others = others[~exhausted[others]]
+        if not len(others) and multiplicity[near[value]] < 2:
+            continue
+        members = [value, *others.tolist()]
+        exhausted[members] = True
+        group_of_value[members] = len(leaders)
+        leaders.append((value, members))
+
+    between = per_value[pa].T @ per_value[pb]
+    same = (group_of_value[pa] >= 0) & (group_of_value[pa] == group_of_value[pb])
+    group_between = _grouped_outer(group_of_value[pa[same]], per_value[pa[same]], per_value[pb[same]], len(leaders))
+    near_total = _between(between)
+    within_of: Dict[int, np.ndarray] = {}
+    for value, value_counts in enumerate(counts):
+        if len(value_counts) > 1:
+            squares = np.zeros((k, k))
+            for x in value_counts:
+                squares += np.outer(x, x)
+            within_of[value] = _within(per_value[value], squares)
+            near_total += within_of[value]
+    found.near_pairs = _as_pairs(near_total, splits)
+
+    for g, (leader, members) in enumerate(leaders):
+        pairs = _between(group_between[g])
+        for value in members:
+            if value in within_of:
+                pairs += within_of[value]
+        member_contents = sorted((c for value in members for c in contents_of[near[value]]), key=position.__getitem__)
+        first = values[near[leader]]
+        group = Group(
+            NEAR,
+            [content(c, int(first ^ values[content_value[c]]).bit_count()) for c in member_contents],
+            _as_pairs(pairs, splits),
+        )
+        found.near.count(group)
+        emit(group)
+    return found
+
+
+def _content_key(table: RecordTable, rows: np.ndarray) -> Tuple[str, str]:
+    """(first file name, sha256) of a content: its records in split order, then by file name, shard, index."""
+    if len(rows) == 1:
+        row = int(rows[0])
+    else:
+        row = min(
+            (int(r) for r in rows),
+            key=lambda r: (
+                int(table.split_of_shard[table.shard[r]]),
+                table.filename(r),
+                table.shard_files[table.shard[r]],
+                int(table.index[r]),
+            ),
+        )
+    return table.filename(row), table.digest_text(row)
 
 
 def _sort_records(items: List[Located]) -> List[Located]:
@@ -145,73 +325,32 @@ def _sort_records(items: List[Located]) -> List[Located]:
     return sorted(items, key=lambda r: (rank[r.split], r.filename, r.shard, r.index))
 
 
-def near_groups(count: int, near: Sequence[perceptual_hash.NearPair]) -> Dict[int, int]:
-    """Position -> the position leading its group, for the positions ``0..count-1`` that are in a near group.
+def _adjacency(first: np.ndarray, second: np.ndarray, count: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(starts, neighbours): the neighbours of ``v`` are ``neighbours[starts[v]:starts[v + 1]]``."""
+    import numpy as np
 
-    Every member is a near pair of its leader (see the module docstring): the
-    first position not yet grouped that has near pairs among the positions not
-    yet grouped leads itself and them. Positions left out are in no group.
-    """
-    neighbours: Dict[int, List[int]] = collections.defaultdict(list)
-    for pair in near:
-        neighbours[pair.first].append(pair.second)
-        neighbours[pair.second].append(pair.first)
-    leader_of: Dict[int, int] = {}
-    for i in range(count):
-        if i in leader_of:
-            continue
-        others = sorted(j for j in neighbours.get(i, ()) if j not in leader_of)
-        if others:
-            for j in [i, *others]:
-                leader_of[j] = i
-    return leader_of
+    source = np.concatenate([first, second])
+    target = np.concatenate([second, first])
+    order = np.argsort(source, kind="stable")
+    starts = np.searchsorted(source[order], np.arange(count + 1))
+    return starts, target[order]
+
+
+def _grouped_outer(group: np.ndarray, left: np.ndarray, right: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, ``sum(left[i] ⊗ right[i])`` over the rows ``i`` of that group: (groups, k, k)."""
+    import numpy as np
+
+    k = left.shape[1] if left.ndim == 2 else 0
+    out = np.zeros((groups, k, k))
+    for s in range(k):
+        for t in range(k):
+            out[:, s, t] = np.bincount(group, weights=left[:, s] * right[:, t], minlength=groups)
+    return out
 
 
 def find_duplicates(items: Sequence[Located], max_distance: int) -> Duplicates:
-    """Exact and near-duplicate groups of ``items`` (see the module docstring)."""
-    by_sha: Dict[str, List[Located]] = collections.defaultdict(list)
-    for item in items:
-        by_sha[item.sha256].append(item)
-    contents = [Content(sha, recs[0].dhash, _sort_records(recs)) for sha, recs in by_sha.items()]
-    contents.sort(key=lambda c: (c.records[0].filename, c.sha256))
-
+    """Exact and near-duplicate groups of ``items`` (see the module docstring), every group kept, ranked."""
     groups: List[Group] = []
-    exact_pairs: Dict[str, int] = {}
-    for content in contents:
-        if len(content.records) > 1:
-            pairs: Dict[str, int] = {}
-            _pairs_within(_split_counts(content.records), pairs)
-            _pairs_within(_split_counts(content.records), exact_pairs)
-            groups.append(Group(EXACT, [Content(content.sha256, content.dhash, content.records)], _ordered(pairs)))
-
-    hashed = [c for c in contents if c.dhash is not None]
-    dhashes = [c.dhash for c in contents if c.dhash is not None]  # hashed's, in the same order
-    near = perceptual_hash.near_pairs(dhashes, max_distance)
-    leader_of = near_groups(len(hashed), near)
-    members: Dict[int, List[int]] = collections.defaultdict(list)
-    for i in sorted(leader_of):
-        members[leader_of[i]].append(i)
-    group_pairs: Dict[int, Dict[str, int]] = collections.defaultdict(dict)
-    near_pairs: Dict[str, int] = {}
-    for pair in near:
-        left, right = _split_counts(hashed[pair.first].records), _split_counts(hashed[pair.second].records)
-        _pairs_between(left, right, near_pairs)
-        leader = leader_of.get(pair.first)
-        if leader is not None and leader == leader_of.get(pair.second):
-            _pairs_between(left, right, group_pairs[leader])
-    for leader, group in members.items():
-        first = dhashes[leader]
-        group_contents = [
-            Content(hashed[i].sha256, hashed[i].dhash, hashed[i].records, perceptual_hash.hamming(first, dhashes[i]))
-            for i in group
-        ]
-        groups.append(Group(NEAR, group_contents, _ordered(group_pairs[leader])))
-
-    groups.sort(key=lambda g: (not g.crosses_splits, g.kind != EXACT, -len(g.records), g.records[0].filename))
-    return Duplicates(
-        max_distance=max_distance,
-        groups=groups,
-        exact_pairs=_ordered(exact_pairs),
-        near_pairs=_ordered(near_pairs),
-        unhashed=sum(len(c.records) for c in contents if c.dhash is None),
-    )
+    found = search(from_located(items), max_distance, groups.append)
+    found.groups = sorted(groups, key=rank_key)
+    return found

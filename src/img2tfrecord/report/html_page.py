@@ -1,25 +1,35 @@
-"""``report.html``: the report document as one self-contained page.
+"""``report.html``: the report document as one self-contained page, of bounded size whatever the dataset.
 
-No script and no external resource: styles are inline, charts are inline
-SVG and thumbnails ``data:`` URIs, so the page opens offline and from any
-location. Elements carry ``data-*`` attributes (split, class, reason, kind)
-so tools and tests can find the facts in the DOM.
+No external resource: styles and the one small script (sorting the class
+table) are inline, charts are inline SVG and thumbnails ``data:`` URIs, so the
+page opens offline and from any location. What could grow with the data is
+capped: thumbnails (the sample, :data:`MAX_GROUPS_SHOWN` groups of at most
+:data:`MAX_CONTENTS_SHOWN` images), rows (classes, rejects, problems); the
+page says where the rest is (the JSON-lines files). Elements carry ``data-*``
+attributes (split, class, reason, kind) so tools and tests can find the facts
+in the DOM.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import html
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.report import duplicates as dup
-from img2tfrecord.report import svg
+from img2tfrecord.report import page_classes, svg
+from img2tfrecord.report.facts import MAX_REJECTS_PER_REASON_KEPT
+from img2tfrecord.report.html_common import e as _e
+from img2tfrecord.report.html_common import num as _num
+from img2tfrecord.report.html_common import size_text as _bytes
+from img2tfrecord.report.html_common import split_badge as _split_badge
 from img2tfrecord.schemas import manifest
 
-MAX_GROUPS_SHOWN = 100
-MAX_RECORDS_PER_CONTENT_SHOWN = 12
-MAX_REJECTS_PER_REASON_SHOWN = 200
-MAX_CLASSES_CHARTED = 200
+MAX_GROUPS_SHOWN = 50
+MAX_CONTENTS_SHOWN = 8  # images (with thumbnails) shown per group
+MAX_RECORDS_PER_CONTENT_SHOWN = 8
+MAX_REJECTS_PER_REASON_SHOWN = MAX_REJECTS_PER_REASON_KEPT
+MAX_PROBLEMS_SHOWN = 50
+THUMBNAIL_BYTES = 5_000_000  # embedded pictures per page, at most: the groups' first, then the sample's
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
@@ -44,33 +54,27 @@ code{font-size:12px}details summary{cursor:pointer;font-weight:600}
 
 @dataclasses.dataclass
 class Pictures:
-    """Thumbnails for the page: the class samples by ``(split, filename)``, group contents by sha256."""
+    """Thumbnails for the page: the class samples by ``(split, filename)``, group contents by sha256.
+
+    ``spent`` counts the bytes embedded so far: past :data:`THUMBNAIL_BYTES` a picture is left out (its
+    caption stays), so that the page stays small whatever the pictures weigh.
+    """
 
     samples: Dict[Tuple[str, str], str] = dataclasses.field(default_factory=dict)
     contents: Dict[str, str] = dataclasses.field(default_factory=dict)
+    spent: int = 0
 
+    def _take(self, uri: Optional[str]) -> Optional[str]:
+        if uri is None or self.spent + len(uri) > THUMBNAIL_BYTES:
+            return None
+        self.spent += len(uri)
+        return uri
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    def sample(self, split: str, filename: str) -> Optional[str]:
+        return self._take(self.samples.get((split, filename)))
 
-
-def _num(n: Any) -> str:
-    return f"{n:,}" if isinstance(n, int) else _e(n)
-
-
-def _bytes(n: Any) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} TB"
-
-
-def _split_badge(split: str, splits: Sequence[str]) -> str:
-    index = list(splits).index(split) if split in splits else 0
-    return f'<span class="split" data-split="{_e(split)}" style="background:{svg.split_color(split, index)}">{_e(split)}</span>'
+    def content(self, sha256: str) -> Optional[str]:
+        return self._take(self.contents.get(sha256))
 
 
 def _header(document: Mapping[str, Any]) -> str:
@@ -97,8 +101,9 @@ def _warnings(document: Mapping[str, Any]) -> str:
         )
     problems = document["read"]["problems"]
     if problems:
-        items = "".join(f"<li>{_e(p)}</li>" for p in problems[:50])
-        more = f"<li>… and {len(problems) - 50} more (report.json)</li>" if len(problems) > 50 else ""
+        items = "".join(f"<li>{_e(p)}</li>" for p in problems[:MAX_PROBLEMS_SHOWN])
+        unlisted = document["read"]["problem_count"] - min(len(problems), MAX_PROBLEMS_SHOWN)
+        more = f"<li>… and {_num(unlisted)} more (report.json lists some of them)</li>" if unlisted > 0 else ""
         out.append(
             f'<div class="warn bad" id="read-problems"><b>Could not read everything</b> '
             f"(run <code>img2tfrecord verify</code> for every check):<ul>{items}{more}</ul></div>"
@@ -125,55 +130,6 @@ def _cards(document: Mapping[str, Any]) -> str:
         )
         + "</div>"
     )
-
-
-def _classes(document: Mapping[str, Any]) -> str:
-    splits = list(document["splits"])
-    classes: List[str] = []
-    for info in document["splits"].values():
-        classes += [c for c in info["examples_per_class"] if c not in classes]
-    out = ['<section id="classes"><h2>Examples per class</h2>']
-    head = "".join(f'<th class="num">{_split_badge(s, splits)}</th>' for s in splits)
-    rows = []
-    for c in classes:
-        cells = "".join(
-            f'<td class="num" data-split="{_e(s)}" data-class="{_e(c)}">{_num(document["splits"][s]["examples_per_class"].get(c, 0))}</td>'
-            for s in splits
-        )
-        total = sum(document["splits"][s]["examples_per_class"].get(c, 0) for s in splits)
-        rows.append(
-            f'<tr data-class="{_e(c)}"><td>{_e(c or "(unlabeled)")}</td>{cells}<td class="num">{_num(total)}</td></tr>'
-        )
-    out.append(
-        f'<table id="class-counts"><tr><th>class</th>{head}<th class="num">total</th></tr>{"".join(rows)}</table>'
-    )
-    for i, split in enumerate(splits):
-        info = document["splits"][split]
-        imb = info["imbalance"]
-        if imb["ratio"] is not None:
-            ratio = (
-                f'imbalance ratio (largest / smallest class) <b class="imbalance" data-split="{_e(split)}">'
-                f"{imb['ratio']:g}</b>: {_e(imb['largest'])} / {_e(imb['smallest'])}"
-            )
-        elif imb["empty_classes"]:
-            ratio = f"imbalance ratio undefined: no examples of {_e(', '.join(imb['empty_classes'][:10]))}"
-        else:
-            ratio = "no classes"
-        declared = ""
-        if info["num_examples"] != info["declared_examples"]:
-            declared = f' <span class="warn">dataset.json declares {_num(info["declared_examples"])}</span>'
-        bars = [
-            svg.Bar(c or "(unlabeled)", n, svg.split_color(split, i))
-            for c, n in list(info["examples_per_class"].items())[:MAX_CLASSES_CHARTED]
-        ]
-        more = len(info["examples_per_class"]) - len(bars)
-        out.append(
-            f"<h3>{_split_badge(split, splits)} {_num(info['num_examples'])} examples{declared}</h3><p>{ratio}</p>"
-            + svg.horizontal_bars(bars, title=f"examples per class, {split}")
-            + (f'<p class="muted">… {more} more classes in the table</p>' if more > 0 else "")
-        )
-    out.append("</section>")
-    return "".join(out)
 
 
 def _histogram_bars(bins: Sequence[Mapping[str, Any]], color: str, unit: str = "") -> List[svg.Bar]:
@@ -216,26 +172,45 @@ def _sizes(document: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _thumb(item: Mapping[str, Any], uri: str, splits: Sequence[str], caption: str) -> str:
+    return (
+        f'<div class="thumb" data-split="{_e(item["split"])}" data-class="{_e(item["class"])}">'
+        f'<img src="{uri}" alt="{_e(item["filename"])}">{_split_badge(item["split"], splits)}{_e(caption)}</div>'
+    )
+
+
 def _samples(document: Mapping[str, Any], pictures: Pictures) -> str:
     splits = list(document["splits"])
-    out = [
-        '<section id="samples"><h2>Samples per class</h2>',
-        f'<p class="muted">A seeded sample (--seed {_e(document["options"].get("seed"))}) of each class, over all splits.</p>',
-    ]
-    for class_name, items in document["samples"].items():
-        cells = []
-        for item in items:
-            uri = pictures.samples.get((item["split"], item["filename"]))
-            if uri is None:
-                continue
-            cells.append(
-                f'<div class="thumb" data-split="{_e(item["split"])}"><img src="{uri}" alt="{_e(item["filename"])}">'
-                f"{_split_badge(item['split'], splits)}{_e(item['filename'])}</div>"
+    samples = document["samples"]
+    seed = _e(document["options"].get("seed"))
+    drawn: List[Tuple[Mapping[str, Any], str]] = []
+    for item in samples["items"]:
+        uri = pictures.sample(item["split"], item["filename"])
+        if uri:
+            drawn.append((item, uri))
+    if samples["mode"] == "grid":
+        out = [
+            '<section id="samples"><h2>Samples</h2>',
+            f'<p class="muted">A seeded sample (--seed {seed}): one image each of {len(drawn)} of the '
+            f"{_num(len(document['dataset']['labels']) or 1)} classes, captioned with its class.</p>",
+            '<div class="grid" id="sample-grid">',
+            *(_thumb(item, uri, splits, item["class"] or "(unlabeled)") for item, uri in drawn),
+            "</div>",
+        ]
+    else:
+        out = [
+            '<section id="samples"><h2>Samples per class</h2>',
+            f'<p class="muted">A seeded sample (--seed {seed}) of each class, over all splits.</p>',
+        ]
+        by_class: Dict[str, List[str]] = {}
+        for item, uri in drawn:
+            by_class.setdefault(item["class"], []).append(_thumb(item, uri, splits, item["filename"]))
+        for class_name, cells in by_class.items():
+            out.append(
+                f'<h3 data-class="{_e(class_name)}">{_e(class_name or "(unlabeled)")}</h3>'
+                f'<div class="grid">{"".join(cells)}</div>'
             )
-        out.append(
-            f'<h3 data-class="{_e(class_name)}">{_e(class_name or "(unlabeled)")}</h3><div class="grid">{"".join(cells)}</div>'
-        )
-    if not document["samples"]:
+    if not drawn:
         out.append('<p class="muted">no sample (--thumbnails-per-class 0, or no readable image)</p>')
     out.append("</section>")
     return "".join(out)
@@ -256,10 +231,10 @@ def _pairs_table(section: Mapping[str, Any]) -> str:
     return f'<table id="pair-counts"><tr><th>kind</th><th>splits</th><th></th><th class="num">pairs</th></tr>{"".join(rows)}</table>'
 
 
-def _group(g: Mapping[str, Any], splits: Sequence[str], pictures: Pictures) -> str:
+def _group(g: Mapping[str, Any], splits: Sequence[str], pictures: Pictures, lines_file: str) -> str:
     contents = []
-    for c in g["contents"]:
-        uri = pictures.contents.get(c["sha256"])
+    for c in g["contents"][:MAX_CONTENTS_SHOWN]:
+        uri = pictures.content(c["sha256"])
         img = (
             f'<img src="{uri}" alt="{_e(c["records"][0]["filename"])}" width="96" height="96" style="object-fit:contain;background:#eee">'
             if uri
@@ -272,13 +247,17 @@ def _group(g: Mapping[str, Any], splits: Sequence[str], pictures: Pictures) -> s
             for r in shown
         )
         if len(c["records"]) > len(shown):
-            members += f"<li>… {len(c['records']) - len(shown)} more (report.json)</li>"
+            members += f"<li>… {len(c['records']) - len(shown)} more ({_e(lines_file)})</li>"
         distance = (
             f'<span class="muted">distance {c["distance"]} · sha256 {_e(c["sha256"][:12])}…</span>'
             if g["kind"] == dup.NEAR
             else f'<span class="muted">sha256 {_e(c["sha256"][:12])}…</span>'
         )
         contents.append(f'<div class="content">{img}{distance}<ul>{members}</ul></div>')
+    if len(g["contents"]) > MAX_CONTENTS_SHOWN:
+        contents.append(
+            f'<p class="muted">… {len(g["contents"]) - MAX_CONTENTS_SHOWN} more images ({_e(lines_file)})</p>'
+        )
     pairs = ", ".join(f"{_e(k)}: {n}" for k, n in g["pairs"].items())
     classes = f" · classes differ: {_e(', '.join(g['classes']))}" if len(g["classes"]) > 1 else ""
     crossing = " crossing" if g["crosses_splits"] else ""
@@ -297,26 +276,34 @@ def _group(g: Mapping[str, Any], splits: Sequence[str], pictures: Pictures) -> s
 def _duplicates(document: Mapping[str, Any], pictures: Pictures) -> str:
     d = document["duplicates"]
     splits = list(document["splits"])
-    groups = d["groups"]
+    groups = d["top_groups"][:MAX_GROUPS_SHOWN]
+    lines_file = document["files"]["duplicates"]["file"]
+    total = d["exact"]["groups"] + d["near"]["groups"]
     out = [
         '<section id="duplicates"><h2>Duplicates and split leakage</h2>',
         "<p><b>Exact</b>: records with the same <code>image/key/sha256</code> (identical stored bytes). "
         f"<b>Near</b>: different bytes, each image's 64-bit difference hash at most {d['near_duplicate_distance']} "
         "bits from the group's first image's (--near-duplicate-distance; the distance is shown per image). "
-        "Groups crossing splits first.</p>",
+        "Groups crossing splits first, then exact before near, larger first.</p>",
         f'<p id="leakage">duplicate pairs across splits: <b>{_num(d["exact"]["cross_split_pairs"])}</b> exact, '
         f"<b>{_num(d['near']['cross_split_pairs'])}</b> near</p>",
+        f'<p id="group-counts">{_num(d["exact"]["groups"])} exact groups '
+        f"({_num(d['exact']['groups_crossing_splits'])} crossing splits), {_num(d['near']['groups'])} near groups "
+        f"({_num(d['near']['groups_crossing_splits'])} crossing splits); every group, with every record, is a line "
+        f"of <code>{_e(lines_file)}</code></p>",
         _pairs_table(d),
     ]
     if d["records_not_hashed"]:
         out.append(
             f'<p class="warn">{d["records_not_hashed"]} record(s) whose image does not decode were checked for exact duplicates only.</p>'
         )
-    for g in groups[:MAX_GROUPS_SHOWN]:
-        out.append(_group(g, splits, pictures))
-    if len(groups) > MAX_GROUPS_SHOWN:
-        out.append(f'<p class="muted">… {len(groups) - MAX_GROUPS_SHOWN} more groups in report.json</p>')
-    if not groups:
+    for g in groups:
+        out.append(_group(g, splits, pictures, lines_file))
+    if total > len(groups):
+        out.append(
+            f'<p class="muted" id="more-groups">… {_num(total - len(groups))} more groups in {_e(lines_file)}</p>'
+        )
+    if not total:
         out.append('<p class="ok">No duplicate groups.</p>')
     out.append("</section>")
     return "".join(out)
@@ -324,6 +311,7 @@ def _duplicates(document: Mapping[str, Any], pictures: Pictures) -> str:
 
 def _rejected(document: Mapping[str, Any]) -> str:
     rej = document["rejected"]
+    lines_file = document["files"]["rejected"]["file"]
     out = ['<section id="rejected"><h2>Rejected inputs</h2>']
     if not rej["by_reason"]:
         out.append('<p class="ok">No input was rejected.</p>')
@@ -331,17 +319,17 @@ def _rejected(document: Mapping[str, Any]) -> str:
         out.append(
             f'<p class="warn">errors.jsonl has {rej["total"]} rows, dataset.json counts {rej["declared"]} rejected inputs.</p>'
         )
-    for reason, items in rej["by_reason"].items():
-        shown = items[:MAX_REJECTS_PER_REASON_SHOWN]
+    for reason, count in rej["by_reason"].items():
+        shown = rej["shown"].get(reason, [])[:MAX_REJECTS_PER_REASON_SHOWN]
         rows = "".join(
             f'<tr class="reject" data-reason="{_e(reason)}"><td class="path">{_e(r["path"])}</td><td>{_e(r["error"])}</td></tr>'
             for r in shown
         )
         more = (
-            f'<p class="muted">… {len(items) - len(shown)} more in report.json</p>' if len(items) > len(shown) else ""
+            f'<p class="muted">… {_num(count - len(shown))} more in {_e(lines_file)}</p>' if count > len(shown) else ""
         )
         out.append(
-            f'<details open data-reason="{_e(reason)}"><summary>{_e(reason)}: {len(items)}</summary>'
+            f'<details open data-reason="{_e(reason)}"><summary>{_e(reason)}: {_num(count)}</summary>'
             f"<table><tr><th>path</th><th>message</th></tr>{rows}</table>{more}</details>"
         )
     out.append("</section>")
@@ -387,23 +375,23 @@ def _shards(document: Mapping[str, Any]) -> str:
     )
 
 
-def render(document: Mapping[str, Any], pictures: Pictures) -> str:
-    """The whole page."""
+def render(document: Mapping[str, Any], pictures: Pictures, class_rows: Sequence[Mapping[str, Any]]) -> str:
+    """The whole page; ``class_rows`` are the classes lines file's rows (every class). Spends ``pictures``."""
     title = f"img2tfrecord report: {document['dataset']['path']}"
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
         '<link rel="icon" href="data:,">'
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{_STYLE}{page_classes.STYLE}</style></head><body>"
         + _header(document)
         + "<main>"
         + _warnings(document)
         + _cards(document)
-        + _classes(document)
+        + page_classes.section(document, class_rows)
         + _duplicates(document, pictures)
         + _rejected(document)
         + _samples(document, pictures)
         + _sizes(document)
         + _shards(document)
-        + "</main></body></html>\n"
+        + f"</main><script>{page_classes.SCRIPT}</script></body></html>\n"
     )

@@ -1,21 +1,25 @@
 """One read of one shard, in a worker process: the facts of every record and a seeded thumbnail sample.
 
 :func:`scan_shard` and :func:`fetch_thumbnails` are the functions a process
-pool runs; their arguments and results are small picklable values. A shard
-that cannot be read to its end gives the records before the break and a
-problem naming where it broke, never an exception.
+pool runs; their arguments and results are small picklable values (a shard's
+records come back as numpy columns, :class:`ShardColumns`). A shard that cannot
+be read to its end gives the records before the break and a problem naming
+where it broke, never an exception. Records are read through
+:mod:`img2tfrecord.readers.records` only (``scan_records``, ``read_record_at``).
 """
 
 from __future__ import annotations
 
+import array
 import base64
+import collections
 import dataclasses
 import hashlib
 import heapq
 import io
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 from img2tfrecord import faults, tfrecord_codec
 from img2tfrecord.readers import records
@@ -23,7 +27,7 @@ from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import features as keys
 
 if TYPE_CHECKING:
-    import concurrent.futures
+    import numpy as np
 
 DEFAULT_THUMBNAIL_PX = 96
 _HASH_DECODE_PX = 16  # JPEGs are decoded at the smallest DCT scale at least this big for the hash
@@ -41,17 +45,29 @@ _WANTED = (
 UNLABELED = ""  # the class name of every record of an unlabeled dataset
 
 
-class RecordFacts(NamedTuple):
-    """What the report keeps of one record; ``dhash`` is None when its image does not decode."""
+MAX_PROBLEMS_PER_SHARD = 20  # problems listed per shard; the rest are counted
 
-    record_index: int  # the record's number in its shard
-    offset: int
-    filename: str
-    class_name: str
-    sha256: str
-    dhash: Optional[int]
-    width: int
-    height: int
+
+class ShardColumns(NamedTuple):
+    """What the report keeps of a shard's live records, one array entry per record (a few dozen bytes each).
+
+    ``class_ids`` index ``class_names`` (this shard's own list); ``sha256`` holds
+    raw 32-byte digests; ``dhash`` is meaningful where ``hashed`` (the image
+    decoded); file names are ``names[name_ends[i-1]:name_ends[i]]`` (UTF-8 bytes).
+    """
+
+    record_index: np.ndarray  # int32
+    offset: np.ndarray  # int64
+    class_ids: np.ndarray  # int32
+    sha256: np.ndarray  # (n, 32) uint8
+    dhash: np.ndarray  # uint64
+    hashed: np.ndarray  # bool
+    names: bytes
+    name_ends: np.ndarray  # int64
+    class_names: Tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.record_index)
 
 
 class Thumbnail(NamedTuple):
@@ -76,7 +92,7 @@ class ShardTask:
     compression: str
     spec: Mapping[str, Mapping[str, Any]]  # the scalar features of dataset.json's feature_spec
     seed: int
-    thumbnails_per_class: int
+    candidates_per_class: int  # sample candidates kept per class: the records with the smallest sample keys
     thumbnail_px: int = DEFAULT_THUMBNAIL_PX
     # Draw the shard's sample candidates here; otherwise they are drawn later, once the
     # sample over all shards is known, from their offsets (cheap only without compression).
@@ -86,21 +102,33 @@ class ShardTask:
 
 @dataclasses.dataclass
 class ShardScan:
-    """The result of reading one shard. ``complete`` when every record was framed, parsed and decoded."""
+    """The result of reading one shard. ``complete`` when every record was framed, parsed and decoded.
+
+    ``problems`` lists the first :data:`MAX_PROBLEMS_PER_SHARD`; ``problem_count`` counts them all.
+    """
 
     file: str
     split: str
-    records: List[RecordFacts]
+    columns: Optional[ShardColumns]  # None once the launching process has taken them
     samples: List[Thumbnail]
+    records: int = 0  # live records read
+    class_counts: Dict[str, int] = dataclasses.field(default_factory=dict)
+    sizes: Dict[Tuple[int, int], int] = dataclasses.field(default_factory=dict)  # (width, height) -> records
     framed: int = 0  # records whose framing was read, parsed or not
     file_bytes: Optional[int] = None
     problems: List[str] = dataclasses.field(default_factory=list)
+    problem_count: int = 0
     read_to_end: bool = True
     seconds: float = 0.0
 
     @property
     def complete(self) -> bool:
-        return self.read_to_end and not self.problems
+        return self.read_to_end and not self.problem_count
+
+    def problem(self, text: str) -> None:
+        self.problem_count += 1
+        if len(self.problems) < MAX_PROBLEMS_PER_SHARD:
+            self.problems.append(text)
 
 
 def scalar_spec(spec_json: Mapping[str, Mapping[str, Any]]) -> Dict[str, Mapping[str, Any]]:
@@ -133,6 +161,39 @@ def decode_image(values: Mapping[str, Any], min_px: int):
     return image
 
 
+def image_hash(values: Mapping[str, Any]) -> int:
+    """The difference hash of the record's image decoded at the smallest DCT scale at least
+    :data:`_HASH_DECODE_PX` wide and high (:func:`decode_image`), the JPEGs through :func:`_draft_jpeg`."""
+    image = _draft_jpeg(values[keys.IMAGE_ENCODED], _HASH_DECODE_PX) if _is_jpeg(values) else None
+    return perceptual_hash.difference_hash(image if image is not None else decode_image(values, _HASH_DECODE_PX))
+
+
+def _is_jpeg(values: Mapping[str, Any]) -> bool:
+    return records.decode_text(values[keys.IMAGE_FORMAT]) == keys.FORMAT_JPEG
+
+
+def _draft_jpeg(data: bytes, min_px: int):
+    """A YCbCr or grayscale JPEG decoded as Pillow's ``draft`` decodes it (the same 1/1, 1/2, 1/4 or 1/8 DCT
+    scale, libjpeg-turbo's default DCT and upsampling), by simplejpeg: the same pixels, without Pillow's
+    header parsing in Python. None for any other JPEG, or one simplejpeg refuses (Pillow decides then)."""
+    import simplejpeg
+    from PIL import Image
+
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        if colorspace not in ("YCbCr", "Gray"):
+            return None
+        ratio = min(width // min_px, height // min_px)
+        scale = next((s for s in (8, 4, 2) if ratio >= s), 1)
+        size = {"min_factor": scale, "min_height": -(-height // scale), "min_width": -(-width // scale)}
+        if colorspace == "Gray":
+            pixels = simplejpeg.decode_jpeg(data, colorspace="GRAY", **size)
+            return Image.fromarray(pixels.reshape(pixels.shape[:2]), "L")
+        return Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB", **size), "RGB")
+    except Exception:  # simplejpeg's ValueError, or anything a damaged header triggers
+        return None
+
+
 def thumbnail_uri(image, px: int) -> str:
     """A JPEG of at most ``px`` x ``px`` (aspect kept) as a ``data:image/jpeg;base64`` URI."""
     from PIL import Image
@@ -148,70 +209,115 @@ def _text(values: Mapping[str, Any], key: str, default: str = "") -> str:
     return records.decode_text(values[key]) if key in values else default
 
 
+def sha256_digest(values: Mapping[str, Any]) -> bytes:
+    """The record's 32-byte content digest: its ``image/key/sha256`` (hex), else the SHA-256 of its image bytes.
+
+    A key that is not 64 hex digits is hashed itself, so equal keys still make equal digests.
+    """
+    key = values.get(keys.KEY_SHA256)
+    if not key:
+        return hashlib.sha256(values[keys.IMAGE_ENCODED]).digest()
+    if len(key) == 64:
+        try:
+            return bytes.fromhex(records.decode_text(key))
+        except ValueError:
+            pass
+    return hashlib.sha256(key).digest()
+
+
+class _ColumnsBuilder:
+    """The columns of one shard, appended record by record into typed buffers (no Python object per record)."""
+
+    def __init__(self) -> None:
+        self.index = array.array("i")
+        self.offset = array.array("q")
+        self.class_ids = array.array("i")
+        self.sha = bytearray()
+        self.dhash = array.array("Q")
+        self.hashed = bytearray()
+        self.names = bytearray()
+        self.name_ends = array.array("q")
+        self.class_of: Dict[str, int] = {}
+
+    def add(self, index: int, offset: int, class_name: str, sha: bytes, dhash: Optional[int], name: bytes) -> None:
+        self.index.append(index)
+        self.offset.append(offset)
+        self.class_ids.append(self.class_of.setdefault(class_name, len(self.class_of)))
+        self.sha += sha
+        self.dhash.append(dhash or 0)
+        self.hashed.append(dhash is not None)
+        self.names += name
+        self.name_ends.append(len(self.names))
+
+    def build(self) -> ShardColumns:
+        import numpy as np
+
+        return ShardColumns(
+            np.frombuffer(self.index, dtype=np.int32).copy(),
+            np.frombuffer(self.offset, dtype=np.int64).copy(),
+            np.frombuffer(self.class_ids, dtype=np.int32).copy(),
+            np.frombuffer(bytes(self.sha), dtype=np.uint8).reshape(-1, 32),
+            np.frombuffer(self.dhash, dtype=np.uint64).copy(),
+            np.frombuffer(bytes(self.hashed), dtype=bool),
+            bytes(self.names),
+            np.frombuffer(self.name_ends, dtype=np.int64).copy(),
+            tuple(self.class_of),
+        )
+
+
 def scan_shard(task: ShardTask) -> ShardScan:
-    """Read every record of one shard once: facts per record, and thumbnails of the records with the
-    ``thumbnails_per_class`` smallest sample keys of each class (drawn when the shard has been read)."""
+    """Read every record of one shard once: its columns, counts per class and image size, and the
+    ``candidates_per_class`` records of each class with the smallest sample keys (drawn when
+    ``task.draw_samples``, once the shard has been read)."""
     faults.pause_at("scanning")  # test-only: stops here with IMG2TFRECORD_FAULT=pause:scanning
     started = time.perf_counter()
-    scan = ShardScan(task.file, task.split, [], [])
+    built = _ColumnsBuilder()
+    samples: List[Thumbnail] = []
+    scan = ShardScan(task.file, task.split, None, samples)
     path = records.join(task.directory, task.file)
     # class -> max-heap (negated keys) of the sample so far, with the features to draw it from
     heaps: Dict[str, List[Tuple[int, str, int, int, Mapping[str, Any]]]] = {}
-    dhash_of: Dict[str, Optional[int]] = {}  # sha256 -> dhash, so identical bytes are decoded once
+    dhash_of: Dict[bytes, Optional[int]] = {}  # digest -> dhash, so identical bytes are decoded once
+    class_counts: Dict[str, int] = collections.Counter()
+    sizes: Dict[Tuple[int, int], int] = collections.Counter()
     try:
         scan.file_bytes = records.file_size(path)
         for record in records.scan_records(path, task.compression):
             scan.framed += 1
             if not record.data_crc_ok:
-                scan.problems.append(f"record {record.index}: data checksum mismatch (corrupt record data)")
+                scan.problem(f"record {record.index}: data checksum mismatch (corrupt record data)")
                 continue
             if record.index in task.withdrawn:
                 continue
             try:
                 values = records.parse_example(record.data, task.spec)
             except records.ExampleError as e:
-                scan.problems.append(f"record {record.index}: {e}")
+                scan.problem(f"record {record.index}: {e}")
                 continue
-            filename = _text(values, keys.FILENAME)
+            name = values.get(keys.FILENAME, b"")
+            filename = records.decode_text(name)
             class_name = _text(values, keys.CLASS_TEXT, UNLABELED)
-            sha = _text(values, keys.KEY_SHA256) or hashlib.sha256(values[keys.IMAGE_ENCODED]).hexdigest()
-            key = sample_key(task.seed, filename)
-            heap = heaps.setdefault(class_name, [])
-            if task.thumbnails_per_class > 0 and (len(heap) < task.thumbnails_per_class or -heap[0][0] > key):
-                entry = (-key, filename, record.index, record.offset, values)
-                if len(heap) < task.thumbnails_per_class:
-                    heapq.heappush(heap, entry)
-                else:
-                    heapq.heappushpop(heap, entry)
+            sha = sha256_digest(values)
+            if task.candidates_per_class > 0:
+                _offer(heaps.setdefault(class_name, []), task, filename, record.index, record.offset, values)
             if sha not in dhash_of:
                 try:
-                    dhash_of[sha] = perceptual_hash.difference_hash(decode_image(values, _HASH_DECODE_PX))
+                    dhash_of[sha] = image_hash(values)
                 except Exception as e:  # any decoder failure is a finding about the data
                     dhash_of[sha] = None
-                    scan.problems.append(
-                        f"record {record.index} ({filename}): image does not decode: {type(e).__name__}: {e}"
-                    )
-            scan.records.append(
-                RecordFacts(
-                    record.index,
-                    record.offset,
-                    filename,
-                    class_name,
-                    sha,
-                    dhash_of.get(sha),
-                    int(values.get(keys.IMAGE_WIDTH, 0)),
-                    int(values.get(keys.IMAGE_HEIGHT, 0)),
-                )
-            )
+                    scan.problem(f"record {record.index} ({filename}): image does not decode: {type(e).__name__}: {e}")
+            built.add(record.index, record.offset, class_name, sha, dhash_of[sha], name)
+            class_counts[class_name] += 1
+            sizes[int(values.get(keys.IMAGE_WIDTH, 0)), int(values.get(keys.IMAGE_HEIGHT, 0))] += 1
     except records.RecordError as e:
         scan.read_to_end = False
-        scan.problems.append(f"{e}; the rest of the shard cannot be read")
+        scan.problem(f"{e}; the rest of the shard cannot be read")
     except FileNotFoundError:
         scan.read_to_end = False
-        scan.problems.append("shard file missing")
+        scan.problem("shard file missing")
     except Exception as e:  # unreadable file (permissions, network): a finding, never a traceback
         scan.read_to_end = False
-        scan.problems.append(f"cannot read shard: {type(e).__name__}: {e}")
+        scan.problem(f"cannot read shard: {type(e).__name__}: {e}")
     for class_name, heap in heaps.items():
         for negated, filename, index, offset, sampled in sorted(heap, key=lambda e: (-e[0], e[1], e[2])):
             uri = ""
@@ -220,9 +326,24 @@ def scan_shard(task: ShardTask) -> ShardScan:
                     uri = thumbnail_uri(decode_image(sampled, task.thumbnail_px), task.thumbnail_px)
                 except Exception:  # reported above, when its hash was computed
                     continue
-            scan.samples.append(Thumbnail(-negated, task.split, class_name, filename, uri, task.file, index, offset))
+            samples.append(Thumbnail(-negated, task.split, class_name, filename, uri, task.file, index, offset))
+    scan.columns = built.build()
+    scan.records = len(scan.columns)
+    scan.class_counts = dict(class_counts)
+    scan.sizes = dict(sizes)
     scan.seconds = time.perf_counter() - started
     return scan
+
+
+def _offer(heap: List, task: ShardTask, filename: str, index: int, offset: int, values: Mapping[str, Any]) -> None:
+    """Keep the record in its class's sample heap when its key is among the smallest so far."""
+    key = sample_key(task.seed, filename)
+    if len(heap) < task.candidates_per_class or -heap[0][0] > key:
+        entry = (-key, filename, index, offset, values if task.draw_samples else None)
+        if len(heap) < task.candidates_per_class:
+            heapq.heappush(heap, entry)
+        else:
+            heapq.heappushpop(heap, entry)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,36 +395,3 @@ def fetch_thumbnails(task: FetchTask) -> Dict[int, str]:
     except Exception:  # the scan already reported an unreadable shard; draw what could be read
         pass
     return out
-
-
-class Workers:
-    """A pool of ``processes`` spawned processes, started on the first ``map`` that can use it; a context manager."""
-
-    def __init__(self, processes: int) -> None:
-        self.processes = processes
-        self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = None
-
-    def map(self, function, tasks: Sequence[Any]) -> List[Any]:
-        """``[function(task) for task in tasks]``, in the pool when there are several tasks and processes."""
-        if self.processes <= 1 or len(tasks) <= 1:
-            return [function(task) for task in tasks]
-        if self._pool is None:
-            import concurrent.futures
-            import multiprocessing
-
-            from img2tfrecord.worker_exit import Parent, exit_with_parent
-
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                self.processes,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=exit_with_parent,  # a killed report leaves no worker behind
-                initargs=(Parent.this_process(),),
-            )
-        return list(self._pool.map(function, tasks))
-
-    def __enter__(self) -> Workers:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
