@@ -215,7 +215,7 @@ def test_report_json_class_counts_sizes_shards_and_rejects(reported):
     for split, counts in expected.items():
         info = document["splits"][split]
         assert {r["class"]: r["examples"][split] for r in rows["classes"]} == counts
-        assert {r["class"]: r["declared"][split] for r in rows["classes"]} == doc["splits"][split]["examples_per_class"]
+        assert {r["class"]: r["declared"][split] for r in rows["classes"]} == doc.splits[split].examples_per_class
         assert info["num_examples"] == info["declared_examples"] == sum(counts.values())
         nonzero = [n for n in counts.values()]
         assert info["imbalance"]["ratio"] == (round(max(nonzero) / min(nonzero), 3) if min(nonzero) else None)
