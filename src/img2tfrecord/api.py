@@ -213,6 +213,11 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         raise UsageError("--require-boxes applies to detection, not to --task classification")
     if ns.dedupe and ns.sequence:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
+    if ns.file_format != "tfrecord" and ns.compression != "none":
+        raise UsageError(
+            f"--compression {ns.compression} compresses TFRecord shards as a whole; --file-format {ns.file_format} "
+            "shards are written uncompressed: leave out --compression"
+        )
     if "://" not in ns.output and os.path.exists(ns.output) and not os.path.isdir(ns.output):
         raise UsageError(f"--output {ns.output} is a file: give a folder (it is created if missing)")
     if output_inside_input(ns.input, ns.output):
@@ -230,6 +235,7 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         shard_size_mb=ns.shard_size_mb or DEFAULT_SHARD_SIZE_MB,
         num_shards=ns.num_shards,
         compression=ns.compression,
+        file_format=ns.file_format,
         overwrite=ns.overwrite,
         resume=ns.resume,
         analyze=ns.analyze,

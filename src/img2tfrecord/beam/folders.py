@@ -32,6 +32,7 @@ OUTPUT_OPTIONS = (
     "num_shards",
     "shard_size_mb",
     "compression",
+    "file_format",
     "max_error_rate",
     "analyze",
     "exact_statistics",
@@ -119,7 +120,12 @@ class ImagesToTFRecords(beam.PTransform):
         )
         written = items | "WriteShards" >> WriteShards(
             self._converter,
-            ShardSinks(config.output, config.compression, FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR)),
+            ShardSinks(
+                config.output,
+                config.compression,
+                FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR),
+                file_format=config.file_format,
+            ),
             run_dir,
             config.seed,
             config.processes,

@@ -27,7 +27,7 @@ from img2tfrecord.pipeline.kinds.archive import archive_root
 from img2tfrecord.pipeline.launch import analysed, class_list, image_converter, run_dir
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
+from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, FileFormat, RecordType, Task
 from img2tfrecord.sources import kinds
 from img2tfrecord.transforms.archive_members import RecordArchiveMembers
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
@@ -51,7 +51,7 @@ def _one(unused_element):
 def shard_sinks(config: ConvertConfig, plan: Plan) -> ShardSinks:
     """Where the run's splits are written: temp files in its staging folder, final names in the output."""
     staging = FileSystems.join(run_dir(config, plan), manifest.RUN_SHARDS_DIR)
-    return ShardSinks(config.output, config.compression, staging, plan.generation)
+    return ShardSinks(config.output, config.compression, staging, plan.generation, config.file_format, config.sequence)
 
 
 def manifest_template(config: ConvertConfig, task: str, labeled: bool, fingerprint: str) -> DatasetManifest:
@@ -64,6 +64,7 @@ def manifest_template(config: ConvertConfig, task: str, labeled: bool, fingerpri
         input=kinds.absolute_input(config.input),  # an append started from another folder names the same input
         options=config.options_json(),
         compression=Compression(config.compression),
+        file_format=FileFormat(config.file_format),
         labels=(),
         splits={},
         accounting=None,

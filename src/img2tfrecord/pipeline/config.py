@@ -20,6 +20,7 @@ class ConvertConfig:
     shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
     num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
     compression: str = "none"
+    file_format: str = "tfrecord"  # the shard container (schemas/manifest.FILE_FORMATS); the records are the same
     overwrite: bool = False
     resume: bool = False  # keep the shards a killed run of the same fingerprint finished (plan.Plan.fingerprint)
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
@@ -53,6 +54,7 @@ class ConvertConfig:
             "shard_size_mb": None if self.num_shards else self.shard_size_mb,
             "num_shards": self.num_shards,
             "compression": self.compression,
+            "file_format": self.file_format,
             "max_error_rate": self.max_error_rate,
             "analyze": self.analyze,
             "exact_statistics": self.exact_statistics,

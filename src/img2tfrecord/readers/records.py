@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import tarfile
 import threading
 from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Tuple, cast
 
@@ -23,6 +24,7 @@ from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import storage
 from img2tfrecord.schemas import dataset_manifest, example_proto, features, manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.shard_formats import array_records, tar_shards
 from img2tfrecord.tfrecord_codec import (
     IndexEntry,
     MisframedRecordError,
@@ -100,13 +102,32 @@ def _stream(path: str, compression: str) -> Tuple[BinaryIO, BinaryIO, int | None
     return raw, raw, file_size(path)
 
 
-def scan_records(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[Record]:
-    """Every record of one shard, in order (:func:`tfrecord_codec.read_records` over the shard's file).
+def scan_records(
+    path: str,
+    compression: str = "none",
+    check_crc: bool = True,
+    *,
+    file_format: str = manifest.FILE_FORMAT_TFRECORD,
+    sequence: bool = False,
+) -> Iterator[Record]:
+    """Every record of one shard, in order, whatever its file format (``file_format``; ``sequence``: the
+    records are SequenceExamples, which a WebDataset sample stores as frames).
 
-    A record whose data fails its checksum is yielded with
-    ``data_crc_ok=False``; anything that loses the framing raises
-    :class:`RecordError` and ends the walk.
+    TFRecord: :func:`tfrecord_codec.read_records` over the shard's file; a record whose data fails
+    its checksum is yielded with ``data_crc_ok=False``. ArrayRecord: its records, read through a
+    local copy of a remote shard (``Record.offset`` is the record's number). WebDataset: each
+    sample's record (``shard_formats/webdataset_samples.py``), ``offset`` its first header's.
+    Anything that loses the framing raises :class:`RecordError` and ends the walk.
     """
+    if file_format == manifest.FILE_FORMAT_ARRAY_RECORD:
+        with array_records.local_copy(path, is_remote, open_binary) as local:
+            yield from array_records.read_records(local)
+        return
+    if file_format == manifest.FILE_FORMAT_WEBDATASET:
+        with open_binary(path) as raw:
+            yield from tar_shards.read_records(raw, sequence)
+        return
+    manifest.check_file_format(file_format)
     stream, raw, size = _stream(path, compression)
     index = offset = 0  # where the next record starts
     try:
@@ -118,9 +139,16 @@ def scan_records(path: str, compression: str = "none", check_crc: bool = True) -
         raise RecordError(index, offset, f"read error: {e}") from None
 
 
-def iter_records(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[Tuple[int, int, bytes]]:
+def iter_records(
+    path: str,
+    compression: str = "none",
+    check_crc: bool = True,
+    *,
+    file_format: str = manifest.FILE_FORMAT_TFRECORD,
+    sequence: bool = False,
+) -> Iterator[Tuple[int, int, bytes]]:
     """``(index, offset, data)`` of every record; any problem, a bad data checksum included, raises RecordError."""
-    for record in scan_records(path, compression, check_crc):
+    for record in scan_records(path, compression, check_crc, file_format=file_format, sequence=sequence):
         if not record.data_crc_ok:
             raise RecordError(record.index, record.offset, "data checksum mismatch (corrupt record data)")
         yield record.index, record.offset, record.data
@@ -181,10 +209,32 @@ class RandomAccessFile:
         self.close()
 
 
-def walk_offsets(path: str, check_crc: bool = True) -> List[IndexEntry]:
-    """``(offset, framed length)`` of every record of an uncompressed shard (:func:`tfrecord_codec.walk_offsets`)."""
+def walk_offsets(
+    path: str, check_crc: bool = True, file_format: str = manifest.FILE_FORMAT_TFRECORD
+) -> List[IndexEntry]:
+    """``(offset, length)`` of every record of an uncompressed shard (:func:`tfrecord_codec.walk_offsets`), or of
+    every sample of a tar shard (:func:`tar_shards.walk_samples`; ``RecordError`` for a tar that does not read)."""
+    if file_format == manifest.FILE_FORMAT_WEBDATASET:
+        with open_binary(path) as raw:
+            try:
+                return tar_shards.walk_samples(raw)
+            except (tarfile.TarError, EOFError, OSError) as e:
+                raise TruncatedRecordError(-1, 0, f"broken tar: {e}") from None
     with RandomAccessFile(path) as f:
         return tfrecord_codec.walk_offsets(f, check_crc)
+
+
+def read_record(
+    f: RandomAccessFile, index: int, offset: int, length: int, file_format: str = manifest.FILE_FORMAT_TFRECORD
+) -> bytes:
+    """The data of the record an index entry ``(offset, length)`` places in the open shard ``f`` (TFRecord:
+    :func:`tfrecord_codec.read_record_at`, checksums checked; tar: the sample in that range, rebuilt)."""
+    if file_format == manifest.FILE_FORMAT_WEBDATASET:
+        chunk = f.read_at(offset, length)
+        if len(chunk) < length:
+            raise TruncatedRecordError(index, offset, f"truncated: {len(chunk)} of the sample's {length} bytes")
+        return tar_shards.record_in_range(chunk, index, offset)
+    return read_record_at(f, index, offset, length)
 
 
 # ---------------------------------------------------------------------------
@@ -253,6 +303,7 @@ __all__ = [
     "parse_example",
     "parse_index",
     "read_manifest",
+    "read_record",
     "read_record_at",
     "scan_records",
     "walk_offsets",
