@@ -126,9 +126,11 @@ def prepare_output(
             )
         others = [r for r in runs if r != resume_folder]
         if others:
+            formats = {manifest.file_format_of(p) for p in existing} - {None}
+            written = f" (it writes {formats.pop()} shards: give its --file-format)" if len(formats) == 1 else ""
             raise OutputNotEmpty(
                 f"cannot resume: the unfinished conversion in {output_dir} was started with other options, "
-                "seed or input; rerun it with those, or pass --overwrite to start over"
+                f"seed or input{written}; rerun it with those, or pass --overwrite to start over"
             )
         resumable = resume_folder in runs
         keep = (resume_folder, manifest.INDEX_DIR) if resumable else ()

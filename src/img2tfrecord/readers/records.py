@@ -18,7 +18,7 @@ import gzip
 import os
 import tarfile
 import threading
-from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Tuple, cast
+from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Sequence, Tuple, cast
 
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import storage
@@ -224,6 +224,46 @@ def walk_offsets(
         return tfrecord_codec.walk_offsets(f, check_crc)
 
 
+def shard_records(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[Record]:
+    """Every record of the Example shard ``path``, in order, in the file format its name says
+    (:func:`scan_records`)."""
+    file_format = manifest.file_format_of(path) or manifest.FILE_FORMAT_TFRECORD
+    return scan_records(path, compression, check_crc, file_format=file_format)
+
+
+def records_at(path: str, compression: str, wanted: Sequence[Tuple[int, int]]) -> Iterator[Tuple[int, bytes]]:
+    """``(index, data)`` of the wanted records ``(index, offset)`` of the Example shard ``path`` that read
+    (others are left out): at their offsets in uncompressed TFRecord shards, by number in ArrayRecord
+    shards, else from a scan up to the last one."""
+    file_format = manifest.file_format_of(path) or manifest.FILE_FORMAT_TFRECORD
+    if not wanted:
+        return
+    if file_format == manifest.FILE_FORMAT_TFRECORD and compression == manifest.COMPRESSION_NONE:
+        with RandomAccessFile(path) as f:
+            for index, offset in wanted:
+                try:
+                    yield index, read_record_at(f, index, offset)
+                except RecordError:
+                    continue
+        return
+    if file_format == manifest.FILE_FORMAT_ARRAY_RECORD:
+        with (
+            array_records.local_copy(path, is_remote, open_binary) as local,
+            array_records.ArrayRecordShard(local) as shard,
+        ):
+            for index, _ in wanted:
+                if 0 <= index < len(shard):
+                    yield index, shard.read([index])[0]
+        return
+    indices = {index for index, _ in wanted}
+    last = max(indices)
+    for record in scan_records(path, compression, file_format=file_format):
+        if record.index in indices and record.data_crc_ok:
+            yield record.index, record.data
+        if record.index >= last:
+            break
+
+
 def read_record(
     f: RandomAccessFile, index: int, offset: int, length: int, file_format: str = manifest.FILE_FORMAT_TFRECORD
 ) -> bytes:
@@ -304,6 +344,8 @@ __all__ = [
     "parse_index",
     "read_manifest",
     "read_record",
+    "records_at",
+    "shard_records",
     "read_record_at",
     "scan_records",
     "walk_offsets",

@@ -108,7 +108,8 @@ def _check_file_format(path: str, doc: DatasetManifest) -> None:
         raise ValueError(
             f"{path} holds ArrayRecord shards (convert --file-format array_record), which tf.data does not read: "
             "read them with grain (grain.sources.ArrayRecordDataSource over the shards dataset.json lists), "
-            "tfds.builder_from_directory(path), or img2tfrecord.readers.datasource.SplitDataSource"
+            "tfds.builder_from_directory(path).as_data_source(split), or "
+            "img2tfrecord.readers.datasource.SplitDataSource"
         )
     if doc.file_format is FileFormat.WEBDATASET:
         raise ValueError(
