@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from typing import Any, BinaryIO, Callable, Iterator, List, Sequence
 
-from img2tfrecord.tfrecord_codec import Record, RecordError
+from img2tfrecord.tfrecord_codec import Record, RecordError, TruncatedRecordError
 
 WRITER_OPTIONS = "group_size:1,uncompressed"
 _COPY_CHUNK = 8 << 20
@@ -73,20 +73,25 @@ class ArrayRecordShard:
             self._reader = _module().ArrayRecordReader(path)
         except Exception as e:  # the extension raises RuntimeError/ValueError with riegeli's message
             raise RecordError(-1, 0, f"not an ArrayRecord file: {_first_line(e)}") from None
+        if not self._reader.ok():  # its footer (the index of its records) does not read: cut short or not one
+            raise TruncatedRecordError(-1, 0, "not an ArrayRecord file, or cut short: its footer does not read")
         self._size = int(self._reader.num_records())
 
     def __len__(self) -> int:
         return self._size
 
     def read(self, indices: Sequence[int]) -> List[bytes]:
+        """The records at ``indices``; :class:`RecordError` naming the first that does not read."""
         try:
             return list(self._reader.read(list(indices)))
-        except Exception as e:
-            first = indices[0] if indices else -1
-            raise RecordError(first, -1, f"unreadable record: {_first_line(e)}") from None
+        except Exception as e:  # riegeli's RuntimeError: a chunk whose hash fails
+            if len(indices) == 1:
+                raise RecordError(indices[0], -1, f"corrupt record: {_first_line(e)}") from None
+        return [self.read([i])[0] for i in indices]  # which one fails
 
     def close(self) -> None:
-        self._reader.close()
+        if self._reader.ok():  # closing a reader that failed raises its failure again
+            self._reader.close()
 
     def __enter__(self) -> ArrayRecordShard:
         return self
@@ -105,7 +110,13 @@ def read_records(path: str) -> Iterator[Record]:
     with ArrayRecordShard(path) as shard:
         for start in range(0, len(shard), _READ_BATCH):
             indices = list(range(start, min(start + _READ_BATCH, len(shard))))
-            for i, data in zip(indices, shard.read(indices)):
+            try:
+                found = shard.read(indices)
+            except RecordError:  # the records before the one that fails, then its error
+                for i in indices:
+                    yield Record(i, i, shard.read([i])[0])
+                continue
+            for i, data in zip(indices, found):
                 yield Record(i, i, data)
 
 
