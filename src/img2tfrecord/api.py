@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple,
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.options import CONVERT_OPTIONS, add_convert_arguments
+from img2tfrecord.schemas.manifest import COMPRESSION_NONE, FILE_FORMAT_TFRECORD
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -213,7 +214,7 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
         raise UsageError("--require-boxes applies to detection, not to --task classification")
     if ns.dedupe and ns.sequence:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
-    if ns.file_format != "tfrecord" and ns.compression != "none":
+    if ns.file_format != FILE_FORMAT_TFRECORD and ns.compression != COMPRESSION_NONE:
         raise UsageError(
             f"--compression {ns.compression} compresses TFRecord shards as a whole; --file-format {ns.file_format} "
             "shards are written uncompressed: leave out --compression"

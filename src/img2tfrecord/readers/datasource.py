@@ -237,7 +237,8 @@ def iter_split(
 ) -> Iterator[Dict[str, Any]]:
     """The examples of one split in order, or worker ``shard_index``'s share of ``num_shards``.
 
-    Reads ``.tfrecord`` and ``.tfrecord.gz`` shards sequentially, checking
+    Reads the shards sequentially, in any file format (``.tfrecord``, ``.tfrecord.gz``, ``.array_record``,
+    ``.tar``), checking
     every record's CRC and each shard's record count against
     ``dataset.json``. The shares of all workers hold every record exactly
     once: with at least ``num_shards`` shard files, worker ``k`` reads files
