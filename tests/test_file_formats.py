@@ -15,7 +15,7 @@ import signal
 import tarfile
 
 import pytest
-from conftest import cli_env, manifest_doc, shard_digests, write_manifest_doc
+from conftest import IN_MEMORY, cli_env, manifest_doc, shard_digests, write_manifest_doc
 from gcs_emulator import gcs_fixture  # noqa: F401 - the gcs fixture
 from helpers.cli import run_in_process
 from helpers.datasets import clip_dataset, dataset_files, write_tree
@@ -299,3 +299,32 @@ def test_a_gs_output_holds_the_local_runs_shards_and_reads_back(gcs, outputs, fi
     checked = run_in_process("verify", remote)
     assert checked.returncode == 0 and checked.stdout.startswith("OK:"), checked.stdout + checked.stderr
     assert _examples(iter_split(remote, "train")) == _examples(iter_split(run.output, "train"))
+
+
+def test_the_beam_transforms_write_the_file_format_they_are_given(outputs, tmp_path):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from img2tfrecord.beam import ExamplesToTFRecords, ImageRef, ImagesToExamples, ImagesToTFRecords
+
+    root = outputs["tfrecord"].input
+    refs = [ImageRef(os.path.join(root, *rel.split("/")), rel.split("/")[0]) for rel in sorted(dataset_files())]
+    folder, shards = str(tmp_path / "folder"), str(tmp_path / "shards")
+    with beam.Pipeline(options=PipelineOptions(list(IN_MEMORY))) as p:
+        created = p | beam.Create(refs)
+        _ = created | ImagesToTFRecords(folder, image_size=24, num_shards=2, analyze=False, file_format="array_record")
+        examples = created | "Examples" >> ImagesToExamples(image_size=24)
+        _ = examples["examples"] | ExamplesToTFRecords(shards, num_shards=2, file_format="webdataset")
+    doc = records.read_manifest(folder)
+    assert doc.file_format.value == "array_record" and doc.num_examples == len(refs)
+    assert run_in_process("verify", folder).returncode == 0
+    written = sorted(name for name in os.listdir(shards) if manifest.parse_shard_file_name(name))
+    assert written == ["train-000000.tar", "train-000001.tar"]
+    found = [
+        d for name in written for _, _, d in records.iter_records(os.path.join(shards, name), file_format="webdataset")
+    ]
+    assert sorted(records.parse_example(d, doc.spec)[keys.FILENAME] for d in found) == sorted(
+        records.parse_example(d, doc.spec)[keys.FILENAME]
+        for _, s in doc.shards()
+        for _, _, d in records.iter_records(records.join(folder, s.file), file_format="array_record")
+    )

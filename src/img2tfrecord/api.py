@@ -215,10 +215,7 @@ def config_from_args(ns: argparse.Namespace, pipeline_args: Sequence[str] = ()) 
     if ns.dedupe and ns.sequence:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
     if ns.file_format != FILE_FORMAT_TFRECORD and ns.compression != COMPRESSION_NONE:
-        raise UsageError(
-            f"--compression {ns.compression} compresses TFRecord shards as a whole; --file-format {ns.file_format} "
-            "shards are written uncompressed: leave out --compression"
-        )
+        raise UsageError(f"--compression {ns.compression} compresses TFRecord shards, not {ns.file_format} ones")
     if "://" not in ns.output and os.path.exists(ns.output) and not os.path.isdir(ns.output):
         raise UsageError(f"--output {ns.output} is a file: give a folder (it is created if missing)")
     if output_inside_input(ns.input, ns.output):

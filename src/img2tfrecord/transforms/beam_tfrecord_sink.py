@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from typing import Any, BinaryIO, List, NamedTuple, Optional, Sequence, cast
+from typing import Any, BinaryIO, List, NamedTuple, Optional, Protocol, Sequence, cast
 
 from apache_beam import coders
 from apache_beam.io.filebasedsink import FileBasedSink
@@ -149,7 +149,18 @@ class _ArrayRecordHandle:
         return self._stored._replace(temp_path=temp_path)
 
 
-AnyHandle = Any  # _ShardHandle or _ArrayRecordHandle: ``records``, ``last_entry``, ``bytes_written``, ``close``
+class _Handle(Protocol):
+    """What the sink's hooks and :class:`ShardFile` use of a temp handle, whatever the format."""
+
+    records: Any  # the format's record writer: ``write(record)``
+    last_entry: Optional[IndexEntry]
+
+    @property
+    def bytes_written(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def written(self, temp_path: str) -> WrittenShard: ...
 
 
 class ShardSink(FileBasedSink):
@@ -198,7 +209,7 @@ class ShardSink(FileBasedSink):
                 pass
         return self.temp_dir
 
-    def open(self, temp_path: str) -> AnyHandle:
+    def open(self, temp_path: str) -> _Handle:
         if self.file_format == shard_formats.ARRAY_RECORD:
             if storage.is_remote(temp_path):
                 return _ArrayRecordHandle(array_records.scratch_path(self.suffix), temp_path, self.mime_type)
@@ -213,10 +224,10 @@ class ShardSink(FileBasedSink):
             digesting, stream, shard_formats.stream_writer(self.file_format, stream, stem, self.sequence)
         )
 
-    def write_encoded_record(self, file_handle: AnyHandle, value: bytes) -> None:
+    def write_encoded_record(self, file_handle: _Handle, value: bytes) -> None:
         file_handle.last_entry = file_handle.records.write(value)
 
-    def close(self, file_handle: AnyHandle) -> None:
+    def close(self, file_handle: _Handle) -> None:
         file_handle.close()
 
     # -- what the shard step uses ---------------------------------------------------------------
@@ -298,7 +309,7 @@ class ShardFile:
 
     def __init__(self, sink: ShardSink, shard: int):
         self._writer = sink.open_writer(sink.initialize_write(), f"{shard:05d}-{uuid.uuid4().hex}")
-        self._handle: AnyHandle = self._writer.temp_handle
+        self._handle: _Handle = self._writer.temp_handle
 
     def write(self, record: bytes) -> Optional[IndexEntry]:
         """Write ``record`` into the file; -> its ``(offset, length)`` there (None: the format keeps its own index)."""
