@@ -18,6 +18,7 @@ from img2tfrecord.tfrecord_codec import IndexEntry, Record, RecordError, Truncat
 
 _MODE = 0o444
 _MTIME = 0  # the same bytes on every run
+_NUL = b"\0"
 
 
 def sample_key(shard_stem: str, index: int) -> str:
@@ -37,28 +38,40 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
 
 
 class TarShardWriter:
-    """Records written as samples into the tar stream ``stream`` (any binary file object; not closed)."""
+    """Records written as samples into the tar stream ``stream`` (any binary file object; not closed).
+
+    Each member is its header (``tarfile.TarInfo.tobuf``), its data in one write and the padding to the
+    next block; ``close`` ends the archive as ``tarfile`` does (two zero blocks, padded to a record).
+    """
 
     def __init__(self, stream: BinaryIO, shard_stem: str, sequence: bool = False):
         if "." in shard_stem:
             raise ValueError(f"a WebDataset key has no dots: {shard_stem!r}")
-        self._tar = tarfile.TarFile(fileobj=stream, mode="w", format=tarfile.USTAR_FORMAT)
+        self._stream = stream
         self._stem = shard_stem
         self._sequence = sequence
         self._count = 0
+        self._offset = 0
+
+    def _write(self, data: bytes) -> None:
+        self._stream.write(data)
+        self._offset += len(data)
 
     def write(self, record: bytes) -> IndexEntry:
         """Write the sample of ``record``; -> its ``(offset, length)`` in the tar file."""
         key = sample_key(self._stem, self._count)
-        start = self._tar.offset
+        start = self._offset
         for extension, data in webdataset_samples.sample_members(record, self._sequence):
-            self._tar.addfile(_member(f"{key}.{extension}", len(data)), io.BytesIO(data))
+            self._write(_member(f"{key}.{extension}", len(data)).tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict"))
+            self._write(data)
+            self._write(_NUL * (-len(data) % tarfile.BLOCKSIZE))
         self._count += 1
-        return start, self._tar.offset - start
+        return start, self._offset - start
 
     def close(self) -> None:
         """Write the end-of-archive blocks."""
-        self._tar.close()
+        self._write(_NUL * (2 * tarfile.BLOCKSIZE))
+        self._write(_NUL * (-self._offset % tarfile.RECORDSIZE))
 
 
 def _key_and_extension(name: str) -> Tuple[str, str]:
