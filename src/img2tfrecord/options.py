@@ -44,6 +44,7 @@ from img2tfrecord.option_values import (
     positive,
     quality,
 )
+from img2tfrecord.schemas.manifest import FILE_FORMAT_TFRECORD, FILE_FORMATS
 
 _BOOLEAN = r"^(true|false)$"
 
@@ -224,6 +225,23 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         recorded_as="compression",
         help="gzip writes .tfrecord.gz (no index files)",
         template=Template("Compression", "none (default) or gzip.", r"^(none|gzip)$"),
+    ),
+    Option(
+        "--file-format",
+        doc="the shard container: `tfrecord`, `array_record` (random access, for grain and TFDS) or "
+        "`webdataset` (tar shards, for PyTorch); the records, splits and placement are the same "
+        "([file formats](file-formats.md))",
+        choices=FILE_FORMATS,
+        default=FILE_FORMAT_TFRECORD,
+        doc_default=FILE_FORMAT_TFRECORD,
+        recorded_as="file_format",
+        help="tfrecord; array_record (ArrayRecord, random access, for grain/JAX and TFDS); webdataset (tar shards "
+        "train-000000.tar, for PyTorch); the same records, splits and shards in each",
+        template=Template(
+            "File format",
+            "tfrecord (default), array_record (for grain/JAX) or webdataset (tar shards for PyTorch).",
+            r"^(tfrecord|array_record|webdataset)$",
+        ),
     ),
     Option(
         "--overwrite",

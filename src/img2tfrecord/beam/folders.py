@@ -31,6 +31,7 @@ OUTPUT_OPTIONS = (
     "num_shards",
     "shard_size_mb",
     "compression",
+    "file_format",
     "max_error_rate",
     "analyze",
     "exact_statistics",
@@ -101,7 +102,7 @@ class ImagesToTFRecords(beam.PTransform):
         )
         written = items | "WriteShards" >> WriteShards(
             self._converter,
-            shard_sinks(run_dir, config.compression),
+            shard_sinks(run_dir, config.compression, file_format=config.file_format),
             run_dir,
             config.processes,
             beam.pvalue.AsSingleton(labels),

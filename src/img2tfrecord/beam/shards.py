@@ -66,8 +66,9 @@ class ExamplesToTFRecords(beam.PTransform):
     byte those ``convert`` writes. ``split_names``: the splits to write (each gets its shards, empty
     ones too). Shard counts are ``num_shards``, or each split's
     exact bytes over ``shard_size_mb``. Names follow ``convert``'s (``train-00000-of-00004.tfrecord``,
-    ``.tfrecord.gz`` with ``compression="gzip"``). Unlike ``ImagesToTFRecords``, the records cross a
-    shuffle; ``dataset.json``, ``labels.txt`` and ``_SUCCESS`` are yours to write (or use that).
+    ``.tfrecord.gz`` with ``compression="gzip"``); ``file_format`` is ``--file-format``'s. Unlike
+    ``ImagesToTFRecords``, the records cross a shuffle; ``dataset.json``, ``labels.txt`` and ``_SUCCESS``
+    are yours to write (or use that).
     """
 
     def __init__(
@@ -79,10 +80,15 @@ class ExamplesToTFRecords(beam.PTransform):
         num_shards: Optional[int] = None,
         shard_size_mb: float = DEFAULT_SHARD_SIZE_MB,
         compression: str = "none",
+        file_format: str = manifest.FILE_FORMAT_TFRECORD,
     ):
         super().__init__()
         if compression not in ("none", "gzip"):
             raise api.UsageError(f"compression: {compression!r} is not 'none' or 'gzip'")
+        if file_format not in manifest.FILE_FORMATS:
+            raise api.UsageError(f"file_format: {file_format!r} is not one of {', '.join(manifest.FILE_FORMATS)}")
+        if file_format != manifest.FILE_FORMAT_TFRECORD and compression != "none":
+            raise api.UsageError(f"compression: {file_format} shards are written uncompressed, not {compression!r}")
         if num_shards is not None and (
             isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1
         ):
@@ -95,10 +101,13 @@ class ExamplesToTFRecords(beam.PTransform):
         self._num_shards = num_shards
         self._shard_size_mb = shard_size_mb
         self._compression = compression
+        self._file_format = file_format
 
     def expand(self, examples):
         fingerprint = hashlib.sha256(
-            json.dumps([self._output, self._split_names, self._seed, self._compression]).encode("utf-8")
+            json.dumps([self._output, self._split_names, self._seed, self._compression, self._file_format]).encode(
+                "utf-8"
+            )
         ).hexdigest()[:16]
         run_dir = FileSystems.join(self._output, manifest.run_folder(fingerprint))
         start = examples.pipeline | "Start" >> beam.Create([None], reshuffle=False)
@@ -112,7 +121,12 @@ class ExamplesToTFRecords(beam.PTransform):
             )
         written = examples | "WriteShards" >> WriteShards(
             _Written(self._seed),
-            ShardSinks(self._output, self._compression, FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR)),
+            ShardSinks(
+                self._output,
+                self._compression,
+                FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR),
+                file_format=self._file_format,
+            ),
             run_dir,
             1,
             beam.pvalue.AsSingleton(start | "NoLabels" >> beam.Map(lambda _: [])),

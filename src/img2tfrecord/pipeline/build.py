@@ -25,7 +25,8 @@ from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds.archive import archive_root
 from img2tfrecord.pipeline.launch import Launch
 from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, Task
+from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, FileFormat, RecordType, Task
+from img2tfrecord.schemas.manifest import FILE_FORMAT_TFRECORD
 from img2tfrecord.sources import kinds
 from img2tfrecord.transforms import finish_output as tail
 from img2tfrecord.transforms.archive_members import RecordArchiveMembers
@@ -43,11 +44,14 @@ def _one(unused_element):
     return 1
 
 
-def shard_sinks(run_dir: str, compression: str, generation: int = 0) -> ShardSinks:
+def shard_sinks(
+    run_dir: str, compression: str, generation: int = 0, file_format: str = FILE_FORMAT_TFRECORD, sequence: bool = False
+) -> ShardSinks:
     """Where a run's splits are written: temp files in its staging folder ``run_dir``, committed under their
     final names in it too; ``FinalizeOutput`` moves them into the output."""
     committed = FileSystems.join(run_dir, manifest.RUN_COMMITTED_DIR)
-    return ShardSinks(committed, compression, FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR), generation)
+    staging = FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR)
+    return ShardSinks(committed, compression, staging, generation, file_format, sequence)
 
 
 def manifest_template(
@@ -62,6 +66,7 @@ def manifest_template(
         input=input_name,
         options=config.options_json(),
         compression=Compression(config.compression),
+        file_format=FileFormat(config.file_format),
         labels=(),
         splits={},
         accounting=None,
@@ -138,7 +143,7 @@ def build_pipeline(
         )
     written = to_write | "WriteShards" >> WriteShards(
         converter,
-        shard_sinks(launched.run_dir, config.compression, plan.generation),
+        shard_sinks(launched.run_dir, config.compression, plan.generation, config.file_format, kind.sequence),
         launched.run_dir,
         config.processes,
         beam.pvalue.AsSingleton(label_names),

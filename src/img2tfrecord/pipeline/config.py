@@ -12,6 +12,7 @@ from img2tfrecord.conversion.sharding import Splits, parse_splits, splits_of
 from img2tfrecord.errors import UsageError
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION
+from img2tfrecord.schemas.manifest import COMPRESSION_NONE, FILE_FORMAT_TFRECORD
 from img2tfrecord.sources.kinds import input_folder, listed_folder, output_inside_input
 
 # The default runner: Beam's FnApiRunner (what the DirectRunner falls back to offline), in_memory: the
@@ -30,6 +31,7 @@ class ConvertConfig:
     shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
     num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
     compression: str = "none"
+    file_format: str = "tfrecord"  # the shard container (schemas/manifest.FILE_FORMATS); the records are the same
     overwrite: bool = False
     resume: bool = False  # keep the shards a killed run of the same fingerprint finished (plan.Plan.fingerprint)
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
@@ -63,6 +65,7 @@ class ConvertConfig:
             "shard_size_mb": None if self.num_shards else self.shard_size_mb,
             "num_shards": self.num_shards,
             "compression": self.compression,
+            "file_format": self.file_format,
             "max_error_rate": self.max_error_rate,
             "analyze": self.analyze,
             "exact_statistics": self.exact_statistics,
@@ -100,6 +103,8 @@ def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> C
         raise UsageError("--require-boxes applies to detection, not to --task classification")
     if v["dedupe"] and v["sequence"]:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
+    if v["file_format"] != FILE_FORMAT_TFRECORD and v["compression"] != COMPRESSION_NONE:
+        raise UsageError(f"--compression {v['compression']} compresses TFRecord shards, not {v['file_format']} ones")
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file: give a folder (it is created if missing)")
     if output_inside_input(input, output):
@@ -116,6 +121,7 @@ def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> C
         shard_size_mb=v["shard_size_mb"] or DEFAULT_SHARD_SIZE_MB,
         num_shards=v["num_shards"],
         compression=v["compression"],
+        file_format=v["file_format"],
         overwrite=v["overwrite"],
         resume=v["resume"],
         analyze=v["analyze"],

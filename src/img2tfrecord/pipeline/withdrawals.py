@@ -72,7 +72,7 @@ def withdrawals(
     if not stale:
         return (), analysed
     try:
-        located = locator(stale, generations, split_of, seed, doc.compression.value)
+        located = [_in_file_format(w, doc) for w in locator(stale, generations, split_of, seed, doc.compression.value)]
     except ValueError as e:
         raise PlanError(f"--accept-changes: {e}; rebuild with --overwrite") from None
     listed = {shard.file: shard for _, shard in doc.shards()}
@@ -112,6 +112,23 @@ def withdrawals(
     return tuple(sorted(confirmed, key=lambda w: w.relpath)), analysed
 
 
+def _in_file_format(w: Withdrawal, doc: DatasetManifest) -> Withdrawal:
+    """``w`` naming its shard in the output's file format (the locator names TFRecord shards)."""
+    if doc.file_format.value == manifest.FILE_FORMAT_TFRECORD:
+        return w
+    parsed = manifest.parse_shard_file_name(w.file)
+    if parsed is None:
+        raise ValueError(f"{w.file} is not a shard name")
+    file = manifest.shard_file_name(
+        parsed["split"],
+        parsed["index"],
+        parsed["count"],
+        generation=parsed["generation"],
+        file_format=doc.file_format.value,
+    )
+    return dataclasses.replace(w, file=file)
+
+
 def _record_totals(values: Mapping, channels: int, label: Optional[bytes], file: str, index: int) -> RunTotals:
     """One record's part of the analysis totals: the sums of its stored pixels, as a reader decodes them."""
     height, width = int(values[keys.IMAGE_HEIGHT]), int(values[keys.IMAGE_WIDTH])
@@ -130,14 +147,21 @@ def _read_records(output: str, doc: DatasetManifest, entry, indices: Iterable[in
     """Records ``indices`` of a listed shard: through its offsets when uncompressed, else by a scan."""
     path = records.join(output, entry.file)
     wanted = set(indices)
+    file_format = doc.file_format.value
     try:
-        if doc.compression.value == "none":
+        if doc.compression.value == "none" and file_format != manifest.FILE_FORMAT_ARRAY_RECORD:
             shard = shard_info(output, entry)
-            offsets = shard_offsets(shard)
+            offsets = shard_offsets(shard, file_format)
             with records.RandomAccessFile(path) as f:
-                return {i: records.read_record_at(f, i, *offsets[i]) for i in sorted(wanted) if i < len(offsets)}
+                return {
+                    i: records.read_record(f, i, *offsets[i], file_format=file_format)
+                    for i in sorted(wanted)
+                    if i < len(offsets)
+                }
         found = {}
-        for i, _, data in records.iter_records(path, doc.compression.value):
+        for i, _, data in records.iter_records(
+            path, doc.compression.value, file_format=file_format, sequence=doc.is_sequence
+        ):
             if i in wanted:
                 found[i] = data
                 if len(found) == len(wanted):

@@ -14,6 +14,7 @@ from typing import List, Optional, Tuple
 
 from img2tfrecord.readers import records
 from img2tfrecord.readers.split_shards import read_split, shard_offsets
+from img2tfrecord.schemas import manifest
 
 
 def dali_inputs(path: str, split: str = "train", index_dir: Optional[str] = None) -> Tuple[List[str], List[str]]:
@@ -22,9 +23,14 @@ def dali_inputs(path: str, split: str = "train", index_dir: Optional[str] = None
     Shards with no live record are left out. A shard with withdrawn records gets an index of its
     live records, written into ``index_dir`` (a new temporary folder when None, left for the caller);
     the others keep the output's ``index/<shard>.idx``. Raises ValueError for a compressed output
-    (DALI reads uncompressed TFRecord files) and what :func:`read_split` raises.
+    (DALI reads uncompressed TFRecord files), for another file format, and what :func:`read_split` raises.
     """
     info = read_split(path, split)
+    if info.file_format != manifest.FILE_FORMAT_TFRECORD:
+        raise ValueError(
+            f"{path} holds {info.file_format} shards: these index files are for DALI's TFRecord reader "
+            "(convert --file-format tfrecord)"
+        )
     if info.compression != "none":
         raise ValueError(
             f"{path} is {info.compression}-compressed: DALI reads uncompressed shards (--compression none)"

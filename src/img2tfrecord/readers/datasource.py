@@ -43,6 +43,8 @@ from img2tfrecord.readers.read_errors import (
 )
 from img2tfrecord.readers.split_shards import ShardInfo, SplitInfo, read_split, shard_offsets
 from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import manifest
+from img2tfrecord.shard_formats import array_records
 
 # ---------------------------------------------------------------------------
 # Records to examples.
@@ -117,6 +119,11 @@ class SplitDataSource:
                 f"{path} is {info.compression}-compressed: random access needs uncompressed shards "
                 f"(convert --compression none); read it sequentially with iter_split"
             )
+        if info.file_format == manifest.FILE_FORMAT_ARRAY_RECORD and records.is_remote(path):
+            raise ValueError(
+                f"{path} holds ArrayRecord shards, whose reader opens local files only: copy the output to a local "
+                "folder for random access, or read it sequentially with iter_split"
+            )
         self.info = info
         self.decode = decode
         self._starts = [0]
@@ -129,6 +136,7 @@ class SplitDataSource:
         self._lock = threading.Lock()
         self._files: Dict[int, records.RandomAccessFile] = {}
         self._offsets: Dict[int, List[records.IndexEntry]] = {}
+        self._readers: Dict[int, array_records.ArrayRecordShard] = {}  # ArrayRecord shards: their own index
 
     @property
     def labels(self) -> Tuple[str, ...]:
@@ -148,27 +156,53 @@ class SplitDataSource:
         shard_no = bisect.bisect_right(self._starts, index) - 1
         shard = self.info.shards[shard_no]
         record = shard.physical(index - self._starts[shard_no])
-        file, entries = self._open(shard_no)
-        offset, length = entries[record]
         try:
-            data = records.read_record_at(file, record, offset, length)
+            if self.info.file_format == manifest.FILE_FORMAT_ARRAY_RECORD:
+                data = self._array_record(shard_no).read([record])[0]
+            else:
+                file, entries = self._open(shard_no)
+                offset, length = entries[record]
+                data = records.read_record(file, record, offset, length, self.info.file_format)
         except records.RecordError as e:
             raise from_record_error(shard.path, e, shard.index_file()) from None
         return to_example(data, self.info, self.decode, shard.path, record)
 
-    def _open(self, shard_no: int) -> Tuple[records.RandomAccessFile, List[records.IndexEntry]]:
+    def _array_record(self, shard_no: int) -> array_records.ArrayRecordShard:
+        self._check_process()
+        reader = self._readers.get(shard_no)
+        if reader is not None:
+            return reader
+        with self._lock:
+            if shard_no not in self._readers:
+                shard = self.info.shards[shard_no]
+                try:
+                    opened = array_records.ArrayRecordShard(shard.path)
+                except records.RecordError as e:
+                    raise from_record_error(shard.path, e) from None
+                if len(opened) != shard.num_records:
+                    opened.close()
+                    raise ManifestMismatchError(
+                        shard.path, f"{len(opened)} records where dataset.json lists {shard.num_records}"
+                    )
+                self._readers[shard_no] = opened
+            return self._readers[shard_no]
+
+    def _check_process(self) -> None:
         if self._pid != os.getpid():  # a forked child: the parent's descriptors are not this process's to use
             inherited = list(self._files.values())
             self._reset()
             for stale in inherited:
                 stale.close()
+
+    def _open(self, shard_no: int) -> Tuple[records.RandomAccessFile, List[records.IndexEntry]]:
+        self._check_process()
         entries = self._offsets.get(shard_no)
         file = self._files.get(shard_no)
         if entries is not None and file is not None:
             return file, entries
         with self._lock:
             if shard_no not in self._offsets:
-                self._offsets[shard_no] = shard_offsets(self.info.shards[shard_no])
+                self._offsets[shard_no] = shard_offsets(self.info.shards[shard_no], self.info.file_format)
             if shard_no not in self._files:
                 self._files[shard_no] = records.RandomAccessFile(self.info.shards[shard_no].path)
             return self._files[shard_no], self._offsets[shard_no]
@@ -177,8 +211,11 @@ class SplitDataSource:
         """Close the files this process opened (they reopen on the next read)."""
         with self._lock:
             files, self._files = self._files, {}
+            readers, self._readers = self._readers, {}
         for file in files.values():
             file.close()
+        for reader in readers.values():
+            reader.close()
 
     def __getstate__(self) -> Dict[str, Any]:
         return {"info": self.info, "decode": self.decode, "_starts": self._starts}
@@ -200,7 +237,8 @@ def iter_split(
 ) -> Iterator[Dict[str, Any]]:
     """The examples of one split in order, or worker ``shard_index``'s share of ``num_shards``.
 
-    Reads ``.tfrecord`` and ``.tfrecord.gz`` shards sequentially, checking
+    Reads the shards sequentially, in any file format (``.tfrecord``, ``.tfrecord.gz``, ``.array_record``,
+    ``.tar``), checking
     every record's CRC and each shard's record count against
     ``dataset.json``. The shares of all workers hold every record exactly
     once: with at least ``num_shards`` shard files, worker ``k`` reads files
@@ -219,7 +257,7 @@ def iter_split(
     for shard in shards[shard_index::num_shards] if by_file else shards:
         count = 0
         try:
-            for record, _, data in records.iter_records(shard.path, info.compression):
+            for record, _, data in records.iter_records(shard.path, info.compression, file_format=info.file_format):
                 count += 1
                 if record in shard.withdrawn:
                     continue

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import gzip
 import os
+import tarfile
 import threading
-from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Tuple, cast
+from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Sequence, Tuple, cast
 
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import storage
 from img2tfrecord.schemas import dataset_manifest, example_proto, features, manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.shard_formats import array_records, tar_shards
 from img2tfrecord.tfrecord_codec import (
     IndexEntry,
     MisframedRecordError,
@@ -100,13 +102,32 @@ def _stream(path: str, compression: str) -> Tuple[BinaryIO, BinaryIO, int | None
     return raw, raw, file_size(path)
 
 
-def scan_records(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[Record]:
-    """Every record of one shard, in order (:func:`tfrecord_codec.read_records` over the shard's file).
+def scan_records(
+    path: str,
+    compression: str = "none",
+    check_crc: bool = True,
+    *,
+    file_format: str = manifest.FILE_FORMAT_TFRECORD,
+    sequence: bool = False,
+) -> Iterator[Record]:
+    """Every record of one shard, in order, whatever its file format (``file_format``; ``sequence``: the
+    records are SequenceExamples, which a WebDataset sample stores as frames).
 
-    A record whose data fails its checksum is yielded with
-    ``data_crc_ok=False``; anything that loses the framing raises
-    :class:`RecordError` and ends the walk.
+    TFRecord: :func:`tfrecord_codec.read_records` over the shard's file; a record whose data fails
+    its checksum is yielded with ``data_crc_ok=False``. ArrayRecord: its records, read through a
+    local copy of a remote shard (``Record.offset`` is the record's number). WebDataset: each
+    sample's record (``shard_formats/webdataset_samples.py``), ``offset`` its first header's.
+    Anything that loses the framing raises :class:`RecordError` and ends the walk.
     """
+    if file_format == manifest.FILE_FORMAT_ARRAY_RECORD:
+        with array_records.local_copy(path, is_remote, open_binary) as local:
+            yield from array_records.read_records(local)
+        return
+    if file_format == manifest.FILE_FORMAT_WEBDATASET:
+        with open_binary(path) as raw:
+            yield from tar_shards.read_records(raw, sequence)
+        return
+    manifest.check_file_format(file_format)
     stream, raw, size = _stream(path, compression)
     index = offset = 0  # where the next record starts
     try:
@@ -118,9 +139,16 @@ def scan_records(path: str, compression: str = "none", check_crc: bool = True) -
         raise RecordError(index, offset, f"read error: {e}") from None
 
 
-def iter_records(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[Tuple[int, int, bytes]]:
+def iter_records(
+    path: str,
+    compression: str = "none",
+    check_crc: bool = True,
+    *,
+    file_format: str = manifest.FILE_FORMAT_TFRECORD,
+    sequence: bool = False,
+) -> Iterator[Tuple[int, int, bytes]]:
     """``(index, offset, data)`` of every record; any problem, a bad data checksum included, raises RecordError."""
-    for record in scan_records(path, compression, check_crc):
+    for record in scan_records(path, compression, check_crc, file_format=file_format, sequence=sequence):
         if not record.data_crc_ok:
             raise RecordError(record.index, record.offset, "data checksum mismatch (corrupt record data)")
         yield record.index, record.offset, record.data
@@ -181,10 +209,72 @@ class RandomAccessFile:
         self.close()
 
 
-def walk_offsets(path: str, check_crc: bool = True) -> List[IndexEntry]:
-    """``(offset, framed length)`` of every record of an uncompressed shard (:func:`tfrecord_codec.walk_offsets`)."""
+def walk_offsets(
+    path: str, check_crc: bool = True, file_format: str = manifest.FILE_FORMAT_TFRECORD
+) -> List[IndexEntry]:
+    """``(offset, length)`` of every record of an uncompressed shard (:func:`tfrecord_codec.walk_offsets`), or of
+    every sample of a tar shard (:func:`tar_shards.walk_samples`; ``RecordError`` for a tar that does not read)."""
+    if file_format == manifest.FILE_FORMAT_WEBDATASET:
+        with open_binary(path) as raw:
+            try:
+                return tar_shards.walk_samples(raw)
+            except (tarfile.TarError, EOFError, OSError) as e:
+                raise TruncatedRecordError(-1, 0, f"broken tar: {e}") from None
     with RandomAccessFile(path) as f:
         return tfrecord_codec.walk_offsets(f, check_crc)
+
+
+def shard_records(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[Record]:
+    """Every record of the Example shard ``path``, in order, in the file format its name says
+    (:func:`scan_records`)."""
+    file_format = manifest.file_format_of(path) or manifest.FILE_FORMAT_TFRECORD
+    return scan_records(path, compression, check_crc, file_format=file_format)
+
+
+def records_at(path: str, compression: str, wanted: Sequence[Tuple[int, int]]) -> Iterator[Tuple[int, bytes]]:
+    """``(index, data)`` of the wanted records ``(index, offset)`` of the Example shard ``path`` that read
+    (others are left out): at their offsets in uncompressed TFRecord shards, by number in ArrayRecord
+    shards, else from a scan up to the last one."""
+    file_format = manifest.file_format_of(path) or manifest.FILE_FORMAT_TFRECORD
+    if not wanted:
+        return
+    if file_format == manifest.FILE_FORMAT_TFRECORD and compression == manifest.COMPRESSION_NONE:
+        with RandomAccessFile(path) as f:
+            for index, offset in wanted:
+                try:
+                    yield index, read_record_at(f, index, offset)
+                except RecordError:
+                    continue
+        return
+    if file_format == manifest.FILE_FORMAT_ARRAY_RECORD:
+        with (
+            array_records.local_copy(path, is_remote, open_binary) as local,
+            array_records.ArrayRecordShard(local) as shard,
+        ):
+            for index, _ in wanted:
+                if 0 <= index < len(shard):
+                    yield index, shard.read([index])[0]
+        return
+    indices = {index for index, _ in wanted}
+    last = max(indices)
+    for record in scan_records(path, compression, file_format=file_format):
+        if record.index in indices and record.data_crc_ok:
+            yield record.index, record.data
+        if record.index >= last:
+            break
+
+
+def read_record(
+    f: RandomAccessFile, index: int, offset: int, length: int, file_format: str = manifest.FILE_FORMAT_TFRECORD
+) -> bytes:
+    """The data of the record an index entry ``(offset, length)`` places in the open shard ``f`` (TFRecord:
+    :func:`tfrecord_codec.read_record_at`, checksums checked; tar: the sample in that range, rebuilt)."""
+    if file_format == manifest.FILE_FORMAT_WEBDATASET:
+        chunk = f.read_at(offset, length)
+        if len(chunk) < length:
+            raise TruncatedRecordError(index, offset, f"truncated: {len(chunk)} of the sample's {length} bytes")
+        return tar_shards.record_in_range(chunk, index, offset)
+    return read_record_at(f, index, offset, length)
 
 
 # ---------------------------------------------------------------------------
@@ -253,6 +343,9 @@ __all__ = [
     "parse_example",
     "parse_index",
     "read_manifest",
+    "read_record",
+    "records_at",
+    "shard_records",
     "read_record_at",
     "scan_records",
     "walk_offsets",

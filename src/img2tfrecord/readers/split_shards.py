@@ -75,6 +75,7 @@ class SplitInfo:
     channels: int
     labels: Tuple[str, ...]
     detection: bool = False  # TF Object Detection API records: examples get ``boxes`` and ``num_boxes``
+    file_format: str = manifest.FILE_FORMAT_TFRECORD  # the shards' container (--file-format)
 
     @property
     def num_records(self) -> int:
@@ -121,6 +122,7 @@ def read_split(path: str, split: str) -> SplitInfo:
         channels=doc.channels or 3,
         labels=doc.labels,
         detection=doc.is_detection,
+        file_format=doc.file_format.value,
     )
 
 
@@ -141,20 +143,21 @@ def _check_size(shard: ShardInfo, size: int, entries: Sequence[records.IndexEntr
 # Record offsets for random access.
 
 
-def shard_offsets(shard: ShardInfo) -> List[records.IndexEntry]:
-    """``(offset, framed length)`` of each record of an uncompressed shard, checked against the shard.
+def shard_offsets(shard: ShardInfo, file_format: str = manifest.FILE_FORMAT_TFRECORD) -> List[records.IndexEntry]:
+    """``(offset, length)`` of each record of an uncompressed shard, checked against the shard.
 
     From the shard's index file (declared in ``dataset.json`` or at
     ``index/<shard>.idx``) when there is one, else from a walk of the
-    record headers. Raises :class:`IndexMismatchError`,
+    record headers (a tar shard's member headers). Raises :class:`IndexMismatchError`,
     :class:`TruncatedShardError`, :class:`CorruptRecordError` or
     :class:`ManifestMismatchError`, each naming the file and the record.
     """
     index_path = shard.index_file()
     size = records.file_size(shard.path)
+    tar = file_format == manifest.FILE_FORMAT_WEBDATASET  # its end-of-archive blocks follow the last sample
     if index_path is None:
         try:
-            entries = records.walk_offsets(shard.path)
+            entries = records.walk_offsets(shard.path, file_format=file_format)
         except records.TruncatedRecordError as e:
             if shard.num_bytes is not None and size > shard.num_bytes:
                 message = f"{size} bytes where dataset.json lists {shard.num_bytes}"
@@ -186,7 +189,7 @@ def shard_offsets(shard: ShardInfo) -> List[records.IndexEntry]:
         raise IndexMismatchError(
             index_path, f"lists {len(entries)} records where dataset.json lists {shard.num_records} in {shard.path}"
         )
-    if end != size:
+    if end != size and not (tar and end < size):
         raise IndexMismatchError(index_path, f"covers {end} bytes of {shard.path}, which has {size}")
     return entries
 

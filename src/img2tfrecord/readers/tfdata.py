@@ -39,7 +39,7 @@ from img2tfrecord.readers.tfdata_decode import (
     parse_single,
 )
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, Task
+from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, FileFormat, Task
 
 ImageSize = Union[int, Tuple[int, int], Sequence[int]]
 
@@ -100,6 +100,23 @@ def _decoder(doc: DatasetManifest) -> str:
     if fmt == keys.FORMAT_RAW:
         return "raw"
     return "by_record"
+
+
+def _check_file_format(path: str, doc: DatasetManifest) -> None:
+    """ValueError naming the reader to use for shards that ``tf.data`` does not read."""
+    if doc.file_format is FileFormat.ARRAY_RECORD:
+        raise ValueError(
+            f"{path} holds ArrayRecord shards (convert --file-format array_record), which tf.data does not read: "
+            "read them with grain (grain.sources.ArrayRecordDataSource over the shards dataset.json lists), "
+            "tfds.builder_from_directory(path).as_data_source(split), or "
+            "img2tfrecord.readers.datasource.SplitDataSource"
+        )
+    if doc.file_format is FileFormat.WEBDATASET:
+        raise ValueError(
+            f"{path} holds WebDataset tar shards (convert --file-format webdataset), which tf.data does not read: "
+            "read them with webdataset.WebDataset (the split's pattern in dataset.json) in a PyTorch DataLoader, "
+            "or img2tfrecord.readers.datasource.SplitDataSource"
+        )
 
 
 def _task(path: str, doc: DatasetManifest, task: str) -> str:
@@ -289,13 +306,15 @@ def load(
 
     Raises:
       FileNotFoundError: ``path`` or its ``dataset.json`` does not exist.
-      ValueError: the conversion is incomplete (no ``_SUCCESS``, whether or
+      ValueError: the shards are ArrayRecord or WebDataset files (the message
+        names their readers), the conversion is incomplete (no ``_SUCCESS``, whether or
         not ``dataset.json`` is there; the message names the folder), ``split``
         is unknown (the message lists the available ones), or the images
         have different sizes and neither ``image_size`` nor
         ``batch_size=None`` was given.
     """
     doc = read_manifest(path)
+    _check_file_format(path, doc)
     detection = _task(path, doc, task) == Task.DETECTION.value
     if pad_boxes and not detection:
         raise ValueError(f"pad_boxes=True reads detection outputs; {path} is a classification output")

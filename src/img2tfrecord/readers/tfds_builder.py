@@ -25,7 +25,8 @@ from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.schemas import manifest, tfds_layout
-from img2tfrecord.schemas.dataset_manifest import ShardInfo
+from img2tfrecord.schemas.dataset_manifest import DatasetManifest, FileFormat, ShardInfo
+from img2tfrecord.shard_formats import array_records
 
 
 def tfds_builder(path: str) -> tfds.core.DatasetBuilder:
@@ -54,34 +55,34 @@ def tfds_builder(path: str) -> tfds.core.DatasetBuilder:
     for split in doc.splits:
         parts: List[splits.SplitInfo] = []
         for generation, shards in tfds_layout.generation_shards(doc, split):
-            template = manifest.shard_prefix(split, generation) + "-{SHARD_X_OF_Y}.tfrecord"
+            template = tfds_layout.file_template(doc, manifest.shard_prefix(split, generation))
             start = 0
             for i, shard in enumerate(shards):
                 if shard.file in withdrawn:
                     if i > start:
-                        parts.append(_shards(path, split, template, shards, start, i))
+                        parts.append(_shards(doc, path, split, template, shards, start, i))
                     copy = f"{split}-live-{len(parts):05d}"
-                    count = _copy_live(
-                        records.join(path, shard.file), os.path.join(folder, copy), withdrawn[shard.file]
-                    )
-                    parts.append(_split_info(folder, split, copy + "-{SHARD_X_OF_Y}.tfrecord", [count], 0))
+                    count = _copy_live(doc, records.join(path, shard.file), folder, copy, withdrawn[shard.file])
+                    parts.append(_split_info(doc, folder, split, tfds_layout.file_template(doc, copy), [count], 0))
                     start = i + 1
             if start < len(shards):
-                parts.append(_shards(path, split, template, shards, start, len(shards)))
+                parts.append(_shards(doc, path, split, template, shards, start, len(shards)))
         infos.append(splits.MultiSplitInfo(name=split, split_infos=parts))
     builder.info.set_splits(splits.SplitDict(infos))
     return builder
 
 
 def _shards(
-    path: str, split: str, template: str, shards: Sequence[ShardInfo], start: int, end: int
+    doc: DatasetManifest, path: str, split: str, template: str, shards: Sequence[ShardInfo], start: int, end: int
 ) -> splits.SplitInfo:
     """The split info of one generation's ``shards[start:end]``: the others count 0 records, so TFDS skips them."""
     lengths = [s.num_records if start <= i < end else 0 for i, s in enumerate(shards)]
-    return _split_info(path, split, template, lengths, sum(s.num_bytes for s in shards[start:end]))
+    return _split_info(doc, path, split, template, lengths, sum(s.num_bytes for s in shards[start:end]))
 
 
-def _split_info(folder: str, split: str, template: str, lengths: List[int], num_bytes: int) -> splits.SplitInfo:
+def _split_info(
+    doc: DatasetManifest, folder: str, split: str, template: str, lengths: List[int], num_bytes: int
+) -> splits.SplitInfo:
     return tfds.core.SplitInfo(
         name=split,
         shard_lengths=lengths,
@@ -91,19 +92,30 @@ def _split_info(folder: str, split: str, template: str, lengths: List[int], num_
             template=template,
             dataset_name=tfds_layout.DATASET_NAME,
             split=split,
-            filetype_suffix="tfrecord",
+            filetype_suffix=tfds_layout.TFDS_FILE_FORMATS[doc.file_format],
         ),
     )
 
 
-def _copy_live(shard: str, prefix: str, withdrawn: FrozenSet[int]) -> int:
-    """Write the records of ``shard`` but the ``withdrawn`` ones to the one-shard file of ``prefix``; -> how many."""
+def _copy_live(doc: DatasetManifest, shard: str, folder: str, prefix: str, withdrawn: FrozenSet[int]) -> int:
+    """Write the records of ``shard`` but the ``withdrawn`` ones to a one-shard file of ``prefix`` in ``folder``,
+    in the output's file format; -> how many."""
+    file_format = doc.file_format.value
+    target = os.path.join(folder, manifest.shard_file_name(prefix, 0, 1, file_format=file_format))
+    live = (data for index, _, data in records.iter_records(shard, file_format=file_format) if index not in withdrawn)
+    if doc.file_format is FileFormat.ARRAY_RECORD:
+        writer = array_records.ArrayRecordShardWriter(target)
+        count = 0
+        for data in live:
+            writer.write(data)
+            count += 1
+        writer.close()
+        return count
     count = 0
-    with open(prefix + "-00000-of-00001.tfrecord", "wb") as out:
-        for index, _, data in records.iter_records(shard):
-            if index not in withdrawn:
-                out.write(tfrecord_codec.encode_record(data))
-                count += 1
+    with open(target, "wb") as out:
+        for data in live:
+            out.write(tfrecord_codec.encode_record(data))
+            count += 1
     return count
 
 

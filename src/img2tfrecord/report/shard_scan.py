@@ -5,7 +5,7 @@ pool runs; their arguments and results are small picklable values (a shard's
 records come back as numpy columns, :class:`ShardColumns`). A shard that cannot
 be read to its end gives the records before the break and a problem naming
 where it broke, never an exception. Records are read through
-:mod:`img2tfrecord.readers.records` only (``scan_records``, ``read_record_at``).
+:mod:`img2tfrecord.readers.records` only (``shard_records``, ``records_at``), whatever the file format.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
-from img2tfrecord import faults, tfrecord_codec
+from img2tfrecord import faults
 from img2tfrecord.readers import records
 from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import features as keys
@@ -282,7 +282,7 @@ def scan_shard(task: ShardTask) -> ShardScan:
     sizes: Dict[Tuple[int, int], int] = collections.Counter()
     try:
         scan.file_bytes = records.file_size(path)
-        for record in records.scan_records(path, task.compression):
+        for record in records.shard_records(path, task.compression):
             scan.framed += 1
             if not record.data_crc_ok:
                 scan.problem(f"record {record.index}: data checksum mismatch (corrupt record data)")
@@ -361,8 +361,8 @@ class FetchTask:
 def fetch_thumbnails(task: FetchTask) -> Dict[int, str]:
     """``{record index: data URI}`` for the wanted records that read and decode; others are left out.
 
-    Uncompressed shards are read at the records' offsets; gzip shards from
-    their start to the last wanted record.
+    Read by :func:`records.records_at`: at the records' offsets where the shard's format allows,
+    else from its start to the last wanted record.
     """
     out: Dict[int, str] = {}
     path = records.join(task.directory, task.file)
@@ -376,22 +376,8 @@ def fetch_thumbnails(task: FetchTask) -> Dict[int, str]:
             pass
 
     try:
-        if task.compression == "none":
-            with records.RandomAccessFile(path) as f:
-                for index, offset in task.wanted:
-                    try:
-                        data = tfrecord_codec.read_record_at(f, index, offset)
-                    except tfrecord_codec.RecordError:
-                        continue
-                    draw(index, data)
-        else:
-            wanted = {index for index, _ in task.wanted}
-            last = max(wanted)
-            for record in records.scan_records(path, task.compression):
-                if record.index in wanted:
-                    draw(record.index, record.data)
-                if record.index >= last:
-                    break
+        for index, data in records.records_at(path, task.compression, task.wanted):
+            draw(index, data)
     except Exception:  # the scan already reported an unreadable shard; draw what could be read
         pass
     return out

@@ -46,6 +46,14 @@ class Compression(str, enum.Enum):
     GZIP = manifest.COMPRESSION_GZIP
 
 
+class FileFormat(str, enum.Enum):
+    """The container of the shards (``--file-format``); the records in them are the same."""
+
+    TFRECORD = manifest.FILE_FORMAT_TFRECORD
+    ARRAY_RECORD = manifest.FILE_FORMAT_ARRAY_RECORD
+    WEBDATASET = manifest.FILE_FORMAT_WEBDATASET
+
+
 # ---------------------------------------------------------------------------
 # The parts.
 
@@ -94,6 +102,7 @@ class SplitInfo:
     shards: Tuple[ShardInfo, ...]
     boxes_per_class: Optional[Dict[str, int]] = None
     dropped_boxes: Optional[Dict[str, int]] = None
+    pattern: Optional[str] = None  # webdataset: the brace pattern(s) of its shards, "::"-joined per generation
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> SplitInfo:
@@ -116,6 +125,7 @@ class SplitInfo:
                 if doc.get(manifest.DROPPED_BOXES) is None
                 else counts(doc[manifest.DROPPED_BOXES], f"{where}.{manifest.DROPPED_BOXES}")
             ),
+            pattern=opt_string(doc.get(manifest.SHARD_PATTERN), f"{where}.{manifest.SHARD_PATTERN}"),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -125,6 +135,8 @@ class SplitInfo:
             "examples_per_class": dict(self.examples_per_class),
             "shards": [s.to_json() for s in self.shards],
         }
+        if self.pattern is not None:
+            doc[manifest.SHARD_PATTERN] = self.pattern
         if self.boxes_per_class is not None:
             doc[manifest.BOXES_PER_CLASS] = dict(self.boxes_per_class)
         if self.dropped_boxes is not None:
@@ -224,6 +236,7 @@ class DatasetManifest:
     image_libraries: Optional[Dict[str, str]] = None  # distribution -> version: what decoded and resized
     generations: Tuple[Generation, ...] = ()  # (): an output with no input ledger (it cannot be appended to)
     format_version: int = manifest.BASE_FORMAT_VERSION
+    file_format: FileFormat = FileFormat.TFRECORD
 
     def __post_init__(self) -> None:
         if self.feature_spec is None:
@@ -360,6 +373,7 @@ class DatasetManifest:
             record_type=enum_value(RecordType, doc.get("record_type", RecordType.EXAMPLE.value), "record_type"),
             task=enum_value(Task, doc.get(manifest.TASK, Task.CLASSIFICATION.value), manifest.TASK),
             compression=enum_value(Compression, doc.get("compression", Compression.NONE.value), "compression"),
+            file_format=enum_value(FileFormat, doc.get("file_format", FileFormat.TFRECORD.value), "file_format"),
             labeled=labeled,
             labels=tuple(string(name, f"labels[{i}]") for i, name in enumerate(labels)),
             feature_spec=None if spec is None else dict(obj(spec, "feature_spec")),
@@ -381,7 +395,11 @@ class DatasetManifest:
         )
 
     def to_json(self) -> Dict[str, Any]:
-        version = max(self.format_version, FORMAT_VERSION if self.withdrawals else manifest.BASE_FORMAT_VERSION)
+        version = max(self.format_version, manifest.BASE_FORMAT_VERSION)
+        if self.withdrawals:
+            version = max(version, manifest.WITHDRAWALS_FORMAT_VERSION)
+        if self.file_format is not FileFormat.TFRECORD:  # earlier versions would read its shards as TFRecord
+            version = max(version, manifest.FILE_FORMATS_FORMAT_VERSION)
         doc: Dict[str, Any] = {
             "format_version": version,
             "tool": TOOL,
@@ -393,6 +411,7 @@ class DatasetManifest:
             "record_type": self.record_type.value,
             manifest.TASK: self.task.value,
             "compression": self.compression.value,
+            "file_format": self.file_format.value,
             "labeled": self.labeled,
             "labels": list(self.labels),
             "num_classes": self.num_classes,

@@ -2,7 +2,9 @@
 
 An output directory holds, per split, shards named
 ``<split>-<index>-of-<count>.tfrecord`` (``.tfrecord.gz`` when gzip
-compressed), plus:
+compressed; ``.array_record`` with ``--file-format array_record``), or
+``<split>-<index>.tar`` (six digits, WebDataset's convention) with
+``--file-format webdataset``, plus:
 
 * ``dataset.json`` -- the manifest (:mod:`img2tfrecord.schemas.dataset_manifest`);
 * ``labels.txt``   -- line i is the class name of id i;
@@ -16,7 +18,9 @@ compressed), plus:
 * ``index/<shard file name>.idx`` -- for every uncompressed shard, one line
   ``offset length`` per record (the format of NVIDIA DALI's ``tfrecord2idx``
   and of the ``tfrecord`` package's ``create_index``; ``length`` counts the
-  record's whole framing), listed in the manifest as each shard's ``index``;
+  record's whole framing; a WebDataset shard's line spans one sample's tar
+  members), listed in the manifest as each shard's ``index``; ArrayRecord
+  shards carry their own index and get none;
 * unless ``--no-analyze``, the tf.Transform output of the train split's analysis
   (``transform_fn/``, ``transformed_metadata/``, ``metadata/schema.pbtxt``,
   ``schema.pbtxt``; statistics in the manifest's ``statistics``), read with
@@ -34,8 +38,10 @@ from typing import Any, Dict, Optional
 
 from img2tfrecord.schemas import features, labels
 
-FORMAT_VERSION = 2  # the newest dataset.json this version reads; 2: generations withdraw records
-BASE_FORMAT_VERSION = 1  # written when no record is withdrawn, so that earlier versions still read the output
+FORMAT_VERSION = 3  # the newest dataset.json this version reads
+BASE_FORMAT_VERSION = 1  # written for TFRecord outputs without withdrawn records, which earlier versions read
+WITHDRAWALS_FORMAT_VERSION = 2  # generations withdraw records
+FILE_FORMATS_FORMAT_VERSION = 3  # shards in another file format than TFRecord (--file-format)
 MANIFEST_FILE = "dataset.json"
 LABELS_FILE = labels.LABELS_FILE
 LABEL_MAP_FILE = labels.LABEL_MAP_FILE
@@ -43,6 +49,7 @@ TASK = "task"  # dataset.json: classification or detection
 TASK_CLASSIFICATION = "classification"
 TASK_DETECTION = "detection"
 BOXES_PER_CLASS = "boxes_per_class"  # a detection split: boxes written per class
+SHARD_PATTERN = "pattern"  # a webdataset split: its shards' brace pattern, "::" between generations
 DROPPED_BOXES = "dropped_boxes"  # a detection split: boxes left out per reason, and clipped_to_image (kept)
 ERRORS_FILE = "errors.jsonl"
 SUCCESS_FILE = "_SUCCESS"
@@ -53,13 +60,25 @@ RECORD_TYPE = "tf.train.Example"
 SEQUENCE_RECORD_TYPE = "tf.train.SequenceExample"  # convert --sequence: one record per clip
 RECORD_TYPES = (RECORD_TYPE, SEQUENCE_RECORD_TYPE)
 
+# --file-format: the container of the shards (transforms/ writes them, readers/ reads them).
+FILE_FORMAT_TFRECORD = "tfrecord"
+FILE_FORMAT_ARRAY_RECORD = "array_record"  # ArrayRecord (riegeli): random access, what grain reads
+FILE_FORMAT_WEBDATASET = "webdataset"  # tar shards, one sample of members per record
+FILE_FORMATS = (FILE_FORMAT_TFRECORD, FILE_FORMAT_ARRAY_RECORD, FILE_FORMAT_WEBDATASET)
+# The members of a WebDataset sample: <key>.<image extension>, <key>.cls (the label id), <key>.json.
+WEBDATASET_LABEL_EXTENSION = "cls"
+WEBDATASET_JSON_EXTENSION = "json"
+WEBDATASET_IMAGE_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "raw"}  # image/format -> extension
+
 COMPRESSION_NONE = "none"
 COMPRESSION_GZIP = "gzip"
 COMPRESSIONS = (COMPRESSION_NONE, COMPRESSION_GZIP)
 SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"  # Beam's shard template: train-00000-of-00004
+TAR_SHARD_NAME_TEMPLATE = "-SSSSSS"  # webdataset: train-000000.tar, the brace pattern train-{000000..000003}.tar
 SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _SHARD_FILE_RE = re.compile(
-    r"^(?P<split>[A-Za-z0-9_]+)(?:-g(?P<generation>\d{5}))?-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$"
+    r"^(?P<split>[A-Za-z0-9_]+)(?:-g(?P<generation>\d{5}))?"
+    r"(?:-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?:tfrecord(?:\.gz)?|array_record)|-(?P<tar_index>\d{6})\.tar)$"
 )
 _ERRORS_FILE_RE = re.compile(r"^errors-g\d{5}\.jsonl$")
 LEDGER_DIR = "ledger"  # the input ledger of each generation (schemas/ledger.py)
@@ -120,10 +139,25 @@ OUTPUT_FILE_NAMES = (
 TEMP_PREFIXES = ("beam-temp-", ".tmp-")
 
 
-def shard_suffix(compression: str) -> str:
+def check_file_format(file_format: str) -> str:
+    if file_format not in FILE_FORMATS:
+        raise ValueError(f"unknown file format {file_format!r}; expected one of {', '.join(FILE_FORMATS)}")
+    return file_format
+
+
+def shard_suffix(compression: str, file_format: str = FILE_FORMAT_TFRECORD) -> str:
     if compression not in COMPRESSIONS:
         raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(COMPRESSIONS)}")
+    if check_file_format(file_format) != FILE_FORMAT_TFRECORD:
+        if compression != COMPRESSION_NONE:
+            raise ValueError(f"{file_format} shards are not compressed as a whole (compression {compression!r})")
+        return ".tar" if file_format == FILE_FORMAT_WEBDATASET else ".array_record"
     return ".tfrecord.gz" if compression == COMPRESSION_GZIP else ".tfrecord"
+
+
+def shard_name_template(file_format: str = FILE_FORMAT_TFRECORD) -> str:
+    """Beam's shard name template of a file format: ``-SSSSS-of-NNNNN``, or ``-SSSSSS`` for tar shards."""
+    return TAR_SHARD_NAME_TEMPLATE if check_file_format(file_format) == FILE_FORMAT_WEBDATASET else SHARD_NAME_TEMPLATE
 
 
 def shard_prefix(split: str, generation: int = 0) -> str:
@@ -131,8 +165,41 @@ def shard_prefix(split: str, generation: int = 0) -> str:
     return split if not generation else f"{split}-g{generation:05d}"
 
 
-def shard_file_name(split: str, index: int, count: int, compression: str = "none", generation: int = 0) -> str:
-    return f"{shard_prefix(split, generation)}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
+def shard_file_name(
+    split: str,
+    index: int,
+    count: int,
+    compression: str = "none",
+    generation: int = 0,
+    file_format: str = FILE_FORMAT_TFRECORD,
+) -> str:
+    suffix = shard_suffix(compression, file_format)
+    if file_format == FILE_FORMAT_WEBDATASET:
+        return f"{shard_prefix(split, generation)}-{index:06d}{suffix}"
+    return f"{shard_prefix(split, generation)}-{index:05d}-of-{count:05d}{suffix}"
+
+
+def shard_pattern(split: str, count: int, generation: int = 0, file_format: str = FILE_FORMAT_WEBDATASET) -> str:
+    """The brace pattern of one generation's shards of a split (``train-{000000..000003}.tar``), as
+    ``webdataset.WebDataset`` and ``braceexpand`` expand it."""
+    first = shard_file_name(split, 0, count, generation=generation, file_format=file_format)
+    if count == 1:
+        return first
+    last = shard_file_name(split, count - 1, count, generation=generation, file_format=file_format)
+    prefix = shard_prefix(split, generation)
+    start, end = first[len(prefix) + 1 :].split(".", 1)[0], last[len(prefix) + 1 :].split(".", 1)[0]
+    return f"{prefix}-{{{start}..{end}}}{shard_suffix(COMPRESSION_NONE, file_format)}"
+
+
+def file_format_of(name: str) -> Optional[str]:
+    """The file format of a shard file name (a final name or a staged temp name), or None."""
+    if name.endswith(".tar"):
+        return FILE_FORMAT_WEBDATASET
+    if name.endswith(".array_record"):
+        return FILE_FORMAT_ARRAY_RECORD
+    if name.endswith((".tfrecord", ".tfrecord.gz")):
+        return FILE_FORMAT_TFRECORD
+    return None
 
 
 def errors_file(generation: int = 0) -> str:
@@ -161,15 +228,16 @@ def index_file(shard_name: str) -> str:
 
 
 def parse_shard_file_name(name: str) -> Optional[Dict[str, Any]]:
-    """``{'split', 'generation', 'index', 'count'}`` for a shard file name, else None."""
+    """``{"split", "generation", "index", "count"}`` of a shard file name (``count`` None for tar shards), or None."""
     m = _SHARD_FILE_RE.match(name)
     if not m:
         return None
+    tar = m.group("tar_index") is not None
     return {
         "split": m.group("split"),
         "generation": int(m.group("generation") or 0),
-        "index": int(m.group("index")),
-        "count": int(m.group("count")),
+        "index": int(m.group("tar_index") if tar else m.group("index")),
+        "count": None if tar else int(m.group("count")),  # a tar shard's name has no count
     }
 
 

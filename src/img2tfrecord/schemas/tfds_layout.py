@@ -1,14 +1,14 @@
 """How an output directory reads as a TensorFlow Datasets dataset: its metadata files, built from ``dataset.json``.
 
 ``tfds.builder_from_directory(<output dir>)`` reads ``dataset_info.json``
-(splits, shard record counts, the file name template
-``{SPLIT}-{SHARD_X_OF_Y}.tfrecord`` matching our shard names),
+(splits, shard record counts, the file format and the file name template
+``{SPLIT}-{SHARD_X_OF_Y}.tfrecord`` (``.array_record``) matching our shard names),
 ``features.json`` and ``image-class-label.labels.txt`` (the class names).
 Feature keys nest on ``/``, as TFDS flattens nested features into record
 keys: ``image/class/label`` is ``example["image"]["class"]["label"]``, a
 ``ClassLabel``; ``image/encoded`` an ``Image`` decoded to uint8.
 
-Outputs TFDS cannot describe (raw pixels, SequenceExamples, gzip) get
+Outputs TFDS cannot describe (raw pixels, SequenceExamples, gzip, WebDataset tar shards) get
 metadata naming :class:`NotDescribable` of ``img2tfrecord.readers.tfds_features``,
 which raises the reason when TFDS loads it. Nothing here does I/O or
 imports TensorFlow Datasets.
@@ -21,11 +21,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, ShardInfo, TfdsStatus
+from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, FileFormat, ShardInfo, TfdsStatus
 
 DATASET_INFO_FILE = manifest.TFDS_DATASET_INFO_FILE
 FEATURES_FILE = manifest.TFDS_FEATURES_FILE
 SPLIT_FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"  # TFDS' spelling of manifest.shard_file_name
+# TFDS's name of each file format it reads (its FileFormat values), and the suffix of our shards in it.
+TFDS_FILE_FORMATS = {FileFormat.TFRECORD: "tfrecord", FileFormat.ARRAY_RECORD: "array_record"}
 DATASET_NAME = "img2tfrecord"
 
 _SEP = "/"
@@ -56,9 +58,20 @@ def generation_shards(doc: DatasetManifest, split: str) -> List[Tuple[int, Tuple
     return groups
 
 
+def file_template(doc: DatasetManifest, prefix: str = "{SPLIT}") -> str:
+    """TFDS's file name template of shards named ``<prefix>-<index>-of-<count>`` in the output's file format."""
+    return f"{prefix}-{{SHARD_X_OF_Y}}.{TFDS_FILE_FORMATS.get(doc.file_format, 'tfrecord')}"
+
+
 def unsupported_reason(doc: DatasetManifest, across_generations: bool = False) -> Optional[str]:
     """Why TFDS cannot read the output ``doc`` describes, or None when it can; ``across_generations``:
     read as :func:`img2tfrecord.readers.tfds_builder.tfds_builder` reads it, one template per generation."""
+    if doc.file_format not in TFDS_FILE_FORMATS:
+        return (
+            f"this img2tfrecord output holds {doc.file_format.value} tar shards, which TFDS does not read; read it "
+            "with webdataset.WebDataset (PyTorch) or img2tfrecord.readers.datasource, or convert with "
+            "--file-format tfrecord or array_record"
+        )
     if doc.is_sequence:
         return (
             "this img2tfrecord output holds tf.train.SequenceExample clips (convert --sequence), which TFDS "
@@ -94,8 +107,11 @@ def unsupported_reason(doc: DatasetManifest, across_generations: bool = False) -
             return f"the shards of split {name} are not those its generations list"
         for generation, shards in groups:
             for i, shard in enumerate(shards):
-                if shard.file != manifest.shard_file_name(name, i, len(shards), generation=generation):
-                    return f"shard {shard.file} of split {name} does not follow {SPLIT_FILE_TEMPLATE}"
+                expected = manifest.shard_file_name(
+                    name, i, len(shards), generation=generation, file_format=doc.file_format.value
+                )
+                if shard.file != expected:
+                    return f"shard {shard.file} of split {name} does not follow {file_template(doc)}"
     for key, entry in doc.spec.items():
         if (
             entry.get("kind") != keys.FIXED_LEN
@@ -174,7 +190,7 @@ def dataset_info_json(doc: DatasetManifest, reason: Optional[str] = None) -> Dic
                 "name": name,
                 "numBytes": str(sum(s.num_bytes for s in info.shards)),
                 "shardLengths": [str(s.num_records) for s in info.shards],
-                "filepathTemplate": SPLIT_FILE_TEMPLATE,
+                "filepathTemplate": file_template(doc),
             }
         )
     description = (
@@ -186,7 +202,7 @@ def dataset_info_json(doc: DatasetManifest, reason: Optional[str] = None) -> Dic
         "name": DATASET_NAME,
         "version": f"{doc.format_version}.0.0",
         "description": description,
-        "fileFormat": "tfrecord",
+        "fileFormat": TFDS_FILE_FORMATS.get(doc.file_format, "tfrecord"),
         "splits": splits,
     }
 

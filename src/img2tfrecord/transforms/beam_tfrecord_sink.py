@@ -2,35 +2,43 @@
 
 A split's shards go through Beam's ``FileBasedSink`` (the base of the sink
 ``WriteToTFRecord`` wraps), driven one shard at a time instead of by
-``WriteToTFRecord``'s own graph:
+``WriteToTFRecord``'s own graph, whatever the file format (``--file-format``):
 
 * ``open_writer(init_result, uid)`` opens a temp file
-  ``<temp_dir>/<uid>.<split><suffix>``, through :meth:`ShardSink.open`; the
-  writer's ``temp_handle`` is what ``open`` returned, ``write`` frames a record
-  through :meth:`ShardSink.write_encoded_record`, ``close`` returns the temp path;
+  ``<temp_dir>/<uid><suffix>``, through :meth:`ShardSink.open`; the
+  writer's ``temp_handle`` is what ``open`` returned, ``write`` hands a record
+  to the format's writer through :meth:`ShardSink.write_encoded_record`,
+  ``close`` returns the temp path;
 * ``finalize_write(init_result, temp_paths, None)`` renames a split's temp
   files to their final names, numbering them in the order of the sorted temp
   paths (skipping those a previous commit already renamed), then deletes
   ``init_result``.
 
-Records are framed by :mod:`img2tfrecord.tfrecord_codec`, as ``WriteToTFRecord``
-frames them; gzip shards are compressed by Beam's ``CompressedFile``.
+The record writers are :mod:`img2tfrecord.shard_formats`': TFRecord framing as
+``WriteToTFRecord`` frames records (gzip shards compressed by Beam's
+``CompressedFile``), tar samples for WebDataset, and ArrayRecord, whose writer
+opens local paths only: a shard of a remote output is written to a local file
+and copied to its temp path when it is closed.
 ``tests/test_beam_adapter.py`` checks each of these against the installed Beam.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
-from typing import Any, BinaryIO, List, NamedTuple, Sequence, cast
+from typing import Any, BinaryIO, List, NamedTuple, Optional, Protocol, Sequence, cast
 
 from apache_beam import coders
 from apache_beam.io.filebasedsink import FileBasedSink
 from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord import tfrecord_codec
+from img2tfrecord import shard_formats
+from img2tfrecord.readers import storage
 from img2tfrecord.schemas import manifest
+from img2tfrecord.shard_formats import array_records
+from img2tfrecord.tfrecord_codec import IndexEntry
 
 MIME_TYPE = "application/octet-stream"  # what WriteToTFRecord's sink declares
 
@@ -66,12 +74,11 @@ class _DigestingFile:
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
 
+    def __enter__(self) -> _DigestingFile:
+        return self
 
-class _ShardHandle(NamedTuple):
-    """The temp handle of one shard: the file as stored, and what records are written to."""
-
-    file: _DigestingFile
-    stream: Any  # the file itself, or a gzip stream over it
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 class WrittenShard(NamedTuple):
@@ -82,6 +89,80 @@ class WrittenShard(NamedTuple):
     sha256: str
 
 
+class _ShardHandle:
+    """The temp handle of one shard: the file as stored, what records are written to, and the format's writer."""
+
+    def __init__(self, file: _DigestingFile, stream: Any, records: shard_formats.StreamWriter):
+        self.file = file
+        self.stream = stream  # the file itself, or a gzip stream over it
+        self.records = records
+        self.last_entry: Optional[IndexEntry] = None  # where the last record written lies
+
+    @property
+    def bytes_written(self) -> int:
+        return self.file.bytes_written
+
+    def close(self) -> None:
+        self.records.close()
+        self.stream.close()
+
+    def written(self, temp_path: str) -> WrittenShard:
+        return WrittenShard(temp_path, self.file.bytes_written, self.file.hexdigest())
+
+
+class _ArrayRecordHandle:
+    """The temp handle of an ArrayRecord shard: its writer on a local file, copied to a remote temp path
+    when closed (``target`` None: the local file is the temp file)."""
+
+    def __init__(self, local_path: str, target: Optional[str], mime_type: str):
+        self.records = array_records.ArrayRecordShardWriter(local_path)
+        self.local_path = local_path
+        self.target = target
+        self.mime_type = mime_type
+        self.last_entry: Optional[IndexEntry] = None
+        self._stored: Optional[WrittenShard] = None
+
+    @property
+    def bytes_written(self) -> int:
+        return self._stored.num_bytes if self._stored is not None else self.records.bytes_written
+
+    def close(self) -> None:
+        self.records.close()
+        try:
+            if self.target is None:
+                digest = hashlib.sha256()
+                with open(self.local_path, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        digest.update(chunk)
+                self._stored = WrittenShard(self.local_path, os.path.getsize(self.local_path), digest.hexdigest())
+                return
+            copied = _DigestingFile(FileSystems.create(self.target, self.mime_type, CompressionTypes.UNCOMPRESSED))
+            with copied:
+                array_records.copy_into(self.local_path, cast(BinaryIO, copied))
+            self._stored = WrittenShard(self.target, copied.bytes_written, copied.hexdigest())
+        finally:
+            if self.target is not None:
+                os.remove(self.local_path)
+
+    def written(self, temp_path: str) -> WrittenShard:
+        assert self._stored is not None, "written before closed"
+        return self._stored._replace(temp_path=temp_path)
+
+
+class _Handle(Protocol):
+    """What the sink's hooks and :class:`ShardFile` use of a temp handle, whatever the format."""
+
+    records: Any  # the format's record writer: ``write(record)``
+    last_entry: Optional[IndexEntry]
+
+    @property
+    def bytes_written(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def written(self, temp_path: str) -> WrittenShard: ...
+
+
 class ShardSink(FileBasedSink):
     """The shards of one split: temp files in ``temp_dir``, committed to ``<output_dir>/<final_name(shard)>``.
 
@@ -90,14 +171,22 @@ class ShardSink(FileBasedSink):
     """
 
     def __init__(
-        self, output_dir: str, split: str, num_shards: int, compression: str, temp_dir: str, generation: int = 0
+        self,
+        output_dir: str,
+        split: str,
+        num_shards: int,
+        compression: str,
+        temp_dir: str,
+        generation: int = 0,
+        file_format: str = shard_formats.TFRECORD,
+        sequence: bool = False,
     ):
         super().__init__(
             file_path_prefix=FileSystems.join(output_dir, manifest.shard_prefix(split, generation)),
             coder=coders.BytesCoder(),
-            file_name_suffix=manifest.shard_suffix(compression),
+            file_name_suffix=manifest.shard_suffix(compression, file_format),
             num_shards=num_shards,
-            shard_name_template=manifest.SHARD_NAME_TEMPLATE,
+            shard_name_template=manifest.shard_name_template(file_format),
             mime_type=MIME_TYPE,
             compression_type=CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED,
         )
@@ -107,6 +196,8 @@ class ShardSink(FileBasedSink):
         self.compression = compression
         self.temp_dir = temp_dir
         self.generation = generation
+        self.file_format = file_format
+        self.sequence = sequence  # the records are SequenceExamples (a WebDataset sample holds their frames)
 
     # -- the hooks Beam's writer calls ----------------------------------------------------------
 
@@ -118,29 +209,43 @@ class ShardSink(FileBasedSink):
                 pass
         return self.temp_dir
 
-    def open(self, temp_path: str) -> _ShardHandle:
+    def open(self, temp_path: str) -> _Handle:
+        if self.file_format == shard_formats.ARRAY_RECORD:
+            if storage.is_remote(temp_path):
+                return _ArrayRecordHandle(array_records.scratch_path(self.suffix), temp_path, self.mime_type)
+            return _ArrayRecordHandle(temp_path, None, self.mime_type)
         raw = FileSystems.create(temp_path, self.mime_type, CompressionTypes.UNCOMPRESSED)
         digesting = _DigestingFile(raw)
+        stream: Any = digesting
         if self.compression_type == CompressionTypes.GZIP:
-            gzipped = CompressedFile(cast(BinaryIO, digesting), compression_type=CompressionTypes.GZIP)
-            return _ShardHandle(digesting, gzipped)
-        return _ShardHandle(digesting, digesting)
+            stream = CompressedFile(cast(BinaryIO, digesting), compression_type=CompressionTypes.GZIP)
+        stem = self.final_name(_shard_of(temp_path))[: -len(self.suffix)]
+        return _ShardHandle(
+            digesting, stream, shard_formats.stream_writer(self.file_format, stream, stem, self.sequence)
+        )
 
-    def write_encoded_record(self, file_handle: _ShardHandle, value: bytes) -> None:
-        file_handle.stream.write(tfrecord_codec.encode_record(value))
+    def write_encoded_record(self, file_handle: _Handle, value: bytes) -> None:
+        file_handle.last_entry = file_handle.records.write(value)
 
-    def close(self, file_handle: _ShardHandle) -> None:
-        file_handle.stream.close()
+    def close(self, file_handle: _Handle) -> None:
+        file_handle.close()
 
     # -- what the shard step uses ---------------------------------------------------------------
 
     @property
+    def suffix(self) -> str:
+        """The shards' file name suffix (``.tfrecord``, ``.tfrecord.gz``, ``.array_record``, ``.tar``)."""
+        return manifest.shard_suffix(self.compression, self.file_format)
+
+    @property
     def indexed(self) -> bool:
-        """Whether the split's shards get index files (uncompressed shards only)."""
-        return self.compression_type != CompressionTypes.GZIP
+        """Whether the split's shards get index files (uncompressed TFRecord and tar shards)."""
+        return shard_formats.has_index_files(self.file_format, self.compression)
 
     def final_name(self, shard: int) -> str:
-        return manifest.shard_file_name(self.split, shard, self.shard_count, self.compression, self.generation)
+        return manifest.shard_file_name(
+            self.split, shard, self.shard_count, self.compression, self.generation, self.file_format
+        )
 
     def open_shard(self, shard: int) -> ShardFile:
         """A new temp file for shard ``shard``; a retried attempt gets its own."""
@@ -162,13 +267,15 @@ class ShardSinks(NamedTuple):
 
     The shard counts may be known only inside the graph (a side input), so the sinks are made
     where they are used; each split's temp files go to ``<staging_dir>/<split>``. ``generation`` > 0
-    names the shards of an append (``manifest.shard_file_name``).
+    names the shards of an append (``manifest.shard_file_name``); ``file_format`` is ``--file-format``.
     """
 
     output_dir: str
     compression: str
     staging_dir: str
     generation: int = 0
+    file_format: str = shard_formats.TFRECORD
+    sequence: bool = False  # SequenceExample records (convert --sequence)
 
     def initialize(self) -> None:
         """Make the staging folder (OSError when it cannot be made)."""
@@ -187,7 +294,14 @@ class ShardSinks(NamedTuple):
             self.compression,
             FileSystems.join(self.staging_dir, split),
             self.generation,
+            self.file_format,
+            self.sequence,
         )
+
+
+def _shard_of(temp_path: str) -> int:
+    """The shard a temp file was opened for: its uid starts with the zero-padded shard (:class:`ShardFile`)."""
+    return int(temp_path.rsplit("/", 1)[-1].split("-", 1)[0])
 
 
 class ShardFile:
@@ -195,17 +309,17 @@ class ShardFile:
 
     def __init__(self, sink: ShardSink, shard: int):
         self._writer = sink.open_writer(sink.initialize_write(), f"{shard:05d}-{uuid.uuid4().hex}")
-        self._handle: _ShardHandle = self._writer.temp_handle
+        self._handle: _Handle = self._writer.temp_handle
 
-    def write(self, record: bytes) -> None:
-        """Frame ``record`` into the file."""
+    def write(self, record: bytes) -> Optional[IndexEntry]:
+        """Write ``record`` into the file; -> its ``(offset, length)`` there (None: the format keeps its own index)."""
         self._writer.write(record)
+        return self._handle.last_entry
 
     @property
     def bytes_written(self) -> int:
         """The bytes that reached the file (gzip: compressed, as they come), also after ``close``."""
-        return self._handle.file.bytes_written
+        return self._handle.bytes_written
 
     def close(self) -> WrittenShard:
-        temp_path = self._writer.close()
-        return WrittenShard(temp_path, self._handle.file.bytes_written, self._handle.file.hexdigest())
+        return self._handle.written(self._writer.close())

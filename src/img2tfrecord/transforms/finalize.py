@@ -24,7 +24,7 @@ from img2tfrecord import faults
 from img2tfrecord.conversion import appends
 from img2tfrecord.errors import ErrorBudgetExceeded
 from img2tfrecord.model import CommittedShard
-from img2tfrecord.schemas import dataset_manifest, manifest, tfds_layout
+from img2tfrecord.schemas import dataset_manifest, manifest, shard_patterns, tfds_layout
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, ShardInfo, SplitInfo
 from img2tfrecord.schemas.generations import Generation, Withdrawal
@@ -204,6 +204,7 @@ class FinalizeOutput(beam.DoFn):
                 doc = appends.merge(self._previous, doc, generation)
             else:
                 doc = doc.replace(generations=(generation,))
+        doc = shard_patterns.with_patterns(doc)  # webdataset: each split's brace pattern
         # The folder is also a TFDS dataset (tfds.builder_from_directory), or says why not.
         doc = doc.replace(tfds=tfds_layout.status(doc))
         publication = Publication(self._run_dir, self._output_dir)

@@ -89,8 +89,7 @@ class _ShardJob:
         self._count = count
         self._faults = faults
         self._bytes_counted = 0
-        self._offsets: List[tfrecord_codec.IndexEntry] = []
-        self._offset = 0
+        self._offsets: List[tfrecord_codec.IndexEntry] = []  # the index file's lines (formats that get one)
         self._classes: Dict[Optional[str], int] = collections.Counter()
         self._boxes: Dict[Optional[str], int] = collections.Counter()
         self._dropped: Dict[str, int] = collections.Counter()
@@ -107,12 +106,11 @@ class _ShardJob:
             raise RuntimeError(f"a record of split {record.split!r} reached a shard of {self.sink.split!r}")
         if self._faults.drops(record):
             return
-        self._file.write(record.example)
+        entry = self._file.write(record.example)
         self._count_bytes()
         self._faults.record_written()
-        length = tfrecord_codec.framed_length(len(record.example))
-        self._offsets.append((self._offset, length))
-        self._offset += length
+        if entry is not None:
+            self._offsets.append(entry)
         self._classes[record.class_name] += 1
         if isinstance(value, DetectionRecord):
             for class_name, n in value.boxes:

@@ -16,6 +16,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
+from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest, ShardInfo
 from img2tfrecord.verification.findings import Report
 
@@ -53,6 +54,7 @@ class _Context:
     formats: Optional[Tuple[str, ...]]  # image/format values the options allow
     compression: str
     sequence: bool = False  # tf.train.SequenceExample records (convert --sequence)
+    file_format: str = manifest.FILE_FORMAT_TFRECORD  # the shards' container (--file-format)
     detection: bool = False  # TF Object Detection API records, checked against ``label_map``
     label_map: Mapping[int, str] = dataclasses.field(default_factory=dict)  # detection: id -> class name
 
@@ -67,6 +69,7 @@ def _context(doc: DatasetManifest, label_ids: Optional[Mapping[int, str]] = None
         formats=_ALLOWED_FORMATS.get(doc.image_format or ""),
         compression=doc.compression.value,
         sequence=doc.is_sequence,
+        file_format=doc.file_format.value,
         detection=doc.is_detection,
         label_map=dict(label_ids or {}),
     )
@@ -269,15 +272,16 @@ def check_shard(
     unclassified = 0
     framing_broken = False
     try:
-        for record in records.scan_records(path, ctx.compression):
+        for record in records.scan_records(path, ctx.compression, file_format=ctx.file_format, sequence=ctx.sequence):
             count += 1
+            offset = None if ctx.file_format == manifest.FILE_FORMAT_ARRAY_RECORD else record.offset  # no byte offsets
             if not record.data_crc_ok:
-                report.add(name, "data checksum mismatch (corrupt record data)", record.index, record.offset)
+                report.add(name, "data checksum mismatch (corrupt record data)", record.index, offset)
                 unclassified += 1
                 continue
             problems, class_name, boxes = _check_example(record.data, ctx)
             for problem in problems:
-                report.add(name, problem, record.index, record.offset)
+                report.add(name, problem, record.index, offset)
             if record.index in withdrawn:
                 report.withdrawn_checked += 1
                 _check_withdrawn(record.data, withdrawn[record.index], ctx, name, record, report)
@@ -289,7 +293,9 @@ def check_shard(
                 classes[class_name] += 1
     except records.RecordError as e:
         framing_broken = True
-        report.add(name, f"{e.message}; the rest of the shard cannot be read", e.index, e.offset)
+        report.add(
+            name, f"{e.message}; the rest of the shard cannot be read", e.index, e.offset if e.offset >= 0 else None
+        )
     except Exception as e:  # unreadable file (permissions, network): report, never a traceback
         framing_broken = True
         report.add(name, f"cannot read shard: {type(e).__name__}: {e}")
