@@ -15,7 +15,7 @@ import signal
 import tarfile
 
 import pytest
-from conftest import IN_MEMORY, cli_env, manifest_doc, shard_digests, write_manifest_doc
+from conftest import IN_MEMORY, cli_env, manifest_to_edit, shard_digests, write_manifest_doc
 from gcs_emulator import gcs_fixture  # noqa: F401 - the gcs fixture
 from helpers.cli import run_in_process
 from helpers.datasets import clip_dataset, dataset_files, write_tree
@@ -78,11 +78,16 @@ def comparable(doc: dict) -> dict:
     return {"splits": splits, "options": options, "accounting": doc["accounting"], "labels": doc["labels"]}
 
 
+def _typed_json(out: str) -> dict:
+    """An output's manifest, read as typed and given back as its JSON fields (their spelling is tested here)."""
+    return records.read_manifest(out).to_json()
+
+
 def test_array_record_shards_hold_the_tfrecord_runs_records_byte_for_byte(outputs):
     reference, out = outputs["tfrecord"].output, outputs["array_record"].output
-    doc = manifest_doc(out)
+    doc = _typed_json(out)
     assert doc["file_format"] == "array_record" and doc["format_version"] == manifest.FILE_FORMATS_FORMAT_VERSION
-    assert comparable(doc) == comparable(manifest_doc(reference))
+    assert comparable(doc) == comparable(_typed_json(reference))
     for split in ("train", "validation"):
         assert [s["file"] for s in doc["splits"][split]["shards"]] == [
             manifest.shard_file_name(split, i, 2, file_format="array_record") for i in range(2)
@@ -97,8 +102,8 @@ def test_array_record_shards_hold_the_tfrecord_runs_records_byte_for_byte(output
 
 def test_webdataset_shards_hold_the_same_images_and_labels_read_with_plain_tarfile(outputs):
     reference, out = outputs["tfrecord"].output, outputs["webdataset"].output
-    doc = manifest_doc(out)
-    assert comparable(doc) == comparable(manifest_doc(reference))
+    doc = _typed_json(out)
+    assert comparable(doc) == comparable(_typed_json(reference))
     spec = records.read_manifest(reference).spec
     for split in ("train", "validation"):
         shards = doc["splits"][split]["shards"]
@@ -154,7 +159,7 @@ def test_webdataset_reads_the_shards_in_a_torch_dataloader_with_two_workers(outp
     wds = pytest.importorskip("webdataset")
     torch = pytest.importorskip("torch")
     out = outputs["webdataset"].output
-    pattern = os.path.join(out, manifest_doc(out)["splits"]["train"]["pattern"])
+    pattern = os.path.join(out, records.read_manifest(out).splits["train"].pattern)
     dataset = (
         wds.WebDataset(pattern, shardshuffle=False, empty_check=False).decode("rgb").to_tuple("jpg", "cls", "json")
     )
@@ -189,7 +194,7 @@ def test_a_corrupt_shard_is_named_by_verify_in_each_format(outputs, tmp_path):
     for file_format in OTHER_FORMATS:
         out = str(tmp_path / file_format)
         shutil.copytree(outputs[file_format].output, out)
-        name = manifest_doc(out)["splits"]["train"]["shards"][1]["file"]
+        name = records.read_manifest(out).splits["train"].shards[1].file
         path = os.path.join(out, name)
         with open(path, "r+b") as f:
             f.truncate(os.path.getsize(path) // 2)
@@ -212,7 +217,7 @@ def test_an_append_adds_a_generation_in_the_outputs_format_and_refuses_another(o
     source, out = str(tmp_path / "in"), str(tmp_path / "out")
     shutil.copytree(run.input, source)
     shutil.copytree(run.output, out)
-    write_manifest_doc(out, {**manifest_doc(out), "input": source})  # the copy is the output of the copied input
+    write_manifest_doc(out, {**manifest_to_edit(out), "input": source})  # the copy is the output of the copied input
     write_tree(source, {f"cat/new_{i}.jpg": data for i, data in enumerate(list(dataset_files().values())[:3])})
     append = ("convert", "--input", source, "--output", out, *ARGS, "--no-analyze", "--append")
     refused = run_in_process(*append)  # --file-format left at tfrecord
@@ -240,7 +245,8 @@ def test_a_killed_run_resumes_in_its_format_with_the_same_bytes(outputs, file_fo
     assert kill_when(args, lambda: os.path.exists(marker), "paused", env=env) == -signal.SIGKILL
     other = "webdataset" if file_format == "array_record" else "array_record"
     wrong = run_in_process(*args, "--resume", "--file-format", other)
-    assert wrong.returncode == 2 and f"it writes {file_format} shards" in wrong.stderr, wrong.stderr[-2000:]
+    assert wrong.returncode == 2, wrong.stderr[-2000:]
+    assert f'--file-format is "{other}" here but "{file_format}" there' in wrong.stderr, wrong.stderr[-2000:]
     resumed = run_in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "1 finished shard(s) kept" in resumed.stderr, resumed.stderr[-2000:]
