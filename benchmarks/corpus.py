@@ -3,7 +3,10 @@
 * ``photo``: ImageNet-sized JPEGs (~500x375, ~45 KB);
 * ``mixed``: sizes from 300 to 2000 px on the long side, JPEG qualities 75-95
   and one image in four a PNG (those up to 800 px), so file sizes run from
-  tens of KB to about a MB.
+  tens of KB to about a MB;
+* :func:`imagenet_shaped`: ImageNet's shape at little disk cost: 1,000 class
+  folders of small JPEGs (48-160 px), for measuring how commands grow with
+  the number of inputs and classes.
 
 Deterministic: the same arguments always write the same files. Each image is
 a smooth random colour field with shapes and grain, so file sizes and decode
@@ -13,6 +16,7 @@ costs resemble real photos rather than flat synthetic shapes.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import random
 
@@ -77,12 +81,73 @@ def generate(directory: str, num_images: int, num_classes: int = 10, seed: int =
     return total
 
 
+IMAGENET_POOL = 4096  # distinct images an ImageNet-shaped corpus writes under its many names
+
+
+def imagenet_class(index: int) -> str:
+    """The folder of class ``index`` of an ImageNet-shaped corpus: a WordNet-id-like name."""
+    return f"n{index + 1:08d}"
+
+
+def _small_jpeg(index: int, seed: int) -> bytes:
+    """Pool image ``index``: a photo-like JPEG of 48-160 px a side."""
+    rng = random.Random(f"imagenet/{seed}/{index}")
+    img = photo_like(rng, (rng.randrange(48, 161), rng.randrange(48, 161)))
+    buffer = io.BytesIO()
+    img.save(buffer, format="JPEG", quality=rng.randrange(80, 96))
+    return buffer.getvalue()
+
+
+def imagenet_shaped(root: str, num_images: int, num_classes: int = 1000, seed: int = 0) -> int:
+    """Write an ImageNet-shaped corpus: ``num_images`` small JPEGs in ``num_classes`` class folders
+    (``root/n00000001/n00000001_0000042.JPEG``); returns its total bytes.
+
+    Image ``i`` goes to class ``i % num_classes``, so a smaller corpus is the first images of a larger one.
+    Its pixels are pool image ``i % IMAGENET_POOL`` (every pool image distinct, 48-160 px a side) and its
+    bytes carry a JPEG comment naming it, so no two files are byte-identical. Deterministic; resumable: a
+    folder's files are written under temporary names and renamed, and an interrupted call's leftovers
+    are removed and the missing files written on the next call.
+    """
+    pool = [_small_jpeg(i, seed) for i in range(min(IMAGENET_POOL, num_images))]
+    per_class = [range(c, num_images, num_classes) for c in range(num_classes)]
+    total = 0
+    for c, indices in enumerate(per_class):
+        if not indices:
+            continue
+        name = imagenet_class(c)
+        folder = os.path.join(root, name)
+        os.makedirs(folder, exist_ok=True)
+        existing = set()
+        for entry in os.scandir(folder):
+            if entry.name.startswith("."):  # an interrupted write
+                os.remove(entry.path)
+            else:
+                existing.add(entry.name)
+        for i in indices:
+            file_name = f"{name}_{i:07d}.JPEG"
+            image = pool[i % len(pool)]
+            # A comment segment (FF FE, its length, the text) right after the start-of-image marker.
+            comment = f"{seed}/{i}".encode()
+            data = image[:2] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + image[2:]
+            total += len(data)
+            if file_name in existing:
+                continue
+            temp = os.path.join(folder, "." + file_name)
+            with open(temp, "wb") as f:
+                f.write(data)
+            os.rename(temp, os.path.join(folder, file_name))
+    return total
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("directory")
     parser.add_argument("--num-images", type=int, default=12000)
     parser.add_argument("--num-classes", type=int, default=10)
-    parser.add_argument("--kind", choices=KINDS, default="photo")
+    parser.add_argument("--kind", choices=KINDS + ("imagenet",), default="photo")
     args = parser.parse_args()
-    total = generate(args.directory, args.num_images, args.num_classes, kind=args.kind)
+    if args.kind == "imagenet":
+        total = imagenet_shaped(args.directory, args.num_images, args.num_classes)
+    else:
+        total = generate(args.directory, args.num_images, args.num_classes, kind=args.kind)
     print(f"{args.num_images} images, {total / args.num_images / 1024:.1f} KB average, in {args.directory}")
