@@ -117,7 +117,7 @@ def prefetch_first_shards(launched: Launch, pool: ConversionPool) -> int:
         return 0
     shards: List[List[Any]] = []
     count = size = 0
-    for found in launched.placement.shards.values():
+    for _, found in launched.placement.shards():
         shard: List[Any] = []
         for item in (i.item for i in found):
             size += getattr(item, "size", 0)

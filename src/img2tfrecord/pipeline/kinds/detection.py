@@ -8,7 +8,7 @@ the shard counts from the image bytes. Annotations packed in archives: ``archive
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from img2tfrecord.conversion.converter import Converter, DetectionConverter
 from img2tfrecord.model import Annotation, DetectionPlacement, Item, WorkItem
@@ -114,16 +114,18 @@ def is_image_name(relpath: str) -> bool:
     return not relpath.lower().endswith((".xml", ".json", ".txt", ".csv", ".jsonl", ".pbtxt"))
 
 
-def detection_layout(files: List[WorkItem], forced: bool) -> Optional[str]:
-    """voc, coco or None: a folder's annotation layout, from its relpaths."""
-    parts = [f.relpath.split("/") for f in files]
-    if any(
-        len(p) >= 2 and p[-2] == detection.VOC_ANNOTATIONS and p[-1].lower().endswith(".xml") for p in parts
-    ) and any(detection.VOC_IMAGES in p[:-1] for p in parts):
+def detection_layout(files: Sequence[WorkItem], forced: bool) -> Optional[str]:
+    """voc, coco or None: a folder's annotation layout, from its relpaths (read once, one at a time)."""
+    voc_xml = voc_images = coco = False
+    for f in files:
+        p = f.relpath.split("/")
+        name = p[-1].lower()
+        voc_xml = voc_xml or (len(p) >= 2 and p[-2] == detection.VOC_ANNOTATIONS and name.endswith(".xml"))
+        voc_images = voc_images or detection.VOC_IMAGES in p[:-1]
+        coco = coco or (name.endswith(".json") and (forced or name.startswith("instances")))
+    if voc_xml and voc_images:
         return detection.VOC
-    if any(p[-1].lower().endswith(".json") and (forced or p[-1].lower().startswith("instances")) for p in parts):
-        return detection.COCO
-    return None
+    return detection.COCO if coco else None
 
 
 def coco_base(jsons: List[str]) -> str:
@@ -134,7 +136,7 @@ def coco_base(jsons: List[str]) -> str:
     return directory + "/"
 
 
-def plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: List[WorkItem]) -> Plan:
+def plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: Sequence[WorkItem]) -> Plan:
     if kind == detection.VOC:
         folders = sorted(
             {f.path.rsplit("/", 1)[0] for f in files if f.relpath.split("/")[-2:-1] == [detection.VOC_ANNOTATIONS]}
