@@ -107,6 +107,11 @@ class FileTable(Sequence[Row]):
             self._offsets[f] = offsets
         return folder.prefix + folder.names[offsets[i] : offsets[i + 1] - 1], folder.sizes[i], folder.mtimes[i]
 
+    def folders(self) -> Iterator[Tuple[str, List[str], array, array]]:
+        """``(prefix, names, sizes, change markers)`` of each folder, in order: a file's path is ``prefix + name``."""
+        for folder in self._folders:
+            yield folder.prefix, folder.name_list(), folder.sizes, folder.mtimes
+
     def paths(self) -> Iterator[str]:
         for folder in self._folders:
             prefix = folder.prefix

@@ -33,7 +33,7 @@ class FolderFiles(NamedTuple):
 
     base: str
     pattern: str
-    files: Sequence[WorkItem]  # FolderWorkItems: made as they are read
+    files: FolderWorkItems  # made as they are read
     outputs: Tuple[str, ...]
 
 
@@ -95,6 +95,15 @@ def _list_folder(config: ConvertConfig) -> FolderFiles:
     return FolderFiles(base, pattern, FolderWorkItems(files, base), outputs)
 
 
+def relative_rows(files: FileTable, base: str) -> Iterator[Tuple[str, str, int, float]]:
+    """``(path, relpath, size, mtime)`` of the files under ``base``: ``layout.relative_path`` of each, its
+    folder's part worked out once per folder (a name holds no separator)."""
+    for prefix, names, sizes, mtimes in files.folders():
+        folder = layouts.relative_path(base, prefix)
+        for name, size, mtime in zip(names, sizes, mtimes):
+            yield prefix + name, folder + name, size, mtime
+
+
 class FolderWorkItems(Sequence[WorkItem]):
     """The files of a folder listing as ``WorkItem(path, relpath, size)``, made as they are read."""
 
@@ -105,9 +114,13 @@ class FolderWorkItems(Sequence[WorkItem]):
         return len(self._files)
 
     def __iter__(self) -> Iterator[WorkItem]:
-        base = self._base
-        for path, size, _ in self._files:
-            yield WorkItem(path, layouts.relative_path(base, path), size)
+        for path, relpath, size, _ in relative_rows(self._files, self._base):
+            yield WorkItem(path, relpath, size)
+
+    def by_folder(self) -> Iterator[Tuple[str, List[str]]]:
+        """``(folder relative to the input root, "" for the root; its files' names)`` of every folder."""
+        for prefix, names, _, _ in self._files.folders():
+            yield layouts.relative_path(self._base, prefix).rstrip("/"), names
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -126,9 +139,8 @@ class FolderEntries(Sequence[LedgerEntry]):
         return len(self.files)
 
     def __iter__(self) -> Iterator[LedgerEntry]:
-        base = self.base
-        for path, size, mtime in self.files:
-            yield LedgerEntry(layouts.relative_path(base, path), size, mtime)
+        for _, relpath, size, mtime in relative_rows(self.files, self.base):
+            yield LedgerEntry(relpath, size, mtime)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -144,7 +156,7 @@ class FolderItems(ListedItems):
     def __init__(self, files: FileTable, base: str):
         rejected: List[ErrorRow] = []
         kept = array("q")
-        for index, (path, size, _) in enumerate(files):
+        for index, (path, _, size, _) in enumerate(relative_rows(files, base)):
             found = folder_entry(base, path, size)
             if isinstance(found, WorkItem):
                 kept.append(index)

@@ -41,7 +41,8 @@ class ListedItems(Sequence[Item]):
 
 
 class Picked(Sequence[T]):
-    """Some of a sequence's items, by index (an array of indices, not a list of the items)."""
+    """Some of a sequence's items, by their ascending indices (an array of them, not a list of the items);
+    read in order, the sequence is read in order (a compact one is slow to read by index)."""
 
     def __init__(self, items: Sequence[T], picked: Sequence[int]):
         self._items, self._picked = items, picked
@@ -50,7 +51,14 @@ class Picked(Sequence[T]):
         return len(self._picked)
 
     def __iter__(self) -> Iterator[T]:
-        return (self._items[i] for i in self._picked)
+        wanted = iter(self._picked)
+        next_index = next(wanted, None)
+        for index, item in enumerate(self._items):
+            if index == next_index:
+                yield item
+                next_index = next(wanted, None)
+                if next_index is None:
+                    return
 
     def __getitem__(self, index):
         if isinstance(index, slice):
