@@ -13,7 +13,9 @@ grow with the dataset has a ratio near 1.
 
 ``--kind imagenet`` is ``corpus.imagenet_shaped`` (1,000 classes of small JPEGs). The table also gives the
 growth per added input (KB of peak per input between the smallest and the largest size): what the
-launcher holds per input. ``--package-dir`` runs another checkout's package (a before/after comparison).
+launcher holds per input, and what a shard's writer holds per item of its shard where the smaller size
+fills its shards less (``--args "--shard-size-mb 16"`` fills them at both sizes). ``--package-dir`` runs
+another checkout's package (a before/after comparison).
 
 Prints a table and writes ``benchmarks/results/bench_memory-<time>.json``.
 """
@@ -111,6 +113,7 @@ def main(argv=None):
     parser.add_argument("--sizes", default="6000,48000", help="dataset sizes, comma separated")
     parser.add_argument("--kind", choices=corpus.KINDS + ("imagenet",), default="photo")
     parser.add_argument("--package-dir", default=package_dir(), help="the folder img2tfrecord is imported from")
+    parser.add_argument("--args", default="", help="more convert arguments for every mode, e.g. '--shard-size-mb 16'")
     parser.add_argument("--modes", default=",".join(MODES), help="modes to run, comma separated: " + ", ".join(MODES))
     args = parser.parse_args(argv)
     sizes = sorted(int(n) for n in args.sizes.split(","))
@@ -146,6 +149,7 @@ def main(argv=None):
                     out,
                     "-q",
                     *MODES[mode],
+                    *args.args.split(),
                 ]
                 seconds, peak = peak_tree_rss(cmd, env)
                 out_mb = (
@@ -176,6 +180,7 @@ def main(argv=None):
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "kind": args.kind,
             "package_dir": args.package_dir,
+            "args": args.args,
             "load_average": os.getloadavg(),
             "cpu_count": os.cpu_count(),
             "rows": rows,
