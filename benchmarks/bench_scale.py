@@ -14,7 +14,8 @@ resident sets of the process and its children sampled from ``/proc``:
     inspect           inspect OUT
     report            report OUT --output DIR/
     load              img2tfrecord.load(OUT, "train", batch_size=256): one epoch
-    append            convert --append --format keep --no-analyze, after 1% new inputs (last: it adds to OUT)
+    append            convert --append --format keep --no-analyze, after 1% new inputs (it adds to OUT)
+    nothing-new       the same append again: nothing new
 
     .venv/bin/python benchmarks/bench_scale.py                                  # 50,000 and 200,000
     .venv/bin/python benchmarks/bench_scale.py --sizes 1280000                  # the full size, one command
@@ -60,6 +61,7 @@ COMMANDS = {
     "report": ("report", ()),
     "load": ("load", ()),
     "append": ("append", (*KEEP, *NO_ANALYZE)),
+    "nothing-new": ("append", (*KEEP, *NO_ANALYZE)),
 }
 LOAD = """
 import sys, img2tfrecord
@@ -156,9 +158,9 @@ def run_size(size: int, names: List[str], args) -> List[dict]:
         out = os.path.join(work, "out-keep" if name == "keep" else f"out-{name}")
         cmd = command_line(name, src, out, work)
         if kind == "append":
-            added = add_new_inputs(src)
             cmd += ["-q", "--append", *extra]
-            print(f"  append: {added} new inputs", flush=True)
+            if name == "append":
+                print(f"  append: {add_new_inputs(src)} new inputs", flush=True)
         found = run_measured(cmd, env, args.timeout, args.max_tree_gb * 1024)
         row = {"command": name, "inputs": size, **found, "load_average": os.getloadavg()}
         if name in names:
