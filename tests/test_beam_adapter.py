@@ -150,8 +150,8 @@ def test_a_local_folder_is_listed_as_beams_match_lists_it(tmp_path):
         beams = [
             (m.path, m.size_in_bytes, m.last_updated_in_seconds) for m in FileSystems.match([pattern])[0].metadata_list
         ]
-        assert listing._list(pattern) == beams, f"{BEAM}: {pattern}"
-    assert len(listing._list(f"{root}/**")) == 8
+        assert list(listing._list(pattern).files) == beams, f"{BEAM}: {pattern}"
+    assert len(listing._list(f"{root}/**").files) == 8
 
 
 @pytest.mark.parametrize(

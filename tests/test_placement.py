@@ -17,7 +17,6 @@ from img2tfrecord.conversion.placement import place_all, shard_keys
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS, WorkItem
 from img2tfrecord.pipeline.placing import place_listing
-from img2tfrecord.readers import storage
 from img2tfrecord.schemas import manifest, placed_items
 from img2tfrecord.transforms.assign_shards import AssignShardsFn
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
@@ -45,7 +44,7 @@ def _converter() -> ImageConverter:
 def test_place_all_puts_each_item_where_the_jobs_assignment_does(tmp_path):
     items = _items(tmp_path)
     placement = place_all(_converter(), items, NUM_SHARDS)
-    assert list(placement.shards) == shard_keys(NUM_SHARDS)  # every shard, an empty one too
+    assert placement.keys == shard_keys(NUM_SHARDS)  # every shard, an empty one too
     in_job, rejected = {}, []
     for item in items:
         for out in AssignShardsFn(_converter()).process(item, NUM_SHARDS):
@@ -53,7 +52,7 @@ def test_place_all_puts_each_item_where_the_jobs_assignment_does(tmp_path):
                 rejected.append(out.value)
             else:
                 in_job.setdefault(out[0], []).append(out[1])
-    for key, placed in placement.shards.items():
+    for key, placed in placement.shards():
         assert placed == sorted(in_job.get(key, []), key=lambda i: (i.position, i.relpath)), key
     assert placement.rejected == rejected and [r["relpath"] for r in rejected] == ["stray.jpg"]
     placed, _ = place_listing(placement, [], str(tmp_path / "run"), spread=False)
@@ -62,11 +61,11 @@ def test_place_all_puts_each_item_where_the_jobs_assignment_does(tmp_path):
 
 def test_placed_items_read_back_by_block_and_a_damaged_block_is_a_value_error(tmp_path):
     placement = place_all(_converter(), _items(tmp_path), NUM_SHARDS)
-    data, blocks = placed_items.encode(placement.shards)
-    assert [(b.split, b.shard) for b in blocks] == list(placement.shards)
+    data, blocks = placed_items.encode(dict(placement.shards()))
+    assert [(b.split, b.shard) for b in blocks] == placement.keys
     for block in blocks:
         part = data[block.offset : block.offset + block.length]
-        assert placed_items.decode(part, block) == placement.shards[(block.split, block.shard)]
+        assert placed_items.decode(part, block) == placement.items_of((block.split, block.shard))
     block = blocks[0]
     with pytest.raises(ValueError, match="damaged"):
         placed_items.decode(b"\0" + data[block.offset + 1 : block.offset + block.length], block)
@@ -82,10 +81,10 @@ def _write(out: str, items, placed_at_launch: bool):
     placed = None
     if placed_at_launch:
         placed, data = place_listing(place_all(converter, items, NUM_SHARDS), [], run, spread=False)
-        storage.write_bytes(placed.path, data)
+        data.copy_to(placed.path)
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     placement = place_all(converter, items, NUM_SHARDS)
-    converted = (converter(i.item, LABELS) for found in placement.shards.values() for i in found)
+    converted = (converter(i.item, LABELS) for _, found in placement.shards() for i in found)
     rejected = placement.rejected + [row for tag, row in converted if tag == ERRORS]
     assert sorted(r["relpath"] for r in rejected) == ["cat/broken.jpg", "stray.jpg"]
     with beam.Pipeline(options=options) as p:

@@ -6,10 +6,12 @@ import csv
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import images as I
 import pytest
-from conftest import convert
+from conftest import cli_env, convert
 from helpers.cli import run_in_process
 from helpers.datasets import JUNK, write_tar, write_tree, write_zip
 from helpers.detection_inputs import RESIZE, VOC_TOP
@@ -341,3 +343,35 @@ def test_a_huge_image_size_is_sampled_at_a_bounded_size_and_its_bytes_scaled(tmp
     path.write_bytes(I.jpeg(40, 30))
     _, ratio = sample_sizes([WorkItem(str(path), "cat/a.jpg", path.stat().st_size)], huge)
     assert ratio * path.stat().st_size == pytest.approx(16384 * 8192 * 3)
+
+
+def test_a_plan_without_the_analysis_loads_no_tensorflow(class_folder, tmp_path):
+    """Nor does what its fresh interpreter imports to time a run's start-up without the analysis."""
+    code = (
+        "import sys\n"
+        "from img2tfrecord import cli\n"
+        "from img2tfrecord.commands.fast_start import OPTIONAL_MODULES, import_beam_lean\n"
+        f"code = cli.main(['convert', '--input', {class_folder!r}, '--output', {str(tmp_path / 'out')!r}, "
+        "'--plan', '--no-analyze', '--format', 'keep'])\n"
+        "planned = 'tensorflow' in sys.modules\n"
+        "import_beam_lean(OPTIONAL_MODULES)\n"
+        "import img2tfrecord.pipeline.run\n"
+        "print(code, planned, 'tensorflow' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=300)
+    assert proc.stdout.split()[-3:] == ["0", "False", "False"], proc.stderr[-2000:]
+
+
+def test_the_start_up_imports_are_timed_once_and_kept_for_later_plans(tmp_path, monkeypatch):
+    from img2tfrecord.pipeline import startup
+
+    monkeypatch.setenv(startup.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(startup, "_MEASURED", {})
+    first = startup.ImportTimer(analysis=False)
+    assert first.measuring
+    seconds = first.seconds()
+    assert seconds > 0 and startup.cached_import_seconds((False, True)) == round(seconds, 3)
+    monkeypatch.setattr(startup, "_MEASURED", {})  # a later plan, in another process
+    again = startup.ImportTimer(analysis=False)
+    assert not again.measuring and again.seconds() == round(seconds, 3)
+    assert startup.cached_import_seconds((True, True)) is None  # with the analysis: TensorFlow's, timed apart

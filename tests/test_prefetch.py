@@ -23,6 +23,7 @@ from img2tfrecord.model import ShardItem, WorkItem
 from img2tfrecord.pipeline import launch
 from img2tfrecord.pipeline.kinds.detection import Detection
 from img2tfrecord.pipeline.kinds.folder import Folder
+from img2tfrecord.pipeline.kinds.ledger import ListedItems
 
 SPLITS = (("train", 1.0),)
 LABELS = ["cat", "dog"]
@@ -154,9 +155,9 @@ def _launched(sizes_per_shard, labels=("a", "b"), config=None, kind=Folder(), **
         kind=kind,
         plan=None,
         converter=None,
-        listed=([], []),
+        listed=ListedItems(),
         labels=list(labels) if labels is not None else None,
-        placement=Placement(shards, []),
+        placement=Placement.of_shards(shards),
     )
     fields.update(changes)
     return launch.Launch(**fields), shards

@@ -1,6 +1,7 @@
 """``img2tfrecord inspect DIR``: what a converted output directory holds.
 
-Prints the splits, examples per split and class, every shard with its size
+Prints the splits, examples per split and class (their spread past 20 classes, every class with
+``--all-classes``), every shard with its size
 and record count, the stored image sizes, formats and channels (read from
 the records themselves, at most :data:`MAX_RECORDS_PER_SPLIT` per split),
 the tf.Transform analysis of the train split (from ``dataset.json``) and
@@ -21,6 +22,7 @@ import io
 import json
 from typing import AbstractSet, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from img2tfrecord.class_counts import is_many, spread_lines
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import manifest
@@ -304,8 +306,9 @@ def _class_table(summary: Mapping[str, Any]) -> List[str]:
     return lines
 
 
-def format_summary(summary: Mapping[str, Any]) -> str:
-    """The human-readable text of :func:`summarise`'s result."""
+def format_summary(summary: Mapping[str, Any], all_classes: bool = False) -> str:
+    """The human-readable text of :func:`summarise`'s result: one row per class where classes are few (or
+    ``all_classes``), else their spread (``class_counts.py``)."""
     out: List[str] = []
     opts = summary["options"] or {}
     out.append(f"{summary['path']}  (img2tfrecord {summary['tool_version']}, created {summary['created']})")
@@ -335,8 +338,13 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         )
     out.append(f"classes: {len(summary['labels'])}")
     out.append("")
-    out.append("examples per class and split:")
-    out.extend(_class_table(summary))
+    per_split = {name: info["examples_per_class"] for name, info in summary["splits"].items()}
+    if is_many(summary["labels"], all_classes) and any(per_split.values()):
+        out.append("examples per class and split (every class: --all-classes or --json):")
+        out.extend(spread_lines(summary["labels"], per_split))
+    else:
+        out.append("examples per class and split:")
+        out.extend(_class_table(summary))
     out.append("")
     out.append("splits and shards:")
     for name, info in summary["splits"].items():

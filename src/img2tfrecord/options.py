@@ -402,6 +402,16 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         help="with --plan: print the plan as one JSON document",
     ),
     Option(
+        "--all-classes",
+        doc="print one row per class in the plan and the summary even when there are more than 20 classes, "
+        "instead of their spread (min / median / max per split, the smallest and largest classes, the classes "
+        "a split lacks); the JSON plan and `dataset.json` always hold every count",
+        switch=True,
+        doc_default="off",
+        help="print one row per class in the plan and the summary, however many classes (over 20 they are "
+        "summarised: min / median / max per split, smallest and largest classes, classes missing from a split)",
+    ),
+    Option(
         "--quiet",
         short="-q",
         switch=True,
@@ -441,8 +451,8 @@ def template_options() -> Dict[str, Option]:
 
 
 # Command-line switches that are not conversion options: the Python API has plan() for --plan and --json,
-# convert(wait=False) for --no-wait, and prints nothing (--quiet, --verbose are the command's).
-_COMMAND_ONLY = ("input", "output", "plan", "json", "quiet", "verbose", "no_wait")
+# convert(wait=False) for --no-wait, and prints nothing (--quiet, --verbose, --all-classes are the command's).
+_COMMAND_ONLY = ("input", "output", "plan", "json", "all_classes", "quiet", "verbose", "no_wait")
 KEYWORD_OPTIONS: Dict[str, Option] = {o.dest: o for o in CONVERT_OPTIONS if o.dest not in _COMMAND_ONLY}
 
 

@@ -36,9 +36,13 @@ def add_parser(subparsers) -> List[str]:
     return add_convert_arguments(p)
 
 
-def format_summary(doc: DatasetManifest) -> str:
+def format_summary(doc: DatasetManifest, all_classes: bool = False) -> str:
+    """The run's summary: its accounting, each split's records and shards, its classes (their spread where
+    they are many: ``class_counts.py``, every class with ``all_classes``), rejections and statistics."""
     from img2tfrecord import inspection
+    from img2tfrecord.class_counts import is_many, spread_lines
     from img2tfrecord.images.geometry import CLIPPED_TO_IMAGE
+    from img2tfrecord.schemas import manifest
 
     lines = []
     acc = doc.accounting
@@ -48,11 +52,12 @@ def format_summary(doc: DatasetManifest) -> str:
         + (f", {acc.skipped} junk files skipped" if acc.skipped else "")
         + (f"; {acc.withdrawn} records withdrawn (changed or removed inputs)" if acc.withdrawn else "")
     )
+    spread = is_many(doc.labels, all_classes) and any(info.examples_per_class for info in doc.splits.values())
     for split, info in doc.splits.items():
         lines.append(
             f"  {split}: {info.num_examples} records in {len(info.shards)} shard(s), {info.num_bytes / 1e6:.1f} MB"
         )
-        for class_name, n in info.examples_per_class.items():
+        for class_name, n in () if spread else info.examples_per_class.items():
             lines.append(f"    {class_name}: {n}")
         if info.boxes_per_class is not None:
             per_class = ", ".join(f"{name} {n}" for name, n in info.boxes_per_class.items())
@@ -63,6 +68,9 @@ def format_summary(doc: DatasetManifest) -> str:
                 lines.append("    boxes dropped: " + ", ".join(f"{reason} {n}" for reason, n in dropped.items()))
             if clipped:
                 lines.append(f"    boxes partly outside their image, clipped to it: {clipped} ({CLIPPED_TO_IMAGE})")
+    if spread:
+        lines.append(f"  {len(doc.labels)} classes (every one: --all-classes, or {manifest.MANIFEST_FILE}):")
+        lines.extend(spread_lines(doc.labels, {s: i.examples_per_class for s, i in doc.splits.items()}, "    "))
     if acc.rejected_by_reason:
         lines.append("rejected by reason (details in errors.jsonl):")
         for reason, n in acc.rejected_by_reason.items():
@@ -73,7 +81,7 @@ def format_summary(doc: DatasetManifest) -> str:
     return "\n".join(lines)
 
 
-def print_plan(config, as_json: bool) -> int:
+def print_plan(config, as_json: bool, all_classes: bool = False) -> int:
     """``convert --plan``: print what a run would do (``pipeline/preview.py``); nothing is written."""
     from img2tfrecord.pipeline.plan_model import PlanError
     from img2tfrecord.pipeline.preview import plan_run
@@ -83,7 +91,7 @@ def print_plan(config, as_json: bool) -> int:
         found = plan_run(config)
     except PlanError as e:
         raise UsageError(str(e)) from None
-    print(found.to_json() if as_json else format_plan(found), end="" if as_json else "\n")
+    print(found.to_json() if as_json else format_plan(found, all_classes), end="" if as_json else "\n")
     return EXIT_OK
 
 
@@ -145,13 +153,13 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         # TensorFlow's own C++ log lines (no GPU found, CPU features) say nothing about the run.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if ns.plan:
-        return print_plan(config, ns.json)
+        return print_plan(config, ns.json, ns.all_classes)
     # The job itself enforces --max-error-rate: it writes everything, then fails.
     try:
         doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet, start=fast_start.start)
     except ErrorBudgetExceeded as e:
         assert e.result is not None  # run_config attaches the finished output's manifest
-        print(format_summary(e.result))
+        print(format_summary(e.result, ns.all_classes))
         print(f"output: {config.output}")
         # One line; the runner's traceback of the job's failure shows only with --verbose (commands/quiet.py).
         errors_file = e.result.files["errors"]
@@ -166,6 +174,6 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         else:
             print(f"submitted: {config.output}/{manifest.SUCCESS_FILE} appears when the job completes")
         return EXIT_OK
-    print(format_summary(doc))
+    print(format_summary(doc, ns.all_classes))
     print(f"output: {config.output}")
     return EXIT_OK

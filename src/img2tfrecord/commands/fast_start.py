@@ -117,7 +117,8 @@ def prefetch_first_shards(launched: Launch, pool: ConversionPool) -> int:
         return 0
     shards: List[List[Any]] = []
     count = size = 0
-    for found in launched.placement.shards.values():
+    placement = launched.placement
+    for key, found in placement.streams():  # each shard's items made as they are taken
         shard: List[Any] = []
         for item in (i.item for i in found):
             size += getattr(item, "size", 0)
@@ -127,7 +128,7 @@ def prefetch_first_shards(launched: Launch, pool: ConversionPool) -> int:
             count += 1
         if shard:
             shards.append(shard)
-        if len(shard) < len(found):
+        if len(shard) < placement.count(key):
             break
     pool.prefetch(shards, labels)
     logging.debug("converting %d work item(s) of the first %d shard(s) ahead", count, len(shards))

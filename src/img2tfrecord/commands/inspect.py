@@ -23,6 +23,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("directory", metavar="DIR", help="output directory of convert (local or gs://)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--all-classes",
+        action="store_true",
+        help="one row per class however many classes (over 20 they are summarised: min / median / max per split, "
+        "smallest and largest classes, classes missing from a split)",
+    )
     p.add_argument("--grid", metavar="FILE.png", help="write a contact sheet of sample images")
     p.add_argument("--n", type=int, default=64, help="images on the contact sheet (default 64)")
     p.add_argument("--split", default="train", help="split of the contact sheet images (default train)")
@@ -70,7 +76,7 @@ def run(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps(dict(summary, outputs=outputs), indent=2, ensure_ascii=False))
     else:
-        print(format_summary(summary))
+        print(format_summary(summary, ns.all_classes))
         for kind, info in outputs.items():
             print(f"wrote {kind.replace('_', ' ')}: {info['path']} ({info['width']}x{info['height']})")
     unreadable = any(info["images"]["problems"] for info in summary["splits"].values())

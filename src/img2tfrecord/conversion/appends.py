@@ -10,7 +10,9 @@ a finished generation's splits and accounting to the manifest it appends to. Not
 from __future__ import annotations
 
 import dataclasses
-from typing import AbstractSet, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+import heapq
+import itertools
+from typing import AbstractSet, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
 from img2tfrecord.schemas import manifest
@@ -32,7 +34,8 @@ class InputChanges:
     ``retry_rejected``), converted again; ``changed``: (as recorded, as listed now) for inputs a record
     was written from whose size or change marker differs; ``removed``: recorded inputs with a record
     that the listing no longer has. ``unchanged`` counts the rest. ``resolved``: folders recorded as
-    ``unlistable`` that the listing no longer has as such (listed now, their files are among ``new``).
+    ``unlistable`` that the listing no longer has as such (listed now, their files are among ``new``);
+    ``retried_reasons``: reason -> how many of the inputs retried or resolved were last rejected for it.
     """
 
     new: Tuple[LedgerEntry, ...]
@@ -42,6 +45,7 @@ class InputChanges:
     unchanged: int
     accepted: bool = False  # --accept-changes: the changed inputs are converted again, stale records withdrawn
     resolved: Tuple[LedgerEntry, ...] = ()
+    retried_reasons: Dict[str, int] = dataclasses.field(default_factory=dict)  # Generation.retried
 
     @property
     def to_convert(self) -> Tuple[LedgerEntry, ...]:
@@ -56,11 +60,12 @@ Recorded = Dict[str, Tuple[LedgerEntry, str]]  # relpath -> (latest ledger entry
 
 @dataclasses.dataclass(frozen=True)
 class GenerationInputs:
-    """One generation as its files record it: its ledger, its rejections (relpath -> reason), the relpaths
-    whose earlier records it withdrew, and its shard count per split."""
+    """One generation as its files record it: its ledger (sorted by relpath; ``schemas.ledger.LedgerFile``
+    reads it from its bytes each time), its rejections (relpath -> reason), the relpaths whose earlier
+    records it withdrew, and its shard count per split."""
 
     number: int
-    ledger: Tuple[LedgerEntry, ...]
+    ledger: Iterable[LedgerEntry]
     rejected: Mapping[str, str]
     withdrawn: AbstractSet[str] = frozenset()
     shards: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -70,16 +75,58 @@ class GenerationInputs:
         return [e.relpath for e in self.ledger if e.relpath not in self.rejected]
 
 
-def _latest(generations: Sequence[GenerationInputs]) -> Dict[str, Tuple[LedgerEntry, str, GenerationInputs]]:
+def _latest(
+    generations: Sequence[GenerationInputs], only: Optional[AbstractSet[str]] = None
+) -> Dict[str, Tuple[LedgerEntry, str, GenerationInputs]]:
     """relpath -> (its latest ledger entry, its latest outcome, the generation that listed it last); an
-    input whose record a generation withdrew and did not convert again is left out."""
+    input whose record a generation withdrew and did not convert again is left out. ``only``: of these
+    relpaths alone."""
     latest: Dict[str, Tuple[LedgerEntry, str, GenerationInputs]] = {}
     for generation in generations:
         for relpath in generation.withdrawn:
             latest.pop(relpath, None)
         for entry in generation.ledger:
-            latest[entry.relpath] = (entry, generation.rejected.get(entry.relpath, WRITTEN), generation)
+            if only is None or entry.relpath in only:
+                latest[entry.relpath] = (entry, generation.rejected.get(entry.relpath, WRITTEN), generation)
     return latest
+
+
+def recorded_in_order(generations: Sequence[GenerationInputs]) -> Iterator[Tuple[LedgerEntry, str]]:
+    """``(latest ledger entry, latest outcome)`` of every recorded input, by relpath: :func:`outcomes` made by
+    merging the generations' sorted ledgers, one entry of each held at a time. ValueError for a ledger that
+    is not sorted."""
+    streams = [_events(index, generation) for index, generation in enumerate(generations)]
+    merged = heapq.merge(*streams, key=lambda event: event[:3])
+    for relpath, events in itertools.groupby(merged, key=lambda event: event[0]):
+        state: Optional[Tuple[LedgerEntry, str]] = None
+        for _, index, _, entry in events:
+            if entry is None:
+                state = None  # withdrawn by generation ``index``
+            else:
+                state = (entry, generations[index].rejected.get(relpath, WRITTEN))
+        if state is not None:
+            yield state
+
+
+def _events(index: int, generation: GenerationInputs) -> Iterator[Tuple[str, int, int, Optional[LedgerEntry]]]:
+    """``(relpath, index, 0, None)`` per input generation number ``index`` withdrew, then ``(relpath, index, 1,
+    entry)`` per entry of its ledger: in relpath order, a withdrawal before an entry of the same relpath."""
+    withdrawn = sorted(generation.withdrawn)
+    entries = _in_order(generation.ledger, generation.number)
+    return heapq.merge(
+        ((relpath, index, 0, None) for relpath in withdrawn),
+        ((e.relpath, index, 1, e) for e in entries),
+        key=lambda event: event[:3],
+    )
+
+
+def _in_order(entries: Iterable[LedgerEntry], number: int) -> Iterator[LedgerEntry]:
+    previous: Optional[str] = None
+    for entry in entries:
+        if previous is not None and entry.relpath < previous:
+            raise ValueError(f"the ledger of generation {number} is not sorted: {entry.relpath!r} after {previous!r}")
+        previous = entry.relpath
+        yield entry
 
 
 def outcomes(generations: Sequence[GenerationInputs]) -> Recorded:
@@ -91,9 +138,12 @@ def outcomes(generations: Sequence[GenerationInputs]) -> Recorded:
     return {relpath: (entry, outcome) for relpath, (entry, outcome, _) in _latest(generations).items()}
 
 
-def holders(generations: Sequence[GenerationInputs]) -> Dict[str, GenerationInputs]:
-    """relpath -> the generation that holds its live record (the latest that wrote it)."""
-    latest = _latest(generations).items()
+def holders(
+    generations: Sequence[GenerationInputs], only: Optional[AbstractSet[str]] = None
+) -> Dict[str, GenerationInputs]:
+    """relpath -> the generation that holds its live record (the latest that wrote it); ``only``: of these
+    relpaths alone."""
+    latest = _latest(generations, only).items()
     return {relpath: generation for relpath, (_, outcome, generation) in latest if outcome == WRITTEN}
 
 
@@ -101,43 +151,68 @@ def compare(
     listed: Iterable[LedgerEntry], recorded: Mapping[str, Tuple[LedgerEntry, str]], retry_rejected: bool = False
 ) -> InputChanges:
     """Sort ``listed`` (the input now) against ``recorded`` (``outcomes`` of every generation)."""
+    return compare_in_order(sorted(listed), (found for _, found in sorted(recorded.items())), retry_rejected)
+
+
+def compare_in_order(
+    listed: Iterable[LedgerEntry], recorded: Iterable[Tuple[LedgerEntry, str]], retry_rejected: bool = False
+) -> InputChanges:
+    """:func:`compare` of a sorted ``listed`` with ``recorded`` in relpath order (:func:`recorded_in_order`),
+    walking both once; ValueError when ``listed`` is not sorted."""
     new: List[LedgerEntry] = []
     retried: List[LedgerEntry] = []
     changed: List[Tuple[LedgerEntry, LedgerEntry]] = []
-    seen = set()
+    removed: List[LedgerEntry] = []
+    resolved: List[LedgerEntry] = []
+    reasons: Dict[str, int] = {}  # the latest rejections of the inputs tried again or resolved, per reason
     unchanged = 0
-    for entry in sorted(listed):
-        seen.add(entry.relpath)
-        found = recorded.get(entry.relpath)
-        if found is None:
+    pending = iter(recorded)
+    head = next(pending, None)
+    matched: Optional[str] = None  # the relpath of the recorded input the listing named last
+    previous: Optional[LedgerEntry] = None
+    for entry in listed:
+        if previous is not None and entry < previous:
+            raise ValueError(f"the listing is not sorted: {entry.relpath!r} after {previous.relpath!r}")
+        previous = entry
+        while head is not None and head[0].relpath < entry.relpath:
+            if head[0].relpath != matched and head[1] == WRITTEN:
+                removed.append(head[0])
+            elif head[0].relpath != matched and head[1] == UNLISTABLE:
+                resolved.append(head[0])
+                reasons[UNLISTABLE] = reasons.get(UNLISTABLE, 0) + 1
+            head = next(pending, None)
+        if head is None or head[0].relpath != entry.relpath:
             new.append(entry)
             continue
-        before, outcome = found
+        matched = entry.relpath
+        before, outcome = head
         if outcome != WRITTEN:  # no record holds it: a changed input is simply tried again
             unlisted = before.size < 0 and entry.size < 0  # a manifest row whose image was missing then and now
             if retry_rejected or (outcome in TRANSIENT_REASONS and not unlisted) or before.changed(entry):
                 retried.append(entry)
+                reasons[outcome] = reasons.get(outcome, 0) + 1
             else:
                 unchanged += 1
         elif before.changed(entry):
             changed.append((before, entry))
         else:
             unchanged += 1
-    removed = [entry for relpath, (entry, outcome) in sorted(recorded.items()) if relpath not in seen and not outcome]
-    resolved = [
-        entry for relpath, (entry, outcome) in sorted(recorded.items()) if relpath not in seen and outcome == UNLISTABLE
-    ]
-    return InputChanges(tuple(new), tuple(retried), tuple(changed), tuple(removed), unchanged, resolved=tuple(resolved))
-
-
-def retried_reasons(changes: InputChanges, recorded: Mapping[str, Tuple[LedgerEntry, str]]) -> Dict[str, int]:
-    """reason -> how many of the inputs ``changes`` tries again (or resolves) were rejected for it last time
-    (``recorded``: ``outcomes`` of every generation): the rejections the next generation's outcomes replace."""
-    found: Dict[str, int] = {}
-    for entry in changes.retried + changes.resolved:
-        outcome = recorded[entry.relpath][1]
-        found[outcome] = found.get(outcome, 0) + 1
-    return dict(sorted(found.items()))
+    while head is not None:
+        if head[0].relpath != matched and head[1] == WRITTEN:
+            removed.append(head[0])
+        elif head[0].relpath != matched and head[1] == UNLISTABLE:
+            resolved.append(head[0])
+            reasons[UNLISTABLE] = reasons.get(UNLISTABLE, 0) + 1
+        head = next(pending, None)
+    return InputChanges(
+        tuple(new),
+        tuple(retried),
+        tuple(changed),
+        tuple(removed),
+        unchanged,
+        resolved=tuple(resolved),
+        retried_reasons=dict(sorted(reasons.items())),
+    )
 
 
 def stale_inputs(changes: InputChanges) -> Dict[str, str]:
@@ -161,7 +236,7 @@ def locate(
     by (shuffle key, relpath). ``split_of``: the split of an input as a generation's ledger entry records
     it (None: it has none). Raises ValueError for an input no generation wrote.
     """
-    holder = holders(generations)
+    holder = holders(generations, frozenset(stale))
     found = []
     by_shard: Dict[Tuple[int, int], Dict[int, List[str]]] = {}  # (generation, shard count) -> shard -> relpaths
     members: Dict[Tuple[int, str, int], List[str]] = {}

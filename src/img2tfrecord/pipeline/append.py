@@ -19,9 +19,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from img2tfrecord.conversion.appends import (
     GenerationInputs,
     InputChanges,
-    compare,
-    outcomes,
-    retried_reasons,
+    compare_in_order,
+    recorded_in_order,
     stale_inputs,
 )
 from img2tfrecord.conversion.converter import Converter
@@ -29,17 +28,18 @@ from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, Item, frames
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import InputKind
-from img2tfrecord.pipeline.kinds.ledger import InputLedger, frames_of
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems, frames_of
 from img2tfrecord.pipeline.listing import digest, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
+from img2tfrecord.pipeline.staged_files import write_chunks
 from img2tfrecord.pipeline.withdrawals import SplitOf, withdrawals
 from img2tfrecord.readers import storage
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
 from img2tfrecord.schemas.dataset_manifest import DatasetManifest
 from img2tfrecord.schemas.generations import Withdrawal
-from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
+from img2tfrecord.schemas.ledger import LedgerEntry, LedgerFile, ledger_chunks
 from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.layout import PlacementError
@@ -75,7 +75,7 @@ class AppendRun:
     allow_new_classes: bool = False
     withdrawn: Tuple[Withdrawal, ...] = ()
     analysis_base: Optional[RunTotals] = None
-    listed: Optional[Tuple[List[Item], List[ErrorRow]]] = ([], [])
+    listed: Optional[ListedItems] = dataclasses.field(default_factory=ListedItems)
     nothing_new: Optional[str] = None
     retried: Dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -123,10 +123,11 @@ class AppendRun:
 
 
 def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
-    """Write a run's ledger into its staging folder ``run_dir`` (the pipeline reads its work items from
-    it; ``FinalizeOutput`` moves it to ``ledger/``); -> its path."""
+    """Write a run's ledger (``entries``, sorted by relpath) into its staging folder ``run_dir`` a piece at
+    a time (the pipeline reads its work items from it; ``FinalizeOutput`` moves it to ``ledger/``);
+    -> its path."""
     path = storage.join(run_dir, manifest.RUN_LEDGER_FILE)
-    storage.write_bytes(path, ledger_bytes(entries))
+    write_chunks(path, ledger_chunks(entries))
     return path
 
 
@@ -161,11 +162,12 @@ def read_finished(output: str) -> DatasetManifest:
 
 
 def generation_inputs(output: str, doc: DatasetManifest, key_of: Callable[[ErrorRow], str]) -> List[GenerationInputs]:
-    """Every generation's ledger, rejections (keyed by ``key_of`` of their error rows: the ledger's key of
-    the input each came from) and withdrawals, oldest first."""
+    """Every generation's ledger (held as its file's bytes, read when compared), rejections (keyed by
+    ``key_of`` of their error rows: the ledger's key of the input each came from) and withdrawals, oldest
+    first."""
     generations = []
     for generation in doc.generations:
-        ledger = parse_ledger(_read(output, generation.ledger), generation.ledger)
+        ledger = LedgerFile(_read(output, generation.ledger), generation.ledger)
         rejected: Dict[str, str] = {}
         for line in _read(output, generation.errors).decode("utf-8").splitlines():
             if line.strip():
@@ -175,7 +177,7 @@ def generation_inputs(output: str, doc: DatasetManifest, key_of: Callable[[Error
         # folder that could not be listed once its files are inputs.
         withdrawn = frozenset(key for w in generation.withdrawn for key in (w.relpath, w.input))
         withdrawn |= frozenset(generation.resolved)
-        generations.append(GenerationInputs(generation.number, tuple(ledger), rejected, withdrawn, generation.shards))
+        generations.append(GenerationInputs(generation.number, ledger, rejected, withdrawn, generation.shards))
     return generations
 
 
@@ -247,7 +249,7 @@ def compare_with_output(
             "adds records to the output's splits: rebuild with --overwrite"
         )
     generations = generation_inputs(config.output, previous, ledger.rejection_key)
-    changes = compare(ledger.entries, outcomes(generations), config.retry_rejected)
+    changes = compare_in_order(ledger.entries, recorded_in_order(generations), config.retry_rejected)
     return previous, generations, dataclasses.replace(changes, accepted=config.accept_changes)
 
 
@@ -266,7 +268,8 @@ def plan_append(config: ConvertConfig, kind: InputKind, plan: Plan, converter: C
     ledger = append_ledger(config, kind, plan)
     previous, generations, changes = compare_with_output(config, plan, ledger)
     number = previous.generations[-1].number
-    items, rejected = ledger.work_items(changes.to_convert)
+    items = ledger.work_items(changes.to_convert)
+    rejected = items.rejected
     new_classes = new_classes_of(plan, items, previous)
     sized = sized_for(config, plan, converter, items).sizing
     narrowed = Plan(
@@ -289,8 +292,8 @@ def plan_append(config: ConvertConfig, kind: InputKind, plan: Plan, converter: C
         ledger,
         kind.class_noun(plan),
         config.allow_new_classes,
-        listed=(items, rejected) if kind.places_at_launch(config) else None,
-        retried=retried_reasons(changes, outcomes(generations)),
+        listed=items if kind.places_at_launch(config) else None,
+        retried=changes.retried_reasons,
     )
     if run.refused is not None:
         return run
@@ -321,7 +324,7 @@ def sized_for(config: ConvertConfig, plan: Plan, converter: Converter, items: Se
     """``plan`` sized for a generation of ``items``: the size ratio sampled from their files, and each
     split's shards by ``--shard-size-mb`` from its new inputs, at most one per input (none for a split
     with none)."""
-    ratio = estimate_size_ratio(config, frames_of(items))
+    ratio = estimate_size_ratio(config, list(frames_of(items)))
     split_bytes: Dict[str, float] = {}
     split_items: Dict[str, int] = {}
     for item in items:

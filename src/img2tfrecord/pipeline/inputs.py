@@ -33,7 +33,7 @@ import logging
 import os
 from typing import Dict, List, Optional
 
-from img2tfrecord.pipeline.listing import listed_paths, local_matcher, walk_folder
+from img2tfrecord.pipeline.listing import local_matcher, unlisted_paths, walk_folder
 from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.layout import is_text, printable
@@ -69,7 +69,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
     ``listing.listing_once()``) and report what it leaves out."""
     report = LocalInputReport()
     matches = local_matcher(pattern)
-    listed = listed_paths(pattern)  # files the launch's listing found (and stat'ed) already
+    unlisted = unlisted_paths(pattern)  # what the launch's listing could not stat (None: it made none)
     whole_folder = pattern == base + "**"
     files_per_class: Dict[str, int] = {}
     outputs: List[str] = []  # folders holding earlier outputs, not walked into
@@ -108,7 +108,7 @@ def scan_local_input(base: str, pattern: str, layout: str) -> LocalInputReport:
                 continue
             if not is_text(relpath):
                 report.bad_names.append(printable(relpath))
-            if path not in listed and not os.path.exists(path):  # the listing left it out: a broken link?
+            if (unlisted is None or path in unlisted) and not os.path.exists(path):  # a broken link?
                 report.broken_links.append(printable(relpath))
                 continue
             report.files += 1

@@ -20,7 +20,7 @@ from img2tfrecord.pipeline.append import AppendRun, is_finished, log_append, pla
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.inputs import LocalInputReport
 from img2tfrecord.pipeline.kinds import InputKind, kind_of, plan_input
-from img2tfrecord.pipeline.kinds.ledger import InputLedger, frames_of
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems, frames_of
 from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.pipeline.sizing import SAMPLE_SIZE
@@ -30,8 +30,6 @@ from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.sources.inputs import discover
 from img2tfrecord.sources.inputs.archive import slim_members
 from img2tfrecord.sources.layout import class_names, folder_classes
-
-Listed = Tuple[List[Item], List[ErrorRow]]  # work items (clips with --sequence), and the inputs rejected making them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +53,8 @@ class Launch:
     plan: Plan
     converter: Converter[Any]
     ledger: Optional[InputLedger] = None
-    entries: Optional[List[LedgerEntry]] = None
-    listed: Optional[Listed] = None
+    entries: Optional[Sequence[LedgerEntry]] = None
+    listed: Optional[ListedItems] = None
     junk: Sequence[str] = ()
     labels: Optional[List[str]] = None
     append: Optional[AppendRun] = None
@@ -80,11 +78,11 @@ class Launch:
         """The run's staging folder inside the output (``manifest.run_folder``)."""
         return storage.join(self.config.output, manifest.run_folder(self.fingerprint))
 
-    def listed_units(self) -> Tuple[List[Item], List[str], List[ErrorRow]]:
+    def listed_units(self) -> Tuple[Sequence[Item], List[str], List[ErrorRow]]:
         """``(work items, junk names, early error rows)`` of what the run converts, listed in this process where
         the graph would discover them (archives: most tar.gz members without their bytes)."""
         if self.listed is not None:
-            return list(self.listed[0]), sorted(self.junk), list(self.listed[1])
+            return self.listed, sorted(self.junk), list(self.listed.rejected)
         if self.append is not None and not self.plan.input.units:  # an append that reads no archive
             return [], [], []
         found = discover(self.kind.source(self.config, self.plan), list_input, slim_members(4 * SAMPLE_SIZE))
@@ -148,7 +146,7 @@ def launch(config: ConvertConfig, preview: bool = False) -> Launch:
             )
         listed = ledger.work_items(ledger.entries)
         layout = plan.input.layout  # a class folder that cannot be listed is still a class
-        labels = sorted(set(class_names(frames_of(listed[0]), layout)) | set(folder_classes(listed[1], layout)))
+        labels = sorted(set(class_names(frames_of(listed), layout)) | set(folder_classes(listed.rejected, layout)))
         return Launch(
             config, kind, plan, converter, ledger, ledger.entries, listed, ledger.junk, labels, local_input=local_input
         )
@@ -168,5 +166,5 @@ def placed(launched: Launch) -> Launch:
     if launched.append is not None and launched.append.refused is not None:
         return launched
     plan = launched.plan
-    placement = place_all(launched.converter, launched.listed[0], plan.sizing.num_shards)
+    placement = place_all(launched.converter, launched.listed, plan.sizing.num_shards)
     return dataclasses.replace(launched, placement=placement)

@@ -4,7 +4,10 @@
 once and that listing reused. A local folder is listed with the standard library, as Beam's
 ``LocalFileSystem.match`` lists it (same files, order and change markers; one ``stat`` per file), so a
 launch over a local folder loads no Beam; globs and remote paths go through ``FileSystems.match``.
-A listing the filesystem refuses is a ``PlanError``; a pattern that matches nothing lists ``[]``.
+A listing the filesystem refuses is a ``PlanError``; a pattern that matches nothing lists nothing.
+A listing is held as a ``file_table.FileTable`` (names per folder in one string, sizes and change
+markers in arrays), and a walk keeps each folder's names as one string: a million files are not
+millions of Python objects.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import json
 import math
 import os
 import re
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
+from img2tfrecord.pipeline.file_table import FileTable, joined
 from img2tfrecord.pipeline.plan_model import PlanError
 from img2tfrecord.readers import storage
 from img2tfrecord.sources import kinds
@@ -117,17 +121,48 @@ def is_file(path: str) -> bool:
         return False
 
 
+class Listing(NamedTuple):
+    """A pattern's listing: its files, and the local files its walk found that it could not stat (broken links,
+    files gone since)."""
+
+    files: FileTable
+    unlisted: FrozenSet[str]
+
+
 # pattern -> listing, inside listing_once(); None outside it, where every call lists again.
-_LISTINGS: contextvars.ContextVar[Optional[Dict[str, List[Tuple[str, int, float]]]]] = contextvars.ContextVar(
+_LISTINGS: contextvars.ContextVar[Optional[Dict[str, Listing]]] = contextvars.ContextVar(
     "img2tfrecord_listings", default=None
 )
 
 
-class FolderWalk(NamedTuple):
-    """``os.walk`` of a local folder, top-down, nothing pruned, links to folders not followed."""
+class FolderWalk:
+    """``os.walk`` of a local folder, top-down, nothing pruned, links to folders not followed. Each folder's
+    file names are kept as one string (``file_table.joined``): a walk of a million files is not a million
+    strings."""
 
-    entries: List[Tuple[str, List[str], List[str]]]  # (folder, its sub-folders, its files)
-    unlistable: List[OSError]  # the folders it could not list
+    def __init__(self, root: str):
+        self.unlistable: List[OSError] = []  # the folders it could not list
+        self._folders = [
+            (folder, subfolders, joined(files))
+            for folder, subfolders, files in os.walk(root, onerror=self.unlistable.append)
+        ]
+
+    @property
+    def entries(self) -> Iterator[Tuple[str, List[str], List[str]]]:
+        """``(folder, its sub-folders, its files)``, as ``os.walk`` gave them."""
+        for folder, subfolders, files in self._folders:
+            yield folder, subfolders, _names(files)
+
+    def folders(self) -> Iterator[Tuple[str, Union[str, Tuple[str, ...]]]]:
+        """``(folder, its files as file_table.joined gave them)``."""
+        for folder, _, files in self._folders:
+            yield folder, files
+
+
+def _names(files: Union[str, Tuple[str, ...]]) -> List[str]:
+    if isinstance(files, tuple):
+        return list(files)
+    return files.split("\0") if files else []
 
 
 # root folder -> its walk, inside listing_once(), where the listing and the local check share it.
@@ -180,8 +215,7 @@ def walk_folder(root: str) -> FolderWalk:
     walks = _WALKS.get()
     if walks is not None and root in walks:
         return walks[root]
-    unlistable: List[OSError] = []
-    found = FolderWalk(list(os.walk(root, onerror=unlistable.append)), unlistable)
+    found = FolderWalk(root)
     if walks is not None:
         walks[root] = found
     return found
@@ -204,14 +238,38 @@ def unlistable_folders(base: str, pattern: str) -> List[Tuple[str, float]]:
     return sorted(found)
 
 
-def list_input(pattern: str) -> List[Tuple[str, int]]:
-    """``(path, size)`` of every file matching ``pattern`` (metadata only); nothing matched is ``[]``."""
-    return [(path, size) for path, size, _ in list_stamped(pattern)]
+class SizedFiles(Sequence[Tuple[str, int]]):
+    """``(path, size)`` of the files of a :class:`FileTable`, made as they are read."""
+
+    def __init__(self, files: FileTable):
+        self._files = files
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __iter__(self) -> Iterator[Tuple[str, int]]:
+        for path, size, _ in self._files:
+            yield path, size
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [(path, size) for path, size, _ in self._files[index]]
+        path, size, _ = self._files[index]
+        return path, size
 
 
-def list_stamped(pattern: str) -> List[Tuple[str, int, float]]:
+def list_input(pattern: str) -> Sequence[Tuple[str, int]]:
+    """``(path, size)`` of every file matching ``pattern`` (metadata only); nothing matched is empty."""
+    return SizedFiles(list_stamped(pattern))
+
+
+def list_stamped(pattern: str) -> FileTable:
     """``(path, size, mtime)`` of every file matching ``pattern``: ``mtime`` is the filesystem's change
     marker (a file's modification time, an object's update time)."""
+    return _listing(pattern).files
+
+
+def _listing(pattern: str) -> Listing:
     listings = _LISTINGS.get()
     if listings is None:
         return _list(pattern)
@@ -223,28 +281,44 @@ def list_stamped(pattern: str) -> List[Tuple[str, int, float]]:
 _GLOB_PREFIX = re.compile(r"^[^[*?]*")  # what Beam's match takes for the literal part of a pattern
 
 
-def listed_paths(pattern: str) -> FrozenSet[str]:
-    """The paths of ``pattern``'s listing when this ``listing_once()`` block has made it, else empty."""
+def unlisted_paths(pattern: str) -> Optional[FrozenSet[str]]:
+    """The local files the walk of ``pattern``'s listing found but could not stat, when this
+    ``listing_once()`` block has made that listing; None when it has not."""
     listing = (_LISTINGS.get() or {}).get(pattern)
-    return frozenset(path for path, _, _ in listing) if listing else frozenset()
+    return listing.unlisted if listing is not None else None
 
 
-def _list(pattern: str) -> List[Tuple[str, int, float]]:
+def _list(pattern: str) -> Listing:
     if _is_uri(pattern):
-        return _list_remote(pattern)
+        return Listing(_list_remote(pattern), frozenset())
     literal = _GLOB_PREFIX.match(pattern).group(0)  # type: ignore[union-attr]
     if literal == pattern:  # no glob: the path itself
-        return [found for found in (_stat(pattern),) if found is not None]
+        return Listing(FileTable.of_rows(found for found in (_stat(pattern),) if found is not None), frozenset())
     matches = local_matcher(pattern)
-    listed = []
-    for folder, _, names in walk_folder(os.path.dirname(literal)).entries:
-        for name in names:
-            path = os.path.join(folder, name)
+    listed = FileTable()
+    unlisted = []
+    for folder, files in walk_folder(os.path.dirname(literal)).folders():
+        prefix = os.path.join(folder, "")
+        names, sizes, mtimes = [], [], []
+        for name in _names(files):
+            path = prefix + name
             if matches is None or matches(path):
                 found = _stat(path)
-                if found is not None:
-                    listed.append(found)
-    return listed
+                if found is None:
+                    unlisted.append(path)
+                else:
+                    names.append(name)
+                    sizes.append(found[1])
+                    mtimes.append(found[2])
+        listed.add_folder(prefix, files if len(names) == _count(files) else names, sizes, mtimes)
+    return Listing(listed, frozenset(unlisted))
+
+
+def _count(files: Union[str, Tuple[str, ...]]) -> int:
+    """How many names a folder of a walk holds."""
+    if isinstance(files, tuple):
+        return len(files)
+    return files.count("\0") + 1 if files else 0
 
 
 def _stat(path: str) -> Optional[Tuple[str, int, float]]:
@@ -256,7 +330,7 @@ def _stat(path: str) -> Optional[Tuple[str, int, float]]:
     return path, stat.st_size, stat.st_mtime
 
 
-def _list_remote(pattern: str) -> List[Tuple[str, int, float]]:
+def _list_remote(pattern: str) -> FileTable:
     from apache_beam.io.filesystem import BeamIOError
 
     try:
@@ -264,9 +338,11 @@ def _list_remote(pattern: str) -> List[Tuple[str, int, float]]:
     except BeamIOError as e:  # the filesystem refused the listing (permissions, a missing bucket)
         details = [v for v in (e.exception_details or {}).values() if v is not None]
         if details and all(isinstance(v, FileNotFoundError) for v in details):
-            return []
+            return FileTable()
         raise PlanError(f"cannot list {pattern}: {details[0] if details else e}") from e
-    return [(m.path, m.size_in_bytes, float(m.last_updated_in_seconds or 0.0)) for m in result.metadata_list]
+    return FileTable.of_rows(
+        (m.path, m.size_in_bytes, float(m.last_updated_in_seconds or 0.0)) for m in result.metadata_list
+    )
 
 
 def file_pattern(path: str) -> Tuple[str, str]:

@@ -18,7 +18,8 @@ import dataclasses
 import os
 import posixpath
 import time
-from typing import Dict, List, Sequence
+from array import array
+from typing import Dict, Iterator, List, Sequence
 
 from img2tfrecord.conversion.placement import place
 from img2tfrecord.conversion.record_sizes import sample_options
@@ -35,6 +36,7 @@ from img2tfrecord.model import (
 from img2tfrecord.option_values import TASK_DETECTION
 from img2tfrecord.pipeline.append import AppendRun
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.kinds.ledger import Picked
 from img2tfrecord.pipeline.launch import Launch, launch
 from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.outputs import list_output
@@ -48,7 +50,7 @@ from img2tfrecord.pipeline.preview_report import (
     SplitPlan,
     TimeEstimate,
 )
-from img2tfrecord.pipeline.sizing import estimated_record_bytes, processes_for
+from img2tfrecord.pipeline.sizing import estimated_record_bytes, evenly_spaced, processes_for
 from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import layout as layouts
@@ -152,9 +154,8 @@ def _time_sample(launched: Launch, items: Sequence[Item], classes: List[str], pr
     config, plan = launched.config, launched.plan
     small, scale = sample_options(config.image)
     converter = launched.kind.converter(dataclasses.replace(config, image=small), plan)
-    candidates = [item for item in items if _has_bytes(item)]
-    step = max(1, len(candidates) // SAMPLE_SIZE)
-    sample = candidates[::step][:SAMPLE_SIZE]
+    candidates = Picked(items, array("q", (i for i, item in enumerate(items) if _has_bytes(item))))
+    sample = evenly_spaced(candidates, SAMPLE_SIZE)
     passes, outputs = [], []
     for _ in range(SAMPLE_PASSES if sample else 0):
         started = time.perf_counter()
@@ -207,13 +208,13 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
     processes = processes or config.processes or processes_for(plan.sizing.num_files, plan.sizing.input_bytes)
 
     rejected: List[ErrorRow] = list(errors)  # the rejections found without converting
-    placed: List[Item] = []
+    placed_at = array("q")  # where the inputs placed in a split are in ``items``
     splits = {name: _SplitTally() for name in plan.input.split_names}
     mean_size = (
         plan.sizing.input_bytes / plan.sizing.num_files if plan.sizing.num_files else 0.0
     )  # manifest rows carry no size
     shard_counts = {name: max(1, plan.sizing.num_shards.get(name, 0)) for name in splits}
-    for item in items:
+    for index, item in enumerate(items):
         key, found = place(converter, item, shard_counts)  # as the run places it
         if key is None:
             rejected.append(found)  # type: ignore[arg-type]
@@ -225,7 +226,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         if _missing_local_file(item):  # named by a manifest or annotation: the converter's not_found row
             rejected.append(converter(item, labels)[1])
             continue
-        placed.append(item)
+        placed_at.append(index)
         info = splits[split]
         info.examples += 1
         first = frames(item)[0]
@@ -238,6 +239,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         size = sum(f.size or mean_size for f in frames(item))
         info.bytes += estimated_record_bytes(size, plan.sizing.size_ratio)
 
+    placed = Picked(items, placed_at)
     by_reason: Dict[str, int] = {}
     for row in rejected:
         by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
@@ -247,7 +249,7 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         imports.close()
         startup = launch_only(listing_seconds)
     else:
-        placed_at_launch = placed if launched.listed is not None else []
+        placed_at_launch: Sequence[Item] = placed if launched.listed is not None else []
         startup = measure(
             dataclasses.replace(config, processes=processes), plan, listing_seconds, imports, placed_at_launch
         )
@@ -287,8 +289,8 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
     )
 
 
-def _files(items: Sequence[Item]) -> List[WorkItem]:
-    return [f for item in items for f in frames(item)]
+def _files(items: Sequence[Item]) -> Iterator[WorkItem]:
+    return (f for item in items for f in frames(item))
 
 
 def _append_plan(append: AppendRun) -> AppendPlan:

@@ -9,6 +9,7 @@ import dataclasses
 import json
 from typing import Dict, List, Optional
 
+from img2tfrecord.class_counts import is_many, spread_lines
 from img2tfrecord.model import ErrorRow
 from img2tfrecord.sources import layout as layouts
 
@@ -135,7 +136,10 @@ def _names(listed: Listed) -> str:
     return ", ".join(listed.examples) + (f" and {more} more" if more > 0 else "")
 
 
-def format_plan(p: RunPlan) -> str:
+def format_plan(p: RunPlan, all_classes: bool = False) -> str:
+    """The plan's text: one row per class where classes are few (or ``all_classes``), else their spread
+    (``class_counts.py``)."""
+    spread = is_many(p.classes, all_classes) and any(split.examples_per_class for split in p.splits.values())
     lines = ["plan: nothing converted or written (a timed sample was converted in memory)"]
     layout = (_CLIP_LAYOUTS if p.sequence else _LAYOUTS).get(p.layout, p.layout)
     if p.annotations:
@@ -176,10 +180,13 @@ def format_plan(p: RunPlan) -> str:
         lines.append(
             f"  {name}: {split.examples} inputs -> {split.num_shards} shard(s), about {_mb(split.estimated_bytes)}"
         )
-        for class_name, n in split.examples_per_class.items():
+        for class_name, n in () if spread else split.examples_per_class.items():
             lines.append(f"    {class_name}: {n}")
         if split.boxes_per_class:
             lines.append("    boxes: " + ", ".join(f"{c} {n}" for c, n in split.boxes_per_class.items()))
+    if spread:
+        lines.append("  inputs per class (every class: --all-classes or --json):")
+        lines.extend(spread_lines(p.classes, {name: s.examples_per_class for name, s in p.splits.items()}, "    "))
     if p.rejected.count:
         lines.append("rejected, found without converting (errors.jsonl rows):")
         for reason, n in p.rejected.by_reason.items():

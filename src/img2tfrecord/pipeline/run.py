@@ -49,6 +49,7 @@ from img2tfrecord.pipeline.runner import (
     log_dataflow_job,
     pipeline_options,
 )
+from img2tfrecord.pipeline.staged_files import LaunchFile
 from img2tfrecord.readers import storage
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import manifest
@@ -100,10 +101,10 @@ def run(
         config = dataclasses.replace(config, processes=default_processes(options, launched.plan))
         launched = dataclasses.replace(launched, config=config)
     placed_shards: Optional[PlacedShards] = None
-    placed_data = b""
+    placed_data: Optional[LaunchFile] = None
     if launched.placement is not None and launched.listed is not None:
         placed_shards, placed_data = place_listing(
-            launched.placement, launched.listed[1], launched.run_dir, spread=not is_local_runner(options)
+            launched.placement, launched.listed.rejected, launched.run_dir, spread=not is_local_runner(options)
         )
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
         _execute(launched, options, placed_shards, resuming=False, wait=wait, show_progress=False)
@@ -120,8 +121,8 @@ def run(
             )
             if launched.entries is not None:
                 write_ledger(launched.run_dir, launched.entries)
-            if placed_shards is not None:
-                storage.write_bytes(placed_shards.path, placed_data)
+            if placed_shards is not None and placed_data is not None:
+                placed_data.copy_to(placed_shards.path)
             _execute(launched, options, placed_shards, resuming, wait, show_progress, lock, before_job)
         except BaseException:
             if stop.signum is None:

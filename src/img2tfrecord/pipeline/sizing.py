@@ -8,7 +8,7 @@ converted to measure the ratio when images are re-encoded (``conversion/record_s
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple, TypeVar
 
 from img2tfrecord.conversion.pool import usable_cores
 from img2tfrecord.conversion.record_sizes import (
@@ -24,6 +24,8 @@ from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import file_size
 from img2tfrecord.pipeline.plan_model import Sizing
+
+T = TypeVar("T")
 
 __all__ = [
     "MIB",
@@ -57,13 +59,19 @@ def sized(
     return Sizing(num_shards(config, split_names, split_bytes), num_inputs, int(input_bytes), ratio)
 
 
-def estimate_size_ratio(config: ConvertConfig, files: List[WorkItem]) -> float:
+def estimate_size_ratio(config: ConvertConfig, files: Sequence[WorkItem]) -> float:
     """Output bytes per input byte, from converting up to SAMPLE_SIZE evenly spaced files."""
     image = config.image
     if image.format == "keep" and image.size is None:
         return 1.0
-    step = max(1, len(files) // SAMPLE_SIZE)
-    return sample_sizes(files[::step][:SAMPLE_SIZE], image)[1]
+    return sample_sizes(evenly_spaced(files, SAMPLE_SIZE), image)[1]
+
+
+def evenly_spaced(items: Sequence[T], count: int) -> List[T]:
+    """Up to ``count`` of ``items`` spread over them: ``items[::step][:count]`` with ``step`` a ``count``-th of
+    them, read by index (a long sequence made as it is read is not copied)."""
+    step = max(1, len(items) // count)
+    return [items[i] for i in range(0, min(len(items), step * count), step)]
 
 
 def sampled_sizes(config: ConvertConfig, paths: Iterable[Tuple[str, str]]) -> Tuple[float, float]:

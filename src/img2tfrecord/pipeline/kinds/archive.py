@@ -19,7 +19,7 @@ from img2tfrecord.model import ErrorEntry, ErrorRow, Item, MemberEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds.base import InputKind
 from img2tfrecord.pipeline.kinds.common import check_images, layout_of, split_bytes
-from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, list_stamped, read_once, resolve_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import MIB, SAMPLE_SIZE, estimate_size_ratio, sized
@@ -168,15 +168,15 @@ class ArchiveLedger(InputLedger):
             if path.startswith(self._base) and archives.archive_kind(path)
         )
 
-    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+    def work_items(self, entries: Sequence[LedgerEntry]) -> ListedItems:
         """The members of the archives ``entries`` name (clips of them with ``--sequence``), read in this
         process (most tar.gz members without their bytes: these items size and label an append, the
         pipeline converts from the archives)."""
         if not entries:
-            return [], []
+            return ListedItems()
         plan = dataclasses.replace(self._plan, input=dataclasses.replace(self._plan.input, units=self.units(entries)))
         found = discover(self._kind.source(self._config, plan), list_input, slim_members(4 * SAMPLE_SIZE))
-        return list(self._kind.units(found.files, plan.input.layout)), found.errors
+        return ListedItems(list(self._kind.units(found.files, plan.input.layout)), found.errors)
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
         return None

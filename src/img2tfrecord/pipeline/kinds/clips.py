@@ -98,7 +98,8 @@ class ClipLedger(ReadAtLaunch):
         listed = of_frames(config, plan)
         layout = plan.input.layout
         self._frames, self._layout = listed, layout
-        items, rejected = listed.work_items(listed.entries)
+        items = listed.work_items(listed.entries)
+        rejected = items.rejected
         by_relpath = {e.relpath: e for e in listed.entries}
         for clip in group_clips([i for i in items if isinstance(i, WorkItem)], layout):
             own = [by_relpath[f.relpath] for f in clip.frames]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError
@@ -14,7 +14,7 @@ from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import PlanError
-from img2tfrecord.pipeline.sizing import SAMPLE_SIZE, estimated_record_bytes
+from img2tfrecord.pipeline.sizing import SAMPLE_SIZE, estimated_record_bytes, evenly_spaced
 from img2tfrecord.schemas import manifest
 from img2tfrecord.sources import archives, kinds, manifests
 from img2tfrecord.sources import layout as layouts
@@ -75,7 +75,7 @@ def rows_split_bytes(
     return found
 
 
-def skip_outputs(config: ConvertConfig, relpaths: List[str]) -> Tuple[str, ...]:
+def skip_outputs(config: ConvertConfig, relpaths: Iterable[str]) -> Tuple[str, ...]:
     """The folders of a folder input that hold earlier img2tfrecord outputs (warned about once);
     PlanError when the input itself is one."""
     outputs = layouts.output_folders(relpaths)
@@ -102,7 +102,7 @@ _UNLABELED_MANIFEST = (
 )
 
 
-def check_images(config: ConvertConfig, files: List[WorkItem], layout: str, in_archives: bool = False) -> None:
+def check_images(config: ConvertConfig, files: Sequence[WorkItem], layout: str, in_archives: bool = False) -> None:
     """PlanError when ``files`` (of a folder, or members of archives) can give no record: there are
     none, none is an image, or none lies inside a class folder.
 
@@ -150,11 +150,10 @@ def _parent_folder(text: str) -> str:
     return parent + "/" if parent else os.path.dirname(os.path.abspath(text.rstrip("/"))) + "/"
 
 
-def _looks_like_image_content(items: List[WorkItem], limit: int, max_pixels: int) -> bool:
+def _looks_like_image_content(items: Sequence[WorkItem], limit: int, max_pixels: int) -> bool:
     """True when any of up to SAMPLE_SIZE of ``items`` (spread over them) opens as an image, even a
     broken one; what cannot be read counts as an image (the run will say what it is)."""
-    step = max(1, len(items) // SAMPLE_SIZE)
-    for item in items[::step][:SAMPLE_SIZE]:
+    for item in evenly_spaced(items, SAMPLE_SIZE):
         try:
             open_image(read_source(item, limit), max_pixels)
             return True

@@ -8,7 +8,7 @@ the shard counts from the image bytes. Annotations packed in archives: ``archive
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from img2tfrecord.conversion.converter import Converter, DetectionConverter
 from img2tfrecord.model import Annotation, DetectionPlacement, Item, WorkItem
@@ -68,7 +68,7 @@ class Detection(AnnotationKind):
             return plan_coco_files(config)
         base, _, files, _ = folder_files(config)
         forced = config.task == TASK_DETECTION
-        found_kind = detection_layout(files, forced)
+        found_kind = detection_layout(files.by_folder(), forced)
         if found_kind is not None:
             return plan_folder_detection(config, found_kind, base, files)
         if forced:
@@ -114,16 +114,21 @@ def is_image_name(relpath: str) -> bool:
     return not relpath.lower().endswith((".xml", ".json", ".txt", ".csv", ".jsonl", ".pbtxt"))
 
 
-def detection_layout(files: List[WorkItem], forced: bool) -> Optional[str]:
-    """voc, coco or None: a folder's annotation layout, from its relpaths."""
-    parts = [f.relpath.split("/") for f in files]
-    if any(
-        len(p) >= 2 and p[-2] == detection.VOC_ANNOTATIONS and p[-1].lower().endswith(".xml") for p in parts
-    ) and any(detection.VOC_IMAGES in p[:-1] for p in parts):
+def detection_layout(folders: Iterable[Tuple[str, Sequence[str]]], forced: bool) -> Optional[str]:
+    """voc, coco or None: a folder's annotation layout, from ``(folder relpath, "" for the root; its files'
+    names)`` of every folder (a folder's parts looked at once, not once per file)."""
+    voc_xml = voc_images = coco = False
+    for folder, names in folders:
+        parts = folder.split("/") if folder else []
+        lower = [name.lower() for name in names]
+        voc_xml = voc_xml or (
+            bool(parts) and parts[-1] == detection.VOC_ANNOTATIONS and any(n.endswith(".xml") for n in lower)
+        )
+        voc_images = voc_images or (detection.VOC_IMAGES in parts and bool(names))
+        coco = coco or any(n.endswith(".json") and (forced or n.startswith("instances")) for n in lower)
+    if voc_xml and voc_images:
         return detection.VOC
-    if any(p[-1].lower().endswith(".json") and (forced or p[-1].lower().startswith("instances")) for p in parts):
-        return detection.COCO
-    return None
+    return detection.COCO if coco else None
 
 
 def coco_base(jsons: List[str]) -> str:
@@ -134,7 +139,7 @@ def coco_base(jsons: List[str]) -> str:
     return directory + "/"
 
 
-def plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: List[WorkItem]) -> Plan:
+def plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: Sequence[WorkItem]) -> Plan:
     if kind == detection.VOC:
         folders = sorted(
             {f.path.rsplit("/", 1)[0] for f in files if f.relpath.split("/")[-2:-1] == [detection.VOC_ANNOTATIONS]}

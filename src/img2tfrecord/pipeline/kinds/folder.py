@@ -4,24 +4,18 @@ folders of earlier outputs left out), its source and its ledger (one entry per f
 from __future__ import annotations
 
 import os
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from array import array
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord import faults
-from img2tfrecord.model import ErrorRow, Item, WorkItem
+from img2tfrecord.model import ErrorRow, Item, SkippedEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.file_table import FileTable
 from img2tfrecord.pipeline.inputs import LocalInputReport, check_local_input
 from img2tfrecord.pipeline.kinds.base import InputKind
 from img2tfrecord.pipeline.kinds.common import check_images, layout_of, skip_outputs, split_bytes
-from img2tfrecord.pipeline.kinds.ledger import InputLedger, Listed
-from img2tfrecord.pipeline.listing import (
-    digest,
-    is_file,
-    list_input,
-    list_stamped,
-    read_once,
-    resolve_input,
-    unlistable_folders,
-)
+from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems, Picked
+from img2tfrecord.pipeline.listing import digest, is_file, list_stamped, read_once, resolve_input, unlistable_folders
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, sized
 from img2tfrecord.readers import storage
@@ -30,6 +24,7 @@ from img2tfrecord.sources import kinds
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.inputs import ERRORS, FILES, InputSource
 from img2tfrecord.sources.inputs.folder import FolderSource
+from img2tfrecord.sources.layout import folder_entry
 
 
 class FolderFiles(NamedTuple):
@@ -38,14 +33,47 @@ class FolderFiles(NamedTuple):
 
     base: str
     pattern: str
-    files: List[WorkItem]
+    files: FolderWorkItems  # made as they are read
     outputs: Tuple[str, ...]
+
+
+class FolderListing(NamedTuple):
+    """The files under a folder input's root that are inputs (sorted by relpath), and the junk names left out
+    (printable, sorted)."""
+
+    files: FileTable
+    junk: List[str]
 
 
 def folder_files(config: ConvertConfig) -> FolderFiles:
     """The files of a folder or glob input, listed once per launch; PlanError for a file, an earlier
     output, a missing path or nothing listed."""
     return read_once("folder_files", config.input, lambda unused: _list_folder(config))
+
+
+def folder_listing(base: str, pattern: str, outputs: Tuple[str, ...]) -> FolderListing:
+    """The inputs of the folder ``base`` that ``pattern`` lists, without the ``outputs`` folders (relative
+    to ``base``); listed once per launch (the plan and the ledger share it)."""
+    key = "\0".join((base, pattern, *outputs))
+    return read_once("folder_listing", key, lambda unused: _folder_listing(base, pattern, outputs))
+
+
+def _folder_listing(base: str, pattern: str, outputs: Tuple[str, ...]) -> FolderListing:
+    junk: List[str] = []
+
+    def is_input(path: str) -> bool:
+        if not path.startswith(base):
+            return False
+        relpath = layouts.relative_path(base, path)
+        if outputs and layouts.in_folders(relpath, outputs):
+            return False
+        if layouts.is_junk(relpath):
+            junk.append(layouts.printable(relpath))
+            return False
+        return True
+
+    files = list_stamped(pattern).filtered(is_input).sorted_by(lambda path: layouts.relative_path(base, path))
+    return FolderListing(files, sorted(junk))
 
 
 def _list_folder(config: ConvertConfig) -> FolderFiles:
@@ -55,22 +83,87 @@ def _list_folder(config: ConvertConfig) -> FolderFiles:
             f"--input {config.input} is a file; give a folder of class folders, a glob, an archive "
             f"(.zip, .tar, .tar.gz, .tgz) or a manifest (.csv, .jsonl)"
         )
-    listing = list_input(pattern)
+    listing = list_stamped(pattern)
     faults.pause_at("listing")
     faults.fail_at("listing", base)
-    listed = [(path, layouts.relative_path(base, path), size) for path, size in listing if path.startswith(base)]
-    outputs = skip_outputs(config, [relpath for _, relpath, _ in listed])
-    files = [
-        WorkItem(path, relpath, size)
-        for path, relpath, size in listed
-        if not layouts.is_junk(relpath) and not layouts.in_folders(relpath, outputs)
-    ]
+    outputs = skip_outputs(config, (layouts.relative_path(base, p) for p in listing.paths() if p.startswith(base)))
+    files = folder_listing(base, pattern, outputs).files
     if not files:
         if not listing and not kinds.GLOB_CHARS.search(config.input) and "://" not in base:
             _check_root(config, base.rstrip("/") or "/")
         raise PlanError(f"no input files match {pattern}")
-    files.sort(key=lambda f: f.relpath)
-    return FolderFiles(base, pattern, files, outputs)
+    return FolderFiles(base, pattern, FolderWorkItems(files, base), outputs)
+
+
+def relative_rows(files: FileTable, base: str) -> Iterator[Tuple[str, str, int, float]]:
+    """``(path, relpath, size, mtime)`` of the files under ``base``: ``layout.relative_path`` of each, its
+    folder's part worked out once per folder (a name holds no separator)."""
+    for prefix, names, sizes, mtimes in files.folders():
+        folder = layouts.relative_path(base, prefix)
+        for name, size, mtime in zip(names, sizes, mtimes):
+            yield prefix + name, folder + name, size, mtime
+
+
+class FolderWorkItems(Sequence[WorkItem]):
+    """The files of a folder listing as ``WorkItem(path, relpath, size)``, made as they are read."""
+
+    def __init__(self, files: FileTable, base: str):
+        self._files, self._base = files, base
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        for path, relpath, size, _ in relative_rows(self._files, self._base):
+            yield WorkItem(path, relpath, size)
+
+    def by_folder(self) -> Iterator[Tuple[str, List[str]]]:
+        """``(folder relative to the input root, "" for the root; its files' names)`` of every folder."""
+        for prefix, names, _, _ in self._files.folders():
+            yield layouts.relative_path(self._base, prefix).rstrip("/"), names
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        path, size, _ = self._files[index]
+        return WorkItem(path, layouts.relative_path(self._base, path), size)
+
+
+class FolderEntries(Sequence[LedgerEntry]):
+    """The files of a folder listing as ledger entries ``LedgerEntry(relpath, size, mtime)``, made as they are read."""
+
+    def __init__(self, files: FileTable, base: str):
+        self.files, self.base = files, base
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[LedgerEntry]:
+        for _, relpath, size, mtime in relative_rows(self.files, self.base):
+            yield LedgerEntry(relpath, size, mtime)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        path, size, mtime = self.files[index]
+        return LedgerEntry(layouts.relative_path(self.base, path), size, mtime)
+
+
+class FolderItems(ListedItems):
+    """The work items of a folder listing, made as they are read; a file whose name cannot be a record's is
+    rejected (``layout.folder_entry``: ``bad_name``)."""
+
+    def __init__(self, files: FileTable, base: str):
+        rejected: List[ErrorRow] = []
+        kept = array("q")
+        for index, (path, _, size, _) in enumerate(relative_rows(files, base)):
+            found = folder_entry(base, path, size)
+            if isinstance(found, WorkItem):
+                kept.append(index)
+            elif found is not None and not isinstance(found, SkippedEntry):
+                rejected.append(found)
+        items: Sequence[WorkItem] = FolderWorkItems(files, base)
+        super().__init__(items if len(kept) == len(files) else Picked(items, kept), rejected)
 
 
 def plan_folder(config: ConvertConfig, whole: bool = True) -> Plan:
@@ -153,21 +246,16 @@ class FolderLedger(InputLedger):
     def __init__(self, config: ConvertConfig, plan: Plan):
         super().__init__(config, plan)
         self._source = FolderSource(plan.input.pattern, plan.input.base, plan.input.skipped_outputs)
-        found, junk = [], []
-        for path, size, mtime in list_stamped(plan.input.pattern):
-            if not path.startswith(plan.input.base):
-                continue
-            relpath = layouts.relative_path(plan.input.base, path)
-            if layouts.in_folders(relpath, plan.input.skipped_outputs):
-                continue
-            if layouts.is_junk(relpath):
-                junk.append(layouts.printable(relpath))
-            else:
-                found.append(LedgerEntry(relpath, size, mtime))
-        found.extend(unlistable_entries(plan))
-        self.entries, self.junk = sorted(found), sorted(junk)
+        listed = folder_listing(plan.input.base, plan.input.pattern, plan.input.skipped_outputs)
+        self.entries: Sequence[LedgerEntry] = FolderEntries(listed.files, plan.input.base)
+        unlistable = unlistable_entries(plan)
+        if unlistable:  # folders that cannot be listed are rejected inputs too: a class never goes missing
+            self.entries = sorted([*self.entries, *unlistable])
+        self.junk = listed.junk
 
-    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+    def work_items(self, entries: Sequence[LedgerEntry]) -> ListedItems:
+        if isinstance(entries, FolderEntries):  # the whole listing: its items are made as they are read
+            return FolderItems(entries.files, entries.base)
         items: List[Item] = []
         rejected: List[ErrorRow] = []
         for entry in entries:
@@ -176,8 +264,8 @@ class FolderLedger(InputLedger):
                     items.append(found)
                 elif tag == ERRORS:
                     rejected.append(found)
-        return items, rejected
+        return ListedItems(items, rejected)
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
-        items, _ = self.work_items([entry._replace(size=0)])
+        items = self.work_items([entry._replace(size=0)])
         return items[0] if items else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.model import Clip, ErrorRow, Item, WorkItem, frames
@@ -18,7 +18,52 @@ from img2tfrecord.readers import storage
 from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
 
-Listed = Tuple[List[Item], List[ErrorRow]]  # work items (clips with --sequence), and the inputs rejected making them
+T = TypeVar("T")
+
+
+class ListedItems(Sequence[Item]):
+    """The work items of some ledger entries (clips with ``--sequence``), in ledger order, and ``rejected``: the
+    rows of the inputs rejected making them. A kind whose listing is compact (a folder's) makes its items as
+    they are read instead of holding them."""
+
+    def __init__(self, items: Sequence[Item] = (), rejected: Sequence[ErrorRow] = ()):
+        self._items = items
+        self.rejected: List[ErrorRow] = list(rejected)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self._items)
+
+    def __getitem__(self, index):
+        return self._items[index]
+
+
+class Picked(Sequence[T]):
+    """Some of a sequence's items, by their ascending indices (an array of them, not a list of the items);
+    read in order, the sequence is read in order (a compact one is slow to read by index)."""
+
+    def __init__(self, items: Sequence[T], picked: Sequence[int]):
+        self._items, self._picked = items, picked
+
+    def __len__(self) -> int:
+        return len(self._picked)
+
+    def __iter__(self) -> Iterator[T]:
+        wanted = iter(self._picked)
+        next_index = next(wanted, None)
+        for index, item in enumerate(self._items):
+            if index == next_index:
+                yield item
+                next_index = next(wanted, None)
+                if next_index is None:
+                    return
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._items[i] for i in self._picked[index]]
+        return self._items[self._picked[index]]
 
 
 class InputLedger:
@@ -33,11 +78,11 @@ class InputLedger:
     noun = "input(s)"
 
     def __init__(self, config: ConvertConfig, plan: Plan):
-        self.entries: List[LedgerEntry] = []
+        self.entries: Sequence[LedgerEntry] = []  # sorted by relpath
         self.junk: List[str] = []
 
-    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
-        """The work items of ``entries`` (a subset of this listing's), and the rows rejected making them."""
+    def work_items(self, entries: Sequence[LedgerEntry]) -> ListedItems:
+        """The work items of ``entries`` (this listing's, or a subset of them), and the rows rejected making them."""
         raise NotImplementedError
 
     def placed_item(self, entry: LedgerEntry) -> Optional[Item]:
@@ -81,13 +126,14 @@ class ReadAtLaunch(InputLedger):
 
     def __init__(self, config: ConvertConfig, plan: Plan):
         super().__init__(config, plan)
+        self.entries: List[LedgerEntry] = []
         self._by_key: Dict[str, List[Union[Item, ErrorRow]]] = {}
 
     def _add(self, entry: LedgerEntry, found: Union[Item, ErrorRow]) -> None:
         self.entries.append(entry)
         self._by_key.setdefault(entry.relpath, []).append(found)
 
-    def work_items(self, entries: Sequence[LedgerEntry]) -> Listed:
+    def work_items(self, entries: Sequence[LedgerEntry]) -> ListedItems:
         items: List[Item] = []
         rejected: List[ErrorRow] = []
         for key in sorted({e.relpath for e in entries}):
@@ -96,15 +142,15 @@ class ReadAtLaunch(InputLedger):
                     items.append(found)
                 else:
                     rejected.append(found)
-        return items, rejected
+        return ListedItems(items, rejected)
 
     def repeated(self) -> List[str]:
         return sorted(key for key, found in self._by_key.items() if len(found) > 1)
 
 
-def frames_of(items: Sequence[Item]) -> List[WorkItem]:
+def frames_of(items: Iterable[Item]) -> Iterator[WorkItem]:
     """The files of work items (``model.frames``)."""
-    return [frame for item in items for frame in frames(item)]
+    return (frame for item in items for frame in frames(item))
 
 
 def file_stamps(paths: Sequence[str]) -> Dict[str, Tuple[int, float]]:
