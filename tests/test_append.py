@@ -418,7 +418,7 @@ def test_the_rejections_an_append_tries_again_or_resolves_are_counted_per_reason
     assert [e.relpath for e in changes.retried] == ["gone", "shut/"]  # still missing, still unlistable: again
     assert [e.relpath for e in changes.resolved] == ["locked/"]  # listed now: its files are new
     assert [e.relpath for e in changes.new] == ["locked/1.jpg"] and not changes.removed
-    assert appends.retried_reasons(changes, recorded) == {"not_found": 1, "unlistable": 2}
+    assert changes.retried_reasons == {"not_found": 1, "unlistable": 2}
 
 
 def test_a_ledger_is_the_same_bytes_for_the_same_inputs_and_reads_back():
