@@ -43,8 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
-from bench_memory import tree_rss_mb  # noqa: E402
-from common import RESULTS_DIR, package_dir, save_result  # noqa: E402
+from common import RESULTS_DIR, package_dir, save_result, tree_rss_mb  # noqa: E402
 
 KEEP = ("--format", "keep")
 REENCODE = ("--image-size", "128", "--resize", "stretch", "--format", "jpeg", "--quality", "90")
