@@ -134,12 +134,12 @@ def main(argv: List[str] | None = None) -> int:
         }
         for mode in (DEFAULT, EXACT)
     }
-    from img2tfrecord.schemas import manifest
+    from img2tfrecord.schemas import output_files
 
     stats = {}
     for mode in (DEFAULT, EXACT):
-        with open(os.path.join(outs[mode], manifest.MANIFEST_FILE), encoding="utf-8") as f:
-            stats[mode] = json.load(f).get(manifest.STATISTICS)
+        with open(os.path.join(outs[mode], output_files.MANIFEST_FILE), encoding="utf-8") as f:
+            stats[mode] = json.load(f).get(output_files.STATISTICS)
     mean_diff = max(abs(a - b) for a, b in zip(stats[DEFAULT]["pixel_mean"], stats[EXACT]["pixel_mean"]))
     std_diff = max(abs(a / b - 1) for a, b in zip(stats[DEFAULT]["pixel_std"], stats[EXACT]["pixel_std"]))
 

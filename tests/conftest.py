@@ -60,17 +60,17 @@ def run_cli(*args: str, timeout: float = 300, env=None, analyze: bool = False) -
 def manifest_to_edit(output_dir: str) -> dict:
     """The ``dataset.json`` of an output directory as plain JSON, for tests that change it and write it back
     (:func:`write_manifest_doc`). Tests that read an output use ``readers.records.read_manifest``."""
-    from img2tfrecord.schemas import manifest
+    from img2tfrecord.schemas import output_files
 
-    with open(os.path.join(output_dir, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+    with open(os.path.join(output_dir, output_files.MANIFEST_FILE), encoding="utf-8") as f:
         return json.load(f)
 
 
 def write_manifest_doc(output_dir: str, doc: dict) -> None:
     """Replace the ``dataset.json`` of an output directory with ``doc`` as written (tests that corrupt it)."""
-    from img2tfrecord.schemas import manifest
+    from img2tfrecord.schemas import output_files
 
-    with open(os.path.join(output_dir, manifest.MANIFEST_FILE), "w", encoding="utf-8") as f:
+    with open(os.path.join(output_dir, output_files.MANIFEST_FILE), "w", encoding="utf-8") as f:
         f.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -78,12 +78,12 @@ def shard_digests(output: str) -> dict:
     """sha256 of every shard and index file of a local or gs:// output, by path relative to it."""
     import hashlib
 
-    from img2tfrecord.readers import storage
-    from img2tfrecord.schemas import manifest
+    from img2tfrecord import storage
+    from img2tfrecord.schemas import output_files
 
     found = {}
     for relative, _ in storage.walk_files(output):
-        if manifest.parse_shard_file_name(relative) or relative.startswith(manifest.INDEX_DIR + "/"):
+        if output_files.parse_shard_file_name(relative) or relative.startswith(output_files.INDEX_DIR + "/"):
             with storage.open_binary(storage.join(output, relative)) as f:
                 found[relative] = hashlib.sha256(f.read()).hexdigest()
     return found

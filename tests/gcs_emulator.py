@@ -139,14 +139,14 @@ def gcs_fixture(tmp_path_factory) -> Iterator[Emulator]:
 
 def upload_tree(local_dir: str, destination: str) -> int:
     """Copy every file under ``local_dir`` to ``destination`` (a ``gs://`` prefix); returns the count."""
-    from img2tfrecord.readers import storage
+    from img2tfrecord import storage
 
     return len(storage.copy_tree(local_dir, destination))
 
 
 def upload_file(local_path: str, destination: str) -> None:
     """Copy one local file to the object ``destination``."""
-    from img2tfrecord.readers import storage
+    from img2tfrecord import storage
 
     with open(local_path, "rb") as f:
         storage.write_bytes(destination, f.read())

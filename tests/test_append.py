@@ -27,7 +27,7 @@ from img2tfrecord.conversion import appends
 from img2tfrecord.errors import UsageError
 from img2tfrecord.readers import datasource
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import dataset_manifest, manifest
+from img2tfrecord.schemas import dataset_json, output_files
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.generations import Generation
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
@@ -295,7 +295,7 @@ def test_new_classes_are_refused_then_added_with_the_next_ids(batches, tmp_path)
         _convert(src, out, append=True)
     doc = _convert(src, out, append=True, allow_new_classes=True)
     assert doc.labels == first.labels + ("aardvark", "zebra")
-    with open(os.path.join(out, manifest.LABELS_FILE)) as f:
+    with open(os.path.join(out, output_files.LABELS_FILE)) as f:
         assert f.read().split() == list(doc.labels)
     for rows in records_by_relpath(out).values():
         for relpath, (label, name) in rows.items():
@@ -322,7 +322,7 @@ def test_rejections_are_tried_again_when_transient_changed_or_asked_for(batches,
     # --retry-rejected tries every earlier rejection again: still truncated, rejected again.
     third = _convert(src, out, append=True, retry_rejected=True)
     assert third.generations[-1].inputs == 2 and third.generations[-1].rejected == 2
-    with open(os.path.join(out, manifest.errors_file(2))) as f:
+    with open(os.path.join(out, output_files.errors_file(2))) as f:
         assert sorted(json.loads(x)["relpath"] for x in f) == ["class1/broken_0.jpg", "class2/broken_0.jpg"]
     assert third.accounting.inputs == third.accounting.written + third.accounting.rejected
     report = verify(out)
@@ -360,12 +360,12 @@ def test_a_killed_append_leaves_the_output_readable_and_resume_finishes_it(batch
     assert kill_when(command, lambda: os.path.exists(marker), f"paused at {phase}", env=env) == -signal.SIGKILL
     report = verify(out)  # the last published generation reads and verifies, whatever the kill left
     assert report.ok, report.text()
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
     resumed = convert(src, out, *args, "--append", "--resume", runner=())
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _convert(src, reference, image_size=48, num_shards=4, append=True)
     assert records_by_relpath(out) == records_by_relpath(reference)
-    assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)]
+    assert not [n for n in os.listdir(out) if n.startswith(output_files.TEMP_PREFIXES)]
     assert verify(out).ok
 
 
@@ -434,21 +434,21 @@ def test_a_ledger_is_the_same_bytes_for_the_same_inputs_and_reads_back():
 
 @pytest.mark.e2e
 def test_generation_shard_names_parse_and_a_manifest_with_generations_reads_back(three_generations):
-    assert manifest.parse_shard_file_name("train-g00002-00001-of-00003.tfrecord") == {
+    assert output_files.parse_shard_file_name("train-g00002-00001-of-00003.tfrecord") == {
         "split": "train",
         "generation": 2,
         "index": 1,
         "count": 3,
     }
-    assert manifest.parse_shard_file_name("train-00001-of-00003.tfrecord")["generation"] == 0
-    assert manifest.is_output_file("errors-g00002.jsonl") and manifest.is_output_file("ledger")
+    assert output_files.parse_shard_file_name("train-00001-of-00003.tfrecord")["generation"] == 0
+    assert output_files.is_output_file("errors-g00002.jsonl") and output_files.is_output_file("ledger")
     _, out, _, _, _ = three_generations
-    with open(os.path.join(out, manifest.MANIFEST_FILE)) as f:
+    with open(os.path.join(out, output_files.MANIFEST_FILE)) as f:
         text = f.read()
-    doc = dataset_manifest.loads(text)
-    assert dataset_manifest.dumps(doc) == text
+    doc = dataset_json.loads(text)
+    assert dataset_json.dumps(doc) == text
     assert doc.error_files == ["errors.jsonl", "errors-g00001.jsonl", "errors-g00002.jsonl"]
-    assert isinstance(doc.generations[1], Generation) and doc.generations[1].ledger == manifest.ledger_file(1)
+    assert isinstance(doc.generations[1], Generation) and doc.generations[1].ledger == output_files.ledger_file(1)
     assert json.loads(text)["generations"][2]["generation"] == 2
 
 
@@ -520,7 +520,7 @@ def test_an_append_into_an_output_another_run_holds_is_refused_and_changes_nothi
         after = _bytes_and_times(out)
     finally:
         lock.release()
-    assert {k: v for k, v in after.items() if k != manifest.LOCK_FILE} == before
+    assert {k: v for k, v in after.items() if k != output_files.LOCK_FILE} == before
 
 
 @pytest.mark.e2e
@@ -543,7 +543,7 @@ def test_an_input_gone_while_the_run_converted_is_tried_again_by_the_next_append
         os.remove(marker)  # the run goes on
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]
-    with open(os.path.join(out, manifest.ERRORS_FILE)) as f:
+    with open(os.path.join(out, output_files.ERRORS_FILE)) as f:
         rows = [json.loads(line) for line in f]
     assert ("class2/img_0003.jpg", "not_found") in {(r["relpath"], r["reason"]) for r in rows}
     shutil.move(kept, gone)  # back, as a listing race leaves it

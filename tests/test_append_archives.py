@@ -19,10 +19,9 @@ from conftest import cli_env
 from gcs_emulator import gcs_fixture  # noqa: F401 - the gcs fixture
 from helpers.outputs import append_refusal, records_by_relpath
 
-from img2tfrecord import api
+from img2tfrecord import api, storage
 from img2tfrecord.errors import UsageError
-from img2tfrecord.readers import storage
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.ledger import parse_ledger, parse_members
 from img2tfrecord.verification import verify
 
@@ -80,7 +79,7 @@ def test_new_archives_give_the_records_of_one_run_over_all_of_them(days, tmp_pat
     _arrive(days, src, "day1.zip", "day2.tar.gz")
     first = _convert(src, out, append=True)  # the first night: everything, generation 0
     assert first.accounting.inputs == 23 and first.accounting.rejected == 1
-    with open(os.path.join(out, manifest.ledger_file(0)), "rb") as f:
+    with open(os.path.join(out, output_files.ledger_file(0)), "rb") as f:
         assert [e.relpath for e in parse_ledger(f.read(), "ledger")] == ["day1.zip", "day2.tar.gz"]
     _arrive(days, src, "day3.zip", "day4.tgz")
     plan = api.plan(os.path.join(src, "*"), out, append=True, pipeline_options=BEAM, **OPTIONS)
@@ -117,7 +116,7 @@ def test_a_changed_or_removed_archive_is_refused_then_withdrawn_as_a_full_run_ov
     os.makedirs(src)
     _arrive(days, src, "day1.zip", "day2.tar.gz", "day3.zip")
     _convert(src, out)
-    with open(os.path.join(out, manifest.members_file(0)), "rb") as f:
+    with open(os.path.join(out, output_files.members_file(0)), "rb") as f:
         held = parse_members(f.read(), "members")
     assert sorted(held) == ["day1.zip", "day2.tar.gz", "day3.zip"]
     assert len(held["day2.tar.gz"]) == 11 and ("cat/broken.jpg", "train") in held["day2.tar.gz"]
@@ -170,7 +169,7 @@ def test_an_archive_output_that_does_not_record_its_members_refuses_to_withdraw(
     os.makedirs(src)
     _arrive(days, src, "day1.zip", "day3.zip")
     _convert(src, out)
-    os.remove(os.path.join(out, manifest.members_file(0)))  # as an output written before they were recorded
+    os.remove(os.path.join(out, output_files.members_file(0)))  # as an output written before they were recorded
     os.remove(os.path.join(src, "day3.zip"))
     with pytest.raises(UsageError, match=r"--accept-changes: generation 0 does not record what its archives held"):
         _convert(src, out, append=True, accept_changes=True)
@@ -184,7 +183,7 @@ def test_a_glob_over_dated_folders_appends_the_archives_of_a_new_folder(days, tm
         shutil.copy2(os.path.join(days, name), os.path.join(src, folder, name))
         doc = api.convert(os.path.join(src, "*", "*.zip"), out, append=True, pipeline_options=BEAM, **OPTIONS)
     assert [g.inputs for g in doc.generations] == [12, 8]
-    with open(os.path.join(out, manifest.ledger_file(1)), "rb") as f:
+    with open(os.path.join(out, output_files.ledger_file(1)), "rb") as f:
         assert [e.relpath for e in parse_ledger(f.read(), "ledger")] == ["2026-11-02/day3.zip"]
 
 

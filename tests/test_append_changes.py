@@ -21,7 +21,7 @@ from helpers.processes import kill_when
 from img2tfrecord import api, faults, inspection
 from img2tfrecord.conversion import appends
 from img2tfrecord.readers import datasource, records
-from img2tfrecord.schemas import dataset_manifest, manifest
+from img2tfrecord.schemas import dataset_json, output_files
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.generations import CHANGED, REMOVED
 from img2tfrecord.schemas.ledger import LedgerEntry
@@ -36,11 +36,11 @@ REMOVED_FILE = "class1/img_0001.jpg"
 NEW_FILE = "class2/new.jpg"
 
 
-def _convert(src: str, out: str, **extra) -> dataset_manifest.DatasetManifest:
+def _convert(src: str, out: str, **extra) -> dataset_json.DatasetManifest:
     return api.convert(src, out, pipeline_options=BEAM, **{**OPTIONS, **extra})
 
 
-def _doc(out: str) -> dataset_manifest.DatasetManifest:
+def _doc(out: str) -> dataset_json.DatasetManifest:
     return records.read_manifest(out)
 
 
@@ -150,7 +150,8 @@ def test_no_reader_returns_a_withdrawn_record(accepted):
 @pytest.mark.e2e
 def test_dali_inputs_index_only_the_live_records(accepted, tmp_path):
     from img2tfrecord.readers.dali_index import dali_inputs
-    from img2tfrecord.readers.records import RandomAccessFile, parse_example, parse_index, read_record_at
+    from img2tfrecord.readers.records import RandomAccessFile, parse_example
+    from img2tfrecord.tfrecord_codec import parse_index, read_record_at
 
     _, out, full, _, _ = accepted
     doc = _doc(out)
@@ -220,7 +221,7 @@ def test_an_accepting_append_killed_while_committing_is_finished_by_resume(accep
     os.remove(os.path.join(first_src, "class0", "img_0005.jpg"))
     with open(os.path.join(first_src, "class2", "img_0004.jpg"), "wb") as f:
         f.write(I.jpeg(26, 30))
-    before = open(os.path.join(copy_out, manifest.MANIFEST_FILE)).read()
+    before = open(os.path.join(copy_out, output_files.MANIFEST_FILE)).read()
     marker = str(tmp_path / "paused")
     env = cli_env({faults.ENV: "pause:committing", faults.MARKER_ENV: marker})
     command = ("convert", "--input", first_src, "--output", copy_out, *_flags(), "--append", "--accept-changes")
@@ -240,7 +241,7 @@ def test_an_accepting_append_killed_while_committing_is_finished_by_resume(accep
 
 
 def _manifest_text(out: str) -> str:
-    with open(os.path.join(out, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+    with open(os.path.join(out, output_files.MANIFEST_FILE), encoding="utf-8") as f:
         return f.read()
 
 
@@ -249,7 +250,7 @@ def test_verify_finds_a_withdrawal_that_names_another_record(accepted, tmp_path)
     _, out, _, _, _ = accepted
     copy = str(tmp_path / "out")
     shutil.copytree(out, copy)
-    path = os.path.join(copy, manifest.MANIFEST_FILE)
+    path = os.path.join(copy, output_files.MANIFEST_FILE)
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     withdrawal = doc["generations"][-1]["withdrawn"][0]
@@ -278,15 +279,15 @@ def test_locate_places_records_by_the_shard_writers_order():
     ]
     found = appends.locate({"c/3.jpg": REMOVED, "c/7.jpg": CHANGED}, generations, lambda r: "train", seed)
     by = {w.relpath: w for w in found}
-    assert by["c/7.jpg"].file == manifest.shard_file_name("train", 0, 1, generation=1) and by["c/7.jpg"].index == 0
-    from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
+    assert by["c/7.jpg"].file == output_files.shard_file_name("train", 0, 1, generation=1) and by["c/7.jpg"].index == 0
+    from img2tfrecord.conversion.seeded_hashes import assign_shard, shuffle_key
 
     shard = assign_shard("c/3.jpg", seed, 2)
     mates = sorted(
         (e.relpath for e in ledger if e.relpath != "c/5.jpg" and assign_shard(e.relpath, seed, 2) == shard),
         key=lambda r: (shuffle_key(r, seed), r),
     )
-    assert by["c/3.jpg"].file == manifest.shard_file_name("train", shard, 2)
+    assert by["c/3.jpg"].file == output_files.shard_file_name("train", shard, 2)
     assert by["c/3.jpg"].index == mates.index("c/3.jpg")
     with pytest.raises(ValueError, match="no generation holds a record of c/5.jpg"):
         appends.locate({"c/5.jpg": REMOVED}, generations, lambda r: "train", seed)

@@ -13,7 +13,7 @@ from helpers.outputs import append_refusal
 
 from img2tfrecord import api
 from img2tfrecord.readers import records
-from img2tfrecord.schemas import example_proto, manifest
+from img2tfrecord.schemas import example_proto, output_files
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.ledger import parse_ledger
 from img2tfrecord.verification import verify
@@ -52,7 +52,7 @@ def test_new_clip_folders_give_the_records_of_one_run_over_all_of_them(tmp_path)
     write_tree(src, {**files, "walk/loose.png": frame(1, 9)})  # a frame outside any clip: rejected
     first = _convert(src, out, append=True)
     assert first.accounting.inputs == 5 and first.accounting.rejected == 1
-    with open(os.path.join(out, manifest.ledger_file(0)), "rb") as f:
+    with open(os.path.join(out, output_files.ledger_file(0)), "rb") as f:
         keys_0 = [e.relpath for e in parse_ledger(f.read(), "ledger")]
     assert keys_0 == ["run/clip_a", "run/clip_b", "walk/clip_c", "walk/clip_d", "walk/loose.png"]
     write_tree(src, {f"run/clip_new{c}/frame_{i}.png": frame(i, 5 + c) for c in range(3) for i in range(1, 4)})

@@ -16,8 +16,8 @@ from img2tfrecord.errors import UsageError
 from img2tfrecord.readers import datasource
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.verification import verify
 
 OPTIONS = dict(splits={"train": 0.6, "test": 0.4}, seed=5, image_size=64, analyze=False, processes=1)
@@ -124,7 +124,7 @@ def test_new_classes_of_objects_in_a_manifest_of_boxes_are_refused_then_added_wi
         _convert(listing, out, append=True)
     doc = _convert(listing, out, append=True, allow_new_classes=True)
     assert doc.labels == first.labels + ("zebra",) and doc.generations[-1].inputs == 1
-    with open(os.path.join(out, manifest.LABEL_MAP_FILE)) as f:
+    with open(os.path.join(out, output_files.LABEL_MAP_FILE)) as f:
         assert "zebra" in f.read()
     assert _objects(out)["images/new.jpg"][1] == [b"zebra"]
     assert verify(out).ok

@@ -16,7 +16,7 @@ from helpers.outputs import append_refusal, records_by_relpath
 from img2tfrecord import api
 from img2tfrecord.conversion import appends
 from img2tfrecord.errors import UsageError
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger, row_text
 from img2tfrecord.verification import verify
 
@@ -164,7 +164,7 @@ def test_new_labels_new_splits_and_repeated_rows_are_refused_with_one_line(pool,
 @pytest.mark.e2e
 def test_a_manifest_append_on_cloud_storage_writes_the_bytes_of_a_local_one(gcs, pool, tmp_path):
     """Rows naming images on gs:// are stamped from one listing per folder; the history matches local's."""
-    from img2tfrecord.readers import storage
+    from img2tfrecord import storage
 
     root, rows = pool
     local = _copy(root, str(tmp_path / "in"))
@@ -182,7 +182,7 @@ def test_a_manifest_append_on_cloud_storage_writes_the_bytes_of_a_local_one(gcs,
     (local_out, local_doc), (remote_out, remote_doc) = outputs["local"], outputs["remote"]
     assert [g.inputs for g in remote_doc.generations] == [g.inputs for g in local_doc.generations] == [15, 9]
     assert shard_digests(remote_out) == shard_digests(local_out)
-    with open(os.path.join(remote_out, manifest.ledger_file(1)), "rb") as f:
+    with open(os.path.join(remote_out, output_files.ledger_file(1)), "rb") as f:
         assert all(e.size > 0 and e.mtime > 0 for e in parse_ledger(f.read(), "ledger"))
 
 
@@ -221,7 +221,7 @@ def test_the_ledger_of_a_manifest_run_is_written_with_its_generation(pool, tmp_p
     out = str(tmp_path / "out")
     doc = _convert(listing, out)
     assert [g.number for g in doc.generations] == [0]
-    with open(os.path.join(out, manifest.ledger_file(0)), "rb") as f:
+    with open(os.path.join(out, output_files.ledger_file(0)), "rb") as f:
         entries = parse_ledger(f.read(), "ledger")
     keys = [e.relpath for e in entries]
     assert keys == sorted([f"{listing}:4", f"{listing}:5", *(r["path"] for r in rows[:3])])

@@ -17,7 +17,7 @@ from helpers.datasets import make_images
 
 from img2tfrecord import api
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.verification import verify
 
 pytestmark = pytest.mark.e2e
@@ -95,7 +95,7 @@ def test_statistics_an_append_cannot_add_to_are_kept_and_say_which_generations_t
     copy_src, copy_out = str(tmp_path / "in"), str(tmp_path / "out")
     shutil.copytree(docs[-1].input, copy_src)
     _convert(copy_src, copy_out)
-    path = os.path.join(copy_out, manifest.MANIFEST_FILE)
+    path = os.path.join(copy_out, output_files.MANIFEST_FILE)
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     del doc["statistics"]["pixel_totals"]  # as an output written before the totals were recorded

@@ -24,7 +24,7 @@ from img2tfrecord.model import MemberEntry
 from img2tfrecord.readers import datasource
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.sources import archives
 
 GOOD = {"cat/ok1.jpg": I.jpeg(40, 30), "cat/ok2.jpg": I.jpeg(30, 40), "dog/ok3.png": I.png(20, 20)}
@@ -91,7 +91,7 @@ def test_hostile_members_are_rows_and_nothing_leaves_the_archive(tmp_path, kind)
     for root, _, files in os.walk(tmp_path):
         assert not {"evil.jpg", "evil2.jpg", "evil3.jpg", "outside.jpg"} & set(files), root
 
-    with open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8") as f:
+    with open(os.path.join(out, output_files.ERRORS_FILE), encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     reasons = {row["path"].split("!/", 1)[1]: row["reason"] for row in rows}
     assert reasons == {archives.normalise_member_name(n): r for n, r in expected.items()}
@@ -106,7 +106,7 @@ def test_hostile_members_are_rows_and_nothing_leaves_the_archive(tmp_path, kind)
     passwd = open("/etc/passwd", "rb").read()[:32]
     assert all(passwd not in r[keys.IMAGE_ENCODED] for r in datasource.iter_split(out, "train", decode=False))
     assert doc.statistics["num_examples"] == len(GOOD)  # the analysis ran over exactly the good members
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
 
 
 # -- zip member names ------------------------------------------------------------------------------

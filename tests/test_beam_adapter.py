@@ -15,7 +15,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.io import filebasedsink, filesystem
 
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, WrittenShard
 
 BEAM = f"apache-beam {beam.__version__}"
@@ -118,7 +118,7 @@ def test_shards_written_and_committed_through_the_adapter_read_back_in_tensorflo
     renamed = sink.commit([written[s].temp_path for s in (1, 2, 0)])
     finals = [os.path.join(out, sink.final_name(s)) for s in range(3)]
     assert sorted(renamed) == finals, f"{BEAM}: finalize_write renamed {renamed}, not {finals}"
-    assert sink.final_name(0) == manifest.shard_file_name("train", 0, 3, compression)
+    assert sink.final_name(0) == output_files.shard_file_name("train", 0, 3, compression)
     assert not os.path.exists(staging), f"{BEAM}: finalize_write left the temp folder"
     for shard, path in enumerate(finals):
         assert _sha256(path) == written[shard].sha256, f"{BEAM}: {path} is not the temp file of shard {shard}"

@@ -17,10 +17,10 @@ from conftest import IN_MEMORY, convert
 from img2tfrecord import UsageError, verification
 from img2tfrecord.beam import ExamplesToTFRecords, ImageRef, ImagesToExamples, ImagesToTFRecords
 from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE, seeded_sample
-from img2tfrecord.conversion.sharding import assign_split, parse_splits
+from img2tfrecord.conversion.seeded_hashes import assign_split, parse_splits
 from img2tfrecord.readers import records
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.schemas.example_proto import Example
 
 OPTIONS = {"image_size": 32, "splits": "train=0.7,test=0.3", "seed": 4}
@@ -61,7 +61,7 @@ def written(output: str):
             for _, _, data in records.iter_records(path):
                 example = records.parse_example(data, doc.spec)
                 found.append((split, example["image/class/text"].decode(), data))
-    with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
+    with open(os.path.join(output, output_files.ERRORS_FILE), encoding="utf-8") as f:
         errors = [json.loads(line) for line in f]
     return found, list(doc.labels), errors
 
@@ -164,7 +164,7 @@ def _comparable(output: str) -> Tuple[DatasetManifest, List[str]]:
     """An output's manifest without what names the run (time, input, fingerprint), and its error rows."""
     doc = records.read_manifest(output)
     assert doc.run_fingerprint, output
-    with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
+    with open(os.path.join(output, output_files.ERRORS_FILE), encoding="utf-8") as f:
         errors = sorted(f.read().splitlines())
     return doc.replace(created="", input="", run_fingerprint=None), errors
 
@@ -186,10 +186,10 @@ def test_images_to_tfrecords_writes_the_folder_convert_writes_from_the_same_rows
     in_beam = str(tmp_path / "beam")
     _write_folder([ImageRef(uri, label) for uri, label in refs], in_beam, **OPTIONS, shard_size_mb=0.01)
     assert _comparable(in_beam) == (expected.replace(generations=()), errors)
-    assert sorted(os.listdir(in_beam)) == sorted(set(os.listdir(out)) - {manifest.LEDGER_DIR})
-    for index in os.listdir(os.path.join(out, manifest.INDEX_DIR)):
-        with open(os.path.join(out, manifest.INDEX_DIR, index), "rb") as a:
-            with open(os.path.join(in_beam, manifest.INDEX_DIR, index), "rb") as b:
+    assert sorted(os.listdir(in_beam)) == sorted(set(os.listdir(out)) - {output_files.LEDGER_DIR})
+    for index in os.listdir(os.path.join(out, output_files.INDEX_DIR)):
+        with open(os.path.join(out, output_files.INDEX_DIR, index), "rb") as a:
+            with open(os.path.join(in_beam, output_files.INDEX_DIR, index), "rb") as b:
                 assert a.read() == b.read(), index
     report = verification.verify(in_beam)
     assert report.ok, report.problems
@@ -215,7 +215,7 @@ def test_images_to_tfrecords_returns_the_manifest_and_takes_fixed_shard_counts(s
     assert {name: len(split.shards) for name, split in doc.splits.items()} == {"test": 3, "train": 3}
     assert doc.compression.value == "gzip" and doc.statistics is None
     assert doc.accounting.rejected_by_reason == {"not_found": 1, "not_an_image": 1}
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
 
 
 def test_images_to_tfrecords_refuses_a_used_output_and_fails_on_an_empty_input(sample_dir, tmp_path):
@@ -229,7 +229,7 @@ def test_images_to_tfrecords_refuses_a_used_output_and_fails_on_an_empty_input(s
     empty = str(tmp_path / "empty")
     with pytest.raises(Exception, match="no records written, no inputs"):
         _write_folder([], empty, analyze=False)
-    assert not os.path.exists(os.path.join(empty, manifest.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(empty, output_files.SUCCESS_FILE))
 
     good = os.path.join(sample_dir, "circle", sorted(os.listdir(os.path.join(sample_dir, "circle")))[0])
     _write_folder([ImageRef(good, "circle")], empty, analyze=False, overwrite=True)  # a rerun replaces it
@@ -262,8 +262,8 @@ def test_references_with_boxes_give_the_detection_folder_of_a_manifest_of_boxes(
     assert [g.number for g in expected.generations] == [0]  # convert's ledger (see above)
     assert _comparable(in_beam) == (expected.replace(generations=()), errors)
     with (
-        open(os.path.join(in_beam, manifest.LABEL_MAP_FILE)) as a,
-        open(os.path.join(out, manifest.LABEL_MAP_FILE)) as b,
+        open(os.path.join(in_beam, output_files.LABEL_MAP_FILE)) as a,
+        open(os.path.join(out, output_files.LABEL_MAP_FILE)) as b,
     ):
         assert a.read() == b.read()
     report = verification.verify(in_beam)
@@ -318,7 +318,7 @@ def test_metadata_is_copied_into_the_records_and_every_reader_still_reads_them(s
     _write_folder(refs, out, image_size=16, analyze=False)
     doc = records.read_manifest(out)
     assert doc.accounting.rejected_by_reason == {"bad_metadata": 2}
-    with open(os.path.join(out, manifest.ERRORS_FILE)) as f:
+    with open(os.path.join(out, output_files.ERRORS_FILE)) as f:
         messages = sorted(json.loads(line)["error"] for line in f)
     assert "metadata 'bad': {'nested': 1} is not a string, bytes, number or bool" in messages[0]
     assert "metadata name 'no spaces'" in messages[1]

@@ -16,10 +16,10 @@ from helpers.outputs import read_records
 from helpers.shared_outputs import converted_once
 from PIL import Image
 
-from img2tfrecord import schemas
-from img2tfrecord.conversion.sharding import shuffle_key
+from img2tfrecord.conversion.seeded_hashes import shuffle_key
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import output_files
 
 tf = pytest.importorskip("tensorflow")
 
@@ -69,7 +69,7 @@ def plant_bad_files(root: str) -> dict:
 
 
 def split_membership(records_by_split):
-    return {split: sorted(r[schemas.FILENAME].decode() for r in records) for split, records in records_by_split.items()}
+    return {split: sorted(r[keys.FILENAME].decode() for r in records) for split, records in records_by_split.items()}
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_every_input_is_a_record_or_an_error(messy_input, messy_output):
     assert acc.rejected == len(bad)
     assert acc.inputs == acc.written + acc.rejected
     assert acc.skipped == 3
-    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
+    errors = [json.loads(line) for line in open(os.path.join(out, output_files.ERRORS_FILE))]
     assert {e["relpath"]: e["reason"] for e in errors} == bad
     assert all(e["error"] and e["path"].endswith(e["relpath"]) for e in errors)
     assert acc.rejected_by_reason == {r: list(bad.values()).count(r) for r in set(bad.values())}
@@ -143,7 +143,7 @@ def test_every_input_is_a_record_or_an_error(messy_input, messy_output):
     assert "records written" in proc.stdout and "rejected" in proc.stdout
     mean = ", ".join(f"{v:.4f}" for v in doc.statistics["pixel_mean"])
     assert f"train pixel mean [{mean}], std [" in proc.stdout and "(tf.Transform output: transform_fn/)" in proc.stdout
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
     assert not glob.glob(os.path.join(out, "beam-temp-*"))
 
 
@@ -151,21 +151,21 @@ def test_records_carry_every_feature_correctly(messy_input, messy_output):
     root, good, _ = messy_input
     out, _ = messy_output
     doc, records = read_records(out)
-    labels = open(os.path.join(out, manifest.LABELS_FILE)).read().split("\n")[:-1]
+    labels = open(os.path.join(out, output_files.LABELS_FILE)).read().split("\n")[:-1]
     assert labels == ["cat", "dog", "emu"] == list(doc.labels)
     for split_records in records.values():
         for r in split_records:
-            rel = r[schemas.FILENAME].decode()
-            encoded = r[schemas.IMAGE_ENCODED]
+            rel = r[keys.FILENAME].decode()
+            encoded = r[keys.IMAGE_ENCODED]
             # No resize and RGB input: the original bytes are stored untouched.
             assert encoded == good[rel]
-            assert r[schemas.KEY_SHA256].decode() == hashlib.sha256(encoded).hexdigest()
-            assert r[schemas.CLASS_TEXT].decode() == rel.split("/")[0]
-            assert r[schemas.CLASS_LABEL] == labels.index(rel.split("/")[0])
+            assert r[keys.KEY_SHA256].decode() == hashlib.sha256(encoded).hexdigest()
+            assert r[keys.CLASS_TEXT].decode() == rel.split("/")[0]
+            assert r[keys.CLASS_LABEL] == labels.index(rel.split("/")[0])
             img = Image.open(io.BytesIO(encoded))
-            assert (r[schemas.IMAGE_WIDTH], r[schemas.IMAGE_HEIGHT]) == img.size
-            assert r[schemas.IMAGE_CHANNELS] == 3
-            assert r[schemas.IMAGE_FORMAT].decode() == {"JPEG": "jpeg", "PNG": "png"}[img.format]
+            assert (r[keys.IMAGE_WIDTH], r[keys.IMAGE_HEIGHT]) == img.size
+            assert r[keys.IMAGE_CHANNELS] == 3
+            assert r[keys.IMAGE_FORMAT].decode() == {"JPEG": "jpeg", "PNG": "png"}[img.format]
 
 
 def test_manifest_counts_match_the_shards(messy_output):
@@ -174,14 +174,14 @@ def test_manifest_counts_match_the_shards(messy_output):
     assert set(doc.splits) == {"train", "validation", "test"}
     for split, info in doc.splits.items():
         assert info.num_examples == len(records[split])
-        assert [s.file for s in info.shards] == [manifest.shard_file_name(split, i, 2) for i in range(2)]
+        assert [s.file for s in info.shards] == [output_files.shard_file_name(split, i, 2) for i in range(2)]
         for shard in info.shards:
             path = os.path.join(out, shard.file)
             assert shard.num_records == sum(1 for _ in tf.data.TFRecordDataset(path))
             assert shard.num_bytes == os.path.getsize(path)
         per_class = {}
         for r in records[split]:
-            name = r[schemas.CLASS_TEXT].decode()
+            name = r[keys.CLASS_TEXT].decode()
             per_class[name] = per_class.get(name, 0) + 1
         assert info.examples_per_class == per_class
     assert sorted(glob.glob(os.path.join(out, "*.tfrecord"))) == sorted(
@@ -197,11 +197,9 @@ def test_same_seed_same_records_other_seed_other_split(messy_output, messy_again
     assert split_membership(first) == split_membership(second)
     for split in doc_a.splits:
         assert doc_a.splits[split].examples_per_class == doc_b.splits[split].examples_per_class
-        assert sorted(r[schemas.KEY_SHA256] for r in first[split]) == sorted(
-            r[schemas.KEY_SHA256] for r in second[split]
-        )
+        assert sorted(r[keys.KEY_SHA256] for r in first[split]) == sorted(r[keys.KEY_SHA256] for r in second[split])
     other, proc = other_seed  # exit 3 (test_error_budget_exit_3), every record written
-    assert os.path.exists(os.path.join(other, manifest.SUCCESS_FILE)), proc.stderr[-3000:]
+    assert os.path.exists(os.path.join(other, output_files.SUCCESS_FILE)), proc.stderr[-3000:]
     assert split_membership(read_records(other)[1]) != split_membership(first)
 
 
@@ -212,7 +210,7 @@ def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_outp
 
     def content(output):
         doc = read_manifest(output)
-        with open(os.path.join(output, manifest.ERRORS_FILE), encoding="utf-8") as f:
+        with open(os.path.join(output, output_files.ERRORS_FILE), encoding="utf-8") as f:
             errors = sorted(f.read().splitlines())
         shards = {split: info.shards for split, info in doc.splits.items()}
         return shard_digests(output), shards, errors, doc.labels, doc.accounting, doc.statistics
@@ -222,7 +220,7 @@ def test_shards_are_byte_identical_whatever_the_processes_and_the_run(messy_outp
     for info in doc.splits.values():  # dataset.json's sha256 is the file's
         for shard in info.shards:
             assert shard_digests(out)[shard.file] == shard.sha256
-            assert shard.index == manifest.index_file(shard.file)
+            assert shard.index == output_files.index_file(shard.file)
 
 
 def test_records_are_shuffled_within_shards(tmp_path):
@@ -231,17 +229,17 @@ def test_records_are_shuffled_within_shards(tmp_path):
     out = str(tmp_path / "out")
     assert convert(root, out, "--num-shards", "1", *ONE).returncode == 0
     _, records = read_records(out)
-    order = [r[schemas.CLASS_TEXT].decode() for r in records["train"]]
+    order = [r[keys.CLASS_TEXT].decode() for r in records["train"]]
     assert sorted(order) == sorted(["a", "b", "c", "d"] * 15)
     # Listing order is class by class; the written order must not be.
     runs = sum(1 for x, y in zip(order, order[1:]) if x != y)
     assert runs > 20, order
     # It is exactly the seeded order, and another seed gives another order of the same records.
-    names = [r[schemas.FILENAME].decode() for r in records["train"]]
+    names = [r[keys.FILENAME].decode() for r in records["train"]]
     assert names == sorted(names, key=lambda n: (shuffle_key(n, 0), n))
     other = str(tmp_path / "other")
     assert convert(root, other, "--num-shards", "1", "--seed", "1", *ONE).returncode == 0
-    other_names = [r[schemas.FILENAME].decode() for r in read_records(other)[1]["train"]]
+    other_names = [r[keys.FILENAME].decode() for r in read_records(other)[1]["train"]]
     assert sorted(other_names) == sorted(names) and other_names != names
     assert other_names == sorted(names, key=lambda n: (shuffle_key(n, 1), n))
 
@@ -284,8 +282,8 @@ def test_split_folders_are_used_as_given(tmp_path):
         "validation": ["val/ant/4.jpg", "val/dog/3.jpg"],
     }
     # A class seen only in validation still takes its id from the one sorted list.
-    ant = [r for r in records["validation"] if r[schemas.CLASS_TEXT] == b"ant"][0]
-    assert ant[schemas.CLASS_LABEL] == 0
+    ant = [r for r in records["validation"] if r[keys.CLASS_TEXT] == b"ant"][0]
+    assert ant[keys.CLASS_LABEL] == 0
 
 
 def test_resize_gzip_and_shard_size(tmp_path):
@@ -315,9 +313,9 @@ def test_resize_gzip_and_shard_size(tmp_path):
     assert len(shards) > 1 and all(s.file.endswith(".tfrecord.gz") for s in shards)
     assert len(records["train"]) == 24
     for r in records["train"]:
-        assert (r[schemas.IMAGE_WIDTH], r[schemas.IMAGE_HEIGHT], r[schemas.IMAGE_CHANNELS]) == (48, 32, 1)
-        assert r[schemas.IMAGE_FORMAT] == b"png"
-        assert tf.io.decode_png(r[schemas.IMAGE_ENCODED]).shape == (32, 48, 1)
+        assert (r[keys.IMAGE_WIDTH], r[keys.IMAGE_HEIGHT], r[keys.IMAGE_CHANNELS]) == (48, 32, 1)
+        assert r[keys.IMAGE_FORMAT] == b"png"
+        assert tf.io.decode_png(r[keys.IMAGE_ENCODED]).shape == (32, 48, 1)
     assert doc.options["image_size"] == [48, 32]
 
 
@@ -390,7 +388,7 @@ def test_refuses_non_empty_output_and_overwrites_only_its_own(messy_input, messy
     ]
     # the tf.Transform analysis (transforms/analyze.py); its temp folders are gone
     analysis = ["transform_fn", "transformed_metadata", "metadata", "schema.pbtxt"]
-    shards = [manifest.shard_file_name(split, i, 2) for split in ("train", "validation", "test") for i in range(2)]
+    shards = [output_files.shard_file_name(split, i, 2) for split in ("train", "validation", "test") for i in range(2)]
     assert sorted(os.listdir(out)) == sorted(own + analysis + shards)
     proc = convert(root, out)
     assert proc.returncode == 2 and "--overwrite to replace it, or --append to add" in proc.stderr
@@ -408,7 +406,7 @@ def test_error_budget_exit_3(other_seed):
     out, proc = other_seed  # 4 of 22 inputs rejected: over 5%
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "error budget exceeded" in proc.stderr
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
 
 
 def test_python_dash_m_and_console_script_agree(tmp_path):

@@ -32,11 +32,11 @@ from helpers.cli import run_in_process
 
 from img2tfrecord import faults
 from img2tfrecord.conversion.converter import ImageConverter
-from img2tfrecord.conversion.sharding import assign_split, parse_splits
+from img2tfrecord.conversion.seeded_hashes import assign_split, parse_splits
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import DUPLICATE, ERRORS, InlineMember, RowPlacement, WorkItem
 from img2tfrecord.readers import records
-from img2tfrecord.schemas import features, manifest
+from img2tfrecord.schemas import features, output_files
 from img2tfrecord.sources.archives import member_path
 from img2tfrecord.transforms.dedupe import Dedupe
 
@@ -129,7 +129,7 @@ def read_back(out: str) -> List[dict]:
 
 
 def error_rows(out: str) -> List[dict]:
-    with open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8") as f:
+    with open(os.path.join(out, output_files.ERRORS_FILE), encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -244,7 +244,7 @@ def test_resume_with_another_dedupe_is_refused_and_the_same_one_finishes(planted
     finally:
         proc.kill()
         proc.wait()
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
 
     refused = convert(root, out, *ARGS, "--resume", runner=())
     assert refused.returncode == 2 and "differently: --dedupe is false here but true" in refused.stderr, refused.stderr[

@@ -14,7 +14,7 @@ from helpers.shared_builds import GEOMETRIES, ONE_PROCESS, ORIENTATIONS, box_man
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.schemas.example_proto import Example
 
 

@@ -19,7 +19,7 @@ from PIL import Image
 from img2tfrecord import drawing, inspection
 from img2tfrecord.readers import records as framing
 from img2tfrecord.readers.datasource import SplitDataSource, iter_split
-from img2tfrecord.schemas import example_proto, manifest
+from img2tfrecord.schemas import example_proto, output_files
 from img2tfrecord.schemas import features as keys
 
 SIZE = "64"  # --image-size: the fit pads 160x120 sources to 64x64
@@ -178,7 +178,7 @@ def test_verify_finds_planted_bad_boxes(detection_out, tmp_path):
     path.write_bytes(b"".join(frame(d) for d in changed))
     entry["num_bytes"] = os.path.getsize(path)
     doc["splits"]["train"]["num_bytes"] = sum(s["num_bytes"] for s in doc["splits"]["train"]["shards"])
-    doc["splits"]["train"][manifest.BOXES_PER_CLASS]["cat"] += 1
+    doc["splits"]["train"][output_files.BOXES_PER_CLASS]["cat"] += 1
     write_manifest_doc(str(out), doc)
 
     proc = run_in_process("verify", str(out))

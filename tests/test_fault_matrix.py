@@ -29,7 +29,7 @@ from helpers.datasets import write_tree
 from img2tfrecord import faults
 from img2tfrecord.conversion import pool as pool_module
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 pytestmark = pytest.mark.e2e
 
@@ -80,7 +80,7 @@ def _digests(out: str) -> Dict[str, str]:
         for name in names:
             path = os.path.join(folder, name)
             relative = os.path.relpath(path, out)
-            if manifest.parse_shard_file_name(relative) or relative.startswith(manifest.INDEX_DIR + os.sep):
+            if output_files.parse_shard_file_name(relative) or relative.startswith(output_files.INDEX_DIR + os.sep):
                 with open(path, "rb") as f:
                     found[relative] = hashlib.sha256(f.read()).hexdigest()
     return found
@@ -95,7 +95,7 @@ def _outside_staging(out: str):
     """What the output holds besides the run's staging folder."""
     if not os.path.isdir(out):
         return []
-    return sorted(n for n in os.listdir(out) if not n.startswith(manifest.RUN_FOLDER_PREFIX))
+    return sorted(n for n in os.listdir(out) if not n.startswith(output_files.RUN_FOLDER_PREFIX))
 
 
 def _resume_matches(input_dir: str, out: str, reference: str, analyze: bool) -> None:
@@ -149,7 +149,7 @@ def test_a_failing_heartbeat_is_one_warning_and_the_run_finishes(inputs, tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
     assert len(warnings) == 1 and "could not refresh the lock" in warnings[0], done.stderr
-    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.LOCK_FILE))
     assert _digests(out) == _digests(references[False])
 
 
@@ -189,19 +189,19 @@ def _processes_of(marker: str) -> List[int]:
 
 def _assert_killed_at(phase: str, out: str, reference: str) -> None:
     """What a run killed at ``phase`` leaves: never a partial file under a final name, and no ``_SUCCESS``."""
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
     expected = _digests(reference)
-    staged = [n for n in os.listdir(out) if n.startswith(manifest.RUN_FOLDER_PREFIX)] if os.path.isdir(out) else []
-    committed = os.path.join(out, staged[0], manifest.RUN_COMMITTED_DIR) if staged else ""
+    staged = [n for n in os.listdir(out) if n.startswith(output_files.RUN_FOLDER_PREFIX)] if os.path.isdir(out) else []
+    committed = os.path.join(out, staged[0], output_files.RUN_COMMITTED_DIR) if staged else ""
     for folder in (out, committed):
         for name, digest in (_digests(folder) if folder and os.path.isdir(folder) else {}).items():
             assert digest == expected[name], f"{name} is not whole"
     if phase == "converting":  # one shard done, the next half written: nothing committed
-        assert not _digests(committed) and os.listdir(os.path.join(out, staged[0], manifest.RUN_DONE_DIR))
+        assert not _digests(committed) and os.listdir(os.path.join(out, staged[0], output_files.RUN_DONE_DIR))
     if phase == "committing":  # one split committed, in the staging folder only (and the killed run's lock)
-        assert _outside_staging(out) == [manifest.LOCK_FILE] and 0 < len(_digests(committed)) < len(expected)
+        assert _outside_staging(out) == [output_files.LOCK_FILE] and 0 < len(_digests(committed)) < len(expected)
     if phase == "finalizing":  # published, dataset.json written, no _SUCCESS yet
-        assert _digests(out) == expected and os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))
+        assert _digests(out) == expected and os.path.exists(os.path.join(out, output_files.MANIFEST_FILE))
 
 
 SIGNALS = [(phase, signum) for phase in faults.PHASES for signum in (signal.SIGTERM, signal.SIGKILL)]

@@ -46,19 +46,19 @@ from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, ShardSinks
 from img2tfrecord.transforms.discover import Discover, DiscoverClasses
 from img2tfrecord.transforms.finalize import WriteErrorReport
-from img2tfrecord.transforms.shards import WriteShards
+from img2tfrecord.transforms.write_shards import WriteShards
 
 tf = pytest.importorskip("tensorflow")
 
 
 def final_shards(out: str):
-    return sorted(n for n in os.listdir(out) if manifest.parse_shard_file_name(n))
+    return sorted(n for n in os.listdir(out) if output_files.parse_shard_file_name(n))
 
 
 def assert_shards_complete(out: str) -> None:
@@ -73,12 +73,12 @@ def assert_exact_output(out: str, files: dict) -> None:
     names = [r[schemas.FILENAME].decode() for rs in records.values() for r in rs]
     good = sorted(k for k in files if "broken" not in k)
     assert sorted(names) == good, "records lost or duplicated"
-    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
+    errors = [json.loads(line) for line in open(os.path.join(out, output_files.ERRORS_FILE))]
     assert sorted(e["relpath"] for e in errors) == sorted(k for k in files if "broken" in k)
     acc = doc.accounting
     assert acc.inputs == len(files) == acc.written + acc.rejected
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)]
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
+    assert not [n for n in os.listdir(out) if n.startswith(output_files.TEMP_PREFIXES)]
 
 
 # -- a worker failing mid-bundle, retried ---------------------------------------------------------
@@ -126,8 +126,8 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
     monkeypatch.setattr(ShardSink, "write_encoded_record", _flaky_write(ShardSink.write_encoded_record))
     _WRITES.update(failed=0, count=0)
     out = str(tmp_path / "out")
-    run = os.path.join(out, manifest.run_folder("0000111122223333"))
-    sinks = ShardSinks(out, "none", os.path.join(run, manifest.RUN_SHARDS_DIR))
+    run = os.path.join(out, output_files.run_folder("0000111122223333"))
+    sinks = ShardSinks(out, "none", os.path.join(run, output_files.RUN_SHARDS_DIR))
     converter = FlakyConverter(ImageOptions(), "class", (("train", 1.0),), 0, marks=str(marks), fail=fail)
     with beam.Pipeline(options=PipelineOptions(["--runner=BundleBasedDirectRunner"])) as p:
         discovered = p | "Discover" >> Discover(FolderSource(root + "/**", root + "/"))
@@ -151,10 +151,10 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
                 tf.train.Example.FromString(raw.numpy()).features.feature[schemas.FILENAME].bytes_list.value[0].decode()
             )
     assert sorted(names) == sorted(k for k in files if "broken" not in k)
-    errors = [json.loads(line)["relpath"] for line in open(os.path.join(out, manifest.ERRORS_FILE))]
+    errors = [json.loads(line)["relpath"] for line in open(os.path.join(out, output_files.ERRORS_FILE))]
     assert sorted(errors) == ["class0/broken_0.jpg", "class1/broken_0.jpg"]
-    assert final_shards(out) == [manifest.shard_file_name("train", i, 2) for i in range(2)]
-    assert not glob.glob(os.path.join(run, manifest.RUN_SHARDS_DIR, "train", "*")), (
+    assert final_shards(out) == [output_files.shard_file_name("train", i, 2) for i in range(2)]
+    assert not glob.glob(os.path.join(run, output_files.RUN_SHARDS_DIR, "train", "*")), (
         "a failed attempt's staging files were left"
     )
 
@@ -163,22 +163,22 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
 
 
 def _run_folder(out: str):
-    found = glob.glob(os.path.join(out, manifest.RUN_FOLDER_PREFIX + "*"))
+    found = glob.glob(os.path.join(out, output_files.RUN_FOLDER_PREFIX + "*"))
     return found[0] if found else None
 
 
 def _done_files(out: str):
     folder = _run_folder(out)
-    return sorted(glob.glob(os.path.join(folder, manifest.RUN_DONE_DIR, "*.json"))) if folder else []
+    return sorted(glob.glob(os.path.join(folder, output_files.RUN_DONE_DIR, "*.json"))) if folder else []
 
 
 def _shard_digests(out: str) -> dict:
     found = {}
-    for name in final_shards(out) + sorted(os.listdir(os.path.join(out, manifest.INDEX_DIR))):
+    for name in final_shards(out) + sorted(os.listdir(os.path.join(out, output_files.INDEX_DIR))):
         path = (
             os.path.join(out, name)
-            if manifest.parse_shard_file_name(name)
-            else os.path.join(out, manifest.INDEX_DIR, name)
+            if output_files.parse_shard_file_name(name)
+            else os.path.join(out, output_files.INDEX_DIR, name)
         )
         with open(path, "rb") as f:
             found[name] = hashlib.sha256(f.read()).hexdigest()
@@ -271,7 +271,7 @@ def test_writes_failing_mid_run_exit_1_then_overwrite_recovers(tmp_path):
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("img2tfrecord: the run failed while converting and writing shards: File too large"), last
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
     assert final_shards(out) == []  # shards are written under staging names and renamed only when whole
     assert_shards_complete(out)
 
@@ -330,18 +330,18 @@ def test_counts_that_do_not_add_up_fail_the_run_without_success(tmp_path, phase_
     assert found, last
     inputs, written, rejected = map(int, found.groups())
     assert inputs == written + rejected + 1  # the one record the writer left out
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    assert not os.path.exists(os.path.join(out, manifest.MANIFEST_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.MANIFEST_FILE))
 
 
 def test_success_is_written_after_every_other_file(phase_input):
     _, _, reference = phase_input
-    success = os.stat(os.path.join(reference, manifest.SUCCESS_FILE)).st_mtime_ns
+    success = os.stat(os.path.join(reference, output_files.SUCCESS_FILE)).st_mtime_ns
     others = [
         os.stat(os.path.join(folder, name)).st_mtime_ns
         for folder, _, names in os.walk(reference)
         for name in names
-        if name != manifest.SUCCESS_FILE
+        if name != output_files.SUCCESS_FILE
     ]
     assert others and max(others) <= success
 
@@ -377,7 +377,7 @@ def test_a_full_disk_exits_1_with_a_clear_message_and_no_success(tmp_path, small
     assert last.startswith("img2tfrecord: the run failed while converting and writing shards: No space left on device")
     assert "free space where the output is, then run: " in last and last.endswith(".log)"), last
     assert "--resume" in last and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 3
-    assert [n for n in os.listdir(out) if not n.startswith(manifest.RUN_FOLDER_PREFIX)] == []  # only the staging
+    assert [n for n in os.listdir(out) if not n.startswith(output_files.RUN_FOLDER_PREFIX)] == []  # only the staging
 
 
 def test_a_refused_resume_names_the_option_that_differs_from_the_unfinished_run(tmp_path):
@@ -392,12 +392,12 @@ def test_a_refused_resume_names_the_option_that_differs_from_the_unfinished_run(
     out = str(tmp_path / "out")
     started = ConvertConfig(input=root, output=out, analyze=False, seed=3)
     plan = plan_input(started)[1]
-    staging = os.path.join(out, manifest.run_folder(plan.fingerprint(started)))
+    staging = os.path.join(out, output_files.run_folder(plan.fingerprint(started)))
     os.makedirs(staging)
-    with open(os.path.join(staging, manifest.RUN_STARTED_FILE), "w") as f:
+    with open(os.path.join(staging, output_files.RUN_STARTED_FILE), "w") as f:
         json.dump(plan.fingerprint_doc(started), f)  # as run.py records it
     again = ConvertConfig(input=root, output=out, analyze=False, seed=4)
-    folder = manifest.run_folder(plan.fingerprint(again))
+    folder = output_files.run_folder(plan.fingerprint(again))
     with pytest.raises(OutputNotEmpty) as info:
         prepare_output(out, False, folder, run_doc=plan.fingerprint_doc(again))
     assert str(info.value) == (

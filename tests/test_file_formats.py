@@ -23,12 +23,12 @@ from helpers.detection_inputs import write_voc
 from helpers.processes import kill_when
 from helpers.shared_outputs import converted_once
 
-from img2tfrecord import faults, inspection
+from img2tfrecord import faults, inspection, storage
 from img2tfrecord.readers import records
 from img2tfrecord.readers.datasource import SplitDataSource, iter_split
 from img2tfrecord.readers.webdataset_split import split_urls, withdrawn_keys
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 pytestmark = pytest.mark.e2e
 
@@ -61,7 +61,7 @@ def shard_records(out: str, split: str, sequence: bool = False):
         [
             d
             for _, _, d in records.iter_records(
-                records.join(out, s.file), file_format=doc.file_format.value, sequence=sequence
+                storage.join(out, s.file), file_format=doc.file_format.value, sequence=sequence
             )
         ]
         for s in doc.splits[split].shards
@@ -86,15 +86,15 @@ def _typed_json(out: str) -> dict:
 def test_array_record_shards_hold_the_tfrecord_runs_records_byte_for_byte(outputs):
     reference, out = outputs["tfrecord"].output, outputs["array_record"].output
     doc = _typed_json(out)
-    assert doc["file_format"] == "array_record" and doc["format_version"] == manifest.FILE_FORMATS_FORMAT_VERSION
+    assert doc["file_format"] == "array_record" and doc["format_version"] == output_files.FILE_FORMATS_FORMAT_VERSION
     assert comparable(doc) == comparable(_typed_json(reference))
     for split in ("train", "validation"):
         assert [s["file"] for s in doc["splits"][split]["shards"]] == [
-            manifest.shard_file_name(split, i, 2, file_format="array_record") for i in range(2)
+            output_files.shard_file_name(split, i, 2, file_format="array_record") for i in range(2)
         ]
         assert shard_records(out, split) == shard_records(reference, split)
-    assert not os.path.exists(os.path.join(out, manifest.INDEX_DIR)), "ArrayRecord indexes its own records"
-    with open(os.path.join(out, manifest.TFDS_DATASET_INFO_FILE)) as f:
+    assert not os.path.exists(os.path.join(out, output_files.INDEX_DIR)), "ArrayRecord indexes its own records"
+    with open(os.path.join(out, output_files.TFDS_DATASET_INFO_FILE)) as f:
         info = json.load(f)
     assert info["fileFormat"] == "array_record"
     assert {s["filepathTemplate"] for s in info["splits"]} == {"{SPLIT}-{SHARD_X_OF_Y}.array_record"}
@@ -131,7 +131,7 @@ def test_grain_and_tfds_read_the_array_record_output_at_random(outputs):
     out = outputs["array_record"].output
     doc = records.read_manifest(out)
     expected = [d for shard in shard_records(outputs["tfrecord"].output, "train") for d in shard]
-    source = grain.ArrayRecordDataSource([records.join(out, s.file) for s in doc.splits["train"].shards])
+    source = grain.ArrayRecordDataSource([storage.join(out, s.file) for s in doc.splits["train"].shards])
     assert len(source) == len(expected) and [source[i] for i in reversed(range(len(source)))] == expected[::-1]
     builder = tfds.builder_from_directory(out)
     assert builder.info.file_format.value == "array_record"
@@ -227,8 +227,8 @@ def test_an_append_adds_a_generation_in_the_outputs_format_and_refuses_another(o
     done = run_in_process(*append, "--file-format", file_format)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = records.read_manifest(out)
-    added = [s.file for _, s in doc.shards() if manifest.parse_shard_file_name(s.file)["generation"] == 1]
-    assert added and all(manifest.file_format_of(name) == file_format for name in added)
+    added = [s.file for _, s in doc.shards() if output_files.parse_shard_file_name(s.file)["generation"] == 1]
+    assert added and all(output_files.file_format_of(name) == file_format for name in added)
     assert sum(len(SplitDataSource(out, split)) for split in doc.splits) == doc.num_examples == 16 + 3
     assert run_in_process("verify", out).returncode == 0
     if file_format == "webdataset":
@@ -324,7 +324,7 @@ def test_the_beam_transforms_write_the_file_format_they_are_given(outputs, tmp_p
     doc = records.read_manifest(folder)
     assert doc.file_format.value == "array_record" and doc.num_examples == len(refs)
     assert run_in_process("verify", folder).returncode == 0
-    written = sorted(name for name in os.listdir(shards) if manifest.parse_shard_file_name(name))
+    written = sorted(name for name in os.listdir(shards) if output_files.parse_shard_file_name(name))
     assert written == ["train-000000.tar", "train-000001.tar"]
     found = [
         d for name in written for _, _, d in records.iter_records(os.path.join(shards, name), file_format="webdataset")
@@ -332,5 +332,5 @@ def test_the_beam_transforms_write_the_file_format_they_are_given(outputs, tmp_p
     assert sorted(records.parse_example(d, doc.spec)[keys.FILENAME] for d in found) == sorted(
         records.parse_example(d, doc.spec)[keys.FILENAME]
         for _, s in doc.shards()
-        for _, _, d in records.iter_records(records.join(folder, s.file), file_format="array_record")
+        for _, _, d in records.iter_records(storage.join(folder, s.file), file_format="array_record")
     )

@@ -15,7 +15,7 @@ from helpers.cli import run_in_process
 from PIL import Image
 
 from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_ERROR_BUDGET
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 COMMANDS = ("convert", "sample", "inspect", "verify", "report")
 
@@ -96,7 +96,7 @@ def half_bad(tmp_path_factory) -> str:
 def _budget_line(out: str) -> str:
     return (
         "img2tfrecord: error budget exceeded: 1 of 2 inputs rejected (50.0% > 20.0%, --max-error-rate); "
-        f"details in {out}/{manifest.ERRORS_FILE}"
+        f"details in {out}/{output_files.ERRORS_FILE}"
     )
 
 
@@ -105,7 +105,7 @@ def test_error_budget_is_one_line(half_bad, tmp_path):
     proc = convert(half_bad, out, "--max-error-rate", "0.2", "--no-analyze", "--quiet")
     assert proc.returncode == EXIT_ERROR_BUDGET, proc.stderr[-3000:]
     assert proc.stderr.splitlines() == [_budget_line(out)]
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
 
     out = str(tmp_path / "default")
     proc = convert(half_bad, out, "--max-error-rate", "0.2", "--no-analyze")

@@ -20,7 +20,7 @@ from helpers.outputs import assert_plan_is_the_run, one_line, snapshot
 from img2tfrecord import api
 from img2tfrecord.commands.errors import UsageError
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 FAST = ("--no-analyze",)  # the analysis is not what these runs and plans are about
 
@@ -108,7 +108,7 @@ def test_a_flat_folder_is_refused_and_the_manifest_it_points_to_converts(tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = read_manifest(out)
     assert doc.labeled is False and doc.labels == () and doc.accounting.written == len(cats)
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE)) and snapshot(src) == before
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE)) and snapshot(src) == before
 
 
 def test_a_folder_without_images_is_refused(tmp_path):
@@ -151,8 +151,8 @@ def test_a_run_that_writes_no_record_fails_without_success(tmp_path):
     assert line.startswith(
         "img2tfrecord: error budget exceeded: no records written, 2 of 2 inputs rejected; no _SUCCESS was written"
     ), line
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)], os.listdir(out)
+    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
+    assert not [n for n in os.listdir(out) if n.startswith(output_files.TEMP_PREFIXES)], os.listdir(out)
     assert read_manifest(out).accounting.rejected == 2 and snapshot(src) == before
 
 

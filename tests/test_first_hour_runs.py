@@ -20,7 +20,7 @@ from helpers.datasets import photos
 from helpers.outputs import one_line, snapshot
 
 from img2tfrecord import faults
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 ARGS = ("--image-size", "24", "--num-shards", "4", "--no-analyze", "--seed", "5")
 
@@ -53,7 +53,7 @@ def _paused(args, marker: str) -> subprocess.Popen:
 
 def _without_lock(tree: dict) -> dict:
     """A snapshot with the lock file's size and time left out (its heartbeat rewrites it)."""
-    return {path: (None if path == manifest.LOCK_FILE else value) for path, value in tree.items()}
+    return {path: (None if path == output_files.LOCK_FILE else value) for path, value in tree.items()}
 
 
 def test_a_second_run_into_a_held_output_is_refused_and_spoils_nothing(dataset, tmp_path):
@@ -63,7 +63,7 @@ def test_a_second_run_into_a_held_output_is_refused_and_spoils_nothing(dataset, 
     first = _paused(("--input", root, "--output", out, *ARGS), marker)
     try:
         held = _without_lock(snapshot(out))
-        assert manifest.LOCK_FILE in held
+        assert output_files.LOCK_FILE in held
         for flags in ((), ("--overwrite",), ("--resume",), ("--image-size", "32", "--overwrite")):
             second = convert(root, out, *ARGS, *flags, runner=())
             assert second.returncode == 2, second.stderr[-2000:]
@@ -79,7 +79,7 @@ def test_a_second_run_into_a_held_output_is_refused_and_spoils_nothing(dataset, 
             first.wait()
     assert first.returncode == 0, stderr[-3000:]
     assert shard_digests(out) == shard_digests(reference)
-    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.LOCK_FILE))
     verified = subprocess.run(
         cli_command("verify", out), cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300
     )
@@ -109,7 +109,7 @@ def test_a_stopped_run_says_one_line_and_its_resume_command_finishes_it(dataset,
     python = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT + "/") else sys.executable
     assert shlex.split(command) == [python, "-m", "img2tfrecord", "convert", *args, "--resume"]
     left = sorted(os.listdir(out))
-    assert len(left) == 1 and left[0].startswith(manifest.RUN_FOLDER_PREFIX), left  # no lock, no beam-temp-*
+    assert len(left) == 1 and left[0].startswith(output_files.RUN_FOLDER_PREFIX), left  # no lock, no beam-temp-*
 
     resumed = subprocess.run(shlex.split(command), cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -124,7 +124,7 @@ def test_a_killed_runs_lock_is_taken_over_by_resume_with_a_warning(dataset, tmp_
     run = _paused(("--input", root, "--output", out, *ARGS), marker)
     run.kill()  # SIGKILL: nothing cleans up, the lock stays
     run.communicate(timeout=60)
-    assert os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+    assert os.path.exists(os.path.join(out, output_files.LOCK_FILE))
 
     before = snapshot(out)
     again = convert(root, out, *ARGS, runner=())
@@ -137,7 +137,7 @@ def test_a_killed_runs_lock_is_taken_over_by_resume_with_a_warning(dataset, tmp_
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"took over the stale lock on {out} of an earlier run (pid {run.pid} " in resumed.stderr
     assert shard_digests(out) == shard_digests(reference)
-    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.LOCK_FILE))
 
 
 def test_the_resume_hint_names_the_program_as_it_was_started(tmp_path, monkeypatch):

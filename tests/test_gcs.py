@@ -25,9 +25,10 @@ from gcs_emulator import Emulator, gcs_fixture, upload_file, upload_tree  # noqa
 from helpers.cli import run_in_process
 from helpers.datasets import dataset_files, make_images, write_tar, write_tree, write_zip
 
-from img2tfrecord.readers import records, storage
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord import storage
+from img2tfrecord.readers import records
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 SPLITS = ("--splits", "train=0.6,validation=0.2,test=0.2", "--seed", "3", "--image-size", "24")
 ONE = ("--processes", "1")  # where the number of conversion processes is not the point
@@ -55,7 +56,7 @@ def listing(directory: str) -> Dict[str, Tuple[int, float]]:
 
 
 def error_rows(output: str) -> List[Tuple[str, str]]:
-    text = storage.read_text(storage.join(output, manifest.ERRORS_FILE))
+    text = storage.read_text(storage.join(output, output_files.ERRORS_FILE))
     return sorted((row["relpath"], row["reason"]) for row in map(json.loads, text.splitlines()))
 
 
@@ -71,14 +72,14 @@ def assert_same_output(remote: str, local: str, analysed: bool = True) -> None:
     assert shard_digests(remote) == shard_digests(local) and shard_digests(local)
     assert error_rows(remote) == error_rows(local)
     assert comparable(records.read_manifest(remote)) == comparable(records.read_manifest(local))
-    name = manifest.LABELS_FILE
+    name = output_files.LABELS_FILE
     assert storage.read_text(storage.join(remote, name)) == storage.read_text(storage.join(local, name))
     objects = listing(remote)
-    for folder in (manifest.TRANSFORM_FN_DIR, manifest.TRANSFORMED_METADATA_DIR) if analysed else ():
+    for folder in (output_files.TRANSFORM_FN_DIR, output_files.TRANSFORMED_METADATA_DIR) if analysed else ():
         assert any(path.startswith(folder + "/") for path in objects), f"no {folder}/ in {remote}"
-    assert not [p for p in objects if p.startswith(manifest.TEMP_PREFIXES)], "temporary objects left behind"
+    assert not [p for p in objects if p.startswith(output_files.TEMP_PREFIXES)], "temporary objects left behind"
     stamps = {path: updated for path, (_, updated) in objects.items()}
-    assert max(stamps, key=lambda p: (stamps[p], p == manifest.SUCCESS_FILE)) == manifest.SUCCESS_FILE
+    assert max(stamps, key=lambda p: (stamps[p], p == output_files.SUCCESS_FILE)) == output_files.SUCCESS_FILE
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +205,11 @@ def storage_delete(path: str) -> None:
 
 
 def _done_objects(out: str) -> List[str]:
-    return [p for p in listing(out) if p.startswith(manifest.RUN_FOLDER_PREFIX) and f"/{manifest.RUN_DONE_DIR}/" in p]
+    return [
+        p
+        for p in listing(out)
+        if p.startswith(output_files.RUN_FOLDER_PREFIX) and f"/{output_files.RUN_DONE_DIR}/" in p
+    ]
 
 
 RESUME_ARGS = ("--image-size", "48", "--num-shards", "3", "--splits", "train=0.5,test=0.5", "--no-analyze", *ONE)
@@ -240,15 +245,15 @@ def test_a_killed_run_leaves_no_success_and_resume_finishes_it_with_the_same_byt
         proc.wait(timeout=60)
     finished = _done_objects(out)
     assert finished, "no finished shard to keep"
-    assert manifest.SUCCESS_FILE not in listing(out), "a killed run left _SUCCESS"
-    assert not [p for p in listing(out) if manifest.parse_shard_file_name(p)], "a shard got its final name"
+    assert output_files.SUCCESS_FILE not in listing(out), "a killed run left _SUCCESS"
+    assert not [p for p in listing(out) if output_files.parse_shard_file_name(p)], "a shard got its final name"
 
     resumed = cli(gcs, *args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"{len(finished)} finished shard(s) kept" in resumed.stderr, resumed.stderr[-2000:]
     assert shard_digests(out) == shard_digests(reference)
     assert comparable(records.read_manifest(out)) == comparable(records.read_manifest(reference))
-    assert manifest.SUCCESS_FILE in listing(out)
+    assert output_files.SUCCESS_FILE in listing(out)
 
 
 def test_objects_deleted_while_the_run_converts_are_not_found_rows(gcs, tmp_path):
@@ -284,7 +289,7 @@ def test_objects_deleted_while_the_run_converts_are_not_found_rows(gcs, tmp_path
     assert accounting.inputs == inputs == accounting.written + accounting.rejected
     missing = [relpath for relpath, reason in error_rows(out) if reason == "not_found"]
     assert missing and accounting.rejected == len(missing), error_rows(out)
-    assert accounting.written > 0 and manifest.SUCCESS_FILE in listing(out)
+    assert accounting.written > 0 and output_files.SUCCESS_FILE in listing(out)
     checked = cli(gcs, "verify", out)
     assert checked.returncode == 0, checked.stdout + checked.stderr[-2000:]
 

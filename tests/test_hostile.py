@@ -27,9 +27,9 @@ from helpers.outputs import read_records
 from helpers.shared_outputs import converted_once, run_unprivileged
 from PIL import Image
 
-from img2tfrecord import schemas
 from img2tfrecord.images import ImageError, ImageOptions, convert_image
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import output_files
 
 tf = pytest.importorskip("tensorflow")
 
@@ -116,12 +116,12 @@ def test_every_hostile_file_is_a_record_or_an_error_line(hostile_input, hostile_
     root, expected = hostile_input
     out, proc = hostile_output
     doc, records = read_records(out)
-    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8")]
+    errors = [json.loads(line) for line in open(os.path.join(out, output_files.ERRORS_FILE), encoding="utf-8")]
 
     by_name = {}
     for split_records in records.values():
         for r in split_records:
-            name = r[schemas.FILENAME].decode("utf-8")
+            name = r[keys.FILENAME].decode("utf-8")
             assert name not in by_name, f"{name!r} written twice"
             by_name[name] = r
     rejected = {}
@@ -143,10 +143,10 @@ def test_every_hostile_file_is_a_record_or_an_error_line(hostile_input, hostile_
     assert acc.rejected_by_reason == {r: list(want_errors.values()).count(r) for r in reasons}
     assert doc.options["decode_timeout_s"] == 20
     assert ODD_CLASS in doc.labels
-    with open(os.path.join(out, manifest.LABELS_FILE), encoding="utf-8") as f:
+    with open(os.path.join(out, output_files.LABELS_FILE), encoding="utf-8") as f:
         assert f.read() == "".join(name + "\n" for name in doc.labels)
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
-    assert not [n for n in os.listdir(out) if n.startswith(manifest.TEMP_PREFIXES)]
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
+    assert not [n for n in os.listdir(out) if n.startswith(output_files.TEMP_PREFIXES)]
 
 
 def test_hostile_records_hold_the_right_image(hostile_input, hostile_output):
@@ -155,12 +155,12 @@ def test_hostile_records_hold_the_right_image(hostile_input, hostile_output):
     _, records = read_records(out)
     for split_records in records.values():
         for r in split_records:
-            name = r[schemas.FILENAME].decode("utf-8")
+            name = r[keys.FILENAME].decode("utf-8")
             data, want = expected[name]
-            encoded = r[schemas.IMAGE_ENCODED]
-            assert r[schemas.IMAGE_FORMAT].decode() == want.fmt, name
-            assert (r[schemas.IMAGE_WIDTH], r[schemas.IMAGE_HEIGHT]) == want.size, name
-            assert r[schemas.IMAGE_CHANNELS] == 3
+            encoded = r[keys.IMAGE_ENCODED]
+            assert r[keys.IMAGE_FORMAT].decode() == want.fmt, name
+            assert (r[keys.IMAGE_WIDTH], r[keys.IMAGE_HEIGHT]) == want.size, name
+            assert r[keys.IMAGE_CHANNELS] == 3
             assert (encoded == data) == want.kept, name
             # TensorFlow decodes every stored image to the declared shape.
             decoded = tf.io.decode_image(encoded, channels=3, expand_animations=False)
@@ -173,7 +173,7 @@ def test_hostile_records_hold_the_right_image(hostile_input, hostile_output):
 
 def test_file_names_are_escaped_in_errors_jsonl(hostile_output):
     out, _ = hostile_output
-    raw = open(os.path.join(out, manifest.ERRORS_FILE), "rb").read()
+    raw = open(os.path.join(out, output_files.ERRORS_FILE), "rb").read()
     lines = raw.split(b"\n")
     assert lines[-1] == b""
     for line in lines[:-1]:
@@ -226,8 +226,8 @@ def test_resize_of_extreme_shapes_orientations_and_animations(tmp_path):
         doc, records = read_records(target)
         assert doc.accounting.written == len(files) and doc.accounting.rejected == 0
         for r in records["train"]:
-            name = r[schemas.FILENAME].decode()
-            decoded = tf.io.decode_image(r[schemas.IMAGE_ENCODED], channels=3, expand_animations=False).numpy()
+            name = r[keys.FILENAME].decode()
+            decoded = tf.io.decode_image(r[keys.IMAGE_ENCODED], channels=3, expand_animations=False).numpy()
             assert decoded.shape == (24, 32, 3), name
             if name.startswith(("animated/", "colour/", "exif/")) and resize == "fill":
                 got = _quadrants(Image.fromarray(decoded))
@@ -249,7 +249,7 @@ def test_names_that_are_not_utf8_become_bad_name_rows(tmp_path):
     proc = convert(root, out, *FAST, *ONE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 file name(s) are not valid UTF-8" in proc.stderr
-    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8")]
+    errors = [json.loads(line) for line in open(os.path.join(out, output_files.ERRORS_FILE), encoding="utf-8")]
     assert sorted((e["relpath"], e["reason"]) for e in errors) == [
         ("cat/caf\\xe9 latin-1.jpg", "bad_name"),
         ("r\\xe9sum\\xe9/a.jpg", "bad_name"),
@@ -259,8 +259,8 @@ def test_names_that_are_not_utf8_become_bad_name_rows(tmp_path):
     assert doc.labels == ("cat", "dog")  # a class folder whose name is not text is no class
     assert doc.accounting.inputs == 4 and doc.accounting.written == 2 and doc.accounting.rejected == 2
     assert doc.accounting.skipped == 1
-    assert sorted(r[schemas.FILENAME].decode() for r in records["train"]) == ["cat/fine.jpg", "dog/fine.jpg"]
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert sorted(r[keys.FILENAME].decode() for r in records["train"]) == ["cat/fine.jpg", "dog/fine.jpg"]
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
 
 
 def test_class_folder_with_a_line_break_stops_the_run_at_launch(tmp_path):
@@ -341,16 +341,16 @@ def test_a_folder_that_cannot_be_listed_is_an_error_row_and_its_class_stays(unpr
         "img2tfrecord: error budget exceeded: 1 of 4 inputs rejected"
     )
     out = str(base / "classes-out")
-    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
+    errors = [json.loads(line) for line in open(os.path.join(out, output_files.ERRORS_FILE))]
     assert [(e["path"], e["relpath"], e["reason"]) for e in errors] == [(dog, "dog/", "unlistable")]
     assert "folder cannot be listed (permission denied)" in errors[0]["error"]
-    labels = open(os.path.join(out, manifest.LABELS_FILE)).read().split()
+    labels = open(os.path.join(out, output_files.LABELS_FILE)).read().split()
     assert labels == ["cat", "dog", "emu"]
     moved = str(tmp_path / "classes-out")  # appended to a copy: other tests read the module's outputs
     shutil.copytree(out, moved)
     appended = convert(str(base / "classes"), moved, *FAST, *ONE, "--append")
     assert appended.returncode == 0, appended.stderr[-3000:]
-    doc = json.load(open(os.path.join(moved, manifest.MANIFEST_FILE)))
+    doc = json.load(open(os.path.join(moved, output_files.MANIFEST_FILE)))
     assert doc["labels"] == labels and doc["splits"]["train"]["examples_per_class"]["dog"] == 2
     assert doc["accounting"]["rejected_by_reason"] == {}  # the folder was tried again: its files are in
 
@@ -372,7 +372,7 @@ def test_permission_denied_file_is_an_unreadable_error(unprivileged):
     proc = found["unreadable"]
     out = str(base / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    errors = [json.loads(line) for line in open(os.path.join(out, manifest.ERRORS_FILE))]
+    errors = [json.loads(line) for line in open(os.path.join(out, output_files.ERRORS_FILE))]
     assert [(e["relpath"], e["reason"]) for e in errors] == [("cat/secret.jpg", "unreadable")]
     assert "Permission denied" in errors[0]["error"]
 

@@ -11,7 +11,7 @@ from helpers.cli import run_in_process
 from PIL import Image
 
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 
 def test_summary_lists_splits_classes_shards_and_sizes(converted_sample):
@@ -104,7 +104,7 @@ def test_rejected_inputs_by_reason(converted_sample, tmp_path):
         "reason": "truncated",
         "error": "image file is truncated",
     }
-    with open(out / manifest.ERRORS_FILE, "a", encoding="utf-8") as f:
+    with open(out / output_files.ERRORS_FILE, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
     acc = doc["accounting"]
     acc["inputs"] += 1
@@ -182,7 +182,7 @@ def test_unreadable_shard_is_reported_not_raised(converted_sample, tmp_path):
     shard = read_manifest(str(out)).splits["train"].shards[0].file
     path = out / shard
     path.write_bytes(path.read_bytes()[:100])
-    os.remove(out / manifest.SUCCESS_FILE)
+    os.remove(out / output_files.SUCCESS_FILE)
     proc = run_in_process("inspect", str(out))
     assert proc.returncode == 1
     assert f"cannot read: {shard}: record 0" in proc.stdout

@@ -1,5 +1,5 @@
 """The launch's memory flat in the number of inputs: the listing held compactly (pipeline/file_table.py), the
-ledger and the placed items streamed (schemas/ledger.py, schemas/placed_items.py), an append's comparison
+ledger and the placed items streamed (schemas/ledger.py, conversion/placed_items.py), an append's comparison
 a merge of sorted ledgers (conversion/appends.py); each gives what the whole-in-memory forms gave."""
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ import random
 import tracemalloc
 
 from img2tfrecord import api
-from img2tfrecord.conversion import appends
+from img2tfrecord.conversion import appends, placed_items
 from img2tfrecord.conversion.placement import Placement
 from img2tfrecord.model import ShardItem, WorkItem
 from img2tfrecord.pipeline.file_table import FileTable
 from img2tfrecord.pipeline.launch import launch, placed
-from img2tfrecord.pipeline.placing import place_listing
-from img2tfrecord.schemas import placed_items
+from img2tfrecord.pipeline.write_placed_items import place_listing
 from img2tfrecord.schemas.ledger import LedgerEntry, LedgerFile, iter_ledger, ledger_bytes, ledger_chunks
 
 

@@ -25,7 +25,7 @@ from img2tfrecord.pipeline import lock as lock_module
 from img2tfrecord.pipeline.lock import Holder, OutputLock, OutputLocked, lock_output
 from img2tfrecord.pipeline.lock_stores import GcsStore, LocalStore
 from img2tfrecord.pipeline.outputs import list_output
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 
 def _dead_pid() -> int:
@@ -45,7 +45,7 @@ def test_a_lock_names_its_holder_and_refuses_a_second_run(tmp_path):
     first = lock_output(out)
     first.acquire(take_over_stale=False)
     try:
-        with open(os.path.join(out, manifest.LOCK_FILE), encoding="utf-8") as f:
+        with open(os.path.join(out, output_files.LOCK_FILE), encoding="utf-8") as f:
             doc = json.load(f)
         assert doc["pid"] == os.getpid() and doc["host"] == socket.gethostname()
         assert {"started", "heartbeat", "token"} <= set(doc)
@@ -56,7 +56,7 @@ def test_a_lock_names_its_holder_and_refuses_a_second_run(tmp_path):
                 lock_output(out).acquire(take_over_stale=take_over)
     finally:
         first.release()
-    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.LOCK_FILE))
     again = lock_output(out)
     again.acquire(take_over_stale=False)
     assert again.held
@@ -65,7 +65,7 @@ def test_a_lock_names_its_holder_and_refuses_a_second_run(tmp_path):
 
 def test_the_heartbeat_rewrites_the_lock_and_notices_a_takeover(tmp_path, caplog):
     out = str(tmp_path / "out")
-    store = LocalStore(os.path.join(out, manifest.LOCK_FILE))
+    store = LocalStore(os.path.join(out, output_files.LOCK_FILE))
     held = OutputLock(out, store, heartbeat_s=0.05)
     held.acquire(take_over_stale=False)
     first = Holder.parse(store.read().data, 0).heartbeat
@@ -90,7 +90,7 @@ def test_the_heartbeat_rewrites_the_lock_and_notices_a_takeover(tmp_path, caplog
 
 def test_the_heartbeat_notices_a_removed_lock(tmp_path, caplog):
     out = str(tmp_path / "out")
-    store = LocalStore(os.path.join(out, manifest.LOCK_FILE))
+    store = LocalStore(os.path.join(out, output_files.LOCK_FILE))
     held = OutputLock(out, store, heartbeat_s=0.05)
     held.acquire(take_over_stale=False)
     os.remove(store.path)  # the output deleted under the run
@@ -114,7 +114,7 @@ def test_the_heartbeat_notices_a_removed_lock(tmp_path, caplog):
 def test_a_stale_lock_is_named_and_taken_over_only_when_asked(tmp_path, holder, why):
     out = str(tmp_path / "out")
     os.makedirs(out)
-    path = os.path.join(out, manifest.LOCK_FILE)
+    path = os.path.join(out, output_files.LOCK_FILE)
     planted = _planted(*holder())
     with open(path, "wb") as f:
         f.write(planted)
@@ -137,7 +137,7 @@ def test_a_stale_lock_is_named_and_taken_over_only_when_asked(tmp_path, holder, 
 def test_a_live_holder_on_another_host_is_not_stale(tmp_path):
     out = str(tmp_path / "out")
     os.makedirs(out)
-    with open(os.path.join(out, manifest.LOCK_FILE), "wb") as f:
+    with open(os.path.join(out, output_files.LOCK_FILE), "wb") as f:
         f.write(_planted(1, "another-host", 60))
     with pytest.raises(OutputLocked, match="pid 1 on host another-host"):
         lock_output(out).acquire(take_over_stale=True)
@@ -147,7 +147,7 @@ def test_a_live_holder_on_another_host_is_not_stale(tmp_path):
 def test_an_unparsable_lock_is_judged_by_its_age_alone(tmp_path, monkeypatch, data, why):
     out = str(tmp_path / "out")
     os.makedirs(out)
-    path = os.path.join(out, manifest.LOCK_FILE)
+    path = os.path.join(out, output_files.LOCK_FILE)
     with open(path, "wb") as f:
         f.write(data)
     monkeypatch.setattr(lock_module, "_UNREADABLE_WAIT_S", 0.0)
@@ -338,7 +338,7 @@ def test_runs_racing_for_a_local_and_a_gs_output_one_wins_each(request, tmp_path
     gs_out = fake_gcs.url("race") if fake_gcs else None
     results = _race([out] + ([gs_out] if gs_out else []), str(tmp_path), env=fake_gcs.env if fake_gcs else None)
     _one_winner(results[out])
-    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.LOCK_FILE))
     if gs_out is None:
         pytest.skip(f"the local race passed; the gs:// one needs fake-gcs-server: {why}")
     _one_winner(results[gs_out])
@@ -354,7 +354,7 @@ def test_a_lock_handed_to_a_submitted_job_refuses_other_runs_until_the_job_remov
     launcher.acquire(take_over_stale=False)
     version = launcher.hand_over()
     launcher.release()  # the launcher leaves; the lock stays with the job
-    path = os.path.join(out, manifest.LOCK_FILE)
+    path = os.path.join(out, output_files.LOCK_FILE)
     with open(path, encoding="utf-8") as f:
         assert json.load(f)["job"] is True
     # The launcher's process being gone does not make it stale, nor does --resume/--overwrite take it.
@@ -386,7 +386,7 @@ def test_a_run_into_an_output_a_submitted_job_holds_exits_2_and_changes_nothing(
     make_images(src, classes=2, per_class=3, size=(24, 20))
     first = run_in_process("convert", "--input", src, "--output", out, "--no-analyze", "--no-wait", *IN_MEMORY)
     assert first.returncode == 0, first.stderr
-    assert not os.path.exists(os.path.join(out, manifest.LOCK_FILE))  # the job removed it with _SUCCESS
+    assert not os.path.exists(os.path.join(out, output_files.LOCK_FILE))  # the job removed it with _SUCCESS
     launcher = lock_output(out)
     launcher.acquire(take_over_stale=False)
     launcher.hand_over()

@@ -1,5 +1,6 @@
-"""Work items placed at launch (conversion/placement.py, pipeline/placing.py, transforms/placed_shards.py):
-the same shards, bytes and rejections as work items placed and shuffled in the job."""
+"""Work items placed at launch (conversion/placement.py, pipeline/write_placed_items.py,
+transforms/read_placed_shards.py): the same shards, bytes and rejections as work items placed and shuffled in
+the job."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from helpers.datasets import write_tree
 
+from img2tfrecord.conversion import placed_items
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.placement import place_all, shard_keys
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS, WorkItem
-from img2tfrecord.pipeline.placing import place_listing
-from img2tfrecord.schemas import manifest, placed_items
+from img2tfrecord.pipeline.write_placed_items import place_listing
+from img2tfrecord.schemas import output_files
 from img2tfrecord.transforms.assign_shards import AssignShardsFn
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
-from img2tfrecord.transforms.shards import WriteShards
+from img2tfrecord.transforms.write_shards import WriteShards
 
 LABELS = ["cat", "dog"]
 SPLITS = (("train", 0.6), ("test", 0.4))
@@ -75,8 +77,8 @@ def test_placed_items_read_back_by_block_and_a_damaged_block_is_a_value_error(tm
 
 def _write(out: str, items, placed_at_launch: bool):
     """WriteShards over ``items``, placed in the job or at launch, its error rows checked; -> the shard bytes."""
-    run = os.path.join(out, manifest.run_folder("0123456789abcdef"))
-    sinks = ShardSinks(out, "none", os.path.join(run, manifest.RUN_SHARDS_DIR))
+    run = os.path.join(out, output_files.run_folder("0123456789abcdef"))
+    sinks = ShardSinks(out, "none", os.path.join(run, output_files.RUN_SHARDS_DIR))
     converter = _converter()
     placed = None
     if placed_at_launch:
@@ -97,7 +99,7 @@ def _write(out: str, items, placed_at_launch: bool):
         )
     shards = {}
     for name in sorted(os.listdir(out)):
-        if manifest.parse_shard_file_name(name):
+        if output_files.parse_shard_file_name(name):
             with open(os.path.join(out, name), "rb") as f:
                 shards[name] = f.read()
     return shards

@@ -222,11 +222,11 @@ def test_a_prefetching_pool_nobody_takes_is_closed_without_waiting_for_its_work(
 
 
 def _shard_digests(out):
-    from img2tfrecord.schemas import manifest
+    from img2tfrecord.schemas import output_files
 
     found = {}
     for name in sorted(os.listdir(out)):
-        if manifest.parse_shard_file_name(name):
+        if output_files.parse_shard_file_name(name):
             with open(os.path.join(out, name), "rb") as f:
                 found[name] = hashlib.sha256(f.read()).hexdigest()
     return found

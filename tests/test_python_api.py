@@ -17,8 +17,8 @@ from helpers.cli import run_in_process
 import img2tfrecord
 from img2tfrecord import api, cli, faults
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
-from img2tfrecord.schemas import dataset_manifest, manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import dataset_json, output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 FAST = {"analyze": False, "pipeline_options": list(IN_MEMORY)}
 ONE = {"processes": 1, **FAST}  # where the worker pool is not the point
@@ -61,7 +61,7 @@ def test_convert_returns_the_manifest_and_writes_the_command_lines_bytes(sample_
     assert result.accounting is not None and result.accounting.inputs == result.accounting.written == 80
     assert sorted(result.splits) == ["test", "train", "validation"]
     assert all(len(info.shards) == 2 for info in result.splits.values())
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
     # converted_sample is `img2tfrecord convert` with the same options, analysed, with a process per core.
     assert shard_digests(out) == shard_digests(converted_sample)
 
@@ -73,7 +73,7 @@ def test_bad_images_are_rejected_rows_and_the_run_goes_on(photos_with_bad_files,
     acc = result.accounting
     assert (acc.inputs, acc.written, acc.rejected) == (82, 80, 2)
     assert acc.inputs == acc.written + acc.rejected
-    with open(os.path.join(out, manifest.ERRORS_FILE), encoding="utf-8") as f:
+    with open(os.path.join(out, output_files.ERRORS_FILE), encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     assert sorted(os.path.basename(row["path"]) for row in rows) == ["notes.jpg", "truncated.jpg"]
     assert sum(acc.rejected_by_reason.values()) == 2
@@ -85,7 +85,7 @@ def test_past_the_error_budget_the_finished_output_comes_with_the_exception(phot
         api.convert(photos_with_bad_files, out, image_size=32, max_error_rate=0.001, **ONE)
     assert str(info.value).startswith("error budget exceeded: 2 of 82 inputs rejected")
     assert info.value.result is not None and info.value.result.accounting.rejected == 2
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))  # complete and consistent, still reported
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))  # complete and consistent, still reported
 
 
 def test_no_record_written_raises_and_leaves_no_success(tmp_path):
@@ -97,7 +97,7 @@ def test_no_record_written_raises_and_leaves_no_success(tmp_path):
     with pytest.raises(ErrorBudgetExceeded, match="no records written, 3 of 3 inputs rejected") as info:
         api.convert(str(tmp_path / "photos"), out, **ONE)
     assert info.value.result is not None and info.value.result.num_examples == 0
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
 
 
 def test_a_pipeline_failure_is_conversion_failed_with_the_runners_exception(sample_dir, tmp_path, monkeypatch):
@@ -107,7 +107,7 @@ def test_a_pipeline_failure_is_conversion_failed_with_the_runners_exception(samp
     with pytest.raises(ConversionFailed, match="AccountingError|inputs but") as info:
         api.convert(sample_dir, out, image_size=32, processes=1, **FAST)
     assert info.value.__cause__ is not None
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
 
 
 @pytest.mark.parametrize(
@@ -231,16 +231,16 @@ def test_an_input_that_gives_no_record_is_no_records_written_with_the_analysis(t
             .splitlines()[-1]
             .startswith("img2tfrecord: error budget exceeded: no records written, 1 of 1 inputs rejected")
         ), proc.stderr[-3000:]
-        with open(os.path.join(out, manifest.MANIFEST_FILE), encoding="utf-8") as f:
-            doc = dataset_manifest.loads(f.read())  # written to say why, without _SUCCESS
+        with open(os.path.join(out, output_files.MANIFEST_FILE), encoding="utf-8") as f:
+            doc = dataset_json.loads(f.read())  # written to say why, without _SUCCESS
     else:
         with pytest.raises(ErrorBudgetExceeded, match="no records written") as info:
             api.convert(given, out, processes=1, pipeline_options=list(IN_MEMORY))
         doc = info.value.result
     assert doc is not None and doc.num_examples == 0 and doc.accounting.rejected == doc.accounting.inputs > 0
-    assert not os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
     if not doc.labels:  # no class: nothing analysed, no transform of nothing published
-        assert doc.statistics is None and not os.path.exists(os.path.join(out, manifest.TRANSFORM_FN_DIR))
+        assert doc.statistics is None and not os.path.exists(os.path.join(out, output_files.TRANSFORM_FN_DIR))
 
 
 def test_a_failed_conversion_prints_nothing_and_its_exception_names_the_log(sample_dir, tmp_path):

@@ -18,8 +18,8 @@ from conftest import ROOT, SRC, manifest_to_edit, write_manifest_doc  # noqa: E4
 
 import img2tfrecord  # noqa: E402
 from img2tfrecord.schemas import features as keys  # noqa: E402
-from img2tfrecord.schemas import manifest  # noqa: E402
-from img2tfrecord.schemas.dataset_manifest import (  # noqa: E402
+from img2tfrecord.schemas import output_files  # noqa: E402
+from img2tfrecord.schemas.dataset_json import (  # noqa: E402
     Accounting,
     Compression,
     DatasetManifest,
@@ -171,14 +171,14 @@ def test_bad_calls(converted_sample, tmp_path):
         img2tfrecord.load(converted_sample, batch_size=0)
     incomplete = tmp_path / "incomplete"
     shutil.copytree(converted_sample, incomplete)
-    os.remove(incomplete / manifest.SUCCESS_FILE)
+    os.remove(incomplete / output_files.SUCCESS_FILE)
     with pytest.raises(ValueError, match=f"^{incomplete}: the conversion is incomplete, no _SUCCESS "):
         img2tfrecord.load(str(incomplete))
 
 
 def test_load_of_an_output_interrupted_before_its_manifest(tmp_path):
     out = tmp_path / "out"
-    (out / f"{manifest.RUN_FOLDER_PREFIX}0a1b2c").mkdir(parents=True)  # all a run leaves before dataset.json
+    (out / f"{output_files.RUN_FOLDER_PREFIX}0a1b2c").mkdir(parents=True)  # all a run leaves before dataset.json
     with pytest.raises(ValueError, match=f"^{out}: the conversion is incomplete, no dataset.json and no _SUCCESS "):
         img2tfrecord.load(str(out))
 
@@ -247,7 +247,7 @@ def _write_dataset(out, images, fmt_option, size):
     """Write ``images`` = [(pixels uint8 HxWx3, stored format)] as one train shard with a manifest."""
     os.makedirs(out)
     names = ["a", "b"]
-    shard = manifest.shard_file_name("train", 0, 1)
+    shard = output_files.shard_file_name("train", 0, 1)
     with tf.io.TFRecordWriter(os.path.join(out, shard)) as writer:
         for n, (pixels, fmt) in enumerate(images):
             encoded = pixels.tobytes() if fmt == keys.FORMAT_RAW else tf.io.encode_png(pixels).numpy()
@@ -273,10 +273,10 @@ def _write_dataset(out, images, fmt_option, size):
         accounting=Accounting(inputs=len(images), written=len(images), rejected=0),
     )
     write_manifest_doc(out, doc.to_json())
-    open(os.path.join(out, manifest.SUCCESS_FILE), "wb").close()
-    with open(os.path.join(out, manifest.LABELS_FILE), "w") as f:
+    open(os.path.join(out, output_files.SUCCESS_FILE), "wb").close()
+    with open(os.path.join(out, output_files.LABELS_FILE), "w") as f:
         f.write("a\nb\n")
-    open(os.path.join(out, manifest.ERRORS_FILE), "w").close()
+    open(os.path.join(out, output_files.ERRORS_FILE), "w").close()
 
 
 def _pixels(n, h, w, seed=0):

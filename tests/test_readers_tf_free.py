@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 from conftest import ROOT, SRC, convert, manifest_to_edit, write_manifest_doc
 
+from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import datasource, records
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 CONVERT_ARGS = ("--image-size", "64", "--splits", "train=0.8,test=0.2", "--no-analyze", "--num-shards", "3")
 
@@ -53,7 +54,7 @@ def _copy(src: str, tmp_path, name: str = "out") -> str:
 
 def _drop_indexes(out: str) -> None:
     """Remove the index files and their manifest entries: the readers then walk the record headers."""
-    shutil.rmtree(os.path.join(out, manifest.INDEX_DIR), ignore_errors=True)
+    shutil.rmtree(os.path.join(out, output_files.INDEX_DIR), ignore_errors=True)
     doc = manifest_to_edit(out)
     for info in doc["splits"].values():
         for shard in info["shards"]:
@@ -65,7 +66,7 @@ def _prepared(output: str, tmp_path, indexed: bool) -> str:
     """A copy of ``output`` with an index file for every shard, or with none."""
     out = _copy(output, tmp_path)
     if indexed:
-        if not os.path.isdir(os.path.join(out, manifest.INDEX_DIR)):
+        if not os.path.isdir(os.path.join(out, output_files.INDEX_DIR)):
             _write_indexes(out)
     else:
         _drop_indexes(out)
@@ -82,9 +83,9 @@ def _write_indexes(out: str) -> None:
     In a subprocess: the tfrecord package registers its own ``tensorflow.Example``
     in protobuf's default pool, which then breaks importing TensorFlow.
     """
-    os.makedirs(os.path.join(out, manifest.INDEX_DIR), exist_ok=True)
+    os.makedirs(os.path.join(out, output_files.INDEX_DIR), exist_ok=True)
     pairs = [
-        (os.path.join(out, shard.file), os.path.join(out, manifest.index_file(shard.file)))
+        (os.path.join(out, shard.file), os.path.join(out, output_files.index_file(shard.file)))
         for info in records.read_manifest(out).splits.values()
         for shard in info.shards
     ]
@@ -122,7 +123,7 @@ def _names(examples):
 @pytest.mark.parametrize("indexed", [True, False])
 def test_source_reads_every_record_in_shard_order(output, tmp_path, indexed):
     out = _prepared(output, tmp_path, indexed)
-    assert os.path.exists(os.path.join(out, manifest.INDEX_DIR)) == indexed
+    assert os.path.exists(os.path.join(out, output_files.INDEX_DIR)) == indexed
     doc = records.read_manifest(out)
     for split in ("train", "test"):
         source = datasource.SplitDataSource(out, split)
@@ -150,24 +151,24 @@ def test_decode_false_gives_the_stored_bytes(output):
 def test_index_files_in_dali_format_are_used_and_match_the_header_walk(output, tmp_path):
     out = _copy(output, tmp_path)
     shard = _shard(out, "train", 1)
-    index_path = os.path.join(out, manifest.index_file(os.path.basename(shard)))
+    index_path = os.path.join(out, output_files.index_file(os.path.basename(shard)))
     written = open(index_path).read() if os.path.exists(index_path) else None
     walked = records.walk_offsets(shard)
     _write_indexes(out)
     with open(index_path) as f:
         dali_text = f.read()
-    assert records.index_text(walked) == dali_text
+    assert tfrecord_codec.index_text(walked) == dali_text
     if written is not None:  # convert's own index files are byte for byte tfrecord2idx's
         assert written == dali_text
     info = datasource.read_split(out, "train").shards[1]
     assert datasource.shard_offsets(info) == walked
     # The index is what is read: one that misplaces a record is caught at that record.
-    entries = records.parse_index(dali_text)
+    entries = tfrecord_codec.parse_index(dali_text)
     (_, l0), (_, l1) = entries[0], entries[1]
     assert l0 != l1, "the test needs two records of different sizes"
     swapped = [(0, l1), (l1, l0)] + entries[2:]
-    with open(os.path.join(out, manifest.index_file(os.path.basename(shard))), "w") as f:
-        f.write(records.index_text(swapped))
+    with open(os.path.join(out, output_files.index_file(os.path.basename(shard))), "w") as f:
+        f.write(tfrecord_codec.index_text(swapped))
     source = datasource.SplitDataSource(out, "train")
     first = records.read_manifest(out).splits["train"].shards[0].num_records
     with pytest.raises(
@@ -184,8 +185,8 @@ def test_index_declared_in_the_manifest(output, tmp_path):
     doc = manifest_to_edit(out)
     for info in doc["splits"].values():
         for shard in info["shards"]:
-            moved = f"{manifest.INDEX_DIR}/moved-{shard['file']}.idx"
-            os.rename(os.path.join(out, manifest.index_file(shard["file"])), os.path.join(out, moved))
+            moved = f"{output_files.INDEX_DIR}/moved-{shard['file']}.idx"
+            os.rename(os.path.join(out, output_files.index_file(shard["file"])), os.path.join(out, moved))
             shard["index"] = moved
     write_manifest_doc(out, doc)
     source = datasource.SplitDataSource(out, "test")
@@ -200,9 +201,9 @@ def test_index_disagreeing_with_its_shard(output, tmp_path, damage):
     out = _copy(output, tmp_path)
     _write_indexes(out)
     shard = _shard(out, "train", 0)
-    index_path = os.path.join(out, manifest.index_file(os.path.basename(shard)))
+    index_path = os.path.join(out, output_files.index_file(os.path.basename(shard)))
     with open(index_path) as f:
-        entries = records.parse_index(f.read())
+        entries = tfrecord_codec.parse_index(f.read())
     if damage == "shifted offset":
         entries[2] = (entries[2][0] + 1, entries[2][1])
         pattern = r"train-00000-of-00003\.tfrecord\.idx: record 2: disagrees"
@@ -213,7 +214,7 @@ def test_index_disagreeing_with_its_shard(output, tmp_path, damage):
         entries[-1] = (entries[-1][0], entries[-1][1] - 1)
         pattern = r"train-00000-of-00003\.tfrecord\.idx: covers \d+ bytes of .*train-00000-of-00003\.tfrecord"
     with open(index_path, "w") as f:
-        f.write(records.index_text(entries))
+        f.write(tfrecord_codec.index_text(entries))
     with pytest.raises(datasource.IndexMismatchError, match=pattern):
         datasource.SplitDataSource(out, "train")[0]
 
@@ -451,7 +452,7 @@ def test_gzip_shard_cut_short(gzip_output, tmp_path):
 
 def test_output_without_success(output, tmp_path):
     out = _copy(output, tmp_path)
-    os.remove(os.path.join(out, manifest.SUCCESS_FILE))
+    os.remove(os.path.join(out, output_files.SUCCESS_FILE))
     message = "^" + re.escape(f"{out}: the conversion is incomplete, no _SUCCESS (")
     with pytest.raises(datasource.IncompleteOutputError, match=message) as raised:
         datasource.SplitDataSource(out, "train")
@@ -462,8 +463,8 @@ def test_output_without_success(output, tmp_path):
 
 def test_interrupted_output_with_only_its_staging_folder(tmp_path):
     out = tmp_path / "out"
-    (out / f"{manifest.RUN_FOLDER_PREFIX}0a1b2c").mkdir(parents=True)  # a run stopped before dataset.json
-    (out / f"{manifest.RUN_FOLDER_PREFIX}0a1b2c" / "train-00000-of-00002.tfrecord").write_bytes(b"")
+    (out / f"{output_files.RUN_FOLDER_PREFIX}0a1b2c").mkdir(parents=True)  # a run stopped before dataset.json
+    (out / f"{output_files.RUN_FOLDER_PREFIX}0a1b2c" / "train-00000-of-00002.tfrecord").write_bytes(b"")
     message = (
         "^"
         + re.escape(f"{out}: the conversion is incomplete, no dataset.json and no _SUCCESS (")

@@ -13,8 +13,8 @@ from img2tfrecord.readers import datasource, records
 from img2tfrecord.readers.tfds_metadata import write_tfds_metadata
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas import manifest, tfds_layout
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, RecordType, TfdsStatus
+from img2tfrecord.schemas import output_files, tfds_layout
+from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, RecordType, TfdsStatus
 
 NO_ANALYSIS = ("--no-analyze", "--num-shards", "3")
 
@@ -76,7 +76,7 @@ def test_tfds_reads_every_split_as_written(jpeg_output):
         name: s.num_examples for name, s in doc.splits.items()
     }
     assert [s.num_shards for s in info.splits.values()] == [3, 3]
-    with open(os.path.join(jpeg_output, manifest.LABELS_FILE), encoding="utf-8") as f:
+    with open(os.path.join(jpeg_output, output_files.LABELS_FILE), encoding="utf-8") as f:
         names = label_map.parse_labels_text(f.read())
     assert info.features["image"]["class"]["label"].names == names == list(doc.labels)
     assert info.features["image"]["encoded"].shape == (64, 64, 3)

@@ -17,7 +17,7 @@ from img2tfrecord import verification
 from img2tfrecord.conversion.converter import natural_key
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.readers import records as rec
-from img2tfrecord.schemas import example_proto, manifest
+from img2tfrecord.schemas import example_proto, output_files
 from img2tfrecord.schemas import features as keys
 
 tf = pytest.importorskip("tensorflow")
@@ -119,7 +119,7 @@ def clips_converted(tmp_path_factory):
 
 def test_sequence_records_hold_every_frame_in_natural_order(clips_converted):
     files, lengths, _, out, doc = clips_converted
-    assert doc.record_type.value == manifest.SEQUENCE_RECORD_TYPE and doc.is_sequence
+    assert doc.record_type.value == output_files.SEQUENCE_RECORD_TYPE and doc.is_sequence
     assert doc.spec[keys.IMAGE_ENCODED]["kind"] == keys.FIXED_LEN_SEQUENCE
     assert doc.spec[keys.CLIP_NAME]["kind"] == keys.FIXED_LEN
     _, clips = read_sequences(out)

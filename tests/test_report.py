@@ -33,11 +33,11 @@ from conftest import convert
 from helpers.cli import run_in_process
 from PIL import Image
 
-from img2tfrecord.conversion.sharding import assign_split, parse_splits
+from img2tfrecord.conversion.seeded_hashes import assign_split, parse_splits
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.report import duplicates as dup
 from img2tfrecord.report import facts, group_lines, html_page, near_search, page_classes, perceptual_hash
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 SEED = 5
 SPLITS = "train=0.6,validation=0.2,test=0.2"
@@ -279,7 +279,7 @@ def test_incomplete_output_gives_a_report_that_says_so(planted, tmp_path):
     _, out = planted
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
-    os.remove(copy / manifest.SUCCESS_FILE)
+    os.remove(copy / output_files.SUCCESS_FILE)
     proc = run_in_process("report", str(copy), "--output", str(tmp_path / "r.html"))
     assert proc.returncode == 1
     assert "_SUCCESS" in _one_line_error(proc)
@@ -334,9 +334,9 @@ def test_manifest_field_of_the_wrong_type_is_a_one_line_error_naming_it(planted,
     _, out = planted
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
-    doc = json.load(open(copy / manifest.MANIFEST_FILE))
+    doc = json.load(open(copy / output_files.MANIFEST_FILE))
     doc["splits"]["test"]["shards"][0]["num_records"] = -1
-    (copy / manifest.MANIFEST_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    (copy / output_files.MANIFEST_FILE).write_text(json.dumps(doc), encoding="utf-8")
     proc = run_in_process("report", str(copy), "--output", str(tmp_path / "r.html"))
     assert proc.returncode == 2
     assert _one_line_error(proc).endswith("dataset.json: splits.test.shards[0].num_records is -1, not a count")

@@ -17,7 +17,7 @@ from helpers.outputs import read_records
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import plan_input
 from img2tfrecord.pipeline.runner import pipeline_options
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 pytest.importorskip("tensorflow")  # read_records reads the shards with TensorFlow
 
@@ -105,7 +105,7 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
             r["image/key/sha256"] for r in rec_local[split]
         )
         assert doc_port.splits[split].examples_per_class == doc_local.splits[split].examples_per_class
-    assert os.path.exists(os.path.join(portable, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(portable, output_files.SUCCESS_FILE))
     assert not glob.glob(os.path.join(portable, "beam-temp-*"))
     # The same shard files, byte for byte, and dataset.json lists the same sha256 for each.
     assert shard_digests(portable) == shard_digests(local) and shard_digests(local)

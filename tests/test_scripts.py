@@ -10,7 +10,7 @@ import subprocess
 from conftest import ROOT
 
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 
 def _env(**extra):
@@ -23,7 +23,7 @@ def test_run_local_converts_the_sample_dataset():
     proc = subprocess.run(["./run_local.sh"], cwd=ROOT, capture_output=True, text=True, timeout=900, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = os.path.join(ROOT, "output")
-    assert os.path.exists(os.path.join(out, manifest.SUCCESS_FILE))
+    assert os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
     doc = read_manifest(out)
     assert doc.labels == ("circle", "square", "stripes", "triangle")
     acc = doc.accounting

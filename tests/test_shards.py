@@ -1,4 +1,4 @@
-"""Work items grouped by shard and each shard streamed to its file (transforms/shards.py, conversion/pool.py)."""
+"""Work items grouped by shard and each shard streamed to its file (transforms/write_shards.py, conversion/pool.py)."""
 
 from __future__ import annotations
 
@@ -24,18 +24,18 @@ from helpers.datasets import write_tree
 
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool
-from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
+from img2tfrecord.conversion.seeded_hashes import assign_shard, shuffle_key
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS, ShardResult, WorkItem
 from img2tfrecord.readers import records as R
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.tfrecord_codec import framed_length
 from img2tfrecord.transforms.assign_shards import AssignShardsFn
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.commit_split import CommitSplitFn
 from img2tfrecord.transforms.done_files import done_path, parse_done
 from img2tfrecord.transforms.shard_writer import ANALYSIS, WriteShardsFn
-from img2tfrecord.transforms.shards import WriteShards
+from img2tfrecord.transforms.write_shards import WriteShards
 
 SPLITS = (("train", 0.5), ("test", 0.5))
 LABELS = ["cat", "dog"]
@@ -70,8 +70,8 @@ def _expected_shards(sources, converter, num_shards=NUM_SHARDS):
 def _write(out, sources, converter, processes, compression="none", resume=False, batch_size=3, faults=None):
     """Run WriteShards on a real in-memory pipeline; -> the run folder."""
     out = str(out)
-    run = os.path.join(out, manifest.run_folder("0123456789abcdef"))
-    sinks = ShardSinks(out, compression, os.path.join(run, manifest.RUN_SHARDS_DIR))
+    run = os.path.join(out, output_files.run_folder("0123456789abcdef"))
+    sinks = ShardSinks(out, compression, os.path.join(run, output_files.RUN_SHARDS_DIR))
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     with beam.Pipeline(options=options) as p:
         labels = p | "Labels" >> beam.Create([LABELS])
@@ -98,7 +98,7 @@ def _write(out, sources, converter, processes, compression="none", resume=False,
                 [
                     (
                         split,
-                        manifest.shard_file_name(split, i, NUM_SHARDS[split])
+                        output_files.shard_file_name(split, i, NUM_SHARDS[split])
                         + (".gz" if compression == "gzip" else ""),
                         len(rows),
                     )
@@ -118,11 +118,11 @@ def _write(out, sources, converter, processes, compression="none", resume=False,
 def _check_files(out, sources, compression="none"):
     expected, _ = _expected_shards(sources, ImageConverter(OPTIONS, "class", SPLITS, SEED))
     for (split, i), rows in expected.items():
-        name = manifest.shard_file_name(split, i, NUM_SHARDS[split], compression)
+        name = output_files.shard_file_name(split, i, NUM_SHARDS[split], compression)
         got = [r.data for r in R.scan_records(os.path.join(str(out), name), compression)]
         assert got == rows, f"{name}: records differ from the converter's, in the seeded order"
         if compression == "none":
-            with open(os.path.join(str(out), manifest.index_file(name))) as f:
+            with open(os.path.join(str(out), output_files.index_file(name))) as f:
                 lines = [tuple(map(int, line.split())) for line in f]
             offsets = [(r.offset, framed_length(len(r.data))) for r in R.scan_records(os.path.join(str(out), name))]
             assert lines == offsets
@@ -134,7 +134,7 @@ def _digests(out):
     found = {}
     for root, _, files in os.walk(str(out)):
         for name in files:
-            if manifest.parse_shard_file_name(name) or name.endswith(manifest.INDEX_SUFFIX):
+            if output_files.parse_shard_file_name(name) or name.endswith(output_files.INDEX_SUFFIX):
                 with open(os.path.join(root, name), "rb") as f:
                     found[os.path.relpath(os.path.join(root, name), str(out))] = hashlib.sha256(f.read()).hexdigest()
     return found
@@ -156,7 +156,7 @@ def test_each_shard_holds_its_items_in_the_seeded_order_on_one_or_two_processes(
 def test_a_shard_no_item_hashes_to_is_written_empty(tmp_path):
     sources = _sources(tmp_path / "in", good_per_class=1)  # 2 good images for 5 shards
     _write(tmp_path / "out", sources, ImageConverter(OPTIONS, "class", SPLITS, SEED), 2)
-    names = sorted(n for n in os.listdir(tmp_path / "out") if manifest.parse_shard_file_name(n))
+    names = sorted(n for n in os.listdir(tmp_path / "out") if output_files.parse_shard_file_name(n))
     assert len(names) == sum(NUM_SHARDS.values())
     assert any(os.path.getsize(tmp_path / "out" / n) == 0 for n in names)
     _check_files(tmp_path / "out", sources)
@@ -173,7 +173,7 @@ def test_every_item_is_converted_once_and_a_finished_shard_leaves_a_done_file(tm
     result, errors, analysis = parse_done(open(done_path(run, "train", 0), "rb").read())
     assert result.split == "train" and result.shard == 0 and analysis == []
     assert result.num_bytes == sum(
-        os.path.getsize(tmp_path / "out" / n) for n in [manifest.shard_file_name("train", 0, 3)]
+        os.path.getsize(tmp_path / "out" / n) for n in [output_files.shard_file_name("train", 0, 3)]
     )
 
 
@@ -226,7 +226,7 @@ def test_faults_reach_the_step_only_as_the_plan_it_is_given(tmp_path, processes)
     kept = [
         r.data
         for name in os.listdir(out)
-        if manifest.parse_shard_file_name(name)
+        if output_files.parse_shard_file_name(name)
         for r in R.scan_records(os.path.join(str(out), name))
     ]
     assert len(kept) == events["written"] and not any(dropped.encode() in data for data in kept)
@@ -313,7 +313,7 @@ def test_train_records_carry_small_analysis_rows(tmp_path):
     sources = _sources(tmp_path / "in")
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED, sums_split="train")
     out = str(tmp_path / "out")
-    run = os.path.join(out, manifest.run_folder("feedfacefeedface"))
+    run = os.path.join(out, output_files.run_folder("feedfacefeedface"))
     sinks = ShardSinks(out, "none", os.path.join(run, "shards"))
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     with beam.Pipeline(options=options) as p:
@@ -333,7 +333,7 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     """The shard step run twice for the same group (a runner retrying a bundle): one file per shard."""
     sources = _sources(tmp_path / "in", good_per_class=4)
     out = str(tmp_path / "out")
-    run = os.path.join(out, manifest.run_folder("retryretryretry0"))
+    run = os.path.join(out, output_files.run_folder("retryretryretry0"))
     sinks = ShardSinks(out, "none", os.path.join(run, "shards"))
     converter = ImageConverter(OPTIONS, "class", SPLITS, SEED)
     groups = collections.defaultdict(list)
@@ -361,9 +361,9 @@ def test_a_retried_shard_step_commits_one_copy(tmp_path):
     for split in NUM_SHARDS:
         committed = list(CommitSplitFn(sinks).process((split, results[split]), NUM_SHARDS))
         assert [c.file for c in committed] == [
-            manifest.shard_file_name(split, i, NUM_SHARDS[split]) for i in range(NUM_SHARDS[split])
+            output_files.shard_file_name(split, i, NUM_SHARDS[split]) for i in range(NUM_SHARDS[split])
         ]
-    names = sorted(n for n in os.listdir(out) if manifest.parse_shard_file_name(n))
+    names = sorted(n for n in os.listdir(out) if output_files.parse_shard_file_name(n))
     assert len(names) == sum(NUM_SHARDS.values())
     _check_files(out, sources)
 

@@ -16,7 +16,7 @@ from conftest import convert
 from helpers.datasets import JUNK, dataset_files, write_old_output, write_tar, write_tree, write_zip
 from helpers.outputs import convert_in_process, error_rows
 
-from img2tfrecord.conversion.sharding import parse_splits
+from img2tfrecord.conversion.seeded_hashes import parse_splits
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -24,7 +24,7 @@ from img2tfrecord.pipeline.kinds import plan_input
 from img2tfrecord.readers import records as rec
 from img2tfrecord.schemas import example_proto
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.sources import archives, kinds
+from img2tfrecord.sources import archives, input_paths
 
 SPLITS = "train=0.5,validation=0.25,test=0.25"
 SEED = 5
@@ -408,7 +408,7 @@ def test_launch_plan_preview_and_local_checks_leave_out_an_old_output(inputs, tm
 
 
 def test_an_output_inside_the_input_is_recognised_on_every_filesystem(tmp_path):
-    inside = kinds.output_inside_input
+    inside = input_paths.output_inside_input
     photos = str(tmp_path / "photos")
     os.makedirs(photos)
     os.symlink(photos, str(tmp_path / "link"))

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split, parse_splits, shuffle_key
+from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT, assign_split, parse_splits, shuffle_key
 from img2tfrecord.sources.split_folders import is_split_layout, split_of_folder
 
 THREE = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
@@ -88,7 +88,7 @@ def test_assign_split_is_stable_across_processes():
     # Not Python's per-process salted hash(): another interpreter with another hash seed agrees.
     files = paths(300)
     code = (
-        "import json, sys; from img2tfrecord.conversion.sharding import assign_split, shuffle_key;"
+        "import json, sys; from img2tfrecord.conversion.seeded_hashes import assign_split, shuffle_key;"
         "files, splits = json.load(sys.stdin);"
         "splits = tuple(tuple(s) for s in splits);"
         "print(json.dumps([[assign_split(p, 7, splits), shuffle_key(p, 7)] for p in files]))"

@@ -18,7 +18,7 @@ from PIL import Image
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas import transformed as names
 
 tf = pytest.importorskip("tensorflow")
@@ -88,17 +88,17 @@ def layer(analysed):
 
 def test_tft_output_loads(analysed):
     for path in (
-        os.path.join(manifest.TRANSFORM_FN_DIR, "saved_model.pb"),
-        manifest.TRANSFORMED_METADATA_DIR,
-        os.path.join(manifest.RAW_METADATA_DIR, manifest.SCHEMA_FILE),
-        manifest.SCHEMA_FILE,
-        manifest.SUCCESS_FILE,
+        os.path.join(output_files.TRANSFORM_FN_DIR, "saved_model.pb"),
+        output_files.TRANSFORMED_METADATA_DIR,
+        os.path.join(output_files.RAW_METADATA_DIR, output_files.SCHEMA_FILE),
+        output_files.SCHEMA_FILE,
+        output_files.SUCCESS_FILE,
     ):
         assert os.path.exists(os.path.join(analysed, path)), path
     # Temp and staging folders are gone; everything left is a name --overwrite may delete.
     for name in os.listdir(analysed):
-        assert manifest.is_output_file(name) and not name.startswith(manifest.TEMP_PREFIXES), name
-    assert manifest.TRANSFORM_STAGING_DIR not in os.listdir(analysed)
+        assert output_files.is_output_file(name) and not name.startswith(output_files.TEMP_PREFIXES), name
+    assert output_files.TRANSFORM_STAGING_DIR not in os.listdir(analysed)
 
     output = tft.TFTransformOutput(analysed)
     assert output.raw_feature_spec() == keys.feature_spec()
@@ -110,22 +110,22 @@ def test_tft_output_loads(analysed):
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    with open(os.path.join(analysed, manifest.SCHEMA_FILE), encoding="utf-8") as f:
+    with open(os.path.join(analysed, output_files.SCHEMA_FILE), encoding="utf-8") as f:
         text = f.read()
     schema = text_format.Parse(text, schema_pb2.Schema())
     assert sorted(f.name for f in schema.feature) == sorted(keys.FEATURES)
-    with open(os.path.join(analysed, manifest.RAW_METADATA_DIR, manifest.SCHEMA_FILE), encoding="utf-8") as f:
+    with open(os.path.join(analysed, output_files.RAW_METADATA_DIR, output_files.SCHEMA_FILE), encoding="utf-8") as f:
         assert f.read() == text
 
     doc = read_manifest(analysed)
     assert doc.options["analyze"] is True
     stats = doc.statistics
     assert stats["split"] == "train" and stats["label_vocabulary"] == names.LABEL_VOCABULARY
-    assert stats["files"]["transform_fn"] == manifest.TRANSFORM_FN_DIR
+    assert stats["files"]["transform_fn"] == output_files.TRANSFORM_FN_DIR
 
 
 def test_label_vocabulary_equals_labels_txt(analysed, layer):
-    with open(os.path.join(analysed, manifest.LABELS_FILE), encoding="utf-8") as f:
+    with open(os.path.join(analysed, output_files.LABELS_FILE), encoding="utf-8") as f:
         labels_txt = label_map.parse_labels_text(f.read())
     vocabulary = tft.TFTransformOutput(analysed).vocabulary_by_name(names.LABEL_VOCABULARY)
     assert [v.decode("utf-8") for v in vocabulary] == labels_txt == list(read_manifest(analysed).labels)
@@ -319,7 +319,7 @@ def test_mixed_sizes_raw_pixels_then_overwrite_without_analysis(sample_dir, tmp_
     doc = read_manifest(out)
     assert doc.options["analyze"] is False and doc.statistics is None
     left = set(os.listdir(out))
-    assert not left & set(manifest.ANALYSIS_FILE_NAMES), left
+    assert not left & set(output_files.ANALYSIS_FILE_NAMES), left
     with pytest.raises(ValueError, match="--no-analyze"):
         img2tfrecord.load(out, batch_size=None, transform=True)
     img2tfrecord.load(out, batch_size=None)  # the records themselves are as before
@@ -363,7 +363,7 @@ def test_no_train_split_skips_the_analysis(tmp_path):
     assert "skipping the tf.Transform analysis" in proc.stderr
     doc = read_manifest(out)
     assert doc.statistics is None and sorted(doc.splits) == ["test", "validation"]
-    assert not set(os.listdir(out)) & set(manifest.ANALYSIS_FILE_NAMES)
+    assert not set(os.listdir(out)) & set(output_files.ANALYSIS_FILE_NAMES)
 
 
 # ---------------------------------------------------------------------------

@@ -15,14 +15,15 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 from convert_fn import ERRORS, ConvertFn
 
-from img2tfrecord import schemas
 from img2tfrecord.conversion.converter import ImageConverter
-from img2tfrecord.conversion.sharding import assign_split
+from img2tfrecord.conversion.seeded_hashes import assign_split
 from img2tfrecord.images import ImageOptions, convert_image
 from img2tfrecord.model import WorkItem
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.sources.inputs import SKIPPED
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import LAYOUT_CLASS, LAYOUT_SPLIT
-from img2tfrecord.transforms.discover import SKIPPED, Discover, DiscoverClasses
+from img2tfrecord.transforms.discover import Discover, DiscoverClasses
 
 SPLITS = (("train", 0.6), ("validation", 0.2), ("test", 0.2))
 SEED = 11
@@ -135,24 +136,24 @@ def summarize_record(record):
     split, class_name, serialized, _ = record
     example = tf.train.Example.FromString(serialized)
     feature = example.features.feature
-    encoded = feature[schemas.IMAGE_ENCODED].bytes_list.value[0]
+    encoded = feature[keys.IMAGE_ENCODED].bytes_list.value[0]
     pixels = tf.io.decode_image(encoded, expand_animations=False)
-    for name in schemas.INT_FEATURES:
+    for name in keys.INT_FEATURES:
         assert len(feature[name].int64_list.value) == 1, name
-    for name in schemas.BYTES_FEATURES:
+    for name in keys.BYTES_FEATURES:
         assert len(feature[name].bytes_list.value) == 1, name
     return (
         split,
         class_name,
         tuple(sorted(feature.keys())),
-        feature[schemas.CLASS_LABEL].int64_list.value[0],
-        feature[schemas.CLASS_TEXT].bytes_list.value[0].decode(),
-        feature[schemas.FILENAME].bytes_list.value[0].decode(),
-        feature[schemas.IMAGE_FORMAT].bytes_list.value[0].decode(),
-        feature[schemas.IMAGE_HEIGHT].int64_list.value[0],
-        feature[schemas.IMAGE_WIDTH].int64_list.value[0],
-        feature[schemas.IMAGE_CHANNELS].int64_list.value[0],
-        feature[schemas.KEY_SHA256].bytes_list.value[0].decode(),
+        feature[keys.CLASS_LABEL].int64_list.value[0],
+        feature[keys.CLASS_TEXT].bytes_list.value[0].decode(),
+        feature[keys.FILENAME].bytes_list.value[0].decode(),
+        feature[keys.IMAGE_FORMAT].bytes_list.value[0].decode(),
+        feature[keys.IMAGE_HEIGHT].int64_list.value[0],
+        feature[keys.IMAGE_WIDTH].int64_list.value[0],
+        feature[keys.IMAGE_CHANNELS].int64_list.value[0],
+        feature[keys.KEY_SHA256].bytes_list.value[0].decode(),
         hashlib.sha256(encoded).hexdigest(),
         tuple(pixels.shape),
     )
@@ -176,7 +177,7 @@ def convert_pipeline(p, sources, labels, layout, options=ImageOptions(), splits=
     return out.records | "Summarize" >> beam.Map(summarize_record), out[ERRORS] | "Errors" >> beam.Map(summarize_error)
 
 
-ALL_KEYS = tuple(sorted(schemas.FEATURES))
+ALL_KEYS = tuple(sorted(keys.FEATURES))
 
 
 def expected_record(rel, data, class_name, label, height, width, fmt, split=None, options=ImageOptions()):
@@ -258,7 +259,7 @@ def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path, exac
             assert analysis is None
             continue
         example = tf.train.Example.FromString(serialized)
-        stored = example.features.feature[schemas.IMAGE_ENCODED].bytes_list.value[0]
+        stored = example.features.feature[keys.IMAGE_ENCODED].bytes_list.value[0]
         merged = tf.train.Example.FromString(analysis).features.feature  # the record without its image bytes
         decoded = tf.io.decode_jpeg(stored, dct_method="INTEGER_ACCURATE").numpy().reshape(-1, 3).astype(np.int64)
         encoded = np.asarray(convert_image(files[source[1]], options, keep_pixels=True).pixels).reshape(-1, 3)
@@ -268,9 +269,9 @@ def test_converter_attaches_pixel_sums_to_the_analysed_split_only(tmp_path, exac
         if not exact:  # the JPEG loss: the encoder's input and the stored image differ a little
             assert not np.array_equal(encoded, decoded)
             np.testing.assert_allclose(encoded.mean(0), decoded.mean(0), atol=2.0)
-        assert merged[schemas.IMAGE_ENCODED].bytes_list.value == [b""]
+        assert merged[keys.IMAGE_ENCODED].bytes_list.value == [b""]
         for key in example.features.feature:  # the record's other features are untouched
-            if key not in (schemas.IMAGE_ENCODED, schemas.KEY_SHA256):  # the row's key is of its empty bytes
+            if key not in (keys.IMAGE_ENCODED, keys.KEY_SHA256):  # the row's key is of its empty bytes
                 assert merged[key] == example.features.feature[key]
         assert set(merged) == set(example.features.feature) | set(names.ANALYSIS_FEATURES)
     assert "train" in splits and len(splits) > 1
@@ -336,12 +337,12 @@ def test_records_parse_with_the_declared_feature_spec(tmp_path):
     fn.setup()
     records = [r for s in sources for r in fn.process(s, ["cat", "dog"])]
     assert len(records) == 2
-    spec = schemas.feature_spec()
+    spec = keys.feature_spec()
     for (_, class_name, serialized, _), source in zip(records, sources):
         parsed = tf.io.parse_single_example(serialized, spec)
-        assert parsed[schemas.FILENAME].numpy().decode() == source.relpath
-        assert parsed[schemas.CLASS_TEXT].numpy().decode() == class_name
-        assert int(parsed[schemas.CLASS_LABEL]) == ["cat", "dog"].index(class_name)
+        assert parsed[keys.FILENAME].numpy().decode() == source.relpath
+        assert parsed[keys.CLASS_TEXT].numpy().decode() == class_name
+        assert int(parsed[keys.CLASS_LABEL]) == ["cat", "dog"].index(class_name)
 
 
 def test_a_launchs_junk_is_one_count_and_counted_as_skipped():

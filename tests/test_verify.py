@@ -15,7 +15,7 @@ from helpers.outputs import frame
 
 from img2tfrecord import verification
 from img2tfrecord.readers import records
-from img2tfrecord.schemas import example_proto, manifest
+from img2tfrecord.schemas import example_proto, output_files
 from img2tfrecord.schemas import features as keys
 
 
@@ -185,14 +185,14 @@ def test_manifest_count_mismatch(converted_sample, tmp_path):
 def test_tf_transform_output_is_checked(converted_sample, tmp_path):
     assert "tf.Transform output)" in _verify(converted_sample).stdout
     out = _copy(converted_sample, tmp_path)
-    os.remove(out / manifest.TRANSFORM_FN_DIR / "saved_model.pb")
-    with open(out / manifest.TRANSFORM_FN_DIR / "assets" / "label", "a", encoding="utf-8") as f:
+    os.remove(out / output_files.TRANSFORM_FN_DIR / "saved_model.pb")
+    with open(out / output_files.TRANSFORM_FN_DIR / "assets" / "label", "a", encoding="utf-8") as f:
         f.write("not_a_class\n")
-    schema = (out / manifest.SCHEMA_FILE).read_text(encoding="utf-8")
-    (out / manifest.SCHEMA_FILE).write_text(schema.replace('"image/width"', '"image/wide"'), encoding="utf-8")
-    (out / manifest.RAW_METADATA_DIR / manifest.SCHEMA_FILE).write_text("garbage {\n", encoding="utf-8")
+    schema = (out / output_files.SCHEMA_FILE).read_text(encoding="utf-8")
+    (out / output_files.SCHEMA_FILE).write_text(schema.replace('"image/width"', '"image/wide"'), encoding="utf-8")
+    (out / output_files.RAW_METADATA_DIR / output_files.SCHEMA_FILE).write_text("garbage {\n", encoding="utf-8")
     doc = manifest_to_edit(out)
-    stats = doc[manifest.STATISTICS]
+    stats = doc[output_files.STATISTICS]
     stats["num_examples"] += 1
     stats["examples_per_class"][doc["labels"][0]] += 1
     stats["pixel_std"] = [0.2, 1.5]
@@ -215,9 +215,9 @@ def test_tf_transform_output_is_checked(converted_sample, tmp_path):
 
 def test_output_without_statistics_skips_the_tf_transform_checks(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    shutil.rmtree(out / manifest.TRANSFORM_FN_DIR)
+    shutil.rmtree(out / output_files.TRANSFORM_FN_DIR)
     doc = manifest_to_edit(out)
-    del doc[manifest.STATISTICS]
+    del doc[output_files.STATISTICS]
     write_manifest_doc(out, doc)
     proc = _verify(out)
     assert proc.returncode == 0, proc.stdout
@@ -226,7 +226,7 @@ def test_output_without_statistics_skips_the_tf_transform_checks(converted_sampl
 
 def test_missing_success_file(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    os.remove(out / manifest.SUCCESS_FILE)
+    os.remove(out / output_files.SUCCESS_FILE)
     _failed(out, "no _SUCCESS file: the conversion is incomplete")
 
 
@@ -307,7 +307,7 @@ def test_problems_are_capped_per_shard(converted_sample, tmp_path):
 
 def test_garbage_manifest_and_missing_directory(converted_sample, tmp_path):
     out = _copy(converted_sample, tmp_path)
-    (out / manifest.MANIFEST_FILE).write_text("{not json")
+    (out / output_files.MANIFEST_FILE).write_text("{not json")
     _failed(out, "dataset.json: dataset.json is not valid JSON")
     proc = _verify(tmp_path / "missing")
     assert proc.returncode == 2 and "no such directory" in proc.stderr
@@ -330,6 +330,6 @@ def test_manifest_field_of_the_wrong_type_is_one_problem_naming_it(converted_sam
     doc = manifest_to_edit(out)
     edit(doc)
     write_manifest_doc(out, doc)
-    _failed(out, f"{manifest.MANIFEST_FILE}: {message}", "1 problem(s)")
+    _failed(out, f"{output_files.MANIFEST_FILE}: {message}", "1 problem(s)")
     report = verification.verify(str(out))
-    assert [str(p) for p in report.problems] == [f"{manifest.MANIFEST_FILE}: {message}"]
+    assert [str(p) for p in report.problems] == [f"{output_files.MANIFEST_FILE}: {message}"]

@@ -16,7 +16,7 @@ _LAZY = {
     "convert": "img2tfrecord.api",
     "plan": "img2tfrecord.api",
     "read_manifest": "img2tfrecord.readers.read_errors:read_finished_manifest",
-    "DatasetManifest": "img2tfrecord.schemas.dataset_manifest",
+    "DatasetManifest": "img2tfrecord.schemas.dataset_json",
     "UsageError": "img2tfrecord.errors",
     "ConversionFailed": "img2tfrecord.errors",
     "ErrorBudgetExceeded": "img2tfrecord.errors",

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
 from img2tfrecord.failures import RunLog, failure_of
-from img2tfrecord.options import CONVERT_OPTIONS, KEYWORD_OPTIONS, keyword_values
+from img2tfrecord.option_keywords import KEYWORD_OPTIONS, keyword_values
+from img2tfrecord.options import CONVERT_OPTIONS
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from img2tfrecord.pipeline.config import ConvertConfig
     from img2tfrecord.pipeline.preview_report import RunPlan
-    from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+    from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 BeamOptions = Union["PipelineOptions", Sequence[str], None]
 # How a launched run starts: ``pipeline.run.run`` (the command line's own is ``commands/fast_start.start``).
@@ -256,7 +257,7 @@ def convert(
     ``docs/options.md``); ``pipeline_options`` are Beam's (a ``PipelineOptions`` or a list of flags, e.g.
     ``["--runner=DataflowRunner", "--project=P"]``). ``progress`` logs the counts while it runs.
 
-    Returns the written manifest (:class:`~img2tfrecord.schemas.dataset_manifest.DatasetManifest`), or None
+    Returns the written manifest (:class:`~img2tfrecord.schemas.dataset_json.DatasetManifest`), or None
     for a Dataflow ``--dry_run`` and with ``wait=False`` (the job was submitted and writes ``_SUCCESS`` itself).
     Raises :class:`~img2tfrecord.errors.UsageError` for a bad option, input or output before any work,
     :class:`~img2tfrecord.errors.ErrorBudgetExceeded` (its ``result`` the finished manifest) past

@@ -6,10 +6,11 @@ import io
 import math
 from typing import Any, List, Mapping, NamedTuple, Sequence, Tuple
 
+from img2tfrecord import storage
 from img2tfrecord.inspection import STAT_KEYS, sample_records, spec_subset
-from img2tfrecord.readers import records, storage
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 
 class DrawnBox(NamedTuple):

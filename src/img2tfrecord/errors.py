@@ -10,7 +10,7 @@ import signal
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+    from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 
 class UsageError(ValueError):

@@ -22,11 +22,12 @@ import io
 import json
 from typing import AbstractSet, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from img2tfrecord import storage, tfrecord_codec
 from img2tfrecord.class_counts import is_many, spread_lines
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest, SplitInfo
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest, SplitInfo
 
 MAX_RECORDS_PER_SPLIT = 10_000
 ERROR_EXAMPLES_PER_REASON = 3
@@ -75,7 +76,7 @@ def sample_records(directory: str, doc: DatasetManifest, split: str, limit: int)
         taken = 0
         try:
             for index, _, data in records.iter_records(
-                records.join(directory, name), compression, file_format=doc.file_format.value, sequence=doc.is_sequence
+                storage.join(directory, name), compression, file_format=doc.file_format.value, sequence=doc.is_sequence
             ):
                 if taken >= quota:
                     break
@@ -83,7 +84,7 @@ def sample_records(directory: str, doc: DatasetManifest, split: str, limit: int)
                     continue
                 taken += 1
                 yield name, index, data
-        except records.RecordError as e:
+        except tfrecord_codec.RecordError as e:
             raise ShardUnreadable(f"{name}: {e}") from None
         except FileNotFoundError:
             raise ShardUnreadable(f"{name}: shard file missing") from None
@@ -143,10 +144,10 @@ def error_report(directory: str, doc: DatasetManifest) -> Dict[str, Any]:
     examples: Dict[str, List[Dict[str, str]]] = collections.defaultdict(list)
     rows = 0
     for name in doc.error_files:
-        path = records.join(directory, name)
-        if not records.exists(path):
+        path = storage.join(directory, name)
+        if not storage.exists(path):
             continue
-        with records.open_binary(path) as f:
+        with storage.open_binary(path) as f:
             for line in io.TextIOWrapper(f, encoding="utf-8", errors="replace"):
                 if not line.strip():
                     continue
@@ -166,8 +167,8 @@ def error_report(directory: str, doc: DatasetManifest) -> Dict[str, Any]:
 def _shard_entries(directory: str, info: SplitInfo, withdrawn: Mapping[str, AbstractSet[int]]) -> List[Dict[str, Any]]:
     out = []
     for shard in info.shards:
-        path = records.join(directory, shard.file)
-        present = records.exists(path)
+        path = storage.join(directory, shard.file)
+        present = storage.exists(path)
         out.append(
             {
                 "file": shard.file,
@@ -256,7 +257,7 @@ def _analysis_lines(summary: Mapping[str, Any]) -> List[str]:
         else:
             why = ""
         return [f"tf.Transform analysis: none{why}"]
-    transform_fn = stats.get("files", {}).get("transform_fn", manifest.TRANSFORM_FN_DIR)
+    transform_fn = stats.get("files", {}).get("transform_fn", output_files.TRANSFORM_FN_DIR)
     lines = [
         f"tf.Transform analysis of the {stats['split']} split ({transform_fn}/, applied by load(..., transform=True)):",
         f"  {statistics_line(stats)} (per channel, pixels scaled to [0, 1])",
@@ -278,7 +279,7 @@ def _analysis_lines(summary: Mapping[str, Any]) -> List[str]:
         classes = len(stats.get("examples_per_class", {}))
         lines.append(
             f"  label vocabulary {stats['label_vocabulary']!r}: {classes} classes, "
-            f"in the order of {manifest.LABELS_FILE}"
+            f"in the order of {output_files.LABELS_FILE}"
         )
     return lines
 
@@ -313,14 +314,14 @@ def format_summary(summary: Mapping[str, Any], all_classes: bool = False) -> str
     opts = summary["options"] or {}
     out.append(f"{summary['path']}  (img2tfrecord {summary['tool_version']}, created {summary['created']})")
     if not summary["complete"]:
-        out.append(f"WARNING: no {manifest.SUCCESS_FILE} file: the conversion is incomplete")
+        out.append(f"WARNING: no {output_files.SUCCESS_FILE} file: the conversion is incomplete")
     out.append(f"input: {summary['input']}")
     size = opts.get("image_size")
     out.append(
         "options: "
         + (f"image size {size[0]}x{size[1]} (WxH, resize {opts.get('resize')})" if size else "original image sizes")
         + f", channels {opts.get('channels')}, format {opts.get('format')}, compression {summary['compression']}"
-        + f", file format {summary.get('file_format', manifest.FILE_FORMAT_TFRECORD)}"
+        + f", file format {summary.get('file_format', output_files.FILE_FORMAT_TFRECORD)}"
     )
     acc = summary["accounting"]
     out.append(
@@ -388,7 +389,7 @@ def format_summary(summary: Mapping[str, Any], all_classes: bool = False) -> str
     rej = summary["rejected"]
     out.append("")
     if rej["rejected_by_reason"]:
-        out.append(f"rejected inputs by reason ({rej['errors_file_rows']} rows in {manifest.ERRORS_FILE}):")
+        out.append(f"rejected inputs by reason ({rej['errors_file_rows']} rows in {output_files.ERRORS_FILE}):")
         for reason, n in rej["rejected_by_reason"].items():
             out.append(f"  {reason}: {n}")
             for ex in rej["examples"].get(reason, []):

@@ -9,7 +9,7 @@ import argparse
 import re
 from typing import Any, Callable, Optional, Tuple
 
-from img2tfrecord.schemas.manifest import TASK_CLASSIFICATION, TASK_DETECTION
+from img2tfrecord.schemas.output_files import TASK_CLASSIFICATION, TASK_DETECTION
 
 DEFAULT_SHARD_SIZE_MB = 128.0
 TASKS = (TASK_CLASSIFICATION, TASK_DETECTION)

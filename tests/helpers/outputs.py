@@ -9,20 +9,21 @@ import struct
 import pytest
 from conftest import IN_MEMORY
 
-from img2tfrecord import schemas
+from img2tfrecord import tfrecord_codec
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.launch import launch
 from img2tfrecord.pipeline.run import run
 from img2tfrecord.readers import records
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 
 def read_records(output: str):
     """split -> list of parsed feature dicts (numpy values), via tf.data and the schema's spec."""
     tf = pytest.importorskip("tensorflow")
     doc = records.read_manifest(str(output))
-    spec = schemas.feature_spec(doc.spec)
+    spec = keys.feature_spec(doc.spec)
     out = {}
     for split, info in doc.splits.items():
         paths = [os.path.join(output, s.file) for s in info.shards]
@@ -35,7 +36,6 @@ def records_by_relpath(output: str, with_image: bool = False) -> dict:
     """split -> {relpath: (label id, class name[, image bytes])} of every record a reader returns, read
     without TensorFlow; a relpath read twice in a split fails."""
     from img2tfrecord.readers import datasource
-    from img2tfrecord.schemas import features as keys
 
     doc = records.read_manifest(str(output))
     found = {}
@@ -58,7 +58,7 @@ def convert_in_process(input_path, output, **options):
 
 
 def error_rows(output):
-    with open(os.path.join(output, manifest.ERRORS_FILE)) as f:
+    with open(os.path.join(output, output_files.ERRORS_FILE)) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -66,9 +66,9 @@ def frame(data: bytes) -> bytes:
     length = struct.pack("<Q", len(data))
     return (
         length
-        + struct.pack("<I", records.masked_crc32c(length))
+        + struct.pack("<I", tfrecord_codec.masked_crc32c(length))
         + data
-        + struct.pack("<I", records.masked_crc32c(data))
+        + struct.pack("<I", tfrecord_codec.masked_crc32c(data))
     )
 
 

@@ -7,11 +7,11 @@ from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 import apache_beam as beam
 
 from img2tfrecord.conversion.converter import Converter, DetectionConverter, ImageConverter
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, Splits
+from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT, Splits
 from img2tfrecord.errors import UsageError
 from img2tfrecord.model import ERRORS, DetectionRecord, Record, WorkItem
+from img2tfrecord.option_keywords import keyword_values
 from img2tfrecord.option_values import TASK_DETECTION
-from img2tfrecord.options import keyword_values
 from img2tfrecord.pipeline.config import image_options, run_splits_of
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.sources.layout import LAYOUT_DETECTION, LAYOUT_MANIFEST

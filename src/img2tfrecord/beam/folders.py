@@ -12,20 +12,20 @@ from apache_beam.io.filesystems import FileSystems
 from img2tfrecord.beam.examples import OPTIONS, REJECTED, _to_items, record_converter
 from img2tfrecord.errors import UsageError
 from img2tfrecord.model import ERRORS
+from img2tfrecord.option_keywords import keyword_values
 from img2tfrecord.option_values import TASK_DETECTION
-from img2tfrecord.options import keyword_values
 from img2tfrecord.pipeline.build import manifest_template, shard_sinks
 from img2tfrecord.pipeline.config import ConvertConfig, config_from_options
 from img2tfrecord.pipeline.plan_model import digest_of, fingerprint_doc
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Task
-from img2tfrecord.sources.kinds import absolute_input
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import Task
+from img2tfrecord.sources.input_paths import absolute_input
 from img2tfrecord.transforms import finish_output as tail
+from img2tfrecord.transforms.count_shards import CountShards
 from img2tfrecord.transforms.discover import DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput
-from img2tfrecord.transforms.shard_counts import CountShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS
-from img2tfrecord.transforms.shards import WriteShards
+from img2tfrecord.transforms.write_shards import WriteShards
 
 OUTPUT_OPTIONS = (
     "num_shards",
@@ -47,7 +47,7 @@ def _count_one(unused_ref) -> int:
 
 class ImagesToTFRecords(beam.PTransform):
     """Image references -> a complete output folder at ``output``; returns the one-element ``PCollection`` of
-    its :class:`~img2tfrecord.schemas.dataset_manifest.DatasetManifest`.
+    its :class:`~img2tfrecord.schemas.dataset_json.DatasetManifest`.
 
     Keywords are ``convert``'s options that shape a record (:data:`OPTIONS`) or the output
     (:data:`OUTPUT_OPTIONS`), with the same names, defaults and checks; ``root``, ``labeled`` and
@@ -91,7 +91,7 @@ class ImagesToTFRecords(beam.PTransform):
         split_names = tuple(name for name, _ in self._splits)
         input_name = absolute_input(self._root) if self._root else INPUT_DESCRIPTION
         run_fingerprint = digest_of(fingerprint_doc(config, input_name, output=config.output, labeled=self._labeled))
-        run_dir = FileSystems.join(config.output, manifest.run_folder(run_fingerprint))
+        run_dir = FileSystems.join(config.output, output_files.run_folder(run_fingerprint))
 
         to_items = _to_items(self._converter, self._root, self._labeled)
         parsed = refs | "ToItems" >> beam.ParDo(to_items).with_outputs(REJECTED, main="items")

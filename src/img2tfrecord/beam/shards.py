@@ -14,15 +14,15 @@ from img2tfrecord import api, tfrecord_codec
 from img2tfrecord.beam.examples import REJECTED, ConvertedExample
 from img2tfrecord.conversion.converter import Converter, Output
 from img2tfrecord.conversion.record_sizes import shard_counts
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
+from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS, Record
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.sources.layout import LAYOUT_MANIFEST
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.finalize import remove_tree
-from img2tfrecord.transforms.shards import WriteShards
+from img2tfrecord.transforms.write_shards import WriteShards
 
 
 class _Written(Converter[ConvertedExample]):
@@ -80,20 +80,20 @@ class ExamplesToTFRecords(beam.PTransform):
         num_shards: Optional[int] = None,
         shard_size_mb: float = DEFAULT_SHARD_SIZE_MB,
         compression: str = "none",
-        file_format: str = manifest.FILE_FORMAT_TFRECORD,
+        file_format: str = output_files.FILE_FORMAT_TFRECORD,
     ):
         super().__init__()
         if compression not in ("none", "gzip"):
             raise api.UsageError(f"compression: {compression!r} is not 'none' or 'gzip'")
-        if file_format not in manifest.FILE_FORMATS:
-            raise api.UsageError(f"file_format: {file_format!r} is not one of {', '.join(manifest.FILE_FORMATS)}")
-        if file_format != manifest.FILE_FORMAT_TFRECORD and compression != "none":
+        if file_format not in output_files.FILE_FORMATS:
+            raise api.UsageError(f"file_format: {file_format!r} is not one of {', '.join(output_files.FILE_FORMATS)}")
+        if file_format != output_files.FILE_FORMAT_TFRECORD and compression != "none":
             raise api.UsageError(f"compression: {file_format} shards are written uncompressed, not {compression!r}")
         if num_shards is not None and (
             isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1
         ):
             raise api.UsageError(f"num_shards: {num_shards!r} is not a positive integer")
-        if not split_names or any(not manifest.SPLIT_NAME_RE.match(name) for name in split_names):
+        if not split_names or any(not output_files.SPLIT_NAME_RE.match(name) for name in split_names):
             raise api.UsageError(f"split_names: {list(split_names)!r} are not split names (letters, digits, _)")
         self._output = output.rstrip("/") if "://" in output else os.path.abspath(output)
         self._split_names = list(split_names)
@@ -109,7 +109,7 @@ class ExamplesToTFRecords(beam.PTransform):
                 "utf-8"
             )
         ).hexdigest()[:16]
-        run_dir = FileSystems.join(self._output, manifest.run_folder(fingerprint))
+        run_dir = FileSystems.join(self._output, output_files.run_folder(fingerprint))
         start = examples.pipeline | "Start" >> beam.Create([None], reshuffle=False)
         if self._num_shards:
             fixed = {name: self._num_shards for name in self._split_names}
@@ -124,7 +124,7 @@ class ExamplesToTFRecords(beam.PTransform):
             ShardSinks(
                 self._output,
                 self._compression,
-                FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR),
+                FileSystems.join(run_dir, output_files.RUN_SHARDS_DIR),
                 file_format=self._file_format,
             ),
             run_dir,

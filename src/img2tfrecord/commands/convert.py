@@ -21,7 +21,7 @@ from img2tfrecord.commands.errors import EXIT_ERROR_BUDGET, EXIT_OK, UsageError
 from img2tfrecord.errors import Interrupted
 
 if TYPE_CHECKING:
-    from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+    from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.options import add_convert_arguments
 
 
@@ -42,7 +42,7 @@ def format_summary(doc: DatasetManifest, all_classes: bool = False) -> str:
     from img2tfrecord import inspection
     from img2tfrecord.class_counts import is_many, spread_lines
     from img2tfrecord.images.geometry import CLIPPED_TO_IMAGE
-    from img2tfrecord.schemas import manifest
+    from img2tfrecord.schemas import output_files
 
     lines = []
     acc = doc.accounting
@@ -69,7 +69,7 @@ def format_summary(doc: DatasetManifest, all_classes: bool = False) -> str:
             if clipped:
                 lines.append(f"    boxes partly outside their image, clipped to it: {clipped} ({CLIPPED_TO_IMAGE})")
     if spread:
-        lines.append(f"  {len(doc.labels)} classes (every one: --all-classes, or {manifest.MANIFEST_FILE}):")
+        lines.append(f"  {len(doc.labels)} classes (every one: --all-classes, or {output_files.MANIFEST_FILE}):")
         lines.extend(spread_lines(doc.labels, {s: i.examples_per_class for s, i in doc.splits.items()}, "    "))
     if acc.rejected_by_reason:
         lines.append("rejected by reason (details in errors.jsonl):")
@@ -133,7 +133,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.errors import ErrorBudgetExceeded
     from img2tfrecord.pipeline.config import config_from_options
-    from img2tfrecord.schemas import manifest
+    from img2tfrecord.schemas import output_files
 
     # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.
     configured = list(logging.getLogger().handlers)
@@ -172,7 +172,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         if is_dry_run(pipeline_options(pipeline_args)):
             print("dry run: the job was built and translated; nothing ran and nothing was written")
         else:
-            print(f"submitted: {config.output}/{manifest.SUCCESS_FILE} appears when the job completes")
+            print(f"submitted: {config.output}/{output_files.SUCCESS_FILE} appears when the job completes")
         return EXIT_OK
     print(format_summary(doc, ns.all_classes))
     print(f"output: {config.output}")

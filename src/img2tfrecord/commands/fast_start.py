@@ -36,7 +36,7 @@ from img2tfrecord.pipeline.sizing import processes_for
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.pool import ConversionPool
-    from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+    from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 # What the pool converts ahead is held until the shard writer takes it: a bound on that memory (its outputs
 # are about as large as its inputs at most), and about what two to four processes convert while Beam starts.

@@ -26,13 +26,14 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
+from img2tfrecord import storage
 from img2tfrecord.commands.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from img2tfrecord.report import perceptual_hash
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 if TYPE_CHECKING:  # imported where used: the parser is built without any third-party package
     from img2tfrecord.report import group_lines, html_page, outputs, shard_scan, workers
-    from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+    from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 EXIT_INCOMPLETE = EXIT_FAILURE  # the report was written, but something could not be read
 DEFAULT_OUTPUT = "report.html"
@@ -195,7 +196,7 @@ def _read_manifest(directory: str) -> DatasetManifest:
     if doc.is_sequence:
         raise ReportUsageError(
             f"{directory} holds {doc.record_type.value} records (convert --sequence); "
-            f"report reads {manifest.RECORD_TYPE} outputs only (inspect and verify read sequences)"
+            f"report reads {output_files.RECORD_TYPE} outputs only (inspect and verify read sequences)"
         )
     return doc
 
@@ -216,7 +217,7 @@ def build(directory: str, ns: argparse.Namespace, files: outputs.ReportFiles) ->
         tasks = _tasks(directory, doc, ns, candidates)
         sizes = {shard.file: shard.num_bytes for _, shard in doc.shards()}
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # feature_spec entries of the wrong shape
-        raise ReportUsageError(f"{manifest.MANIFEST_FILE} is malformed: {type(e).__name__}: {e}") from None
+        raise ReportUsageError(f"{output_files.MANIFEST_FILE} is malformed: {type(e).__name__}: {e}") from None
     processes = ns.processes or usable_cores()
     files.open_lines()
 
@@ -295,10 +296,9 @@ def _error(message: str, code: int = EXIT_USAGE) -> int:
 
 def run(ns: argparse.Namespace) -> int:
     """Run ``report``; returns the exit code."""
-    from img2tfrecord.readers import records
     from img2tfrecord.report import html_page, outputs
 
-    directory = ns.directory.rstrip("/") if records.is_remote(ns.directory) else ns.directory
+    directory = ns.directory.rstrip("/") if storage.is_remote(ns.directory) else ns.directory
     paths = outputs.report_paths(ns.output)
     if not outputs.is_folder_output(ns.output) and not os.path.isdir(os.path.dirname(paths.html)):
         return _error(f"--output: folder {os.path.dirname(paths.html)} does not exist")
@@ -326,7 +326,7 @@ def run(ns: argparse.Namespace) -> int:
     print(paths.html)
     if not document["dataset"]["complete"]:
         print(
-            f"{_PROG}: warning: no {manifest.SUCCESS_FILE} in {directory}: the conversion did not finish",
+            f"{_PROG}: warning: no {output_files.SUCCESS_FILE} in {directory}: the conversion did not finish",
             file=sys.stderr,
         )
     problems = document["read"]["problems"]

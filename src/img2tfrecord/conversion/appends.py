@@ -14,9 +14,9 @@ import heapq
 import itertools
 from typing import AbstractSet, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, SplitInfo
+from img2tfrecord.conversion.seeded_hashes import assign_shard, shuffle_key
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import Accounting, DatasetManifest, SplitInfo
 from img2tfrecord.schemas.generations import CHANGED, REMOVED, Generation, Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.sources.layout import UNLISTABLE
@@ -263,7 +263,7 @@ def locate(
                 by_shard[(holding.number, n)] = groups
             mine = [r for r in by_shard[(holding.number, n)].get(shard, []) if split_of(entry_in(holding, r)) == split]
             members[key] = sorted(mine, key=lambda r: (shuffle_key(r, seed), r))
-        file = manifest.shard_file_name(split, shard, n, compression, generation=holding.number)
+        file = output_files.shard_file_name(split, shard, n, compression, generation=holding.number)
         found.append(Withdrawal(relpath, split, file, members[key].index(relpath), change))
     return found
 

@@ -7,7 +7,7 @@ turns one clip folder of frames into a ``tf.train.SequenceExample`` record
 the same way. Each call gives exactly one output: ``(None, record)`` or
 ``(ERRORS, error row)``. Both also say, before converting, which split an
 item belongs to (``split_of``) and which relpath keys it (``relpath_of``):
-the shard step groups items, never records (``transforms/shards.py``).
+the shard step groups items, never records (``transforms/write_shards.py``).
 
 No Beam and no TensorFlow: these objects are pickled into the conversion
 worker processes (``conversion/pool.py``), which then import only this
@@ -31,7 +31,7 @@ from img2tfrecord.conversion.examples import (
     encode_pixel_sums,
     encode_sequence_example,
 )
-from img2tfrecord.conversion.sharding import Splits, assign_split
+from img2tfrecord.conversion.seeded_hashes import Splits, assign_split
 from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image, pixel_sums
 from img2tfrecord.images.geometry import BOX_OUTSIDE_IMAGE, CLIPPED_TO_IMAGE, ImageTransform, clip_to_source, map_box
 from img2tfrecord.model import (

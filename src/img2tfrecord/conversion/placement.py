@@ -12,7 +12,7 @@ from array import array
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.converter import Converter
-from img2tfrecord.conversion.sharding import assign_shard, shuffle_key
+from img2tfrecord.conversion.seeded_hashes import assign_shard, shuffle_key
 from img2tfrecord.model import ErrorRow, ShardItem, error_row
 from img2tfrecord.sources.layout import PlacementError
 

@@ -1,6 +1,6 @@
 """Convert work items in local worker processes, handing the outputs back in submission order.
 
-The shard step (``transforms/shards.py``) streams each shard's records into
+The shard step (``transforms/write_shards.py``) streams each shard's records into
 its file in a seeded order, so it needs the outputs in the order it queued
 the items, whichever process finished first. ``ConversionPool`` keeps a
 queue of items and up to ``in_flight_per_process`` batches per process

@@ -14,7 +14,7 @@ import heapq
 import math
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from img2tfrecord.conversion.sharding import shuffle_key
+from img2tfrecord.conversion.seeded_hashes import shuffle_key
 from img2tfrecord.images import ImageError, ImageOptions, convert_image
 from img2tfrecord.model import WorkItem
 from img2tfrecord.sources.files import read_source

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas import transformed as names
 
 MAX_PIXEL = 255
@@ -120,10 +120,10 @@ def statistics_json(totals: RunTotals, label_names: Optional[List[str]] = None, 
     elif counts:
         stats["examples_per_class"] = dict(sorted(counts.items()))
     stats["files"] = {
-        "transform_fn": manifest.TRANSFORM_FN_DIR,
-        "transformed_metadata": manifest.TRANSFORMED_METADATA_DIR,
-        "raw_metadata": manifest.RAW_METADATA_DIR,
-        "schema": manifest.SCHEMA_FILE,
+        "transform_fn": output_files.TRANSFORM_FN_DIR,
+        "transformed_metadata": output_files.TRANSFORMED_METADATA_DIR,
+        "raw_metadata": output_files.RAW_METADATA_DIR,
+        "schema": output_files.SCHEMA_FILE,
     }
     return stats
 

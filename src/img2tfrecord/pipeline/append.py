@@ -16,6 +16,7 @@ import logging
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from img2tfrecord import storage
 from img2tfrecord.conversion.appends import (
     GenerationInputs,
     InputChanges,
@@ -24,6 +25,7 @@ from img2tfrecord.conversion.appends import (
     stale_inputs,
 )
 from img2tfrecord.conversion.converter import Converter
+from img2tfrecord.conversion.record_sizes import estimated_record_bytes
 from img2tfrecord.conversion.run_totals import RunTotals, totals_of
 from img2tfrecord.model import ErrorRow, Item, frames
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -31,16 +33,15 @@ from img2tfrecord.pipeline.kinds import InputKind
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems, frames_of
 from img2tfrecord.pipeline.listing import digest, resolve_input
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
-from img2tfrecord.pipeline.sizing import estimate_size_ratio, estimated_record_bytes, num_shards
+from img2tfrecord.pipeline.sizing import estimate_size_ratio, num_shards
 from img2tfrecord.pipeline.staged_files import write_chunks
 from img2tfrecord.pipeline.withdrawals import SplitOf, withdrawals
-from img2tfrecord.readers import storage
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry, LedgerFile, ledger_chunks
-from img2tfrecord.sources import kinds
+from img2tfrecord.sources import input_paths
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.layout import PlacementError
 
@@ -126,7 +127,7 @@ def write_ledger(run_dir: str, entries: Sequence[LedgerEntry]) -> str:
     """Write a run's ledger (``entries``, sorted by relpath) into its staging folder ``run_dir`` a piece at
     a time (the pipeline reads its work items from it; ``FinalizeOutput`` moves it to ``ledger/``);
     -> its path."""
-    path = storage.join(run_dir, manifest.RUN_LEDGER_FILE)
+    path = storage.join(run_dir, output_files.RUN_LEDGER_FILE)
     write_chunks(path, ledger_chunks(entries))
     return path
 
@@ -142,17 +143,17 @@ def _read(output: str, name: str) -> bytes:
 def is_finished(output: str) -> bool:
     """Whether ``output`` holds a finished conversion (``_SUCCESS``); an append into one that does not
     converts everything as generation 0, so a scheduled job runs one command from its first night."""
-    return storage.exists(storage.join(output, manifest.SUCCESS_FILE))
+    return storage.exists(storage.join(output, output_files.SUCCESS_FILE))
 
 
 def read_finished(output: str) -> DatasetManifest:
     """The manifest of a finished output an append can add to; PlanError naming what is missing."""
     if not is_finished(output):
-        raise PlanError(f"--append adds to a finished conversion, and {output} has no {manifest.SUCCESS_FILE}")
+        raise PlanError(f"--append adds to a finished conversion, and {output} has no {output_files.SUCCESS_FILE}")
     try:
         doc = read_manifest(output)
     except (OSError, ValueError) as e:
-        raise PlanError(f"--append: cannot read {output}/{manifest.MANIFEST_FILE}: {e}") from None
+        raise PlanError(f"--append: cannot read {output}/{output_files.MANIFEST_FILE}: {e}") from None
     if not doc.generations:
         raise PlanError(
             f"--append: {output} has no input ledger (it was written before outputs recorded their inputs); "
@@ -184,7 +185,7 @@ def generation_inputs(output: str, doc: DatasetManifest, key_of: Callable[[Error
 def check_options(config: ConvertConfig, doc: DatasetManifest) -> None:
     """PlanError when an option that changes records differs from the run that made the output."""
     if resolve_input(config.input)[0] != resolve_input(doc.input)[0]:
-        if kinds.absolute_input(doc.input) != doc.input:  # recorded as given, relative to where that run started
+        if input_paths.absolute_input(doc.input) != doc.input:  # recorded as given, relative to where that run started
             raise PlanError(
                 f"--append: the output was converted from {doc.input}, relative to the folder that run started "
                 f"in, not {config.input} ({resolve_input(config.input)[0].rstrip('/')}); run the append from "

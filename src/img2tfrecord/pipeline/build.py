@@ -24,20 +24,21 @@ from img2tfrecord.model import ERRORS
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds.archive import archive_root
 from img2tfrecord.pipeline.launch import Launch
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, FileFormat, RecordType, Task
-from img2tfrecord.schemas.manifest import FILE_FORMAT_TFRECORD
-from img2tfrecord.sources import kinds
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, FileFormat, RecordType, Task
+from img2tfrecord.schemas.output_files import FILE_FORMAT_TFRECORD
+from img2tfrecord.sources import input_paths
+from img2tfrecord.sources.inputs import SKIPPED
 from img2tfrecord.transforms import finish_output as tail
 from img2tfrecord.transforms.archive_members import RecordArchiveMembers
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
-from img2tfrecord.transforms.discover import SKIPPED, Discover, DiscoverClasses, JunkCount
+from img2tfrecord.transforms.discover import Discover, DiscoverClasses, JunkCount
 from img2tfrecord.transforms.finalize import FinalizeOutput
-from img2tfrecord.transforms.placed_shards import PlacedShards
+from img2tfrecord.transforms.read_placed_shards import PlacedShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS
-from img2tfrecord.transforms.shards import WriteShards
+from img2tfrecord.transforms.write_shards import WriteShards
 
 
 def _one(unused_element):
@@ -49,8 +50,8 @@ def shard_sinks(
 ) -> ShardSinks:
     """Where a run's splits are written: temp files in its staging folder ``run_dir``, committed under their
     final names in it too; ``FinalizeOutput`` moves them into the output."""
-    committed = FileSystems.join(run_dir, manifest.RUN_COMMITTED_DIR)
-    staging = FileSystems.join(run_dir, manifest.RUN_SHARDS_DIR)
+    committed = FileSystems.join(run_dir, output_files.RUN_COMMITTED_DIR)
+    staging = FileSystems.join(run_dir, output_files.RUN_SHARDS_DIR)
     return ShardSinks(committed, compression, staging, generation, file_format, sequence)
 
 
@@ -94,7 +95,7 @@ def build_pipeline(
     (``conversion/placement.py``), read by each shard's writer instead of discovered and shuffled.
     """
     config, plan, kind, append = launched.config, launched.plan, launched.kind, launched.append
-    ledger = manifest.ledger_file(plan.generation) if launched.ledger is not None else None
+    ledger = output_files.ledger_file(plan.generation) if launched.ledger is not None else None
     # The class list known at launch (an append's: the output's, whose ids never change, then the new ones),
     # the one the launch converts ahead with; None: the graph discovers the classes.
     if launched.labels is not None:
@@ -109,7 +110,7 @@ def build_pipeline(
         # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
         # A folder's files are read from its ledger; manifests are read again (the ledger holds no paths).
         reads_ledger = ledger is not None and kind.discovers_from_ledger
-        ledger_path = FileSystems.join(launched.run_dir, manifest.RUN_LEDGER_FILE) if reads_ledger else None
+        ledger_path = FileSystems.join(launched.run_dir, output_files.RUN_LEDGER_FILE) if reads_ledger else None
         source = kind.source(config, plan)
         discovered = p | kind.discover_step >> Discover(source, ledger_path, launched.junk)
         files = discovered["files"]
@@ -137,7 +138,7 @@ def build_pipeline(
         rejected_early.append(deduped[ERRORS])
     parts = {}
     if ledger is not None and kind.records_members:  # what each archive gave
-        members_path = FileSystems.join(launched.run_dir, manifest.RUN_MEMBERS_FILE)
+        members_path = FileSystems.join(launched.run_dir, output_files.RUN_MEMBERS_FILE)
         parts[tail.MEMBERS] = to_write | "ArchiveMembers" >> RecordArchiveMembers(
             converter, archive_root(plan), members_path
         )
@@ -173,7 +174,7 @@ def build_pipeline(
             base=append.analysis_base if append is not None else None,
             base_exact=append.base_exact if append is not None else True,
         )
-    input_name = kinds.absolute_input(config.input)  # an append started from another folder names the same input
+    input_name = input_paths.absolute_input(config.input)  # an append started from another folder names the same input
     template = manifest_template(config, input_name, kind.task, kind.sequence, plan.input.labeled, launched.fingerprint)
     finalize = FinalizeOutput(
         config.output,
@@ -186,7 +187,7 @@ def build_pipeline(
         generation=plan.generation,
         withdrawn=append.withdrawn if append is not None else (),
         after_success=after_success,
-        members=manifest.members_file(plan.generation) if tail.MEMBERS in parts else None,
+        members=output_files.members_file(plan.generation) if tail.MEMBERS in parts else None,
         retried=append.retried if append is not None else None,
         resolved=append.resolved if append is not None else (),
     )

@@ -8,12 +8,12 @@ import dataclasses
 import os
 from typing import Any, Dict, Mapping, Optional
 
-from img2tfrecord.conversion.sharding import Splits, parse_splits, splits_of
+from img2tfrecord.conversion.seeded_hashes import Splits, parse_splits, splits_of
 from img2tfrecord.errors import UsageError
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION
-from img2tfrecord.schemas.manifest import COMPRESSION_NONE, FILE_FORMAT_TFRECORD
-from img2tfrecord.sources.kinds import input_folder, listed_folder, output_inside_input
+from img2tfrecord.schemas.output_files import COMPRESSION_NONE, FILE_FORMAT_TFRECORD
+from img2tfrecord.sources.input_paths import input_folder, listed_folder, output_inside_input
 
 # The default runner: Beam's FnApiRunner (what the DirectRunner falls back to offline), in_memory: the
 # job's DoFns run in the launching process, each shard's images converted by its pool (conversion/pool.py).
@@ -31,7 +31,7 @@ class ConvertConfig:
     shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
     num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
     compression: str = "none"
-    file_format: str = "tfrecord"  # the shard container (schemas/manifest.FILE_FORMATS); the records are the same
+    file_format: str = "tfrecord"  # the shard container (schemas/output_files.FILE_FORMATS); the records are the same
     overwrite: bool = False
     resume: bool = False  # keep the shards a killed run of the same fingerprint finished (plan.Plan.fingerprint)
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
@@ -77,7 +77,7 @@ class ConvertConfig:
 
 
 def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> ConvertConfig:
-    """The run's configuration from ``convert``'s option values (``options.keyword_values``, or the parsed
+    """The run's configuration from ``convert``'s option values (``option_keywords.keyword_values``, or the parsed
     flags); UsageError for a combination that cannot run."""
     v = values
     splits = run_splits_of(v.get("splits"))

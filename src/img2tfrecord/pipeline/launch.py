@@ -13,8 +13,10 @@ import dataclasses
 import logging
 from typing import Any, List, Optional, Sequence, Tuple
 
+from img2tfrecord import storage
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.placement import Placement, place_all
+from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE
 from img2tfrecord.model import ErrorRow, Item
 from img2tfrecord.pipeline.append import AppendRun, is_finished, log_append, plan_append
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -23,9 +25,7 @@ from img2tfrecord.pipeline.kinds import InputKind, kind_of, plan_input
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems, frames_of
 from img2tfrecord.pipeline.listing import list_input, listing_once
 from img2tfrecord.pipeline.plan_model import Plan, PlanError
-from img2tfrecord.pipeline.sizing import SAMPLE_SIZE
-from img2tfrecord.readers import storage
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.sources.inputs import discover
 from img2tfrecord.sources.inputs.archive import slim_members
@@ -75,8 +75,8 @@ class Launch:
 
     @property
     def run_dir(self) -> str:
-        """The run's staging folder inside the output (``manifest.run_folder``)."""
-        return storage.join(self.config.output, manifest.run_folder(self.fingerprint))
+        """The run's staging folder inside the output (``output_files.run_folder``)."""
+        return storage.join(self.config.output, output_files.run_folder(self.fingerprint))
 
     def listed_units(self) -> Tuple[Sequence[Item], List[str], List[ErrorRow]]:
         """``(work items, junk names, early error rows)`` of what the run converts, listed in this process where

@@ -21,10 +21,10 @@ import os
 import re
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
+from img2tfrecord import storage
 from img2tfrecord.pipeline.file_table import FileTable, joined
 from img2tfrecord.pipeline.plan_model import PlanError
-from img2tfrecord.readers import storage
-from img2tfrecord.sources import kinds
+from img2tfrecord.sources import input_paths
 
 
 def digest(entries) -> str:
@@ -56,10 +56,10 @@ def _is_uri(path: str) -> bool:
 
 def resolve_input(path: str) -> Tuple[str, str]:
     """``(input root ending with '/', glob pattern)`` for a directory or a glob."""
-    path = kinds.absolute_input(path)
-    if kinds.GLOB_CHARS.search(path):
+    path = input_paths.absolute_input(path)
+    if input_paths.GLOB_CHARS.search(path):
         parts = path.split("/")
-        base = "/".join(parts[: kinds.first_glob_part(parts)]) + "/"
+        base = "/".join(parts[: input_paths.first_glob_part(parts)]) + "/"
         return base, path
     root = path.rstrip("/")
     return root + "/", root + "/**"

@@ -1,6 +1,6 @@
 """One writer per output: the exclusive lock a ``convert`` run holds on its output while it writes.
 
-The lock is the file ``manifest.LOCK_FILE`` in the output folder, a small
+The lock is the file ``output_files.LOCK_FILE`` in the output folder, a small
 JSON document naming its holder (pid, host, start time) and a heartbeat
 that a daemon thread rewrites every :data:`HEARTBEAT_S`. It is created only
 if absent, before the run changes anything in the output, and removed
@@ -46,7 +46,7 @@ from typing import Any, Optional
 from img2tfrecord import faults
 from img2tfrecord.pipeline.lock_stores import Found, LockStore, store_for
 from img2tfrecord.pipeline.output_errors import OutputNotWritable, error_cause
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 HEARTBEAT_S = 30.0  # how often the holder rewrites its heartbeat
 STALE_AFTER_S = 600.0  # a lock whose heartbeat is older than this is stale
@@ -106,7 +106,8 @@ class Holder:
         """``pid 123 on host h, started 2026-11-27 05:40:12 UTC``."""
         if not self.pid:
             return (
-                f"holder unknown: its {manifest.LOCK_FILE} cannot be parsed ({self.unparsable or 'no holder named'}), "
+                f"holder unknown: its {output_files.LOCK_FILE} cannot be parsed "
+                f"({self.unparsable or 'no holder named'}), "
                 f"last written {_readable(self.heartbeat)}; judged by its age, it is stale "
                 f"{_duration(UNPARSABLE_STALE_AFTER_S)} after that"
             )
@@ -126,7 +127,7 @@ class Holder:
             age = now - self.heartbeat
             if age > min(stale_after_s, UNPARSABLE_STALE_AFTER_S):
                 return (
-                    f"its {manifest.LOCK_FILE} cannot be parsed ({self.unparsable}) "
+                    f"its {output_files.LOCK_FILE} cannot be parsed ({self.unparsable}) "
                     f"and was last written {_duration(age)} ago"
                 )
             return None

@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any, Optional, Protocol
 
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 # What os.link raises where a filesystem has no hard links (some FUSE and network mounts, FAT).
 _NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)
@@ -52,7 +52,7 @@ class LocalStore:
         self.path = path
 
     def _temp(self) -> str:
-        return os.path.join(os.path.dirname(self.path), f"{manifest.TEMP_PREFIXES[1]}lock-{uuid.uuid4().hex}")
+        return os.path.join(os.path.dirname(self.path), f"{output_files.TEMP_PREFIXES[1]}lock-{uuid.uuid4().hex}")
 
     def create(self, data: bytes) -> Optional[bytes]:
         """Written whole under a temporary name, then linked to the lock's name only if that is free: the lock
@@ -254,7 +254,7 @@ def store_for(output_dir: str, pipeline_options: Any = None) -> LockStore:
         from apache_beam.options.pipeline_options import PipelineOptions
 
         client = create_storage_client(pipeline_options or PipelineOptions([]))
-        return GcsStore(posixpath.join(output_dir, manifest.LOCK_FILE), client)
+        return GcsStore(posixpath.join(output_dir, output_files.LOCK_FILE), client)
     if "://" in output_dir:
-        return FileSystemsStore(posixpath.join(output_dir, manifest.LOCK_FILE))
-    return LocalStore(os.path.join(output_dir, manifest.LOCK_FILE))
+        return FileSystemsStore(posixpath.join(output_dir, output_files.LOCK_FILE))
+    return LocalStore(os.path.join(output_dir, output_files.LOCK_FILE))

@@ -8,10 +8,10 @@ import posixpath
 import shutil
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from img2tfrecord import storage
 from img2tfrecord.pipeline.output_errors import OutputNotWritable, error_cause
 from img2tfrecord.pipeline.plan_model import run_difference
-from img2tfrecord.readers import storage
-from img2tfrecord.schemas import dataset_manifest, manifest
+from img2tfrecord.schemas import dataset_json, output_files
 
 if TYPE_CHECKING:
     from img2tfrecord.pipeline.lock import OutputLock
@@ -33,7 +33,7 @@ def check_writable(output_dir: str) -> None:
     where permission bits say no; the filesystem still refuses a read-only
     mount or a path through a file.
     """
-    probe = storage.join(output_dir, manifest.TEMP_PREFIXES[1] + "write-check")
+    probe = storage.join(output_dir, output_files.TEMP_PREFIXES[1] + "write-check")
     try:
         filesystems = storage.beam_filesystems()
         with filesystems.create(probe) as f:
@@ -46,14 +46,14 @@ def check_writable(output_dir: str) -> None:
 def list_output(output_dir: str) -> List[str]:
     """Paths of every file under ``output_dir`` (empty when it does not exist), except the run lock.
 
-    The lock (``manifest.LOCK_FILE``, ``pipeline/lock.py``) says who writes
+    The lock (``output_files.LOCK_FILE``, ``pipeline/lock.py``) says who writes
     the output, not what it holds: it never makes an output non-empty.
     """
     try:
         found = list(storage.walk_files(output_dir))
     except Exception:  # a missing directory is an empty output
         return []
-    return [storage.join(output_dir, relpath) for relpath, _ in found if relpath != manifest.LOCK_FILE]
+    return [storage.join(output_dir, relpath) for relpath, _ in found if relpath != output_files.LOCK_FILE]
 
 
 def _relative(base: str, path: str) -> str:
@@ -65,12 +65,12 @@ def _run_folders(output_dir: str, existing: List[str]) -> List[str]:
     base = output_dir.rstrip("/") + "/"
     names = {_relative(base, p).split("/", 1)[0] for p in existing}
     names.update(os.path.basename(p) for p in _temp_folders(output_dir))
-    return sorted(n for n in names if n.startswith(manifest.RUN_FOLDER_PREFIX))
+    return sorted(n for n in names if n.startswith(output_files.RUN_FOLDER_PREFIX))
 
 
-def _read_finished(output_dir: str) -> Optional[dataset_manifest.DatasetManifest]:
+def _read_finished(output_dir: str) -> Optional[dataset_json.DatasetManifest]:
     try:
-        return dataset_manifest.loads(storage.read_text(storage.join(output_dir, manifest.MANIFEST_FILE)))
+        return dataset_json.loads(storage.read_text(storage.join(output_dir, output_files.MANIFEST_FILE)))
     except Exception:  # pylint: disable=broad-except
         return None
 
@@ -78,7 +78,7 @@ def _read_finished(output_dir: str) -> Optional[dataset_manifest.DatasetManifest
 def _read_started(output_dir: str, run_folder: str) -> Optional[Dict[str, Any]]:
     """What the fingerprint of the run that left ``run_folder`` covers (None: not recorded, or unreadable)."""
     try:
-        doc = json.loads(storage.read_text(storage.join(output_dir, run_folder, manifest.RUN_STARTED_FILE)))
+        doc = json.loads(storage.read_text(storage.join(output_dir, run_folder, output_files.RUN_STARTED_FILE)))
     except Exception:  # pylint: disable=broad-except
         return None
     return doc if isinstance(doc, dict) else None
@@ -103,7 +103,7 @@ def prepare_output(
     Only files img2tfrecord writes are removed; a directory holding anything
     else is refused even with ``overwrite``, so a mistyped ``--output`` never
     deletes a user's files. With ``resume_folder`` (the base name of this run's
-    staging folder, ``manifest.run_folder``), what a killed run of the same
+    staging folder, ``output_files.run_folder``), what a killed run of the same
     fingerprint finished is kept: its staging folder, committed shards and
     indexes; anything else it left is cleared. Returns True when there is such
     a run to resume. Raises ``AlreadyComplete`` when the output is a finished
@@ -130,18 +130,18 @@ def prepare_output(
         check_writable(output_dir)
         return False
     foreign = [
-        rel for rel in (_relative(base, p) for p in existing) if not manifest.is_output_file(rel.split("/", 1)[0])
+        rel for rel in (_relative(base, p) for p in existing) if not output_files.is_output_file(rel.split("/", 1)[0])
     ]
     if foreign and (overwrite or resume_folder):
         raise OutputNotEmpty(
             f"output {output_dir} holds files img2tfrecord did not write (e.g. {foreign[0]!r}); "
             "refusing to overwrite it"
         )
-    finished = any(posixpath.basename(p) == manifest.SUCCESS_FILE for p in existing)
+    finished = any(posixpath.basename(p) == output_files.SUCCESS_FILE for p in existing)
     if resume_folder:
         if finished:
             done = _read_finished(output_dir)
-            if done is not None and done.run_fingerprint == resume_folder[len(manifest.RUN_FOLDER_PREFIX) :]:
+            if done is not None and done.run_fingerprint == resume_folder[len(output_files.RUN_FOLDER_PREFIX) :]:
                 raise AlreadyComplete(f"output {output_dir} already holds this conversion, finished; nothing to resume")
             recorded = {"input": done.input, "options": done.options} if done is not None else None
             raise OutputNotEmpty(
@@ -198,16 +198,16 @@ def prepare_output(
 
 def _of_generation(rel: str, generation: int) -> bool:
     """True for a file a run of ``generation`` (or a later one) writes: its shards, indexes, errors, ledger files."""
-    name = rel.split("/", 1)[1] if rel.startswith(manifest.INDEX_DIR + "/") else rel
-    if name.endswith(manifest.INDEX_SUFFIX):
-        name = name[: -len(manifest.INDEX_SUFFIX)]
-    parsed = manifest.parse_shard_file_name(name)
+    name = rel.split("/", 1)[1] if rel.startswith(output_files.INDEX_DIR + "/") else rel
+    if name.endswith(output_files.INDEX_SUFFIX):
+        name = name[: -len(output_files.INDEX_SUFFIX)]
+    parsed = output_files.parse_shard_file_name(name)
     if parsed is not None:
         return parsed["generation"] >= generation
     return rel in (
-        manifest.errors_file(generation),
-        manifest.ledger_file(generation),
-        manifest.members_file(generation),
+        output_files.errors_file(generation),
+        output_files.ledger_file(generation),
+        output_files.members_file(generation),
     )
 
 
@@ -232,25 +232,25 @@ def prepare_append(output_dir: str, generation: int, resume_folder: Optional[str
             published.append(path)
         elif top in keep or (resumable and _of_generation(rel, generation)):
             continue
-        elif top.startswith(manifest.TEMP_PREFIXES) or _of_generation(rel, generation):
+        elif top.startswith(output_files.TEMP_PREFIXES) or _of_generation(rel, generation):
             leftovers.append(path)
     lock.ensure_held()
     if resume_folder and published:
         _return_to_staging(output_dir, resume_folder, published)
-    _clear(output_dir, leftovers, keep_folders=keep + (manifest.INDEX_DIR, manifest.LEDGER_DIR))
+    _clear(output_dir, leftovers, keep_folders=keep + (output_files.INDEX_DIR, output_files.LEDGER_DIR))
     check_writable(output_dir)
     return resumable
 
 
 def _is_shard_or_index(rel: str) -> bool:
-    return manifest.parse_shard_file_name(rel) is not None or rel.startswith(manifest.INDEX_DIR + "/")
+    return output_files.parse_shard_file_name(rel) is not None or rel.startswith(output_files.INDEX_DIR + "/")
 
 
 def _return_to_staging(output_dir: str, run_folder: str, paths: List[str]) -> None:
     """Move shards and indexes a stopped run had already moved into the output back into its staging folder
     (``run_folder``'s ``committed/``), where the resumed run commits and publishes them again."""
     base = output_dir.rstrip("/") + "/"
-    committed = storage.join(output_dir, run_folder, manifest.RUN_COMMITTED_DIR)
+    committed = storage.join(output_dir, run_folder, output_files.RUN_COMMITTED_DIR)
     sources = sorted(paths)
     targets = [storage.join(committed, _relative(base, p)) for p in sources]
     try:
@@ -264,9 +264,9 @@ def _return_to_staging(output_dir: str, run_folder: str, paths: List[str]) -> No
 
 
 def staging_left(output_dir: str) -> List[str]:
-    """Paths of the staging files and folders a run left in ``output_dir`` (``manifest.TEMP_PREFIXES``)."""
+    """Paths of the staging files and folders a run left in ``output_dir`` (``output_files.TEMP_PREFIXES``)."""
     base = output_dir.rstrip("/") + "/"
-    found = [p for p in list_output(output_dir) if _relative(base, p).startswith(manifest.TEMP_PREFIXES)]
+    found = [p for p in list_output(output_dir) if _relative(base, p).startswith(output_files.TEMP_PREFIXES)]
     return found + _temp_folders(output_dir)
 
 
@@ -274,14 +274,16 @@ def remove_staging(output_dir: str, lock: OutputLock) -> None:
     """Delete the staging a finished run left (an append stopped after publishing its manifest), under ``lock``."""
     lock.ensure_held()
     base = output_dir.rstrip("/") + "/"
-    _clear(output_dir, [p for p in list_output(output_dir) if _relative(base, p).startswith(manifest.TEMP_PREFIXES)])
+    _clear(
+        output_dir, [p for p in list_output(output_dir) if _relative(base, p).startswith(output_files.TEMP_PREFIXES)]
+    )
 
 
 def _clear(output_dir: str, paths: List[str], keep_folders: Sequence[str] = ()) -> None:
     """Delete ``paths`` (``_SUCCESS`` first) and the emptied staging folders, except ``keep_folders``."""
     base = output_dir.rstrip("/") + "/"
     # _SUCCESS goes first: an interrupted clean-up never leaves a directory that looks complete.
-    paths = sorted(paths, key=lambda p: posixpath.basename(p) != manifest.SUCCESS_FILE)
+    paths = sorted(paths, key=lambda p: posixpath.basename(p) != output_files.SUCCESS_FILE)
     try:
         filesystems = storage.beam_filesystems()
         if paths:
@@ -323,7 +325,7 @@ def _temp_folders(output_dir: str) -> List[str]:
     found = []
     for name in names:
         path = os.path.join(output_dir, name)
-        if name.startswith(manifest.TEMP_PREFIXES) and os.path.isdir(path) and not os.path.islink(path):
+        if name.startswith(output_files.TEMP_PREFIXES) and os.path.isdir(path) and not os.path.islink(path):
             found.append(path)
     return found
 
@@ -334,7 +336,7 @@ def remove_write_staging(output_dir: str) -> None:
     Their writes never finalise; a ``--resume``'d run writes those files
     again. The run's own staging folder (``.tmp-run-*``) is kept for it.
     """
-    prefix = manifest.TEMP_PREFIXES[0]
+    prefix = output_files.TEMP_PREFIXES[0]
     base = output_dir.rstrip("/") + "/"
     found = [p for p in list_output(output_dir) if _relative(base, p).startswith(prefix)]
     try:
@@ -350,6 +352,6 @@ def remove_write_staging(output_dir: str) -> None:
 def finished_shards(output_dir: str, run_folder: str) -> int:
     """How many shards the staging folder ``run_folder`` records as finished (what ``--resume`` keeps)."""
     try:
-        return len(storage.listdir(storage.join(output_dir, run_folder, manifest.RUN_DONE_DIR)))
+        return len(storage.listdir(storage.join(output_dir, run_folder, output_files.RUN_DONE_DIR)))
     except Exception:  # pylint: disable=broad-except  # no staging folder yet
         return 0

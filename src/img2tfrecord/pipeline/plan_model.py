@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from img2tfrecord.options import recorded_flag
 from img2tfrecord.pipeline.config import ConvertConfig
-from img2tfrecord.sources import kinds
+from img2tfrecord.sources import input_paths
 
 
 class PlanError(ValueError):
@@ -72,7 +72,7 @@ class Plan:
         }
         if self.generation:
             parts["generation"] = self.generation
-        return fingerprint_doc(config, kinds.absolute_input(config.input), **parts)
+        return fingerprint_doc(config, input_paths.absolute_input(config.input), **parts)
 
 
 def fingerprint_doc(config: ConvertConfig, input_name: str, **parts: Any) -> Dict[str, Any]:

@@ -22,7 +22,7 @@ from array import array
 from typing import Dict, Iterator, List, Sequence
 
 from img2tfrecord.conversion.placement import place
-from img2tfrecord.conversion.record_sizes import sample_options
+from img2tfrecord.conversion.record_sizes import estimated_record_bytes, sample_options
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import (
     Clip,
@@ -50,9 +50,9 @@ from img2tfrecord.pipeline.preview_report import (
     SplitPlan,
     TimeEstimate,
 )
-from img2tfrecord.pipeline.sizing import estimated_record_bytes, evenly_spaced, processes_for
+from img2tfrecord.pipeline.sizing import evenly_spaced, processes_for
 from img2tfrecord.pipeline.startup import ImportTimer, Startup, launch_only, measure
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources import manifests
 
@@ -90,10 +90,10 @@ def _output_state(config: ConvertConfig, nothing_new: bool = False) -> OutputSta
     path = config.output
     existing = list_output(path)
     try:  # Beam's staging folders a killed run can leave: empty, so not listed as files
-        local_folders = [n for n in os.listdir(path) if n.startswith(manifest.TEMP_PREFIXES)]
+        local_folders = [n for n in os.listdir(path) if n.startswith(output_files.TEMP_PREFIXES)]
     except OSError:  # remote, missing, not a folder or not listable
         local_folders = []
-    finished = any(posixpath.basename(p) == manifest.SUCCESS_FILE for p in existing)
+    finished = any(posixpath.basename(p) == output_files.SUCCESS_FILE for p in existing)
     exists = bool(existing or local_folders)
     if "://" not in path and os.path.exists(path) and not os.path.isdir(path):
         exists, note = True, "not a folder: a run cannot write there"

@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import (
     PipelineOptions,
 )
 
-from img2tfrecord import progress
+from img2tfrecord import progress, storage
 from img2tfrecord.conversion.pool import close_open_pools
 from img2tfrecord.errors import Interrupted
 from img2tfrecord.pipeline.append import write_ledger
@@ -36,7 +36,6 @@ from img2tfrecord.pipeline.outputs import (
     remove_write_staging,
     staging_left,
 )
-from img2tfrecord.pipeline.placing import place_listing
 from img2tfrecord.pipeline.runner import (
     COUNTS_FROM_JOB,
     COUNTS_HERE,
@@ -50,12 +49,12 @@ from img2tfrecord.pipeline.runner import (
     pipeline_options,
 )
 from img2tfrecord.pipeline.staged_files import LaunchFile
-from img2tfrecord.readers import storage
+from img2tfrecord.pipeline.write_placed_items import place_listing
 from img2tfrecord.readers.records import read_manifest
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.transforms.counters import SHARDS_RESUMED
-from img2tfrecord.transforms.placed_shards import PlacedShards
+from img2tfrecord.transforms.read_placed_shards import PlacedShards
 
 
 def run(
@@ -109,7 +108,7 @@ def run(
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
         _execute(launched, options, placed_shards, resuming=False, wait=wait, show_progress=False)
         return None
-    staging = manifest.run_folder(launched.fingerprint)
+    staging = output_files.run_folder(launched.fingerprint)
     lock = lock_output(config.output, options)
     with _StopSignals() as stop:
         try:
@@ -117,7 +116,7 @@ def run(
             started = launched.plan.fingerprint_doc(config)
             resuming = _prepare(config, staging, lock, launched.plan.generation, started)
             storage.write_bytes(
-                storage.join(launched.run_dir, manifest.RUN_STARTED_FILE), json.dumps(started).encode("utf-8")
+                storage.join(launched.run_dir, output_files.RUN_STARTED_FILE), json.dumps(started).encode("utf-8")
             )
             if launched.entries is not None:
                 write_ledger(launched.run_dir, launched.entries)
@@ -241,7 +240,7 @@ def _run(
             logging.info(
                 "submitted%s; %s appears in %s when it completes",
                 f" job {job_id()}" if callable(job_id) else "",
-                manifest.SUCCESS_FILE,
+                output_files.SUCCESS_FILE,
                 launched.config.output,
             )
             return

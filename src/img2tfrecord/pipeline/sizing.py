@@ -13,9 +13,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple, TypeVar
 from img2tfrecord.conversion.pool import usable_cores
 from img2tfrecord.conversion.record_sizes import (
     MIB,
-    RECORD_OVERHEAD_BYTES,
     SAMPLE_SIZE,
-    estimated_record_bytes,
     sample_sizes,
     seeded_sample,
     shard_counts,
@@ -26,18 +24,6 @@ from img2tfrecord.pipeline.listing import file_size
 from img2tfrecord.pipeline.plan_model import Sizing
 
 T = TypeVar("T")
-
-__all__ = [
-    "MIB",
-    "RECORD_OVERHEAD_BYTES",
-    "SAMPLE_SIZE",
-    "estimate_size_ratio",
-    "estimated_record_bytes",
-    "num_shards",
-    "processes_for",
-    "sized",
-    "sampled_sizes",
-]
 
 
 # A conversion process costs about a second of CPU to start; below these an extra one costs more than it saves.

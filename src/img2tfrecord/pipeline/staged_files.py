@@ -12,7 +12,7 @@ import os
 import tempfile
 from typing import BinaryIO, Callable, Iterable, TypeVar
 
-from img2tfrecord.readers import storage
+from img2tfrecord import storage
 
 T = TypeVar("T")
 _CHUNK = 1 << 20

@@ -216,9 +216,9 @@ def placement_seconds(config: ConvertConfig, plan: Plan, items: Sequence[Any]) -
     does before it writes them: timed on up to ``PLACEMENT_SAMPLE`` of them, in proportion to all."""
     if not items:
         return 0.0
+    from img2tfrecord.conversion import placed_items
     from img2tfrecord.pipeline.launch import launch_plan, placed
     from img2tfrecord.pipeline.sizing import evenly_spaced
-    from img2tfrecord.schemas import placed_items
 
     sample = evenly_spaced(items, PLACEMENT_SAMPLE)
     started = time.perf_counter()

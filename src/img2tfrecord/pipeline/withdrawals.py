@@ -12,6 +12,7 @@ import collections
 import dataclasses
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from img2tfrecord import storage, tfrecord_codec
 from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals
@@ -22,8 +23,8 @@ from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import ReadError
 from img2tfrecord.readers.split_shards import shard_info, shard_offsets
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
 from img2tfrecord.schemas.transformed import ANALYZED_SPLIT
@@ -86,7 +87,7 @@ def withdrawals(
         if entry is None:
             raise PlanError(
                 f"--accept-changes: the record of {wanted[0].relpath} should be in {file}, which "
-                f"{manifest.MANIFEST_FILE} does not list; rebuild with --overwrite"
+                f"{output_files.MANIFEST_FILE} does not list; rebuild with --overwrite"
             )
         found = _read_records(output, doc, entry, {w.index for w in wanted})
         for w in wanted:
@@ -114,12 +115,12 @@ def withdrawals(
 
 def _in_file_format(w: Withdrawal, doc: DatasetManifest) -> Withdrawal:
     """``w`` naming its shard in the output's file format (the locator names TFRecord shards)."""
-    if doc.file_format.value == manifest.FILE_FORMAT_TFRECORD:
+    if doc.file_format.value == output_files.FILE_FORMAT_TFRECORD:
         return w
-    parsed = manifest.parse_shard_file_name(w.file)
+    parsed = output_files.parse_shard_file_name(w.file)
     if parsed is None:
         raise ValueError(f"{w.file} is not a shard name")
-    file = manifest.shard_file_name(
+    file = output_files.shard_file_name(
         parsed["split"],
         parsed["index"],
         parsed["count"],
@@ -145,11 +146,11 @@ def _record_totals(values: Mapping, channels: int, label: Optional[bytes], file:
 
 def _read_records(output: str, doc: DatasetManifest, entry, indices: Iterable[int]) -> Dict[int, bytes]:
     """Records ``indices`` of a listed shard: through its offsets when uncompressed, else by a scan."""
-    path = records.join(output, entry.file)
+    path = storage.join(output, entry.file)
     wanted = set(indices)
     file_format = doc.file_format.value
     try:
-        if doc.compression.value == "none" and file_format != manifest.FILE_FORMAT_ARRAY_RECORD:
+        if doc.compression.value == "none" and file_format != output_files.FILE_FORMAT_ARRAY_RECORD:
             shard = shard_info(output, entry)
             offsets = shard_offsets(shard, file_format)
             with records.RandomAccessFile(path) as f:
@@ -167,5 +168,5 @@ def _read_records(output: str, doc: DatasetManifest, entry, indices: Iterable[in
                 if len(found) == len(wanted):
                     break
         return found
-    except (OSError, ValueError, ReadError, records.RecordError) as e:
+    except (OSError, ValueError, ReadError, tfrecord_codec.RecordError) as e:
         raise PlanError(f"--accept-changes: cannot read {entry.file}: {e}") from None

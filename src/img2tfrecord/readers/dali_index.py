@@ -12,9 +12,9 @@ import os
 import tempfile
 from typing import List, Optional, Tuple
 
-from img2tfrecord.readers import records
+from img2tfrecord import storage, tfrecord_codec
 from img2tfrecord.readers.split_shards import read_split, shard_offsets
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 
 def dali_inputs(path: str, split: str = "train", index_dir: Optional[str] = None) -> Tuple[List[str], List[str]]:
@@ -26,7 +26,7 @@ def dali_inputs(path: str, split: str = "train", index_dir: Optional[str] = None
     (DALI reads uncompressed TFRecord files), for another file format, and what :func:`read_split` raises.
     """
     info = read_split(path, split)
-    if info.file_format != manifest.FILE_FORMAT_TFRECORD:
+    if info.file_format != output_files.FILE_FORMAT_TFRECORD:
         raise ValueError(
             f"{path} holds {info.file_format} shards: these index files are for DALI's TFRecord reader "
             "(convert --file-format tfrecord)"
@@ -41,14 +41,14 @@ def dali_inputs(path: str, split: str = "train", index_dir: Optional[str] = None
         if shard.live_records == 0:
             continue
         index = shard.index_file()
-        if shard.withdrawn or index is None or not records.exists(index):
+        if shard.withdrawn or index is None or not storage.exists(index):
             if index_dir is None:
                 index_dir = tempfile.mkdtemp(prefix="img2tfrecord-dali-")
             os.makedirs(index_dir, exist_ok=True)
             live = [entry for i, entry in enumerate(shard_offsets(shard)) if i not in shard.withdrawn]
             index = os.path.join(index_dir, os.path.basename(shard.path) + ".idx")
             with open(index, "w", encoding="ascii") as f:
-                f.write(records.index_text(live))
+                f.write(tfrecord_codec.index_text(live))
         shards.append(shard.path)
         indexes.append(index)
     return shards, indexes

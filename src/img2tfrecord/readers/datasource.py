@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Tuple
 import numpy as np
 from PIL import Image
 
+from img2tfrecord import storage, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import (
     CorruptRecordError,
@@ -43,7 +44,7 @@ from img2tfrecord.readers.read_errors import (
 )
 from img2tfrecord.readers.split_shards import ShardInfo, SplitInfo, read_split, shard_offsets
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.shard_formats import array_records
 
 # ---------------------------------------------------------------------------
@@ -119,7 +120,7 @@ class SplitDataSource:
                 f"{path} is {info.compression}-compressed: random access needs uncompressed shards "
                 f"(convert --compression none); read it sequentially with iter_split"
             )
-        if info.file_format == manifest.FILE_FORMAT_ARRAY_RECORD and records.is_remote(path):
+        if info.file_format == output_files.FILE_FORMAT_ARRAY_RECORD and storage.is_remote(path):
             raise ValueError(
                 f"{path} holds ArrayRecord shards, whose reader opens local files only: copy the output to a local "
                 "folder for random access, or read it sequentially with iter_split"
@@ -135,7 +136,7 @@ class SplitDataSource:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._files: Dict[int, records.RandomAccessFile] = {}
-        self._offsets: Dict[int, List[records.IndexEntry]] = {}
+        self._offsets: Dict[int, List[tfrecord_codec.IndexEntry]] = {}
         self._readers: Dict[int, array_records.ArrayRecordShard] = {}  # ArrayRecord shards: their own index
 
     @property
@@ -157,13 +158,13 @@ class SplitDataSource:
         shard = self.info.shards[shard_no]
         record = shard.physical(index - self._starts[shard_no])
         try:
-            if self.info.file_format == manifest.FILE_FORMAT_ARRAY_RECORD:
+            if self.info.file_format == output_files.FILE_FORMAT_ARRAY_RECORD:
                 data = self._array_record(shard_no).read([record])[0]
             else:
                 file, entries = self._open(shard_no)
                 offset, length = entries[record]
                 data = records.read_record(file, record, offset, length, self.info.file_format)
-        except records.RecordError as e:
+        except tfrecord_codec.RecordError as e:
             raise from_record_error(shard.path, e, shard.index_file()) from None
         return to_example(data, self.info, self.decode, shard.path, record)
 
@@ -177,7 +178,7 @@ class SplitDataSource:
                 shard = self.info.shards[shard_no]
                 try:
                     opened = array_records.ArrayRecordShard(shard.path)
-                except records.RecordError as e:
+                except tfrecord_codec.RecordError as e:
                     raise from_record_error(shard.path, e) from None
                 if len(opened) != shard.num_records:
                     opened.close()
@@ -194,7 +195,7 @@ class SplitDataSource:
             for stale in inherited:
                 stale.close()
 
-    def _open(self, shard_no: int) -> Tuple[records.RandomAccessFile, List[records.IndexEntry]]:
+    def _open(self, shard_no: int) -> Tuple[records.RandomAccessFile, List[tfrecord_codec.IndexEntry]]:
         self._check_process()
         entries = self._offsets.get(shard_no)
         file = self._files.get(shard_no)
@@ -265,10 +266,10 @@ def iter_split(
                 position += 1
                 if mine:
                     yield to_example(data, info, decode, shard.path, record)
-        except records.RecordError as e:
+        except tfrecord_codec.RecordError as e:
             raise from_record_error(shard.path, e) from None
         if count != shard.num_records:
-            size = records.file_size(shard.path)
+            size = storage.file_size(shard.path)
             if shard.num_bytes is not None and size < shard.num_bytes:
                 raise TruncatedShardError(
                     shard.path,

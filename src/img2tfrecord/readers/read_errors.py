@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from img2tfrecord import storage, tfrecord_codec
 from img2tfrecord.readers import records
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 
 class ReadError(Exception):
@@ -44,19 +45,19 @@ def check_finished(path: str) -> None:
     folder and what is missing when a conversion there has not finished,
     whether it got as far as ``dataset.json`` or left only its staging folder.
     """
-    if not records.isdir(path):
+    if not storage.isdir(path):
         raise FileNotFoundError(f"no such directory: {path}")
     if records.is_complete(path):
         return
-    names = records.listdir(path)
-    if manifest.MANIFEST_FILE in names:
-        missing = f"no {manifest.SUCCESS_FILE}"
-    elif any(manifest.is_output_file(name) for name in names):
-        missing = f"no {manifest.MANIFEST_FILE} and no {manifest.SUCCESS_FILE}"
+    names = storage.listdir(path)
+    if output_files.MANIFEST_FILE in names:
+        missing = f"no {output_files.SUCCESS_FILE}"
+    elif any(output_files.is_output_file(name) for name in names):
+        missing = f"no {output_files.MANIFEST_FILE} and no {output_files.SUCCESS_FILE}"
     else:
         raise FileNotFoundError(
-            f"{path} is not an img2tfrecord output directory: it has no {manifest.MANIFEST_FILE} "
-            f"and no {manifest.SUCCESS_FILE}"
+            f"{path} is not an img2tfrecord output directory: it has no {output_files.MANIFEST_FILE} "
+            f"and no {output_files.SUCCESS_FILE}"
         )
     raise IncompleteOutputError(
         path,
@@ -67,7 +68,7 @@ def check_finished(path: str) -> None:
 
 def read_finished_manifest(path: str) -> DatasetManifest:
     """The manifest of a finished output (local or ``gs://``): :func:`check_finished`, then
-    ``records.read_manifest`` (a ``ManifestError``, a ValueError naming the field, for a manifest this
+    ``records.read_manifest`` (a ``DatasetJsonError``, a ValueError naming the field, for a manifest this
     version does not read)."""
     check_finished(path)
     return records.read_manifest(path)
@@ -89,11 +90,11 @@ class ManifestMismatchError(ReadError):
     """A shard holding other records or bytes than ``dataset.json`` lists."""
 
 
-def from_record_error(shard: str, e: records.RecordError, index_path: Optional[str] = None) -> ReadError:
+def from_record_error(shard: str, e: tfrecord_codec.RecordError, index_path: Optional[str] = None) -> ReadError:
     """The :class:`ReadError` for a framing or CRC error in ``shard``; a misframed record blames ``index_path``."""
-    if isinstance(e, records.TruncatedRecordError):
+    if isinstance(e, tfrecord_codec.TruncatedRecordError):
         return TruncatedShardError(shard, e.message, e.index, e.offset)
-    if isinstance(e, records.MisframedRecordError) and index_path is not None:
+    if isinstance(e, tfrecord_codec.MisframedRecordError) and index_path is not None:
         return IndexMismatchError(index_path, f"disagrees with {shard}: {e.message}", e.index, e.offset)
     return CorruptRecordError(shard, e.message, e.index, e.offset)
 

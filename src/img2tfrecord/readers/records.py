@@ -3,11 +3,11 @@
 Used by ``inspect``, ``verify`` and the TensorFlow-free readers of
 :mod:`img2tfrecord.readers.datasource`. Local paths are read with plain Python
 file objects; paths with a scheme (``gs://...``) go through Beam's
-FileSystems (:mod:`img2tfrecord.readers.storage`), imported only then.
+FileSystems (:mod:`img2tfrecord.storage`), imported only then.
 
 The TFRecord format -- framing, checksums, offsets, index files -- is
 :mod:`img2tfrecord.tfrecord_codec`'s; this module opens the shards it reads
-and re-exports the names readers use. ``tf.train.Example`` messages are
+and turns its records into the readers' values. ``tf.train.Example`` messages are
 parsed with the TensorFlow-free message classes of
 :mod:`img2tfrecord.schemas.example_proto`.
 """
@@ -20,39 +20,18 @@ import tarfile
 import threading
 from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Sequence, Tuple, cast
 
-from img2tfrecord import tfrecord_codec
-from img2tfrecord.readers import storage
-from img2tfrecord.schemas import dataset_manifest, example_proto, features, manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord import storage, tfrecord_codec
+from img2tfrecord.schemas import dataset_json, example_proto, features, output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.shard_formats import array_records, tar_shards
 from img2tfrecord.tfrecord_codec import (
     IndexEntry,
-    MisframedRecordError,
     Record,
     RecordError,
     TruncatedRecordError,
     framed_length,
-    index_text,
-    masked_crc32c,
-    parse_index,
     read_record_at,
 )
-
-# ---------------------------------------------------------------------------
-# Files: local paths with the standard library, anything with a scheme via Beam (readers/storage.py).
-
-is_remote = storage.is_remote
-exists = storage.exists
-isdir = storage.isdir
-listdir = storage.listdir
-file_size = storage.file_size
-open_binary = storage.open_binary
-read_text = storage.read_text
-
-
-def join(directory: str, name: str) -> str:
-    return storage.join(directory, name)
-
 
 # ---------------------------------------------------------------------------
 # The manifest.
@@ -63,28 +42,28 @@ def read_manifest(directory: str) -> DatasetManifest:
 
     Raises FileNotFoundError naming the path when the directory or its
     manifest does not exist, ValueError when the manifest is not one this
-    version reads (a ``dataset_manifest.ManifestError`` naming the field).
+    version reads (a ``dataset_json.DatasetJsonError`` naming the field).
     Does not look at ``_SUCCESS`` (see :func:`is_complete`).
     """
-    if not isdir(directory):
+    if not storage.isdir(directory):
         raise FileNotFoundError(f"no such directory: {directory}")
-    path = join(directory, manifest.MANIFEST_FILE)
-    if not exists(path):
+    path = storage.join(directory, output_files.MANIFEST_FILE)
+    if not storage.exists(path):
         raise FileNotFoundError(
             f"{path} not found: {directory} is not an img2tfrecord output directory "
             f"(or its conversion has not finished)"
         )
-    return dataset_manifest.loads(read_text(path))
+    return dataset_json.loads(storage.read_text(path))
 
 
 def is_complete(directory: str) -> bool:
     """True when the writer finished: ``_SUCCESS`` exists."""
-    return exists(join(directory, manifest.SUCCESS_FILE))
+    return storage.exists(storage.join(directory, output_files.SUCCESS_FILE))
 
 
 def shard_paths(directory: str, doc: DatasetManifest, split: str) -> List[Tuple[str, int]]:
     """``(path, num_records)`` of every shard of ``split`` listed in the manifest, in order."""
-    return [(join(directory, s.file), s.num_records) for s in doc.splits[split].shards]
+    return [(storage.join(directory, s.file), s.num_records) for s in doc.splits[split].shards]
 
 
 # ---------------------------------------------------------------------------
@@ -93,13 +72,13 @@ def shard_paths(directory: str, doc: DatasetManifest, split: str) -> List[Tuple[
 
 def _stream(path: str, compression: str) -> Tuple[BinaryIO, BinaryIO, int | None]:
     """(record stream, underlying file, size bound of the stream or None when unknown)."""
-    raw = open_binary(path)
+    raw = storage.open_binary(path)
     if compression == "gzip":
         return cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb")), raw, None
     if compression != "none":
         raw.close()
-        raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(manifest.COMPRESSIONS)}")
-    return raw, raw, file_size(path)
+        raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(output_files.COMPRESSIONS)}")
+    return raw, raw, storage.file_size(path)
 
 
 def scan_records(
@@ -107,7 +86,7 @@ def scan_records(
     compression: str = "none",
     check_crc: bool = True,
     *,
-    file_format: str = manifest.FILE_FORMAT_TFRECORD,
+    file_format: str = output_files.FILE_FORMAT_TFRECORD,
     sequence: bool = False,
 ) -> Iterator[Record]:
     """Every record of one shard, in order, whatever its file format (``file_format``; ``sequence``: the
@@ -119,15 +98,15 @@ def scan_records(
     sample's record (``shard_formats/webdataset_samples.py``), ``offset`` its first header's.
     Anything that loses the framing raises :class:`RecordError` and ends the walk.
     """
-    if file_format == manifest.FILE_FORMAT_ARRAY_RECORD:
-        with array_records.local_copy(path, is_remote, open_binary) as local:
+    if file_format == output_files.FILE_FORMAT_ARRAY_RECORD:
+        with array_records.local_copy(path, storage.is_remote, storage.open_binary) as local:
             yield from array_records.read_records(local)
         return
-    if file_format == manifest.FILE_FORMAT_WEBDATASET:
-        with open_binary(path) as raw:
+    if file_format == output_files.FILE_FORMAT_WEBDATASET:
+        with storage.open_binary(path) as raw:
             yield from tar_shards.read_records(raw, sequence)
         return
-    manifest.check_file_format(file_format)
+    output_files.check_file_format(file_format)
     stream, raw, size = _stream(path, compression)
     index = offset = 0  # where the next record starts
     try:
@@ -144,7 +123,7 @@ def iter_records(
     compression: str = "none",
     check_crc: bool = True,
     *,
-    file_format: str = manifest.FILE_FORMAT_TFRECORD,
+    file_format: str = output_files.FILE_FORMAT_TFRECORD,
     sequence: bool = False,
 ) -> Iterator[Tuple[int, int, bytes]]:
     """``(index, offset, data)`` of every record; any problem, a bad data checksum included, raises RecordError."""
@@ -164,13 +143,13 @@ class RandomAccessFile:
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
-        if is_remote(path):
+        if storage.is_remote(path):
             self._fd = -1
-            self._file: BinaryIO | None = open_binary(path)
+            self._file: BinaryIO | None = storage.open_binary(path)
         else:
             self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
             self._file = None
-        self.size = file_size(path)
+        self.size = storage.file_size(path)
 
     def read_at(self, offset: int, n: int) -> bytes:
         """Up to ``n`` bytes from ``offset`` (fewer only at the end of the file)."""
@@ -210,12 +189,12 @@ class RandomAccessFile:
 
 
 def walk_offsets(
-    path: str, check_crc: bool = True, file_format: str = manifest.FILE_FORMAT_TFRECORD
+    path: str, check_crc: bool = True, file_format: str = output_files.FILE_FORMAT_TFRECORD
 ) -> List[IndexEntry]:
     """``(offset, length)`` of every record of an uncompressed shard (:func:`tfrecord_codec.walk_offsets`), or of
     every sample of a tar shard (:func:`tar_shards.walk_samples`; ``RecordError`` for a tar that does not read)."""
-    if file_format == manifest.FILE_FORMAT_WEBDATASET:
-        with open_binary(path) as raw:
+    if file_format == output_files.FILE_FORMAT_WEBDATASET:
+        with storage.open_binary(path) as raw:
             try:
                 return tar_shards.walk_samples(raw)
             except (tarfile.TarError, EOFError, OSError) as e:
@@ -227,7 +206,7 @@ def walk_offsets(
 def shard_records(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[Record]:
     """Every record of the Example shard ``path``, in order, in the file format its name says
     (:func:`scan_records`)."""
-    file_format = manifest.file_format_of(path) or manifest.FILE_FORMAT_TFRECORD
+    file_format = output_files.file_format_of(path) or output_files.FILE_FORMAT_TFRECORD
     return scan_records(path, compression, check_crc, file_format=file_format)
 
 
@@ -235,10 +214,10 @@ def records_at(path: str, compression: str, wanted: Sequence[Tuple[int, int]]) -
     """``(index, data)`` of the wanted records ``(index, offset)`` of the Example shard ``path`` that read
     (others are left out): at their offsets in uncompressed TFRecord shards, by number in ArrayRecord
     shards, else from a scan up to the last one."""
-    file_format = manifest.file_format_of(path) or manifest.FILE_FORMAT_TFRECORD
+    file_format = output_files.file_format_of(path) or output_files.FILE_FORMAT_TFRECORD
     if not wanted:
         return
-    if file_format == manifest.FILE_FORMAT_TFRECORD and compression == manifest.COMPRESSION_NONE:
+    if file_format == output_files.FILE_FORMAT_TFRECORD and compression == output_files.COMPRESSION_NONE:
         with RandomAccessFile(path) as f:
             for index, offset in wanted:
                 try:
@@ -246,9 +225,9 @@ def records_at(path: str, compression: str, wanted: Sequence[Tuple[int, int]]) -
                 except RecordError:
                     continue
         return
-    if file_format == manifest.FILE_FORMAT_ARRAY_RECORD:
+    if file_format == output_files.FILE_FORMAT_ARRAY_RECORD:
         with (
-            array_records.local_copy(path, is_remote, open_binary) as local,
+            array_records.local_copy(path, storage.is_remote, storage.open_binary) as local,
             array_records.ArrayRecordShard(local) as shard,
         ):
             for index, _ in wanted:
@@ -265,11 +244,11 @@ def records_at(path: str, compression: str, wanted: Sequence[Tuple[int, int]]) -
 
 
 def read_record(
-    f: RandomAccessFile, index: int, offset: int, length: int, file_format: str = manifest.FILE_FORMAT_TFRECORD
+    f: RandomAccessFile, index: int, offset: int, length: int, file_format: str = output_files.FILE_FORMAT_TFRECORD
 ) -> bytes:
     """The data of the record an index entry ``(offset, length)`` places in the open shard ``f`` (TFRecord:
     :func:`tfrecord_codec.read_record_at`, checksums checked; tar: the sample in that range, rebuilt)."""
-    if file_format == manifest.FILE_FORMAT_WEBDATASET:
+    if file_format == output_files.FILE_FORMAT_WEBDATASET:
         chunk = f.read_at(offset, length)
         if len(chunk) < length:
             raise TruncatedRecordError(index, offset, f"truncated: {len(chunk)} of the sample's {length} bytes")
@@ -326,30 +305,6 @@ def parse_example(data: bytes, spec_json: Mapping[str, Mapping[str, Any]]) -> Di
 
 def decode_text(value: bytes) -> str:
     return value.decode("utf-8", errors="replace")
-
-
-__all__ = [
-    "ExampleError",
-    "IndexEntry",
-    "MisframedRecordError",
-    "RandomAccessFile",
-    "Record",
-    "RecordError",
-    "TruncatedRecordError",
-    "framed_length",
-    "index_text",
-    "iter_records",
-    "masked_crc32c",
-    "parse_example",
-    "parse_index",
-    "read_manifest",
-    "read_record",
-    "records_at",
-    "shard_records",
-    "read_record_at",
-    "scan_records",
-    "walk_offsets",
-]
 
 
 def record_source(

@@ -12,6 +12,7 @@ import bisect
 import dataclasses
 from typing import Any, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
+from img2tfrecord import storage, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import (
     IndexMismatchError,
@@ -20,8 +21,8 @@ from img2tfrecord.readers.read_errors import (
     from_record_error,
     read_finished_manifest,
 )
-from img2tfrecord.schemas import dataset_manifest as manifest_model
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import dataset_json as manifest_model
+from img2tfrecord.schemas import output_files
 
 # ---------------------------------------------------------------------------
 # What a reader needs from the manifest: plain, picklable data.
@@ -39,14 +40,14 @@ class ShardInfo:
     num_records: int
     num_bytes: Optional[int]
     index: Optional[str]
-    default_index: str  # where the index of this shard lives when written (manifest.index_file)
+    default_index: str  # where the index of this shard lives when written (output_files.index_file)
     withdrawn: FrozenSet[int] = frozenset()
 
     def index_file(self) -> Optional[str]:
         """The index file to read offsets from: the declared one, else ``index/<shard>.idx`` if it exists."""
         if self.index is not None:
             return self.index
-        return self.default_index if records.exists(self.default_index) else None
+        return self.default_index if storage.exists(self.default_index) else None
 
     @property
     def live_records(self) -> int:
@@ -75,7 +76,7 @@ class SplitInfo:
     channels: int
     labels: Tuple[str, ...]
     detection: bool = False  # TF Object Detection API records: examples get ``boxes`` and ``num_boxes``
-    file_format: str = manifest.FILE_FORMAT_TFRECORD  # the shards' container (--file-format)
+    file_format: str = output_files.FILE_FORMAT_TFRECORD  # the shards' container (--file-format)
 
     @property
     def num_records(self) -> int:
@@ -86,11 +87,11 @@ class SplitInfo:
 def shard_info(directory: str, entry: manifest_model.ShardInfo, withdrawn: FrozenSet[int] = frozenset()) -> ShardInfo:
     """A reader's :class:`ShardInfo` of the shard ``dataset.json`` lists as ``entry`` in the output ``directory``."""
     return ShardInfo(
-        path=records.join(directory, entry.file),
+        path=storage.join(directory, entry.file),
         num_records=entry.num_records,
         num_bytes=entry.num_bytes,
-        index=records.join(directory, entry.index) if entry.index else None,
-        default_index=records.join(directory, manifest.index_file(entry.file)),
+        index=storage.join(directory, entry.index) if entry.index else None,
+        default_index=storage.join(directory, output_files.index_file(entry.file)),
         withdrawn=withdrawn,
     )
 
@@ -105,7 +106,7 @@ def read_split(path: str, split: str) -> SplitInfo:
     doc = read_finished_manifest(path)
     if doc.is_sequence:
         raise ValueError(
-            f"{path} holds {doc.record_type.value} records; these readers read {manifest.RECORD_TYPE} outputs "
+            f"{path} holds {doc.record_type.value} records; these readers read {output_files.RECORD_TYPE} outputs "
             f"(read clips with img2tfrecord.load(path, sequence=True))"
         )
     splits = doc.splits
@@ -126,7 +127,7 @@ def read_split(path: str, split: str) -> SplitInfo:
     )
 
 
-def _check_size(shard: ShardInfo, size: int, entries: Sequence[records.IndexEntry]) -> None:
+def _check_size(shard: ShardInfo, size: int, entries: Sequence[tfrecord_codec.IndexEntry]) -> None:
     """A shard shorter than ``dataset.json`` says is truncated; a longer one is not the one listed."""
     if shard.num_bytes is None or size == shard.num_bytes:
         return
@@ -143,7 +144,9 @@ def _check_size(shard: ShardInfo, size: int, entries: Sequence[records.IndexEntr
 # Record offsets for random access.
 
 
-def shard_offsets(shard: ShardInfo, file_format: str = manifest.FILE_FORMAT_TFRECORD) -> List[records.IndexEntry]:
+def shard_offsets(
+    shard: ShardInfo, file_format: str = output_files.FILE_FORMAT_TFRECORD
+) -> List[tfrecord_codec.IndexEntry]:
     """``(offset, length)`` of each record of an uncompressed shard, checked against the shard.
 
     From the shard's index file (declared in ``dataset.json`` or at
@@ -153,17 +156,17 @@ def shard_offsets(shard: ShardInfo, file_format: str = manifest.FILE_FORMAT_TFRE
     :class:`ManifestMismatchError`, each naming the file and the record.
     """
     index_path = shard.index_file()
-    size = records.file_size(shard.path)
-    tar = file_format == manifest.FILE_FORMAT_WEBDATASET  # its end-of-archive blocks follow the last sample
+    size = storage.file_size(shard.path)
+    tar = file_format == output_files.FILE_FORMAT_WEBDATASET  # its end-of-archive blocks follow the last sample
     if index_path is None:
         try:
             entries = records.walk_offsets(shard.path, file_format=file_format)
-        except records.TruncatedRecordError as e:
+        except tfrecord_codec.TruncatedRecordError as e:
             if shard.num_bytes is not None and size > shard.num_bytes:
                 message = f"{size} bytes where dataset.json lists {shard.num_bytes}"
                 raise ManifestMismatchError(shard.path, message) from None
             raise TruncatedShardError(shard.path, e.message, e.index, e.offset) from None
-        except records.RecordError as e:
+        except tfrecord_codec.RecordError as e:
             raise from_record_error(shard.path, e) from None
         _check_size(shard, size, entries)
         if len(entries) != shard.num_records:
@@ -171,10 +174,10 @@ def shard_offsets(shard: ShardInfo, file_format: str = manifest.FILE_FORMAT_TFRE
                 shard.path, f"{len(entries)} records where dataset.json lists {shard.num_records}"
             )
         return entries
-    if not records.exists(index_path):
+    if not storage.exists(index_path):
         raise IndexMismatchError(index_path, f"missing: dataset.json lists it as the index of {shard.path}")
     try:
-        entries = records.parse_index(records.read_text(index_path), index_path)
+        entries = tfrecord_codec.parse_index(storage.read_text(index_path), index_path)
     except ValueError as e:
         raise IndexMismatchError(index_path, str(e).removeprefix(f"{index_path}: ")) from None
     _check_size(shard, size, entries)

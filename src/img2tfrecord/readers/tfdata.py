@@ -28,7 +28,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from img2tfrecord.readers import records
+from img2tfrecord import storage
 from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.readers.tfdata_decode import (
     LoadPlan,
@@ -39,7 +39,7 @@ from img2tfrecord.readers.tfdata_decode import (
     parse_single,
 )
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, FileFormat, Task
+from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, FileFormat, Task
 
 ImageSize = Union[int, Tuple[int, int], Sequence[int]]
 
@@ -56,7 +56,7 @@ TASK_AUTO = "auto"  # load's default task: the one dataset.json records
 # Manifest and arguments.
 
 
-# The manifest of a finished conversion; raises FileNotFoundError, IncompleteOutputError or ManifestError.
+# The manifest of a finished conversion; raises FileNotFoundError, IncompleteOutputError or DatasetJsonError.
 read_manifest = read_finished_manifest
 
 
@@ -161,7 +161,7 @@ def _plan(
     shards = [s for s in splits[split].shards if s.num_records > 0]
     withdrawn = doc.withdrawn_by_file()
     return LoadPlan(
-        files=[records.join(path, s.file) for s in shards],
+        files=[storage.join(path, s.file) for s in shards],
         compression_type=_TF_COMPRESSION[doc.compression],
         spec=keys.feature_spec(doc.spec),
         channels=doc.channels or 3,
@@ -171,7 +171,7 @@ def _plan(
         num_records=doc.live_records(split),
         detection=detection,
         pad_boxes=pad_boxes,
-        withdrawn=tuple(f"{records.join(path, s.file)}#{i}" for s in shards for i in sorted(withdrawn.get(s.file, ()))),
+        withdrawn=tuple(f"{storage.join(path, s.file)}#{i}" for s in shards for i in sorted(withdrawn.get(s.file, ()))),
     )
 
 

@@ -21,11 +21,11 @@ import tensorflow_datasets as tfds
 from etils import epath
 from tensorflow_datasets.core import naming, splits
 
-from img2tfrecord import tfrecord_codec
+from img2tfrecord import storage, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import read_finished_manifest
-from img2tfrecord.schemas import manifest, tfds_layout
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest, FileFormat, ShardInfo
+from img2tfrecord.schemas import output_files, tfds_layout
+from img2tfrecord.schemas.dataset_json import DatasetManifest, FileFormat, ShardInfo
 from img2tfrecord.shard_formats import array_records
 
 
@@ -55,14 +55,14 @@ def tfds_builder(path: str) -> tfds.core.DatasetBuilder:
     for split in doc.splits:
         parts: List[splits.SplitInfo] = []
         for generation, shards in tfds_layout.generation_shards(doc, split):
-            template = tfds_layout.file_template(doc, manifest.shard_prefix(split, generation))
+            template = tfds_layout.file_template(doc, output_files.shard_prefix(split, generation))
             start = 0
             for i, shard in enumerate(shards):
                 if shard.file in withdrawn:
                     if i > start:
                         parts.append(_shards(doc, path, split, template, shards, start, i))
                     copy = f"{split}-live-{len(parts):05d}"
-                    count = _copy_live(doc, records.join(path, shard.file), folder, copy, withdrawn[shard.file])
+                    count = _copy_live(doc, storage.join(path, shard.file), folder, copy, withdrawn[shard.file])
                     parts.append(_split_info(doc, folder, split, tfds_layout.file_template(doc, copy), [count], 0))
                     start = i + 1
             if start < len(shards):
@@ -101,7 +101,7 @@ def _copy_live(doc: DatasetManifest, shard: str, folder: str, prefix: str, withd
     """Write the records of ``shard`` but the ``withdrawn`` ones to a one-shard file of ``prefix`` in ``folder``,
     in the output's file format; -> how many."""
     file_format = doc.file_format.value
-    target = os.path.join(folder, manifest.shard_file_name(prefix, 0, 1, file_format=file_format))
+    target = os.path.join(folder, output_files.shard_file_name(prefix, 0, 1, file_format=file_format))
     live = (data for index, _, data in records.iter_records(shard, file_format=file_format) if index not in withdrawn)
     if doc.file_format is FileFormat.ARRAY_RECORD:
         writer = array_records.ArrayRecordShardWriter(target)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from img2tfrecord.readers import records, storage
+from img2tfrecord import storage
+from img2tfrecord.readers import records
 from img2tfrecord.schemas import tfds_layout
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 
 def _write_file(path: str, text: str) -> None:
@@ -36,7 +37,7 @@ def write_tfds_metadata(
     """
     doc = records.read_manifest(output_dir) if manifest_doc is None else manifest_doc
     for name, text in tfds_layout.metadata_files(doc).items():
-        write(records.join(output_dir, name), text)
+        write(storage.join(output_dir, name), text)
     return tfds_layout.unsupported_reason(doc)
 
 

@@ -22,8 +22,8 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
-from img2tfrecord.readers import records
-from img2tfrecord.schemas import manifest
+from img2tfrecord import storage
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas import transformed as names
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -31,9 +31,9 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 def transform_output(path: str):
     """``tft.TFTransformOutput`` of an output directory; ValueError when it has no transform."""
-    if not records.exists(records.join(path, manifest.TRANSFORM_FN_DIR)):
+    if not storage.exists(storage.join(path, output_files.TRANSFORM_FN_DIR)):
         raise ValueError(
-            f"{path} has no {manifest.TRANSFORM_FN_DIR}/: transform=True needs the tf.Transform analysis of "
+            f"{path} has no {output_files.TRANSFORM_FN_DIR}/: transform=True needs the tf.Transform analysis of "
             f"convert, which was skipped (--no-analyze, no train split, or --sequence); re-run convert without "
             f"--no-analyze, or load with transform=False"
         )

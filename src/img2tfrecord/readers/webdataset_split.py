@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import FrozenSet, List
 
-from img2tfrecord.readers import records
+from img2tfrecord import storage
 from img2tfrecord.readers.read_errors import read_finished_manifest
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest, FileFormat
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest, FileFormat
 from img2tfrecord.shard_formats.tar_shards import sample_key
 
 
@@ -36,13 +36,13 @@ def split_urls(path: str, split: str = "train") -> List[str]:
     doc = _webdataset_manifest(path)
     if split not in doc.splits:
         raise ValueError(f"unknown split {split!r} in {path}; available splits: {', '.join(sorted(doc.splits))}")
-    return [records.join(path, shard.file) for shard in doc.splits[split].shards if shard.num_records]
+    return [storage.join(path, shard.file) for shard in doc.splits[split].shards if shard.num_records]
 
 
 def withdrawn_keys(path: str) -> FrozenSet[str]:
     """The ``__key__`` of every sample no reader should return (``convert --append --accept-changes``)."""
     doc = _webdataset_manifest(path)
-    suffix = manifest.shard_suffix(manifest.COMPRESSION_NONE, manifest.FILE_FORMAT_WEBDATASET)
+    suffix = output_files.shard_suffix(output_files.COMPRESSION_NONE, output_files.FILE_FORMAT_WEBDATASET)
     return frozenset(sample_key(w.file[: -len(suffix)], w.index) for w in doc.withdrawals)
 
 

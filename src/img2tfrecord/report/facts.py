@@ -18,11 +18,12 @@ import json
 import statistics
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from img2tfrecord import storage
 from img2tfrecord.readers import records
 from img2tfrecord.report import duplicates as dup
 from img2tfrecord.report import outputs
 from img2tfrecord.report.shard_scan import UNLABELED, ShardScan, Thumbnail
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 REPORT_FORMAT_VERSION = 2
 TOP_SIZES = 12
@@ -41,12 +42,12 @@ def _error_rows(directory: str, doc: DatasetManifest, problems: List[str]) -> It
     """Rows of every generation's error report (``path``, ``relpath``, ``reason``, ``error``); problems met
     reading them are appended to ``problems``."""
     for name in doc.error_files:
-        path = records.join(directory, name)
+        path = storage.join(directory, name)
         try:
-            if not records.exists(path):
+            if not storage.exists(path):
                 problems.append(f"{name} missing")
                 continue
-            with records.open_binary(path) as f:
+            with storage.open_binary(path) as f:
                 for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8", errors="replace"), 1):
                     if not line.strip():
                         continue

@@ -22,7 +22,7 @@ from img2tfrecord.report.html_common import e as _e
 from img2tfrecord.report.html_common import num as _num
 from img2tfrecord.report.html_common import size_text as _bytes
 from img2tfrecord.report.html_common import split_badge as _split_badge
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 MAX_GROUPS_SHOWN = 50
 MAX_CONTENTS_SHOWN = 8  # images (with thumbnails) shown per group
@@ -338,7 +338,7 @@ def _rejected(document: Mapping[str, Any]) -> str:
 
 def _shard_label(file_name: str) -> str:
     """``train-00003-of-00010.tfrecord`` -> ``train 3``: short enough to stand under a bar."""
-    parsed = manifest.parse_shard_file_name(file_name)
+    parsed = output_files.parse_shard_file_name(file_name)
     return f"{parsed['split'][:5]} {parsed['index']}" if parsed else file_name[:8]
 
 

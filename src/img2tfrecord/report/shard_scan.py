@@ -21,7 +21,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
-from img2tfrecord import faults
+from img2tfrecord import faults, storage, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.report import perceptual_hash
 from img2tfrecord.schemas import features as keys
@@ -274,14 +274,14 @@ def scan_shard(task: ShardTask) -> ShardScan:
     built = _ColumnsBuilder()
     samples: List[Thumbnail] = []
     scan = ShardScan(task.file, task.split, None, samples)
-    path = records.join(task.directory, task.file)
+    path = storage.join(task.directory, task.file)
     # class -> max-heap (negated keys) of the sample so far, with the features to draw it from
     heaps: Dict[str, List[Tuple[int, str, int, int, Mapping[str, Any]]]] = {}
     dhash_of: Dict[bytes, Optional[int]] = {}  # digest -> dhash, so identical bytes are decoded once
     class_counts: Dict[str, int] = collections.Counter()
     sizes: Dict[Tuple[int, int], int] = collections.Counter()
     try:
-        scan.file_bytes = records.file_size(path)
+        scan.file_bytes = storage.file_size(path)
         for record in records.shard_records(path, task.compression):
             scan.framed += 1
             if not record.data_crc_ok:
@@ -309,7 +309,7 @@ def scan_shard(task: ShardTask) -> ShardScan:
             built.add(record.index, record.offset, class_name, sha, dhash_of[sha], name)
             class_counts[class_name] += 1
             sizes[int(values.get(keys.IMAGE_WIDTH, 0)), int(values.get(keys.IMAGE_HEIGHT, 0))] += 1
-    except records.RecordError as e:
+    except tfrecord_codec.RecordError as e:
         scan.read_to_end = False
         scan.problem(f"{e}; the rest of the shard cannot be read")
     except FileNotFoundError:
@@ -365,7 +365,7 @@ def fetch_thumbnails(task: FetchTask) -> Dict[int, str]:
     else from its start to the last wanted record.
     """
     out: Dict[int, str] = {}
-    path = records.join(task.directory, task.file)
+    path = storage.join(task.directory, task.file)
 
     def draw(index: int, data: bytes) -> None:
         try:

@@ -1,19 +1,3 @@
-"""The contract between writer and readers: feature keys, spec, label map, manifest."""
+"""The contract between writer and readers: feature keys and spec, label map, output file names, ``dataset.json``.
 
-from img2tfrecord.schemas import features, labels, manifest  # noqa: F401
-from img2tfrecord.schemas.features import (  # noqa: F401
-    BYTES_FEATURES,
-    CLASS_LABEL,
-    CLASS_TEXT,
-    FEATURES,
-    FILENAME,
-    IMAGE_CHANNELS,
-    IMAGE_ENCODED,
-    IMAGE_FORMAT,
-    IMAGE_HEIGHT,
-    IMAGE_WIDTH,
-    INT_FEATURES,
-    KEY_SHA256,
-    feature_spec,
-    feature_spec_json,
-)
+Nothing here imports from the rest of the package."""

@@ -1,7 +1,7 @@
 """``dataset.json``'s ``generations``: what each run that wrote into an output added to it.
 
 The first run of an output is generation 0; each ``convert --append`` adds the next, with its own
-shards (``manifest.shard_file_name(..., generation=N)``), error report and input ledger. The
+shards (``output_files.shard_file_name(..., generation=N)``), error report and input ledger. The
 manifest's splits and accounting always cover every generation. A generation made with
 ``--accept-changes`` also withdraws the records of inputs changed or removed since: their shards
 keep them, every reader skips them (:class:`Withdrawal`).
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
-from img2tfrecord.schemas.manifest_fields import count, counts, fail, obj, opt_string, string
+from img2tfrecord.schemas.dataset_json_fields import count, counts, fail, obj, opt_string, string
 
 CHANGED = "changed"  # the input was converted again into the withdrawing generation
 REMOVED = "removed"  # the input is gone

@@ -1,6 +1,6 @@
 """The input ledger: which inputs each generation of an output converted, as ``convert --append`` compares them.
 
-``ledger/generation-<N>.jsonl.gz`` (``manifest.ledger_file``) holds one JSON object per input the
+``ledger/generation-<N>.jsonl.gz`` (``output_files.ledger_file``) holds one JSON object per input the
 generation took, ``{"relpath", "size", "mtime"}``, sorted by relpath, gzip-compressed (level 6) without a
 timestamp (the same inputs give the same bytes). ``mtime`` is the filesystem's change marker: a
 file's modification time, an object's update time on gs://; with ``size`` it tells a replaced input
@@ -8,7 +8,7 @@ from the one converted. A manifest row's entry adds ``"row": [label, split]`` (n
 manifest has no such column): a row whose label or split changed is a changed input too. A row
 naming no image is keyed by where it is (``manifest:line``), with size -1.
 
-An archive is one entry; what it held is ``ledger/members-<N>.jsonl.gz`` (``manifest.members_file``),
+An archive is one entry; what it held is ``ledger/members-<N>.jsonl.gz`` (``output_files.members_file``),
 written by the run: one line per archive, ``{"archive": relpath, "items": [[relpath, split], ...]}``
 sorted, each item a record's relpath and split (null: it has no place) as the run placed it, so
 ``--accept-changes`` can locate the records of an archive that changed or is gone. Nothing here does I/O.

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest, FileFormat
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest, FileFormat
 from img2tfrecord.schemas.tfds_layout import generation_shards
 
 PATTERN_SEPARATOR = "::"
@@ -22,7 +22,7 @@ def split_pattern(doc: DatasetManifest, split: str) -> Optional[str]:
     if doc.file_format is not FileFormat.WEBDATASET:
         return None
     patterns = [
-        manifest.shard_pattern(split, len(shards), generation)
+        output_files.shard_pattern(split, len(shards), generation)
         for generation, shards in generation_shards(doc, split)
         if shards
     ]

@@ -20,12 +20,12 @@ import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import Compression, DatasetManifest, FileFormat, ShardInfo, TfdsStatus
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, FileFormat, ShardInfo, TfdsStatus
 
-DATASET_INFO_FILE = manifest.TFDS_DATASET_INFO_FILE
-FEATURES_FILE = manifest.TFDS_FEATURES_FILE
-SPLIT_FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"  # TFDS' spelling of manifest.shard_file_name
+DATASET_INFO_FILE = output_files.TFDS_DATASET_INFO_FILE
+FEATURES_FILE = output_files.TFDS_FEATURES_FILE
+SPLIT_FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"  # TFDS' spelling of output_files.shard_file_name
 # TFDS's name of each file format it reads (its FileFormat values), and the suffix of our shards in it.
 TFDS_FILE_FORMATS = {FileFormat.TFRECORD: "tfrecord", FileFormat.ARRAY_RECORD: "array_record"}
 DATASET_NAME = "img2tfrecord"
@@ -33,8 +33,8 @@ DATASET_NAME = "img2tfrecord"
 _SEP = "/"
 
 
-LABEL_NAMES_FILE = manifest.TFDS_LABEL_NAMES_FILE
-FILE_NAMES = manifest.TFDS_FILE_NAMES  # what metadata_files may write
+LABEL_NAMES_FILE = output_files.TFDS_LABEL_NAMES_FILE
+FILE_NAMES = output_files.TFDS_FILE_NAMES  # what metadata_files may write
 
 _TFDS = "tensorflow_datasets.core.features."
 _NOT_DESCRIBABLE = "img2tfrecord.readers.tfds_features.NotDescribable"
@@ -107,7 +107,7 @@ def unsupported_reason(doc: DatasetManifest, across_generations: bool = False) -
             return f"the shards of split {name} are not those its generations list"
         for generation, shards in groups:
             for i, shard in enumerate(shards):
-                expected = manifest.shard_file_name(
+                expected = output_files.shard_file_name(
                     name, i, len(shards), generation=generation, file_format=doc.file_format.value
                 )
                 if shard.file != expected:

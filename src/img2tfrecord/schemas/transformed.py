@@ -3,7 +3,7 @@
 ``tft.TFTransformOutput(<output dir>)`` applied to raw records (parsed with
 ``raw_feature_spec()``, i.e. the keys of :mod:`schemas.features`) gives the
 features named here. The files and folders it reads are named in
-:mod:`schemas.manifest`.
+:mod:`schemas.output_files`.
 """
 
 from __future__ import annotations

@@ -18,14 +18,14 @@ from __future__ import annotations
 from typing import BinaryIO, Protocol
 
 from img2tfrecord import tfrecord_codec
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.shard_formats.tar_shards import TarShardWriter
 from img2tfrecord.tfrecord_codec import IndexEntry
 
-TFRECORD = manifest.FILE_FORMAT_TFRECORD
-ARRAY_RECORD = manifest.FILE_FORMAT_ARRAY_RECORD
-WEBDATASET = manifest.FILE_FORMAT_WEBDATASET
-FILE_FORMATS = manifest.FILE_FORMATS
+TFRECORD = output_files.FILE_FORMAT_TFRECORD
+ARRAY_RECORD = output_files.FILE_FORMAT_ARRAY_RECORD
+WEBDATASET = output_files.FILE_FORMAT_WEBDATASET
+FILE_FORMATS = output_files.FILE_FORMATS
 
 
 class StreamWriter(Protocol):
@@ -70,7 +70,7 @@ def stream_writer(file_format: str, stream: BinaryIO, shard_stem: str, sequence:
 
 def has_index_files(file_format: str, compression: str) -> bool:
     """Whether a shard gets an index file: uncompressed TFRecord and tar shards; ArrayRecord has its own."""
-    return file_format != ARRAY_RECORD and compression == manifest.COMPRESSION_NONE
+    return file_format != ARRAY_RECORD and compression == output_files.COMPRESSION_NONE
 
 
 __all__ = [

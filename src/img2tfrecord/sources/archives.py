@@ -1,14 +1,12 @@
 """Archives as inputs (zip, tar, tar.gz), without Beam: kinds, member names, listing, and a launch-time peek.
 
-A member becomes a work item whose ``member`` locator says how to read its
-bytes (``sources/files.py``): a zip member by seeking to its local header, an
-uncompressed tar member by seeking to its data, a tar.gz member (which cannot
-be seeked to) by carrying its bytes. Members are never extracted to disk.
-Member names lose a leading ``./`` and, when every file of an archive sits
-under one folder that wraps the dataset, that folder (see
-:func:`top_folder_to_strip`), so an archive gives the relpaths, and so the
-records, of its unpacked folder. Zip member names are UTF-8 whenever their bytes are, whatever
-the archive's flags say (:func:`zip_member_name`).
+A member becomes a work item whose ``member`` locator says how to read its bytes (``sources/files.py``):
+a zip member by seeking to its local header, an uncompressed tar member by seeking to its data, a tar.gz
+member (which cannot be seeked to) by carrying its bytes. Members are never extracted to disk. Member
+names lose a leading ``./`` and, when every file of an archive sits under one folder that wraps the
+dataset, that folder (:func:`top_folder_to_strip`), so an archive gives the relpaths, and so the records,
+of its unpacked folder. Zip member names are UTF-8 whenever their bytes are, whatever the archive's flags
+say (:func:`zip_member_name`).
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def is_archive_problem(entry: ErrorEntry) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Discovery, one step at a time: sources/inputs/archived_annotation.py calls these, and joins the keyed
+# Discovery, one step at a time: sources/inputs/archived_detection.py calls these, and joins the keyed
 # images with the keyed members in-process (--plan); the pipeline joins them by a CoGroupByKey.
 
 

@@ -10,7 +10,7 @@ import os
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.model import DetectionPlacement, ErrorRow, SkippedEntry, WorkItem, error_row
-from img2tfrecord.schemas.manifest import MANIFEST_FILE, RUN_FOLDER_PREFIX, SUCCESS_FILE
+from img2tfrecord.schemas.output_files import MANIFEST_FILE, RUN_FOLDER_PREFIX, SUCCESS_FILE
 from img2tfrecord.sources.split_folders import split_of_folder
 
 LAYOUT_CLASS = "class"  # SRC/<class>/<file>
@@ -113,7 +113,7 @@ def is_junk(relpath: str) -> bool:
     return not _JUNK_NAMES.isdisjoint(relpath.lower().split("/"))
 
 
-# An earlier output inside an input folder: the files and folder that mark it (schemas/manifest.py).
+# An earlier output inside an input folder: the files and folder that mark it (schemas/output_files.py).
 OUTPUT_MARKERS = (MANIFEST_FILE, SUCCESS_FILE, RUN_FOLDER_PREFIX + "*")
 
 

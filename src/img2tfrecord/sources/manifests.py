@@ -11,7 +11,7 @@ import posixpath
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.model import RowPlacement, WorkItem, error_row
-from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
+from img2tfrecord.schemas.output_files import SPLIT_NAME_RE
 from img2tfrecord.sources.archives import suffix_kind
 from img2tfrecord.sources.files import open_raw
 from img2tfrecord.sources.split_folders import split_of_folder

@@ -39,14 +39,13 @@ from google.protobuf import text_format
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
-from img2tfrecord import faults
+from img2tfrecord import faults, storage
 from img2tfrecord.conversion.run_totals import BATCH_CLASSES, MAX_PIXEL, RunTotals, pixel_moments, statistics_json
 from img2tfrecord.images import LOSSLESS_FORMATS, ImageOptions
-from img2tfrecord.readers import storage
 from img2tfrecord.readers.tfdata import decode_encoded, decode_raw
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.transforms.analysis_totals import TotalsCombineFn
 
@@ -300,7 +299,7 @@ def temp_dir_for(output_dir: str, temp_location: Optional[str], dry_run: bool = 
         return path
     if temp_location:
         return FileSystems.join(temp_location, f"img2tfrecord-tft-{uuid.uuid4().hex}")
-    return FileSystems.join(output_dir, manifest.ANALYSIS_TEMP_DIR)
+    return FileSystems.join(output_dir, output_files.ANALYSIS_TEMP_DIR)
 
 
 def _export_dir(temp_dir: str) -> str:
@@ -319,11 +318,11 @@ def _publish(unused_written, output_dir: str, schema_text: str, temp_dir: str, e
     faults.pause_at("analysis")
     faults.fail_at("analysis", output_dir)
     export = _export_dir(temp_dir)
-    for folder in (manifest.TRANSFORM_FN_DIR, manifest.TRANSFORMED_METADATA_DIR):
+    for folder in (output_files.TRANSFORM_FN_DIR, output_files.TRANSFORMED_METADATA_DIR):
         storage.copy_tree(storage.join(export, folder), storage.join(output_dir, folder))
     for path in (
-        storage.join(output_dir, manifest.RAW_METADATA_DIR, manifest.SCHEMA_FILE),
-        storage.join(output_dir, manifest.SCHEMA_FILE),
+        storage.join(output_dir, output_files.RAW_METADATA_DIR, output_files.SCHEMA_FILE),
+        storage.join(output_dir, output_files.SCHEMA_FILE),
     ):
         storage.write_bytes(path, schema_text.encode("utf-8"))
     if tf.io.gfile.exists(temp_dir):
@@ -424,13 +423,13 @@ def analyze_train_split(
     logging.info(
         "analysing the %r split with tf.Transform: pixel statistics, label vocabulary, %s/ (skip with --no-analyze)",
         names.ANALYZED_SPLIT,
-        manifest.TRANSFORM_FN_DIR,
+        output_files.TRANSFORM_FN_DIR,
     )
     spec_json = keys.feature_spec_json() if labeled else keys.feature_spec_json(labeled=False)
     options = rows.pipeline.options.get_all_options()
     runner = str(options.get("runner") or "DirectRunner").split(".")[-1]
     return rows | "AnalyzeTrainSplit" >> AnalyzeTrainSplit(
-        FileSystems.join(staging, manifest.RUN_COMMITTED_DIR),
+        FileSystems.join(staging, output_files.RUN_COMMITTED_DIR),
         label_names,
         TransformSpec.from_options(config.image, labeled=labeled),
         temp_dir_for(

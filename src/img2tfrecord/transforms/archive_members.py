@@ -10,9 +10,9 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 
+from img2tfrecord import storage
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.model import frames
-from img2tfrecord.readers import storage
 from img2tfrecord.schemas.ledger import ArchiveItem, members_bytes
 from img2tfrecord.sources import archives
 from img2tfrecord.sources import layout as layouts

@@ -34,9 +34,8 @@ from apache_beam.io.filebasedsink import FileBasedSink
 from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord import shard_formats
-from img2tfrecord.readers import storage
-from img2tfrecord.schemas import manifest
+from img2tfrecord import shard_formats, storage
+from img2tfrecord.schemas import output_files
 from img2tfrecord.shard_formats import array_records
 from img2tfrecord.tfrecord_codec import IndexEntry
 
@@ -182,11 +181,11 @@ class ShardSink(FileBasedSink):
         sequence: bool = False,
     ):
         super().__init__(
-            file_path_prefix=FileSystems.join(output_dir, manifest.shard_prefix(split, generation)),
+            file_path_prefix=FileSystems.join(output_dir, output_files.shard_prefix(split, generation)),
             coder=coders.BytesCoder(),
-            file_name_suffix=manifest.shard_suffix(compression, file_format),
+            file_name_suffix=output_files.shard_suffix(compression, file_format),
             num_shards=num_shards,
-            shard_name_template=manifest.shard_name_template(file_format),
+            shard_name_template=output_files.shard_name_template(file_format),
             mime_type=MIME_TYPE,
             compression_type=CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED,
         )
@@ -235,7 +234,7 @@ class ShardSink(FileBasedSink):
     @property
     def suffix(self) -> str:
         """The shards' file name suffix (``.tfrecord``, ``.tfrecord.gz``, ``.array_record``, ``.tar``)."""
-        return manifest.shard_suffix(self.compression, self.file_format)
+        return output_files.shard_suffix(self.compression, self.file_format)
 
     @property
     def indexed(self) -> bool:
@@ -243,7 +242,7 @@ class ShardSink(FileBasedSink):
         return shard_formats.has_index_files(self.file_format, self.compression)
 
     def final_name(self, shard: int) -> str:
-        return manifest.shard_file_name(
+        return output_files.shard_file_name(
             self.split, shard, self.shard_count, self.compression, self.generation, self.file_format
         )
 
@@ -267,7 +266,7 @@ class ShardSinks(NamedTuple):
 
     The shard counts may be known only inside the graph (a side input), so the sinks are made
     where they are used; each split's temp files go to ``<staging_dir>/<split>``. ``generation`` > 0
-    names the shards of an append (``manifest.shard_file_name``); ``file_format`` is ``--file-format``.
+    names the shards of an append (``output_files.shard_file_name``); ``file_format`` is ``--file-format``.
     """
 
     output_dir: str

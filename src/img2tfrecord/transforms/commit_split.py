@@ -8,7 +8,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.model import CommittedShard, ShardResult
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.shard_writer import NO_FAULTS, WriteFaults
 
@@ -58,7 +58,7 @@ class CommitSplitFn(beam.DoFn):
         for r in ordered:
             index = None
             if r.index_path:
-                index = manifest.index_file(sink.final_name(r.shard))
+                index = output_files.index_file(sink.final_name(r.shard))
                 final_index = FileSystems.join(sink.output_dir, index)
                 if FileSystems.exists(r.index_path):
                     if FileSystems.exists(final_index):

@@ -21,16 +21,14 @@ from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from img2tfrecord.model import ERRORS
 from img2tfrecord.sources.inputs import FILES, SKIPPED, InputSource
 from img2tfrecord.sources.inputs.archive import ArchiveSource
-from img2tfrecord.sources.inputs.archived_annotation import ArchivedAnnotationSource
+from img2tfrecord.sources.inputs.archived_detection import ArchivedDetectionSource
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import classes_of_file
 from img2tfrecord.transforms.counters import INPUTS, INPUTS_SKIPPED, NAMESPACE
 from img2tfrecord.transforms.discover_joins import JoinAnnotatedMembers, JoinArchiveMembers
 
-__all__ = ["SKIPPED", "Discover", "DiscoverClasses", "JunkCount", "ListedJunk"]
-
 # The joins of the sources whose findings depend on each other; the others need none.
-_JOINS = {ArchiveSource: JoinArchiveMembers, ArchivedAnnotationSource: JoinAnnotatedMembers}
+_JOINS = {ArchiveSource: JoinArchiveMembers, ArchivedDetectionSource: JoinAnnotatedMembers}
 
 
 class _ReadUnitFn(beam.DoFn):
@@ -113,7 +111,7 @@ class Discover(beam.PTransform):
         if self._ledger is not None:
             if not isinstance(self._source, FolderSource):
                 raise ValueError(
-                    f"an input ledger lists a folder's files, not the units of a {self._source.kind} input"
+                    f"an input ledger lists a folder's files, not the units of {type(self._source).__name__}"
                 )
             base = self._source.base
             # validate=False: the launcher writes the ledger after the graph is built (and a dry run never does).

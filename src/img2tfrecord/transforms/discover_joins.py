@@ -13,7 +13,7 @@ from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources.archives import member_item, merge_top, prefix_of
 from img2tfrecord.sources.inputs import FILES
 from img2tfrecord.sources.inputs import archive as archive_source
-from img2tfrecord.sources.inputs import archived_annotation as annotated
+from img2tfrecord.sources.inputs import archived_detection as annotated
 
 
 class _CommonTopFolder(beam.CombineFn):
@@ -69,7 +69,7 @@ def _present(keyed) -> Tuple[str, bool]:
 class _ReadAnnotationFn(beam.DoFn):
     """One annotation member -> ``(ARCHIVE!/IMAGE, work item)`` of each image it names; error rows."""
 
-    def __init__(self, source: annotated.ArchivedAnnotationSource):
+    def __init__(self, source: annotated.ArchivedDetectionSource):
         self._source = source
 
     def process(self, annotation, image_sets, members=None):
@@ -90,9 +90,9 @@ class _AttachMemberFn(beam.DoFn):
 
 
 class JoinAnnotatedMembers(beam.PTransform):
-    """``ArchivedAnnotationSource`` findings -> ``{"files": annotated images reading their members, "errors"}``."""
+    """``ArchivedDetectionSource`` findings -> ``{"files": annotated images reading their members, "errors"}``."""
 
-    def __init__(self, source: annotated.ArchivedAnnotationSource):
+    def __init__(self, source: annotated.ArchivedDetectionSource):
         super().__init__()
         self._source = source
 

@@ -17,16 +17,16 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.model import ShardResult
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 
 def done_path(run_dir: str, split: str, shard: int) -> str:
-    return FileSystems.join(run_dir, manifest.RUN_DONE_DIR, f"{split}-{shard:05d}.json")
+    return FileSystems.join(run_dir, output_files.RUN_DONE_DIR, f"{split}-{shard:05d}.json")
 
 
 def index_temp_path(run_dir: str, split: str, shard: int) -> str:
     """Where a shard's index waits for the commit (then ``index/<final name>.idx``)."""
-    return FileSystems.join(run_dir, manifest.INDEX_DIR, f"{split}-{shard:05d}.idx")
+    return FileSystems.join(run_dir, output_files.INDEX_DIR, f"{split}-{shard:05d}.idx")
 
 
 def write_whole(path: str, data: bytes) -> None:

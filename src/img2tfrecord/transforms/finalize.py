@@ -24,9 +24,9 @@ from img2tfrecord import faults
 from img2tfrecord.conversion import appends
 from img2tfrecord.errors import ErrorBudgetExceeded
 from img2tfrecord.model import CommittedShard
-from img2tfrecord.schemas import dataset_manifest, manifest, shard_patterns, tfds_layout
+from img2tfrecord.schemas import dataset_json, output_files, shard_patterns, tfds_layout
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas.dataset_manifest import Accounting, DatasetManifest, ShardInfo, SplitInfo
+from img2tfrecord.schemas.dataset_json import Accounting, DatasetManifest, ShardInfo, SplitInfo
 from img2tfrecord.schemas.generations import Generation, Withdrawal
 from img2tfrecord.transforms.publish import Publication, analysis_files
 
@@ -42,7 +42,7 @@ class WriteErrorReport(beam.PTransform):
 
     def __init__(self, folder: str, generation: int = 0):
         super().__init__()
-        self._path = FileSystems.join(folder, manifest.errors_file(generation))
+        self._path = FileSystems.join(folder, output_files.errors_file(generation))
 
     def expand(self, errors):
         return (
@@ -55,7 +55,7 @@ class WriteErrorReport(beam.PTransform):
 def no_records_written(inputs: int, rejected: int) -> str:
     """The message of a run that wrote no record: past any error budget, and not a dataset."""
     found = f"{rejected} of {inputs} inputs rejected" if inputs else "no inputs"
-    return f"error budget exceeded: no records written, {found}; no {manifest.SUCCESS_FILE} was written"
+    return f"error budget exceeded: no records written, {found}; no {output_files.SUCCESS_FILE} was written"
 
 
 def error_budget_exceeded(inputs: int, rejected: int, max_error_rate: Optional[float]) -> Optional[str]:
@@ -190,7 +190,7 @@ class FinalizeOutput(beam.DoFn):
                 number=self._generation,
                 created=created,
                 ledger=self._ledger,
-                errors=manifest.errors_file(self._generation),
+                errors=output_files.errors_file(self._generation),
                 inputs=num_inputs,
                 written=written,
                 rejected=rejected,
@@ -216,7 +216,7 @@ class FinalizeOutput(beam.DoFn):
         remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
         if not written and self._previous is None:  # nothing to train on is a failed run, whatever the budget
             raise ErrorBudgetExceeded(no_records_written(num_inputs, rejected))
-        with FileSystems.create(FileSystems.join(self._output_dir, manifest.SUCCESS_FILE)) as f:
+        with FileSystems.create(FileSystems.join(self._output_dir, output_files.SUCCESS_FILE)) as f:
             f.write(b"")
         if self._after_success is not None:
             self._after_success()
@@ -230,10 +230,10 @@ class FinalizeOutput(beam.DoFn):
         """Move the run's shards, indexes, error report, analysis and ledger from its staging folder into the
         output, then write ``labels.txt``, the TFDS metadata and ``dataset.json``."""
         join = FileSystems.join
-        committed = join(self._run_dir, manifest.RUN_COMMITTED_DIR)
+        committed = join(self._run_dir, output_files.RUN_COMMITTED_DIR)
         for name in [c.file for c in shards] + [c.index_file for c in shards if c.index_file]:
             publication.move(join(committed, name), name)
-        errors = manifest.errors_file(self._generation)
+        errors = output_files.errors_file(self._generation)
         publication.move(join(self._run_dir, errors), errors)
         if analysed:
             for name, folder in analysis_files().items():
@@ -242,22 +242,22 @@ class FinalizeOutput(beam.DoFn):
                 else:
                     publication.move(join(committed, name), name)
         if self._ledger is not None:
-            publication.move(join(self._run_dir, manifest.RUN_LEDGER_FILE), self._ledger)
+            publication.move(join(self._run_dir, output_files.RUN_LEDGER_FILE), self._ledger)
         if self._members is not None:
-            publication.move(join(self._run_dir, manifest.RUN_MEMBERS_FILE), self._members)
+            publication.move(join(self._run_dir, output_files.RUN_MEMBERS_FILE), self._members)
         for name, text in self._metadata_files(doc).items():
             publication.write(name, text)
-        faults.fail_at("finalizing", join(self._output_dir, manifest.MANIFEST_FILE))
-        publication.write(manifest.MANIFEST_FILE, dataset_manifest.dumps(doc))
+        faults.fail_at("finalizing", join(self._output_dir, output_files.MANIFEST_FILE))
+        publication.write(output_files.MANIFEST_FILE, dataset_json.dumps(doc))
         faults.pause_at("finalizing")
 
     @staticmethod
     def _metadata_files(doc: DatasetManifest) -> Dict[str, str]:
         """name -> text of what the output holds about its records besides ``dataset.json``: the label
         files and the TFDS metadata."""
-        files = {manifest.LABELS_FILE: label_map.labels_text(list(doc.labels))}
+        files = {output_files.LABELS_FILE: label_map.labels_text(list(doc.labels))}
         if doc.is_detection:
-            files[manifest.LABEL_MAP_FILE] = label_map.label_map_pbtxt(list(doc.labels))
+            files[output_files.LABEL_MAP_FILE] = label_map.label_map_pbtxt(list(doc.labels))
         files.update(tfds_layout.metadata_files(doc))
         return files
 
@@ -265,4 +265,4 @@ class FinalizeOutput(beam.DoFn):
         """What an append's output held before it (the texts it rewrites); {} for a new output."""
         if self._previous is None:
             return {}
-        return {**self._metadata_files(self._previous), manifest.MANIFEST_FILE: dataset_manifest.dumps(self._previous)}
+        return {**self._metadata_files(self._previous), output_files.MANIFEST_FILE: dataset_json.dumps(self._previous)}

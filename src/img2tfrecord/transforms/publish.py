@@ -15,8 +15,8 @@ from typing import Dict, List, Mapping, Tuple
 
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord.readers import storage
-from img2tfrecord.schemas import manifest
+from img2tfrecord import storage
+from img2tfrecord.schemas import output_files
 
 _REPLACED_DIR = "replaced"  # in the staging folder: what a publication moved aside
 
@@ -45,7 +45,7 @@ def _remove_if_empty(folder: str, output_dir: str) -> None:
 def write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary name, so readers never see half a file."""
     directory, name = path.rsplit("/", 1)
-    tmp = f"{directory}/{manifest.TEMP_PREFIXES[1]}{name}"
+    tmp = f"{directory}/{output_files.TEMP_PREFIXES[1]}{name}"
     with FileSystems.create(tmp) as f:
         f.write(text.encode("utf-8"))
     if FileSystems.exists(path):
@@ -118,8 +118,8 @@ class Publication:
 def analysis_files() -> Dict[str, bool]:
     """What the tf.Transform analysis publishes, by name in the output: True for a folder."""
     return {
-        manifest.TRANSFORM_FN_DIR: True,
-        manifest.TRANSFORMED_METADATA_DIR: True,
-        posixpath.join(manifest.RAW_METADATA_DIR, manifest.SCHEMA_FILE): False,
-        manifest.SCHEMA_FILE: False,
+        output_files.TRANSFORM_FN_DIR: True,
+        output_files.TRANSFORMED_METADATA_DIR: True,
+        posixpath.join(output_files.RAW_METADATA_DIR, output_files.SCHEMA_FILE): False,
+        output_files.SCHEMA_FILE: False,
     }

@@ -9,7 +9,7 @@ images, so ``--image-size``, ``--channels`` and ``--format`` apply to every
 frame.
 
 The clip is the unit of everything downstream: it is the work item the
-shard step places and converts (``transforms/shards.py``), its split, shard
+shard step places and converts (``transforms/write_shards.py``), its split, shard
 and position are seeded hashes of the clip's relpath, the accounting counts clips as
 inputs, and a clip with one bad frame is rejected whole, with the frame
 named in its ``errors.jsonl`` row. Every frame of a clip must end up with

@@ -8,10 +8,11 @@ import io
 import json
 from typing import Dict, Iterator, Mapping, Optional
 
+from img2tfrecord import storage
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.verification.findings import DATASET_SCOPE, MAX_PROBLEMS_PER_SCOPE, Report
 from img2tfrecord.verification.record_checks import _Context, _context, check_shard
 
@@ -21,31 +22,31 @@ _SAVED_MODEL_FILE = "saved_model.pb"
 def _check_files(directory: str, doc: DatasetManifest, report: Report) -> set:
     """Presence checks; returns the base names of listed shards that exist."""
     try:
-        on_disk = set(records.listdir(directory))
+        on_disk = set(storage.listdir(directory))
     except Exception as e:
         report.add(DATASET_SCOPE, f"cannot list {directory}: {type(e).__name__}: {e}")
         return set()
-    if manifest.SUCCESS_FILE not in on_disk:
-        report.add(DATASET_SCOPE, f"no {manifest.SUCCESS_FILE} file: the conversion is incomplete")
+    if output_files.SUCCESS_FILE not in on_disk:
+        report.add(DATASET_SCOPE, f"no {output_files.SUCCESS_FILE} file: the conversion is incomplete")
     listed = {shard.file: split for split, shard in doc.shards()}
     for name in sorted(listed):
         if name not in on_disk:
             report.add(name, "shard listed in dataset.json is missing on disk")
     last = doc.last_generation.number if doc.last_generation is not None else 0
     for name in sorted(on_disk):
-        parsed = manifest.parse_shard_file_name(name)
+        parsed = output_files.parse_shard_file_name(name)
         if parsed is not None and name not in listed and parsed["generation"] > last:
             report.notes.append(f"{name} belongs to an append that has not finished (convert --append --resume)")
         elif parsed is not None and name not in listed:
             report.add(name, "shard file on disk is not listed in dataset.json")
-        elif any(name.startswith(p) for p in manifest.TEMP_PREFIXES):
+        elif any(name.startswith(p) for p in output_files.TEMP_PREFIXES):
             report.notes.append(f"leftover temporary file or folder: {name}")
     labels_file = doc.files["labels"]
     if labels_file not in on_disk:
         report.add(labels_file, "missing")
     else:
         try:
-            names = label_map.parse_labels_text(records.read_text(records.join(directory, labels_file)))
+            names = label_map.parse_labels_text(storage.read_text(storage.join(directory, labels_file)))
         except Exception as e:
             names = None
             report.add(labels_file, f"unreadable: {type(e).__name__}: {e}")
@@ -60,12 +61,12 @@ def _check_files(directory: str, doc: DatasetManifest, report: Report) -> set:
 def _read_label_map(directory: str, doc: DatasetManifest, report: Report) -> Dict[int, str]:
     """Id -> class name of a detection output's ``label_map.pbtxt``, checked against dataset.json's labels."""
     name = doc.files["label_map"]
-    path = records.join(directory, name)
-    if not records.exists(path):
+    path = storage.join(directory, name)
+    if not storage.exists(path):
         report.add(name, "missing: the label map of a detection output")
         return {}
     try:
-        ids = label_map.parse_label_map_pbtxt(records.read_text(path))
+        ids = label_map.parse_label_map_pbtxt(storage.read_text(path))
     except (OSError, ValueError) as e:
         report.add(name, f"unreadable: {type(e).__name__}: {e}")
         return {}
@@ -127,12 +128,12 @@ def _check_accounting(directory: str, doc: DatasetManifest, report: Report) -> N
             )
     found: collections.Counter = collections.Counter()
     for errors_file in doc.error_files:
-        path = records.join(directory, errors_file)
-        if not records.exists(path):
+        path = storage.join(directory, errors_file)
+        if not storage.exists(path):
             report.add(errors_file, "missing")
             return
         try:
-            with records.open_binary(path) as f:
+            with storage.open_binary(path) as f:
                 for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8"), 1):
                     if not line.strip():
                         continue
@@ -164,36 +165,37 @@ def _check_analysis(directory: str, doc: DatasetManifest, report: Report) -> Non
         return
     report.analysis_checked = True
     files = stats.get("files") or {}
-    transform_fn = files.get("transform_fn", manifest.TRANSFORM_FN_DIR)
-    transformed_metadata = files.get("transformed_metadata", manifest.TRANSFORMED_METADATA_DIR)
-    for folder, inside in ((transform_fn, _SAVED_MODEL_FILE), (transformed_metadata, manifest.SCHEMA_FILE)):
-        if not records.exists(records.join(records.join(directory, folder), inside)):
+    transform_fn = files.get("transform_fn", output_files.TRANSFORM_FN_DIR)
+    transformed_metadata = files.get("transformed_metadata", output_files.TRANSFORMED_METADATA_DIR)
+    for folder, inside in ((transform_fn, _SAVED_MODEL_FILE), (transformed_metadata, output_files.SCHEMA_FILE)):
+        if not storage.exists(storage.join(storage.join(directory, folder), inside)):
             report.add(folder, f"no {inside}: the exported tf.Transform output is incomplete")
-    raw_metadata = files.get("raw_metadata", manifest.RAW_METADATA_DIR)
-    schema_file = files.get("schema", manifest.SCHEMA_FILE)
+    raw_metadata = files.get("raw_metadata", output_files.RAW_METADATA_DIR)
+    schema_file = files.get("schema", output_files.SCHEMA_FILE)
     for name in (schema_file, f"{raw_metadata}/{schema_file}"):
-        problem = _schema_problem(records.join(directory, name), set(doc.spec))
+        problem = _schema_problem(storage.join(directory, name), set(doc.spec))
         if problem:
             report.add(name, problem)
     vocabulary = stats.get("label_vocabulary")
     if vocabulary:
         name = f"{transform_fn}/assets/{vocabulary}"
-        path = records.join(directory, name)
-        if not records.exists(path):
+        path = storage.join(directory, name)
+        if not storage.exists(path):
             report.add(name, "missing: the label vocabulary of the exported transform")
         else:
             try:
-                names = label_map.parse_labels_text(records.read_text(path))
+                names = label_map.parse_labels_text(storage.read_text(path))
             except (OSError, ValueError) as e:
                 names = None
                 report.add(name, f"unreadable: {type(e).__name__}: {e}")
             if names is not None and names != list(doc.labels):
                 report.add(
-                    name, f"differs from {manifest.LABELS_FILE}: the transform's label ids would not be the records'"
+                    name,
+                    f"differs from {output_files.LABELS_FILE}: the transform's label ids would not be the records'",
                 )
     split = stats.get("split")
     info = doc.splits.get(split) if isinstance(split, str) else None
-    scope = f"{manifest.MANIFEST_FILE} {manifest.STATISTICS}"
+    scope = f"{output_files.MANIFEST_FILE} {output_files.STATISTICS}"
     if info is None:
         report.add(scope, f"describe split {split!r}, which the output does not have")
     elif all(g.analyzed for g in doc.generations):  # else they describe only the generations analysed
@@ -225,10 +227,10 @@ def _schema_problem(path: str, features: set) -> Optional[str]:
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    if not records.exists(path):
+    if not storage.exists(path):
         return "missing"
     try:
-        schema = text_format.Parse(records.read_text(path), schema_pb2.Schema())
+        schema = text_format.Parse(storage.read_text(path), schema_pb2.Schema())
     except (text_format.ParseError, OSError, ValueError) as e:
         return f"not a tensorflow_metadata Schema: {e}"
     names = {feature.name for feature in schema.feature}
@@ -245,20 +247,20 @@ def verify(directory: str, max_problems_per_scope: int = MAX_PROBLEMS_PER_SCOPE)
 
     Raises FileNotFoundError when the directory or its ``dataset.json`` does
     not exist. A manifest this version does not read is the report's one
-    problem, the ``ManifestError`` naming the field.
+    problem, the ``DatasetJsonError`` naming the field.
     """
     report = Report(directory, max_problems_per_scope)
     try:
         doc = records.read_manifest(directory)
     except ValueError as e:  # the scope names the file: "dataset.json: splits.train.num_examples is ..."
-        report.add(manifest.MANIFEST_FILE, str(e).removeprefix(f"{manifest.MANIFEST_FILE}: "))
+        report.add(output_files.MANIFEST_FILE, str(e).removeprefix(f"{output_files.MANIFEST_FILE}: "))
         return report
     try:
         ctx = _context(doc)
         with _pixel_limit(doc.max_pixels):
             _verify(directory, doc, ctx, report)
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # options or statistics of the wrong shape
-        report.add(manifest.MANIFEST_FILE, f"malformed: {type(e).__name__}: {e}")
+        report.add(output_files.MANIFEST_FILE, f"malformed: {type(e).__name__}: {e}")
     return report
 
 

@@ -13,11 +13,12 @@ import io
 import warnings
 from typing import Any, List, Mapping, Optional, Tuple
 
+from img2tfrecord import storage, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
-from img2tfrecord.schemas import manifest
-from img2tfrecord.schemas.dataset_manifest import DatasetManifest, ShardInfo
+from img2tfrecord.schemas import output_files
+from img2tfrecord.schemas.dataset_json import DatasetManifest, ShardInfo
 from img2tfrecord.verification.findings import Report
 
 _PIL_FORMATS = {keys.FORMAT_JPEG: "JPEG", keys.FORMAT_PNG: "PNG"}
@@ -54,7 +55,7 @@ class _Context:
     formats: Optional[Tuple[str, ...]]  # image/format values the options allow
     compression: str
     sequence: bool = False  # tf.train.SequenceExample records (convert --sequence)
-    file_format: str = manifest.FILE_FORMAT_TFRECORD  # the shards' container (--file-format)
+    file_format: str = output_files.FILE_FORMAT_TFRECORD  # the shards' container (--file-format)
     detection: bool = False  # TF Object Detection API records, checked against ``label_map``
     label_map: Mapping[int, str] = dataclasses.field(default_factory=dict)  # detection: id -> class name
 
@@ -266,7 +267,7 @@ def check_shard(
     """
     withdrawn = withdrawn or {}
     name = shard.file
-    path = records.join(directory, name)
+    path = storage.join(directory, name)
     classes: collections.Counter = collections.Counter()
     count = 0
     unclassified = 0
@@ -274,7 +275,9 @@ def check_shard(
     try:
         for record in records.scan_records(path, ctx.compression, file_format=ctx.file_format, sequence=ctx.sequence):
             count += 1
-            offset = None if ctx.file_format == manifest.FILE_FORMAT_ARRAY_RECORD else record.offset  # no byte offsets
+            offset = (
+                None if ctx.file_format == output_files.FILE_FORMAT_ARRAY_RECORD else record.offset
+            )  # no byte offsets
             if not record.data_crc_ok:
                 report.add(name, "data checksum mismatch (corrupt record data)", record.index, offset)
                 unclassified += 1
@@ -291,7 +294,7 @@ def check_shard(
                 unclassified += 1
             else:
                 classes[class_name] += 1
-    except records.RecordError as e:
+    except tfrecord_codec.RecordError as e:
         framing_broken = True
         report.add(
             name, f"{e.message}; the rest of the shard cannot be read", e.index, e.offset if e.offset >= 0 else None
@@ -310,7 +313,7 @@ def check_shard(
         report.add(name, f"record count mismatch: shard holds {count} record(s), dataset.json lists {expected}")
     declared_bytes = shard.num_bytes
     try:
-        size = records.file_size(path)
+        size = storage.file_size(path)
     except Exception:
         size = None
     if size is not None and size != declared_bytes:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
+from img2tfrecord import storage
 from img2tfrecord.conversion.appends import GenerationInputs, holders, locate
+from img2tfrecord.conversion.record_sizes import MIB, SAMPLE_SIZE
 from img2tfrecord.model import ErrorEntry, ErrorRow, Item, MemberEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds.base import InputKind
@@ -22,12 +24,11 @@ from img2tfrecord.pipeline.kinds.common import check_images, layout_of, split_by
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, list_stamped, read_once, resolve_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
-from img2tfrecord.pipeline.sizing import MIB, SAMPLE_SIZE, estimate_size_ratio, sized
-from img2tfrecord.readers import storage
-from img2tfrecord.schemas import manifest
+from img2tfrecord.pipeline.sizing import estimate_size_ratio, sized
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry, parse_members, row_text
-from img2tfrecord.sources import archives, kinds
+from img2tfrecord.sources import archives, input_paths
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.inputs import InputSource, discover
 from img2tfrecord.sources.inputs.archive import ArchiveSource, slim_members
@@ -41,10 +42,10 @@ _PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launc
 
 def is_archive_input(config: ConvertConfig) -> bool:
     """Whether ``--input`` names archives: by its name, or a glob of images (``shards/*``) that lists only them."""
-    named = kinds.input_kind(config.input)
-    if named == kinds.INPUT_ARCHIVES:
+    named = input_paths.input_kind(config.input)
+    if named == input_paths.INPUT_ARCHIVES:
         return True
-    if named != kinds.INPUT_FOLDER or not kinds.GLOB_CHARS.search(config.input):
+    if named != input_paths.INPUT_FOLDER or not input_paths.GLOB_CHARS.search(config.input):
         return False
     listing = list_input(resolve_input(config.input)[1])
     return bool(listing) and all(archives.archive_kind(p) for p, _ in listing)
@@ -148,7 +149,7 @@ def archive_root(plan: Plan) -> str:
     """The folder an archive run's ledger names its archives relative to: the one above the pattern's first
     glob ('dumps/*/day.zip' -> 'dumps/'), or the archive's own folder."""
     pattern = plan.input.pattern
-    return resolve_input(pattern)[0] if kinds.GLOB_CHARS.search(pattern) else plan.input.base
+    return resolve_input(pattern)[0] if input_paths.GLOB_CHARS.search(pattern) else plan.input.base
 
 
 class ArchiveLedger(InputLedger):
@@ -227,7 +228,7 @@ class ArchiveLedger(InputLedger):
     ) -> List[Withdrawal]:
         """The records of the ``stale`` archives among ``generation``'s, each tagged with its archive."""
         output = self._config.output
-        name = manifest.members_file(generation.number)
+        name = output_files.members_file(generation.number)
         try:
             members = parse_members(storage.read_bytes(storage.join(output, name)), name)
         except FileNotFoundError:

@@ -26,7 +26,7 @@ from img2tfrecord.pipeline.plan_model import Plan, PlanError
 from img2tfrecord.sources import archives, detection
 from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources.inputs import InputSource
-from img2tfrecord.sources.inputs.archived_annotation import ArchivedAnnotationSource
+from img2tfrecord.sources.inputs.archived_detection import ArchivedDetectionSource
 
 
 class ArchivedDetection(AnnotationKind):
@@ -43,7 +43,7 @@ class ArchivedDetection(AnnotationKind):
 
     def source(self, config: ConvertConfig, plan: Plan) -> InputSource:
         found = archived.ArchivedAnnotations(plan.input.annotations, plan.input.patterns)
-        return ArchivedAnnotationSource(
+        return ArchivedDetectionSource(
             found,
             plan.input.pattern,
             plan.input.split_names,

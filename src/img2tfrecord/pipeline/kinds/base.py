@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, Splits
+from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT, Splits
 from img2tfrecord.option_values import TASK_CLASSIFICATION
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import Plan

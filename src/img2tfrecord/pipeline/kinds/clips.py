@@ -20,7 +20,7 @@ from img2tfrecord.pipeline.kinds.ledger import InputLedger, ReadAtLaunch
 from img2tfrecord.pipeline.kinds.manifest import ManifestLedger, manifest_source, plan_manifest
 from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
-from img2tfrecord.sources import kinds
+from img2tfrecord.sources import input_paths
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.clips import clip_key, group_clips
 from img2tfrecord.sources.inputs import InputSource
@@ -56,7 +56,7 @@ class Clips(ClipRecords):
         return config.sequence
 
     def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
-        if kinds.input_kind(config.input) == kinds.INPUT_MANIFEST:
+        if input_paths.input_kind(config.input) == input_paths.INPUT_MANIFEST:
             return plan_manifest(config, whole)
         return plan_folder(config, whole)
 

@@ -7,16 +7,17 @@ import logging
 import os
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT, assign_split
+from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE, estimated_record_bytes
+from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT, assign_split
 from img2tfrecord.images import ImageError
 from img2tfrecord.images.decode import open_image
 from img2tfrecord.images.names import looks_like_image
 from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import PlanError
-from img2tfrecord.pipeline.sizing import SAMPLE_SIZE, estimated_record_bytes, evenly_spaced
-from img2tfrecord.schemas import manifest
-from img2tfrecord.sources import archives, kinds, manifests
+from img2tfrecord.pipeline.sizing import evenly_spaced
+from img2tfrecord.schemas import output_files
+from img2tfrecord.sources import archives, input_paths, manifests
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.files import read_source
 from img2tfrecord.sources.split_folders import SPLIT_FOLDERS, is_split_layout, split_of_folder
@@ -81,8 +82,8 @@ def skip_outputs(config: ConvertConfig, relpaths: Iterable[str]) -> Tuple[str, .
     outputs = layouts.output_folders(relpaths)
     if "" in outputs:
         raise PlanError(
-            f"--input {config.input} is an img2tfrecord output (it holds {manifest.MANIFEST_FILE} or "
-            f"{manifest.SUCCESS_FILE}), not images: give the folder it was converted from, "
+            f"--input {config.input} is an img2tfrecord output (it holds {output_files.MANIFEST_FILE} or "
+            f"{output_files.SUCCESS_FILE}), not images: give the folder it was converted from, "
             "or look at it with img2tfrecord inspect"
         )
     if outputs:
@@ -144,7 +145,7 @@ def check_images(config: ConvertConfig, files: Sequence[WorkItem], layout: str, 
 def _parent_folder(text: str) -> str:
     """The folder above an ``--input`` as the user wrote it (above a glob's fixed part)."""
     parts = text.rstrip("/").split("/")
-    fixed = kinds.first_glob_part(parts)
+    fixed = input_paths.first_glob_part(parts)
     fixed = len(parts) if fixed is None else fixed
     parent = "/".join(parts[: max(fixed - 1, 0)])
     return parent + "/" if parent else os.path.dirname(os.path.abspath(text.rstrip("/"))) + "/"

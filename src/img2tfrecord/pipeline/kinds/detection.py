@@ -11,6 +11,7 @@ import hashlib
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from img2tfrecord.conversion.converter import Converter, DetectionConverter
+from img2tfrecord.conversion.record_sizes import RECORD_OVERHEAD_BYTES, estimated_record_bytes
 from img2tfrecord.model import Annotation, DetectionPlacement, Item, WorkItem
 from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -20,18 +21,12 @@ from img2tfrecord.pipeline.kinds.folder import folder_files
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, ReadAtLaunch, file_stamps
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
-from img2tfrecord.pipeline.sizing import (
-    RECORD_OVERHEAD_BYTES,
-    estimate_size_ratio,
-    estimated_record_bytes,
-    sampled_sizes,
-    sized,
-)
+from img2tfrecord.pipeline.sizing import estimate_size_ratio, sampled_sizes, sized
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
-from img2tfrecord.sources import detection, kinds, manifests
+from img2tfrecord.sources import detection, input_paths, manifests
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.inputs import InputSource, discover
-from img2tfrecord.sources.inputs.annotation import AnnotationSource
+from img2tfrecord.sources.inputs.detection import DetectionSource
 
 
 class AnnotationKind(InputKind):
@@ -62,7 +57,7 @@ class Detection(AnnotationKind):
         return config.task != TASK_CLASSIFICATION
 
     def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
-        if kinds.input_kind(config.input) == kinds.INPUT_MANIFEST:
+        if input_paths.input_kind(config.input) == input_paths.INPUT_MANIFEST:
             return plan_manifest_of_boxes(config)
         if config.input.lower().endswith(".json"):
             return plan_coco_files(config)
@@ -79,7 +74,7 @@ class Detection(AnnotationKind):
         return None
 
     def source(self, config: ConvertConfig, plan: Plan) -> InputSource:
-        return AnnotationSource(
+        return DetectionSource(
             plan.input.annotations,
             plan.input.patterns,
             plan.input.base,

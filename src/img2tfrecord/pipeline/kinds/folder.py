@@ -7,7 +7,7 @@ import os
 from array import array
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from img2tfrecord import faults
+from img2tfrecord import faults, storage
 from img2tfrecord.model import ErrorRow, Item, SkippedEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.file_table import FileTable
@@ -18,9 +18,8 @@ from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems, Picked
 from img2tfrecord.pipeline.listing import digest, is_file, list_stamped, read_once, resolve_input, unlistable_folders
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import estimate_size_ratio, sized
-from img2tfrecord.readers import storage
 from img2tfrecord.schemas.ledger import LedgerEntry
-from img2tfrecord.sources import kinds
+from img2tfrecord.sources import input_paths
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.inputs import ERRORS, FILES, InputSource
 from img2tfrecord.sources.inputs.folder import FolderSource
@@ -78,7 +77,7 @@ def _folder_listing(base: str, pattern: str, outputs: Tuple[str, ...]) -> Folder
 
 def _list_folder(config: ConvertConfig) -> FolderFiles:
     base, pattern = resolve_input(config.input)
-    if not kinds.GLOB_CHARS.search(config.input) and is_file(base.rstrip("/")):
+    if not input_paths.GLOB_CHARS.search(config.input) and is_file(base.rstrip("/")):
         raise PlanError(
             f"--input {config.input} is a file; give a folder of class folders, a glob, an archive "
             f"(.zip, .tar, .tar.gz, .tgz) or a manifest (.csv, .jsonl)"
@@ -89,7 +88,7 @@ def _list_folder(config: ConvertConfig) -> FolderFiles:
     outputs = skip_outputs(config, (layouts.relative_path(base, p) for p in listing.paths() if p.startswith(base)))
     files = folder_listing(base, pattern, outputs).files
     if not files:
-        if not listing and not kinds.GLOB_CHARS.search(config.input) and "://" not in base:
+        if not listing and not input_paths.GLOB_CHARS.search(config.input) and "://" not in base:
             _check_root(config, base.rstrip("/") or "/")
         raise PlanError(f"no input files match {pattern}")
     return FolderFiles(base, pattern, FolderWorkItems(files, base), outputs)

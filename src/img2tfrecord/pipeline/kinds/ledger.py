@@ -9,12 +9,12 @@ import os
 import posixpath
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
+from img2tfrecord import storage
 from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.model import Clip, ErrorRow, Item, WorkItem, frames
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_stamped
 from img2tfrecord.pipeline.plan_model import Plan
-from img2tfrecord.readers import storage
 from img2tfrecord.schemas.generations import Withdrawal
 from img2tfrecord.schemas.ledger import LedgerEntry
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 from typing import List, Optional, Set, Tuple
 
-from img2tfrecord.conversion.sharding import DEFAULT_SPLIT
+from img2tfrecord.conversion.record_sizes import estimated_record_bytes
+from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT
 from img2tfrecord.model import Item, RowPlacement, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds.base import InputKind
@@ -14,9 +15,9 @@ from img2tfrecord.pipeline.kinds.common import option_splits, rows_split_bytes
 from img2tfrecord.pipeline.kinds.ledger import InputLedger, ReadAtLaunch, file_stamps
 from img2tfrecord.pipeline.listing import digest, file_pattern, list_input, read_once
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
-from img2tfrecord.pipeline.sizing import estimated_record_bytes, sampled_sizes, sized
+from img2tfrecord.pipeline.sizing import sampled_sizes, sized
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
-from img2tfrecord.sources import kinds, manifests
+from img2tfrecord.sources import input_paths, manifests
 from img2tfrecord.sources import layout as layouts
 from img2tfrecord.sources.inputs import InputSource
 from img2tfrecord.sources.inputs.manifest import ManifestSource
@@ -94,7 +95,7 @@ class Manifest(InputKind):
     name = "manifest"
 
     def claims(self, config: ConvertConfig) -> bool:
-        return kinds.input_kind(config.input) == kinds.INPUT_MANIFEST
+        return input_paths.input_kind(config.input) == input_paths.INPUT_MANIFEST
 
     def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
         return plan_manifest(config, whole)

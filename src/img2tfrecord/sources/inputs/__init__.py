@@ -40,7 +40,6 @@ class InputSource:
     work (an archive, an annotation file), so the pipeline spreads units over workers first.
     """
 
-    kind = ""
     join_tags: Tuple[str, ...] = ()
     spread_units = False
 

@@ -8,7 +8,6 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 from img2tfrecord.model import ERRORS, InlineMember, MemberEntry, SkippedEntry, error_row
 from img2tfrecord.sources import archives
 from img2tfrecord.sources.inputs import FILES, SKIPPED, Finding, InputSource
-from img2tfrecord.sources.kinds import INPUT_ARCHIVES
 
 MEMBERS = "members"  # (archive, MemberEntry), joined with its archive's wrapping folder
 
@@ -17,7 +16,6 @@ class ArchiveSource(InputSource):
     """The archives ``pattern`` matches (``units``: these archives instead, an append's new ones); members
     over ``max_file_bytes`` are rejected when listed."""
 
-    kind = INPUT_ARCHIVES
     join_tags = (MEMBERS,)
     spread_units = True
 

@@ -6,15 +6,12 @@ from typing import Iterator, Sequence
 
 from img2tfrecord.model import ERRORS, SkippedEntry, WorkItem
 from img2tfrecord.sources.inputs import FILES, SKIPPED, Finding, InputSource
-from img2tfrecord.sources.kinds import INPUT_FOLDER
 from img2tfrecord.sources.layout import folder_entry
 
 
 class FolderSource(InputSource):
     """The files under ``base`` that ``pattern`` matches; files inside the ``outputs`` folders (earlier
     outputs, relative to ``base``) are not inputs, and junk is skipped."""
-
-    kind = INPUT_FOLDER
 
     def __init__(self, pattern: str, base: str, outputs: Sequence[str] = ()):
         super().__init__((pattern,))

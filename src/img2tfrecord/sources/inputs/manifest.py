@@ -7,7 +7,6 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Tuple, Un
 from img2tfrecord.model import ERRORS, ErrorRow, WorkItem
 from img2tfrecord.sources import manifests
 from img2tfrecord.sources.inputs import FILES, Finding, InputSource
-from img2tfrecord.sources.kinds import INPUT_MANIFEST
 
 
 class Row(NamedTuple):
@@ -25,8 +24,6 @@ class Row(NamedTuple):
 
 class ManifestSource(InputSource):
     """The manifests ``pattern`` matches; ``labeled``/``has_split``: the columns the plan found."""
-
-    kind = INPUT_MANIFEST
 
     def __init__(self, pattern: str, labeled: bool, has_split: bool, split_names: Sequence[str]):
         super().__init__((pattern,))

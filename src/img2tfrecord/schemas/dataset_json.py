@@ -1,10 +1,10 @@
 """``dataset.json`` as typed objects: :class:`DatasetManifest` and its parts, read and written only here.
 
 ``DatasetManifest.from_json`` checks every field's type and names the first
-wrong one (a :class:`ManifestError`); ``to_json`` gives back the same document,
+wrong one (a :class:`DatasetJsonError`); ``to_json`` gives back the same document,
 key for key and in the same order, so ``dumps(loads(text)) == text`` for every
 manifest this version writes. The file names of an output folder are
-:mod:`img2tfrecord.schemas.manifest`'s.
+:mod:`img2tfrecord.schemas.output_files`'s.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import enum
 import json
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
-from img2tfrecord.schemas import features, manifest
-from img2tfrecord.schemas.generations import Generation, Withdrawal
-from img2tfrecord.schemas.manifest_fields import (
-    ManifestError,
+from img2tfrecord.schemas import features, output_files
+from img2tfrecord.schemas.dataset_json_fields import (
+    DatasetJsonError,
     count,
     counts,
     enum_value,
@@ -26,32 +25,33 @@ from img2tfrecord.schemas.manifest_fields import (
     opt_string,
     string,
 )
+from img2tfrecord.schemas.generations import Generation, Withdrawal
 
-FORMAT_VERSION = manifest.FORMAT_VERSION
+FORMAT_VERSION = output_files.FORMAT_VERSION
 TOOL = "img2tfrecord"
 
 
 class Task(str, enum.Enum):
-    CLASSIFICATION = manifest.TASK_CLASSIFICATION
-    DETECTION = manifest.TASK_DETECTION
+    CLASSIFICATION = output_files.TASK_CLASSIFICATION
+    DETECTION = output_files.TASK_DETECTION
 
 
 class RecordType(str, enum.Enum):
-    EXAMPLE = manifest.RECORD_TYPE
-    SEQUENCE_EXAMPLE = manifest.SEQUENCE_RECORD_TYPE
+    EXAMPLE = output_files.RECORD_TYPE
+    SEQUENCE_EXAMPLE = output_files.SEQUENCE_RECORD_TYPE
 
 
 class Compression(str, enum.Enum):
-    NONE = manifest.COMPRESSION_NONE
-    GZIP = manifest.COMPRESSION_GZIP
+    NONE = output_files.COMPRESSION_NONE
+    GZIP = output_files.COMPRESSION_GZIP
 
 
 class FileFormat(str, enum.Enum):
     """The container of the shards (``--file-format``); the records in them are the same."""
 
-    TFRECORD = manifest.FILE_FORMAT_TFRECORD
-    ARRAY_RECORD = manifest.FILE_FORMAT_ARRAY_RECORD
-    WEBDATASET = manifest.FILE_FORMAT_WEBDATASET
+    TFRECORD = output_files.FILE_FORMAT_TFRECORD
+    ARRAY_RECORD = output_files.FILE_FORMAT_ARRAY_RECORD
+    WEBDATASET = output_files.FILE_FORMAT_WEBDATASET
 
 
 # ---------------------------------------------------------------------------
@@ -117,15 +117,15 @@ class SplitInfo:
             shards=tuple(ShardInfo.from_json(s, f"{where}.shards[{i}]") for i, s in enumerate(shards)),
             boxes_per_class=(
                 None
-                if doc.get(manifest.BOXES_PER_CLASS) is None
-                else counts(doc[manifest.BOXES_PER_CLASS], f"{where}.{manifest.BOXES_PER_CLASS}")
+                if doc.get(output_files.BOXES_PER_CLASS) is None
+                else counts(doc[output_files.BOXES_PER_CLASS], f"{where}.{output_files.BOXES_PER_CLASS}")
             ),
             dropped_boxes=(
                 None
-                if doc.get(manifest.DROPPED_BOXES) is None
-                else counts(doc[manifest.DROPPED_BOXES], f"{where}.{manifest.DROPPED_BOXES}")
+                if doc.get(output_files.DROPPED_BOXES) is None
+                else counts(doc[output_files.DROPPED_BOXES], f"{where}.{output_files.DROPPED_BOXES}")
             ),
-            pattern=opt_string(doc.get(manifest.SHARD_PATTERN), f"{where}.{manifest.SHARD_PATTERN}"),
+            pattern=opt_string(doc.get(output_files.SHARD_PATTERN), f"{where}.{output_files.SHARD_PATTERN}"),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -136,11 +136,11 @@ class SplitInfo:
             "shards": [s.to_json() for s in self.shards],
         }
         if self.pattern is not None:
-            doc[manifest.SHARD_PATTERN] = self.pattern
+            doc[output_files.SHARD_PATTERN] = self.pattern
         if self.boxes_per_class is not None:
-            doc[manifest.BOXES_PER_CLASS] = dict(self.boxes_per_class)
+            doc[output_files.BOXES_PER_CLASS] = dict(self.boxes_per_class)
         if self.dropped_boxes is not None:
-            doc[manifest.DROPPED_BOXES] = dict(self.dropped_boxes)
+            doc[output_files.DROPPED_BOXES] = dict(self.dropped_boxes)
         return doc
 
     @property
@@ -235,7 +235,7 @@ class DatasetManifest:
     tfds: Optional[TfdsStatus] = None
     image_libraries: Optional[Dict[str, str]] = None  # distribution -> version: what decoded and resized
     generations: Tuple[Generation, ...] = ()  # (): an output with no input ledger (it cannot be appended to)
-    format_version: int = manifest.BASE_FORMAT_VERSION
+    format_version: int = output_files.BASE_FORMAT_VERSION
     file_format: FileFormat = FileFormat.TFRECORD
 
     def __post_init__(self) -> None:
@@ -295,16 +295,16 @@ class DatasetManifest:
     def files(self) -> Dict[str, str]:
         """The side files by role: labels, (detection) label_map, errors, success."""
         return {
-            "labels": manifest.LABELS_FILE,
-            **({"label_map": manifest.LABEL_MAP_FILE} if self.is_detection else {}),
-            "errors": manifest.ERRORS_FILE,
-            "success": manifest.SUCCESS_FILE,
+            "labels": output_files.LABELS_FILE,
+            **({"label_map": output_files.LABEL_MAP_FILE} if self.is_detection else {}),
+            "errors": output_files.ERRORS_FILE,
+            "success": output_files.SUCCESS_FILE,
         }
 
     @property
     def error_files(self) -> List[str]:
         """Every generation's error report, oldest first (``errors.jsonl`` alone without generations)."""
-        return [g.errors for g in self.generations] or [manifest.ERRORS_FILE]
+        return [g.errors for g in self.generations] or [output_files.ERRORS_FILE]
 
     @property
     def last_generation(self) -> Optional[Generation]:
@@ -341,13 +341,13 @@ class DatasetManifest:
 
     @classmethod
     def from_json(cls, doc: Any) -> DatasetManifest:
-        """Check and read a parsed ``dataset.json``; :class:`ManifestError` names the first bad field."""
+        """Check and read a parsed ``dataset.json``; :class:`DatasetJsonError` names the first bad field."""
         if not isinstance(doc, dict) or doc.get("tool") != TOOL:
-            raise ManifestError(f"{manifest.MANIFEST_FILE} was not written by img2tfrecord")
+            raise DatasetJsonError(f"{output_files.MANIFEST_FILE} was not written by img2tfrecord")
         version = doc.get("format_version")
         if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ManifestError(
-                f"{manifest.MANIFEST_FILE} has format_version {version!r}; "
+            raise DatasetJsonError(
+                f"{output_files.MANIFEST_FILE} has format_version {version!r}; "
                 f"this img2tfrecord reads up to {FORMAT_VERSION}"
             )
         labels = doc.get("labels", [])
@@ -358,7 +358,7 @@ class DatasetManifest:
             raise fail("labeled", f"is {labeled!r}, not true or false")
         spec = doc.get("feature_spec")
         accounting = doc.get("accounting")
-        statistics = doc.get(manifest.STATISTICS)
+        statistics = doc.get(output_files.STATISTICS)
         tfds = doc.get("tfds")
         libraries = doc.get("image_libraries")
         generations = doc.get("generations", [])
@@ -371,7 +371,7 @@ class DatasetManifest:
             input=string(doc.get("input", ""), "input"),
             options=dict(obj(doc.get("options", {}), "options")),
             record_type=enum_value(RecordType, doc.get("record_type", RecordType.EXAMPLE.value), "record_type"),
-            task=enum_value(Task, doc.get(manifest.TASK, Task.CLASSIFICATION.value), manifest.TASK),
+            task=enum_value(Task, doc.get(output_files.TASK, Task.CLASSIFICATION.value), output_files.TASK),
             compression=enum_value(Compression, doc.get("compression", Compression.NONE.value), "compression"),
             file_format=enum_value(FileFormat, doc.get("file_format", FileFormat.TFRECORD.value), "file_format"),
             labeled=labeled,
@@ -383,7 +383,7 @@ class DatasetManifest:
             },
             accounting=None if accounting is None else Accounting.from_json(accounting),
             run_fingerprint=opt_string(doc.get("run_fingerprint"), "run_fingerprint"),
-            statistics=None if statistics is None else dict(obj(statistics, manifest.STATISTICS)),
+            statistics=None if statistics is None else dict(obj(statistics, output_files.STATISTICS)),
             tfds=None if tfds is None else TfdsStatus.from_json(tfds),
             image_libraries=None
             if libraries is None
@@ -395,11 +395,11 @@ class DatasetManifest:
         )
 
     def to_json(self) -> Dict[str, Any]:
-        version = max(self.format_version, manifest.BASE_FORMAT_VERSION)
+        version = max(self.format_version, output_files.BASE_FORMAT_VERSION)
         if self.withdrawals:
-            version = max(version, manifest.WITHDRAWALS_FORMAT_VERSION)
+            version = max(version, output_files.WITHDRAWALS_FORMAT_VERSION)
         if self.file_format is not FileFormat.TFRECORD:  # earlier versions would read its shards as TFRecord
-            version = max(version, manifest.FILE_FORMATS_FORMAT_VERSION)
+            version = max(version, output_files.FILE_FORMATS_FORMAT_VERSION)
         doc: Dict[str, Any] = {
             "format_version": version,
             "tool": TOOL,
@@ -409,7 +409,7 @@ class DatasetManifest:
             "input": self.input,
             "options": dict(self.options),
             "record_type": self.record_type.value,
-            manifest.TASK: self.task.value,
+            output_files.TASK: self.task.value,
             "compression": self.compression.value,
             "file_format": self.file_format.value,
             "labeled": self.labeled,
@@ -424,7 +424,7 @@ class DatasetManifest:
         if self.run_fingerprint:
             doc["run_fingerprint"] = self.run_fingerprint
         if self.statistics is not None:
-            doc[manifest.STATISTICS] = dict(self.statistics)
+            doc[output_files.STATISTICS] = dict(self.statistics)
         if self.tfds is not None:
             doc["tfds"] = self.tfds.to_json()
         if self.generations:
@@ -442,5 +442,5 @@ def loads(text: str) -> DatasetManifest:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ManifestError(f"{manifest.MANIFEST_FILE} is not valid JSON: {e}") from e
+        raise DatasetJsonError(f"{output_files.MANIFEST_FILE} is not valid JSON: {e}") from e
     return DatasetManifest.from_json(doc)

@@ -8,14 +8,12 @@ from typing import Dict, Iterator, Sequence
 from img2tfrecord.model import ERRORS, WorkItem
 from img2tfrecord.sources import detection
 from img2tfrecord.sources.inputs import FILES, Finding, InputSource
-from img2tfrecord.sources.kinds import INPUT_DETECTION
 
 
-class AnnotationSource(InputSource):
+class DetectionSource(InputSource):
     """The annotation files of ``annotations`` (voc, coco, boxes) that ``patterns`` match, images
     relative to ``base``; ``named_splits``: the annotations name each image's split."""
 
-    kind = INPUT_DETECTION
     spread_units = True
 
     def __init__(

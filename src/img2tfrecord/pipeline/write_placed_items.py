@@ -3,7 +3,7 @@
 They are made from the listing the launcher already holds (its ledger) and grouped by shard before
 Beam is imported (``launch.placed``, ``conversion/placement.py``); the launcher writes the bytes, one
 shard at a time, to a local file it copies into the run's staging folder, where each shard's writer
-reads its own block (``transforms/placed_shards.py``). The job then starts converting at once instead
+reads its own block (``transforms/read_placed_shards.py``). The job then starts converting at once instead
 of first discovering and shuffling every work item.
 """
 
@@ -13,11 +13,12 @@ from typing import List, Sequence, Tuple
 
 from apache_beam.io.filesystems import FileSystems
 
+from img2tfrecord.conversion import placed_items
 from img2tfrecord.conversion.placement import Placement
 from img2tfrecord.model import ErrorRow
 from img2tfrecord.pipeline.staged_files import LaunchFile
-from img2tfrecord.schemas import manifest, placed_items
-from img2tfrecord.transforms.placed_shards import PlacedShards
+from img2tfrecord.schemas import output_files
+from img2tfrecord.transforms.read_placed_shards import PlacedShards
 
 
 def place_listing(
@@ -31,7 +32,7 @@ def place_listing(
     blocks = data.write(lambda out: placed_items.write_blocks(out, placement.streams()))
     all_rejected: List[ErrorRow] = [*rejected, *placement.rejected]
     placed = PlacedShards(
-        path=FileSystems.join(run_dir, manifest.RUN_PLACED_FILE),
+        path=FileSystems.join(run_dir, output_files.RUN_PLACED_FILE),
         blocks=tuple(blocks),
         rejected=tuple(all_rejected),
         spread=spread,

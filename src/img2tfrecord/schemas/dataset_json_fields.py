@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, TypeVar
 
-from img2tfrecord.schemas import manifest
+from img2tfrecord.schemas import output_files
 
 T = TypeVar("T")
 
 
-class ManifestError(ValueError):
+class DatasetJsonError(ValueError):
     """``dataset.json`` is not a manifest this version reads; the message names the field."""
 
 
-def fail(where: str, what: str) -> ManifestError:
-    return ManifestError(f"{manifest.MANIFEST_FILE}: {where} {what}")
+def fail(where: str, what: str) -> DatasetJsonError:
+    return DatasetJsonError(f"{output_files.MANIFEST_FILE}: {where} {what}")
 
 
 def count(value: Any, where: str) -> int:

@@ -1,5 +1,5 @@
 """The shards of a run whose work items were placed at launch (``conversion/placement.py``): each
-shard's items read from the run's placed-items file (``schemas/placed_items.py``) as
+shard's items read from the run's placed-items file (``conversion/placed_items.py``) as
 ``GroupByShard`` gives them to the writer, without a shuffle of every work item first.
 
     blocks (one per shard, in the graph) -> ReadBlock: ((split, shard), [ShardItem])
@@ -12,10 +12,10 @@ from typing import NamedTuple, Tuple
 
 import apache_beam as beam
 
+from img2tfrecord import storage
+from img2tfrecord.conversion import placed_items
+from img2tfrecord.conversion.placed_items import Block
 from img2tfrecord.model import ERRORS, ErrorRow
-from img2tfrecord.readers import storage
-from img2tfrecord.schemas import placed_items
-from img2tfrecord.schemas.placed_items import Block
 from img2tfrecord.transforms.counters import INPUTS, NAMESPACE, PassRejectedFn
 
 

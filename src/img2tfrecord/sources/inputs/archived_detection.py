@@ -9,18 +9,16 @@ from img2tfrecord.model import ERRORS, ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.sources import detection_archives as archived
 from img2tfrecord.sources.archives import member_path
 from img2tfrecord.sources.inputs import FILES, Finding, InputSource
-from img2tfrecord.sources.kinds import INPUT_ARCHIVES
 
 MEMBERS = "members"  # (ARCHIVE!/NAME, MemberEntry or its ErrorEntry): what an annotation may name
 ANNOTATIONS = "annotations"  # (archive, MemberEntry) of an annotation file
 IMAGE_SETS = "image_sets"  # (archive, MemberEntry) of a VOC image set
 
 
-class ArchivedAnnotationSource(InputSource):
+class ArchivedDetectionSource(InputSource):
     """The archives ``pattern`` matches (``units``: these archives instead, an append's new ones), holding
     ``annotations`` (``ArchivedAnnotations``) and images."""
 
-    kind = INPUT_ARCHIVES
     join_tags = (MEMBERS, ANNOTATIONS, IMAGE_SETS)
     spread_units = True
 

@@ -1,4 +1,4 @@
-"""A run's placed work items (``.tmp-run-*/placed-items.bin``, ``manifest.RUN_PLACED_FILE``).
+"""A run's placed work items (``.tmp-run-*/placed-items.bin``, ``output_files.RUN_PLACED_FILE``).
 
 The launcher of a folder run groups the work items by shard (``conversion/placement.py``) and writes
 each shard's items, in writing order, as one block: zlib-compressed pickles of lists of its

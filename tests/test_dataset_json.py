@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from img2tfrecord.schemas import dataset_manifest as dm
-from img2tfrecord.schemas import features, manifest, tfds_layout
+from img2tfrecord.schemas import dataset_json as dm
+from img2tfrecord.schemas import features, output_files, tfds_layout
 
 
 def detection_manifest() -> dm.DatasetManifest:
@@ -37,7 +37,7 @@ def detection_manifest() -> dm.DatasetManifest:
 @pytest.mark.e2e  # its outputs are conversions
 def test_a_real_output_reads_and_writes_back_byte_for_byte(converted_sample, converted_keep):
     for output in (converted_sample, converted_keep):
-        with open(os.path.join(output, manifest.MANIFEST_FILE), encoding="utf-8") as f:
+        with open(os.path.join(output, output_files.MANIFEST_FILE), encoding="utf-8") as f:
             text = f.read()
         doc = dm.loads(text)
         assert dm.dumps(doc) == text
@@ -53,7 +53,7 @@ def test_a_built_manifest_round_trips_and_derives_what_it_can():
     again = dm.loads(dm.dumps(doc))
     assert again == doc
     assert doc.is_detection and not doc.is_sequence
-    assert doc.files["label_map"] == manifest.LABEL_MAP_FILE
+    assert doc.files["label_map"] == output_files.LABEL_MAP_FILE
     assert doc.spec == features.feature_spec_json(detection=True)
     assert doc.image_size == (640, 480) and doc.channels == 3 and doc.image_format == "jpeg"
     assert json.loads(dm.dumps(doc))["num_classes"] == 2
@@ -74,7 +74,7 @@ def test_a_classification_manifest_has_no_box_counts_and_an_unlabeled_spec():
         record_type=dm.RecordType.SEQUENCE_EXAMPLE,
     )
     written = json.loads(dm.dumps(doc))
-    assert manifest.BOXES_PER_CLASS not in written["splits"]["train"]
+    assert output_files.BOXES_PER_CLASS not in written["splits"]["train"]
     assert "label_map" not in written["files"] and "accounting" not in written
     assert doc.spec == features.feature_spec_json(labeled=False, sequence=True)
     assert doc.image_size is None and doc.channels is None
@@ -92,17 +92,17 @@ def test_a_classification_manifest_has_no_box_counts_and_an_unlabeled_spec():
         (lambda d: d["accounting"].update(rejected_by_reason={"undecodable": True}), "rejected_by_reason.undecodable"),
         (lambda d: d.update(splits=[]), "splits is list, not an object"),
         (lambda d: d.update(tfds={"readable": "yes"}), "tfds.readable is 'yes', not true or false"),
-        (lambda d: d.update(format_version=manifest.FORMAT_VERSION + 1), "this img2tfrecord reads up to"),
+        (lambda d: d.update(format_version=output_files.FORMAT_VERSION + 1), "this img2tfrecord reads up to"),
         (lambda d: d.update(tool="other"), "was not written by img2tfrecord"),
     ],
 )
 def test_a_wrong_field_is_named(change, message):
     doc = detection_manifest().to_json()
     change(doc)
-    with pytest.raises(dm.ManifestError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(dm.DatasetJsonError, match=message.replace("[", r"\[").replace("]", r"\]")):
         dm.DatasetManifest.from_json(doc)
 
 
 def test_text_that_is_not_json_says_so():
-    with pytest.raises(dm.ManifestError, match="dataset.json is not valid JSON"):
+    with pytest.raises(dm.DatasetJsonError, match="dataset.json is not valid JSON"):
         dm.loads("{'splits': }")

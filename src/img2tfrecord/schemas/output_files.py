@@ -6,7 +6,7 @@ compressed; ``.array_record`` with ``--file-format array_record``), or
 ``<split>-<index>.tar`` (six digits, WebDataset's convention) with
 ``--file-format webdataset``, plus:
 
-* ``dataset.json`` -- the manifest (:mod:`img2tfrecord.schemas.dataset_manifest`);
+* ``dataset.json`` -- the manifest (:mod:`img2tfrecord.schemas.dataset_json`);
 * ``labels.txt``   -- line i is the class name of id i;
 * ``errors.jsonl`` -- one JSON object per rejected input (``path``, ``reason``, ``error``);
 * ``label_map.pbtxt`` -- detection only: the TF Object Detection API's label map (ids from 1);
@@ -28,7 +28,7 @@ compressed; ``.array_record`` with ``--file-format array_record``), or
 
 The manifest is plain JSON so any language can read it. Nothing here does
 I/O: callers read and write with their own filesystem layer (Beam's
-``FileSystems`` in the pipeline, ``readers/storage.py`` in the readers).
+``FileSystems`` in the pipeline, ``storage.py`` in the readers).
 """
 
 from __future__ import annotations
@@ -122,7 +122,9 @@ RUN_DONE_DIR = "done"
 RUN_LEDGER_FILE = "ledger.jsonl.gz"  # the run's input ledger, moved to ledger/ when the run finalises
 RUN_MEMBERS_FILE = "members.jsonl.gz"  # an archive run's items per archive, moved to ledger/ when the run finalises
 RUN_STARTED_FILE = "run.json"  # what the run's fingerprint covers: a refused --resume names what differs
-RUN_PLACED_FILE = "placed-items.bin"  # a folder run's work items grouped by shard at launch (schemas/placed_items.py)
+RUN_PLACED_FILE = (
+    "placed-items.bin"  # a folder run's work items grouped by shard at launch (conversion/placed_items.py)
+)
 
 # Every name convert may leave in an output directory (beam-temp-* are Beam's
 # write staging folders; they are removed when a write finalises).

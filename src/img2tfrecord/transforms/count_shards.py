@@ -15,7 +15,7 @@ import apache_beam as beam
 
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE, estimated_record_bytes, sample_sizes, shard_counts
-from img2tfrecord.conversion.sharding import shuffle_key
+from img2tfrecord.conversion.seeded_hashes import shuffle_key
 from img2tfrecord.sources.layout import PlacementError
 
 

@@ -12,7 +12,6 @@ from img2tfrecord.sources.manifests import manifest_kind
 INPUT_FOLDER = "folder"
 INPUT_ARCHIVES = "archives"
 INPUT_MANIFEST = "manifest"
-INPUT_DETECTION = "detection"  # annotations (VOC, COCO, a manifest of boxes): the plan decides, not the name
 
 
 def input_kind(path: str) -> str:

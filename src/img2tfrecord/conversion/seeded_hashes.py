@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Dict, List, Sequence, Tuple
 
-from img2tfrecord.schemas.manifest import SPLIT_NAME_RE
+from img2tfrecord.schemas.output_files import SPLIT_NAME_RE
 from img2tfrecord.sources.split_folders import split_of_folder
 
 DEFAULT_SPLIT = "train"

@@ -2,7 +2,7 @@
 
     work items -> AssignShards: ((split, shard), ShardItem)     seeded hashes of the relpath
                -> GroupByKey                                     the shuffle: small tuples only
-    (or, placed at launch: ReadPlacedShards, one block per shard  no shuffle: transforms/placed_shards.py)
+    (or, placed at launch: ReadPlacedShards, one block per shard  no shuffle: transforms/read_placed_shards.py)
                -> WriteShard: one shard file per group           convert in the seeded order, write as converted
                -> CommitSplit: one rename per split              temp files renamed to their final names
 
@@ -27,7 +27,7 @@ from img2tfrecord.model import ERRORS
 from img2tfrecord.transforms.assign_shards import AssignShardsFn, every_shard
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.commit_split import CommitSplitFn, split_key
-from img2tfrecord.transforms.placed_shards import PlacedShards, ReadPlacedShards
+from img2tfrecord.transforms.read_placed_shards import PlacedShards, ReadPlacedShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS, WriteFaults, WriteShardsFn
 
 
