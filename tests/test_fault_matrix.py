@@ -4,8 +4,9 @@ disk, permission denied, a worker killed; SIGTERM and SIGKILL of the run at a st
 Every cell checks what a user meets: the exit code, at most 3 lines on stderr and no traceback, nothing in
 the output but the run's staging folder (the stages before the launch wrote anything: nothing at all), the
 lock released, no worker process left, and ``--resume`` after the fault is gone finishing with the bytes of an
-undisturbed run. A failure runs the command in this process (the boundary is the point); a signal runs it
-as a process. docs/troubleshooting.md has the same matrix as a table.
+undisturbed run (resumed once per stage: a full disk and a denied write stop the run where the exception
+does). A failure runs the command in this process (the boundary is the point); a signal runs it as a
+process. docs/troubleshooting.md has the same matrix as a table.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def test_a_failure_at_a_stage_is_one_line_exit_1_and_resume_finishes_it(inputs, 
     assert _outside_staging(out) == []  # no shard, no beam-temp-*, no lock: only the staging folder
     assert set(multiprocessing.active_children()) <= before and not pool_module._OPEN
     monkeypatch.delenv(faults.ENV)
-    _resume_matches(input_dir, out, references[analyze], analyze)
+    if error == "error":  # the three faults stop the run at the same point and so leave the same output
+        _resume_matches(input_dir, out, references[analyze], analyze)
 
 
 def test_a_killed_conversion_worker_is_replaced_and_the_run_writes_the_same_bytes(inputs, tmp_path, monkeypatch):
