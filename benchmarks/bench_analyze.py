@@ -38,8 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "src"), HERE]
 
+from common import CONVERT, package_dir, save_result  # noqa: E402
 from common import RESULTS_DIR as RESULTS  # noqa: E402
-from common import package_dir, save_result  # noqa: E402
 
 IMAGE_SIZE = 224
 BASE, DEFAULT, EXACT = "--no-analyze", "analyze (default)", "--exact-statistics"
@@ -58,10 +58,7 @@ def build_corpus(images: int) -> str:
 
 def convert_once(src: str, out: str, extra: List[str]) -> Dict[str, float]:
     cmd = [
-        sys.executable,
-        "-m",
-        "img2tfrecord",
-        "convert",
+        *CONVERT,
         "--input",
         src,
         "--output",

@@ -42,7 +42,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
-from common import package_dir, save_result  # noqa: E402
+from common import CONVERT, package_dir, save_result  # noqa: E402
 
 BASELINE = r"""
 import hashlib, io, os, sys
@@ -152,10 +152,7 @@ def main(argv=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=package_dir())
     work = tempfile.mkdtemp(prefix="bench_convert-")
     convert_cmd = [
-        sys.executable,
-        "-m",
-        "img2tfrecord",
-        "convert",
+        *CONVERT,
         "--input",
         src,
         "-q",

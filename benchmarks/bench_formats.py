@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
 from bench_convert import timed  # noqa: E402
-from common import RESULTS_DIR, package_dir, save_result  # noqa: E402
+from common import CONVERT, RESULTS_DIR, package_dir, save_result  # noqa: E402
 
 FORMATS = ("tfrecord", "array_record", "webdataset")
 CORPUS_ARGS = {
@@ -58,10 +58,7 @@ def bench_corpus(kind: str, num_images: int, runs: int, extra: List[str]) -> Dic
             for file_format in FORMATS:
                 out = os.path.join(work, f"{file_format}-{run}")
                 cmd = [
-                    sys.executable,
-                    "-m",
-                    "img2tfrecord",
-                    "convert",
+                    *CONVERT,
                     "--input",
                     src,
                     "--output",

@@ -36,8 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "src"), HERE]
 
+from common import CONVERT, package_dir, save_result  # noqa: E402
 from common import RESULTS_DIR as RESULTS  # noqa: E402
-from common import package_dir, save_result  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -58,10 +58,7 @@ def build_corpus(images: int) -> str:
     print(f"converting to {out} ({IMAGE_SIZE}x{IMAGE_SIZE} JPEG, {NUM_SHARDS} shards)", flush=True)
     subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "img2tfrecord",
-            "convert",
+            *CONVERT,
             "--input",
             src,
             "--output",

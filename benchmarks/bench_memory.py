@@ -34,7 +34,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import corpus  # noqa: E402
-from common import package_dir, peak_tree_rss, save_result  # noqa: E402
+from common import CONVERT, package_dir, peak_tree_rss, save_result  # noqa: E402
 
 MODES = {
     "keep --no-analyze": ["--format", "keep", "--no-analyze"],
@@ -97,10 +97,7 @@ def main(argv=None):
             for mode in modes:
                 out = os.path.join(work, "out")
                 cmd = [
-                    sys.executable,
-                    "-m",
-                    "img2tfrecord",
-                    "convert",
+                    *CONVERT,
                     "--input",
                     subset,
                     "--output",

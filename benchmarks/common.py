@@ -6,11 +6,16 @@ import datetime
 import json
 import os
 import subprocess
+import sys
 import time
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ``img2tfrecord convert`` in a fresh process of this interpreter (its PYTHONPATH picks the checkout).
+CONVERT = (sys.executable, "-m", "img2tfrecord", "convert")
 
 
 def package_dir(checkout: str = ROOT) -> str:
