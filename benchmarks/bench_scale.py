@@ -114,13 +114,15 @@ def link_input(source: str, target: str) -> None:
 
 
 def add_new_inputs(folder: str, fraction: float = 0.01) -> int:
-    """Link ``fraction`` of the corpus' files again under new names (``*_new.JPEG``): the inputs an append adds."""
+    """Link ``fraction`` of the corpus' files again under new names (``<name>_new.<suffix>``): the inputs an append
+    adds."""
     files = sorted(
         os.path.join(root, name) for root, _, names in os.walk(folder) for name in names if not name.startswith(".")
     )
     step = max(1, round(1 / fraction))
     for path in files[::step]:
-        os.link(path, path[: -len(".JPEG")] + "_new.JPEG")
+        stem, suffix = os.path.splitext(path)
+        os.link(path, f"{stem}_new{suffix}")
     return len(files[::step])
 
 
