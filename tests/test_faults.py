@@ -41,11 +41,12 @@ from helpers.datasets import make_images
 from helpers.outputs import read_records
 from helpers.processes import kill_when
 
-from img2tfrecord import faults, schemas
+from img2tfrecord import faults
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.readers.records import read_manifest
+from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.sources.inputs.folder import FolderSource
@@ -70,7 +71,7 @@ def assert_shards_complete(out: str) -> None:
 
 def assert_exact_output(out: str, files: dict) -> None:
     doc, records = read_records(out)
-    names = [r[schemas.FILENAME].decode() for rs in records.values() for r in rs]
+    names = [r[keys.FILENAME].decode() for rs in records.values() for r in rs]
     good = sorted(k for k in files if "broken" not in k)
     assert sorted(names) == good, "records lost or duplicated"
     errors = [json.loads(line) for line in open(os.path.join(out, output_files.ERRORS_FILE))]
@@ -148,7 +149,7 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
     for shard in final_shards(out):
         for raw in tf.data.TFRecordDataset(os.path.join(out, shard)):
             names.append(
-                tf.train.Example.FromString(raw.numpy()).features.feature[schemas.FILENAME].bytes_list.value[0].decode()
+                tf.train.Example.FromString(raw.numpy()).features.feature[keys.FILENAME].bytes_list.value[0].decode()
             )
     assert sorted(names) == sorted(k for k in files if "broken" not in k)
     errors = [json.loads(line)["relpath"] for line in open(os.path.join(out, output_files.ERRORS_FILE))]
