@@ -28,6 +28,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     echo "could not install chromium (see /tmp/img2tfrecord-chromium-install.log): the browser test will be skipped" >&2
   fi
 fi
-# Two pytest workers (pytest-xdist): most of an end-to-end test is one core starting Python, Beam and
-# TensorFlow, so two overlap well on two cores. IMG2TFRECORD_TEST_WORKERS=0 runs in one process.
-exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests "$@"
+# Three pytest workers (pytest-xdist) on two cores: an end-to-end test also waits on the processes it
+# starts, and a third worker fills those waits. IMG2TFRECORD_TEST_WORKERS=0 runs in one process.
+exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-3}" tests "$@"
