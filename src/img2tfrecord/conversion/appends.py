@@ -169,18 +169,26 @@ def compare_in_order(
     pending = iter(recorded)
     head = next(pending, None)
     matched: Optional[str] = None  # the relpath of the recorded input the listing named last
+
+    def pass_recorded(until: Optional[str]) -> None:
+        """Move past the recorded inputs before relpath ``until`` (every one left for None); one the listing
+        did not name is removed (it held a record) or resolved (its folder could not be listed)."""
+        nonlocal head
+        while head is not None and (until is None or head[0].relpath < until):
+            before, outcome = head
+            if before.relpath != matched and outcome == WRITTEN:
+                removed.append(before)
+            elif before.relpath != matched and outcome == UNLISTABLE:
+                resolved.append(before)
+                reasons[UNLISTABLE] = reasons.get(UNLISTABLE, 0) + 1
+            head = next(pending, None)
+
     previous: Optional[LedgerEntry] = None
     for entry in listed:
         if previous is not None and entry < previous:
             raise ValueError(f"the listing is not sorted: {entry.relpath!r} after {previous.relpath!r}")
         previous = entry
-        while head is not None and head[0].relpath < entry.relpath:
-            if head[0].relpath != matched and head[1] == WRITTEN:
-                removed.append(head[0])
-            elif head[0].relpath != matched and head[1] == UNLISTABLE:
-                resolved.append(head[0])
-                reasons[UNLISTABLE] = reasons.get(UNLISTABLE, 0) + 1
-            head = next(pending, None)
+        pass_recorded(entry.relpath)
         if head is None or head[0].relpath != entry.relpath:
             new.append(entry)
             continue
@@ -197,13 +205,7 @@ def compare_in_order(
             changed.append((before, entry))
         else:
             unchanged += 1
-    while head is not None:
-        if head[0].relpath != matched and head[1] == WRITTEN:
-            removed.append(head[0])
-        elif head[0].relpath != matched and head[1] == UNLISTABLE:
-            resolved.append(head[0])
-            reasons[UNLISTABLE] = reasons.get(UNLISTABLE, 0) + 1
-        head = next(pending, None)
+    pass_recorded(None)
     return InputChanges(
         tuple(new),
         tuple(retried),
