@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from array import array
-from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 from img2tfrecord import faults, storage
 from img2tfrecord.model import ErrorRow, Item, SkippedEntry, WorkItem
@@ -94,6 +94,9 @@ def _list_folder(config: ConvertConfig) -> FolderFiles:
     return FolderFiles(base, pattern, FolderWorkItems(files, base), outputs)
 
 
+T = TypeVar("T")
+
+
 def relative_rows(files: FileTable, base: str) -> Iterator[Tuple[str, str, int, float]]:
     """``(path, relpath, size, mtime)`` of the files under ``base``: ``layout.relative_path`` of each, its
     folder's part worked out once per folder (a name holds no separator)."""
@@ -103,49 +106,46 @@ def relative_rows(files: FileTable, base: str) -> Iterator[Tuple[str, str, int, 
             yield prefix + name, folder + name, size, mtime
 
 
-class FolderWorkItems(Sequence[WorkItem]):
-    """The files of a folder listing as ``WorkItem(path, relpath, size)``, made as they are read."""
-
-    def __init__(self, files: FileTable, base: str):
-        self._files, self._base = files, base
-
-    def __len__(self) -> int:
-        return len(self._files)
-
-    def __iter__(self) -> Iterator[WorkItem]:
-        for path, relpath, size, _ in relative_rows(self._files, self._base):
-            yield WorkItem(path, relpath, size)
-
-    def by_folder(self) -> Iterator[Tuple[str, List[str]]]:
-        """``(folder relative to the input root, "" for the root; its files' names)`` of every folder."""
-        for prefix, names, _, _ in self._files.folders():
-            yield layouts.relative_path(self._base, prefix).rstrip("/"), names
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        path, size, _ = self._files[index]
-        return WorkItem(path, layouts.relative_path(self._base, path), size)
-
-
-class FolderEntries(Sequence[LedgerEntry]):
-    """The files of a folder listing as ledger entries ``LedgerEntry(relpath, size, mtime)``, made as they are read."""
+class _FolderRows(Sequence[T]):
+    """The files of a folder listing as one element each (:meth:`_row`), made as they are read."""
 
     def __init__(self, files: FileTable, base: str):
         self.files, self.base = files, base
 
+    def _row(self, path: str, relpath: str, size: int, mtime: float) -> T:
+        raise NotImplementedError
+
     def __len__(self) -> int:
         return len(self.files)
 
-    def __iter__(self) -> Iterator[LedgerEntry]:
-        for _, relpath, size, mtime in relative_rows(self.files, self.base):
-            yield LedgerEntry(relpath, size, mtime)
+    def __iter__(self) -> Iterator[T]:
+        for path, relpath, size, mtime in relative_rows(self.files, self.base):
+            yield self._row(path, relpath, size, mtime)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         path, size, mtime = self.files[index]
-        return LedgerEntry(layouts.relative_path(self.base, path), size, mtime)
+        return self._row(path, layouts.relative_path(self.base, path), size, mtime)
+
+
+class FolderWorkItems(_FolderRows[WorkItem]):
+    """The files of a folder listing as ``WorkItem(path, relpath, size)``."""
+
+    def _row(self, path: str, relpath: str, size: int, mtime: float) -> WorkItem:
+        return WorkItem(path, relpath, size)
+
+    def by_folder(self) -> Iterator[Tuple[str, List[str]]]:
+        """``(folder relative to the input root, "" for the root; its files' names)`` of every folder."""
+        for prefix, names, _, _ in self.files.folders():
+            yield layouts.relative_path(self.base, prefix).rstrip("/"), names
+
+
+class FolderEntries(_FolderRows[LedgerEntry]):
+    """The files of a folder listing as ledger entries ``LedgerEntry(relpath, size, mtime)``."""
+
+    def _row(self, path: str, relpath: str, size: int, mtime: float) -> LedgerEntry:
+        return LedgerEntry(relpath, size, mtime)
 
 
 class FolderItems(ListedItems):
