@@ -4,6 +4,7 @@ worker processes)."""
 from __future__ import annotations
 
 import os
+import time
 
 from img2tfrecord.conversion.converter import ImageConverter
 
@@ -51,3 +52,19 @@ class EnvironmentConverter(ImageConverter):
 
     def __call__(self, source, label_names):
         return None, os.environ.get(self.name)
+
+
+class BigOutputConverter(ImageConverter):
+    """Gives, after ``delay_s``, an output larger than a pipe's buffer for every item; dies (as a decoder crash
+    would) half-way through that delay on files whose name contains ``crash``."""
+
+    def __init__(self, *args, delay_s: float, size: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.delay_s, self.size = delay_s, size
+
+    def __call__(self, source, label_names):
+        if "crash" in os.path.basename(source.relpath):
+            time.sleep(self.delay_s / 2)
+            os._exit(70)
+        time.sleep(self.delay_s)
+        return None, b"x" * self.size

@@ -17,7 +17,7 @@ from helpers.cli import run_in_process
 import img2tfrecord
 from img2tfrecord import api, cli, faults
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
-from img2tfrecord.schemas import dataset_json, output_files
+from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 FAST = {"analyze": False, "pipeline_options": list(IN_MEMORY)}
@@ -96,8 +96,8 @@ def test_no_record_written_raises_and_leaves_no_success(tmp_path):
     out = str(tmp_path / "out")
     with pytest.raises(ErrorBudgetExceeded, match="no records written, 3 of 3 inputs rejected") as info:
         api.convert(str(tmp_path / "photos"), out, **ONE)
-    assert info.value.result is not None and info.value.result.num_examples == 0
-    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
+    assert info.value.result is None  # no dataset: only the error report is published
+    assert os.listdir(out) == [output_files.ERRORS_FILE]
 
 
 def test_a_pipeline_failure_is_conversion_failed_with_the_runners_exception(sample_dir, tmp_path, monkeypatch):
@@ -231,16 +231,13 @@ def test_an_input_that_gives_no_record_is_no_records_written_with_the_analysis(t
             .splitlines()[-1]
             .startswith("img2tfrecord: error budget exceeded: no records written, 1 of 1 inputs rejected")
         ), proc.stderr[-3000:]
-        with open(os.path.join(out, output_files.MANIFEST_FILE), encoding="utf-8") as f:
-            doc = dataset_json.loads(f.read())  # written to say why, without _SUCCESS
     else:
         with pytest.raises(ErrorBudgetExceeded, match="no records written") as info:
             api.convert(given, out, processes=1, pipeline_options=list(IN_MEMORY))
-        doc = info.value.result
-    assert doc is not None and doc.num_examples == 0 and doc.accounting.rejected == doc.accounting.inputs > 0
-    assert not os.path.exists(os.path.join(out, output_files.SUCCESS_FILE))
-    if not doc.labels:  # no class: nothing analysed, no transform of nothing published
-        assert doc.statistics is None and not os.path.exists(os.path.join(out, output_files.TRANSFORM_FN_DIR))
+        assert info.value.result is None
+    assert os.listdir(out) == [output_files.ERRORS_FILE]  # no dataset, no analysis of nothing: why, alone
+    with open(os.path.join(out, output_files.ERRORS_FILE), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) > 0
 
 
 def test_a_failed_conversion_prints_nothing_and_its_exception_names_the_log(sample_dir, tmp_path):

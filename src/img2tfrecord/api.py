@@ -179,7 +179,7 @@ def run_config(
     from img2tfrecord.pipeline.launch import launch
     from img2tfrecord.pipeline.lock import OutputLocked
     from img2tfrecord.pipeline.output_errors import OutputNotWritable
-    from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputNotEmpty, staging_left
+    from img2tfrecord.pipeline.outputs import AlreadyComplete, OutputChanged, OutputNotEmpty, staging_left
     from img2tfrecord.pipeline.plan_model import PlanError
     from img2tfrecord.readers.records import read_manifest
 
@@ -203,7 +203,7 @@ def run_config(
         except AlreadyComplete as e:
             logging.info("%s", e)
             return read_manifest(config.output)
-        except (PlanError, OutputNotEmpty, OutputNotWritable, OutputLocked) as e:
+        except (PlanError, OutputNotEmpty, OutputNotWritable, OutputLocked, OutputChanged) as e:
             raise UsageError(str(e)) from None
         except KeyboardInterrupt:
             raise
@@ -213,7 +213,11 @@ def run_config(
                 message = next(
                     (line for line in str(e).splitlines() if line.startswith("error budget exceeded")), str(e)
                 ).split(" [while running")[0]
-                raise ErrorBudgetExceeded(message, read_manifest(config.output)) from None
+                from img2tfrecord import storage
+                from img2tfrecord.schemas import output_files
+
+                written = storage.exists(storage.join(config.output, output_files.MANIFEST_FILE))
+                raise ErrorBudgetExceeded(message, read_manifest(config.output) if written else None) from None
             failure = failure_of(e, config.output, stage)
             kept = log.keep(e, staging)
             message = failure.line("call convert() again with resume=True", kept)

@@ -158,11 +158,11 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     try:
         doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet, start=fast_start.start)
     except ErrorBudgetExceeded as e:
-        assert e.result is not None  # run_config attaches the finished output's manifest
-        print(format_summary(e.result, ns.all_classes))
-        print(f"output: {config.output}")
+        if e.result is not None:  # a finished output over the budget; a run that wrote no record has none
+            print(format_summary(e.result, ns.all_classes))
+            print(f"output: {config.output}")
         # One line; the runner's traceback of the job's failure shows only with --verbose (commands/quiet.py).
-        errors_file = e.result.files["errors"]
+        errors_file = e.result.files["errors"] if e.result is not None else output_files.ERRORS_FILE
         details = "" if errors_file in str(e) else f"; details in {config.output}/{errors_file}"
         print(f"img2tfrecord: {e}{details}", file=sys.stderr)
         return EXIT_ERROR_BUDGET

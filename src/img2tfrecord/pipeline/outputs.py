@@ -21,6 +21,11 @@ class OutputNotEmpty(ValueError):
     pass
 
 
+class OutputChanged(ValueError):
+    """The output's committed state changed between the run's plan and its lock (another run finished there
+    meanwhile): a usage error, nothing was changed."""
+
+
 class AlreadyComplete(Exception):
     """``--resume`` of a run whose output is already finished: nothing to do."""
 
@@ -91,6 +96,33 @@ def _differs(there: Optional[Mapping[str, Any]], here: Optional[Mapping[str, Any
     return f"differently: {found}" if found else "with other options, seed or input"
 
 
+def _committed_generations(doc: Optional[dataset_json.DatasetManifest]) -> List[Tuple[int, str]]:
+    return [(g.number, g.created) for g in doc.generations] if doc is not None else []
+
+
+def check_unchanged(output_dir: str, planned_on: Optional[dataset_json.DatasetManifest]) -> None:
+    """``OutputChanged`` unless ``output_dir`` still holds the committed state an append planned on
+    (``planned_on``: the finished output's manifest; None: there was no finished output). Called under the
+    run's lock, before anything is changed: a plan made before the lock may be out of date."""
+    finished = storage.exists(storage.join(output_dir, output_files.SUCCESS_FILE))
+    now = _read_finished(output_dir) if finished else None
+    if planned_on is None and not finished:
+        return
+    if planned_on is not None and now is not None:
+        if _committed_generations(now) == _committed_generations(planned_on):
+            return
+        last = now.last_generation
+        what = f"another run committed generation {last.number}" if last is not None else "it was rewritten"
+    elif planned_on is None:
+        what = "another run finished a conversion there"
+    else:
+        what = "its finished conversion was removed or is being replaced"
+    raise OutputChanged(
+        f"output {output_dir} changed while this run was starting ({what}); nothing was changed: "
+        "run the same command again"
+    )
+
+
 def prepare_output(
     output_dir: str,
     overwrite: bool,
@@ -127,6 +159,13 @@ def prepare_output(
                 f"output {output_dir} holds only the lock of a run that stopped; "
                 f"pass --resume or --overwrite to take it over ({stale})"
             )
+        check_writable(output_dir)
+        return False
+    if [_relative(base, p) for p in existing] == [output_files.ERRORS_FILE] and not _temp_folders(output_dir):
+        # only the error report of a run that wrote no record: there is no dataset to protect or resume
+        if lock is not None:
+            lock.ensure_held()
+        _clear(output_dir, existing)
         check_writable(output_dir)
         return False
     foreign = [
@@ -234,6 +273,14 @@ def prepare_append(output_dir: str, generation: int, resume_folder: Optional[str
             continue
         elif top.startswith(output_files.TEMP_PREFIXES) or _of_generation(rel, generation):
             leftovers.append(path)
+    committed = _read_finished(output_dir)
+    listed = committed.listed_files() if committed is not None else frozenset()
+    touched = sorted(_relative(base, p) for p in leftovers + published if _relative(base, p) in listed)
+    if touched:  # generation ``generation`` is committed already: never delete what a manifest lists
+        raise OutputChanged(
+            f"output {output_dir} already holds generation {generation}, committed by another run "
+            f"(e.g. {touched[0]}); nothing was changed: run the same command again"
+        )
     lock.ensure_held()
     if resume_folder and published:
         _return_to_staging(output_dir, resume_folder, published)

@@ -28,7 +28,9 @@ from img2tfrecord.pipeline.launch import Launch, placed
 from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output, release_handed
 from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.pipeline.outputs import (
+    OutputChanged,
     OutputNotEmpty,
+    check_unchanged,
     finished_shards,
     prepare_append,
     prepare_output,
@@ -114,7 +116,8 @@ def run(
         try:
             lock.acquire(take_over_stale=config.resume or config.overwrite)
             started = launched.plan.fingerprint_doc(config)
-            resuming = _prepare(config, staging, lock, launched.plan.generation, started)
+            planned_on = launched.append.previous if launched.append is not None else None
+            resuming = _prepare(config, staging, lock, launched.plan.generation, started, planned_on)
             storage.write_bytes(
                 storage.join(launched.run_dir, output_files.RUN_STARTED_FILE), json.dumps(started).encode("utf-8")
             )
@@ -147,22 +150,30 @@ def _remove_staging(config: ConvertConfig, options: PipelineOptions) -> None:
 
 
 def _prepare(
-    config: ConvertConfig, staging: str, lock: OutputLock, generation: int = 0, started: Optional[Dict[str, Any]] = None
+    config: ConvertConfig,
+    staging: str,
+    lock: OutputLock,
+    generation: int = 0,
+    started: Optional[Dict[str, Any]] = None,
+    planned_on: Optional[DatasetManifest] = None,
 ) -> bool:
     """``prepare_output`` (an append: ``prepare_append``) under the lock; True when the run resumes ``staging``
-    (``started``: what its fingerprint covers, to name what differs from an earlier run's).
+    (``started``: what its fingerprint covers, to name what differs from an earlier run's). An append first
+    checks that the output still holds ``planned_on``, the finished output its launch planned on (None: none).
 
     A refused run leaves the output as it found it: a stale lock it took
     over is put back.
     """
     try:
+        if config.append:
+            check_unchanged(config.output, planned_on)
         if generation:
             resuming = prepare_append(config.output, generation, staging if config.resume else None, lock)
         else:
             resuming = prepare_output(
                 config.output, config.overwrite, staging if config.resume else None, lock, run_doc=started
             )
-    except (OutputNotEmpty, OutputNotWritable, OutputLocked):
+    except (OutputNotEmpty, OutputNotWritable, OutputLocked, OutputChanged):
         lock.release(restore=True)
         raise
     took_over = lock.took_over()

@@ -334,6 +334,14 @@ class DatasetManifest:
         """Every shard with its split, split by split in the manifest's order."""
         return [(name, shard) for name, info in self.splits.items() for shard in info.shards]
 
+    def listed_files(self) -> FrozenSet[str]:
+        """Every file this manifest names, relative to the output: shards, their indexes, each generation's
+        error report and ledger. While the manifest is committed nothing deletes or rewrites them."""
+        names = {shard.file for _, shard in self.shards()} | {shard.index for _, shard in self.shards() if shard.index}
+        names.update(self.error_files)
+        names.update(g.ledger for g in self.generations)
+        return frozenset(names)
+
     def replace(self, **changes: Any) -> DatasetManifest:
         return dataclasses.replace(self, **changes)
 

@@ -9,9 +9,10 @@ files are written through a temporary name: never seen half written.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import uuid
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -68,3 +69,21 @@ def parse_done(data: bytes) -> Tuple[ShardResult, List[Dict[str, str]], List[byt
         list(doc["errors"]),
         [base64.b64decode(row) for row in doc["analysis"]],
     )
+
+
+def kept_shard_damage(path: str, result: ShardResult) -> Optional[str]:
+    """Why the shard file ``path`` is not the one ``result`` recorded (its size, then its sha256), or None."""
+    try:
+        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        if size != result.num_bytes:
+            return f"{size} bytes, but its writer wrote {result.num_bytes}"
+        if result.sha256:
+            digest = hashlib.sha256()
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                for block in iter(lambda: f.read(1 << 22), b""):
+                    digest.update(block)
+            if digest.hexdigest() != result.sha256:
+                return "its sha256 differs from the one its writer recorded"
+    except Exception as e:  # pylint: disable=broad-except  # unreadable: as damaged as can be
+        return f"cannot be read ({type(e).__name__}: {e})"
+    return None

@@ -208,14 +208,15 @@ class FinalizeOutput(beam.DoFn):
         # The folder is also a TFDS dataset (tfds.builder_from_directory), or says why not.
         doc = doc.replace(tfds=tfds_layout.status(doc))
         publication = Publication(self._run_dir, self._output_dir)
+        if not written and self._previous is None:  # nothing to train on is a failed run, whatever the budget
+            self._publish_failure(publication)
+            raise ErrorBudgetExceeded(no_records_written(num_inputs, rejected))
         try:
             self._publish(publication, doc, shards, statistics is not None)
         except BaseException:  # a failure or a stop while publishing: the output is left as it was
             publication.undo(self._previous_files())
             raise
         remove_tree(self._run_dir)  # the staging folder goes before _SUCCESS: a complete output has none
-        if not written and self._previous is None:  # nothing to train on is a failed run, whatever the budget
-            raise ErrorBudgetExceeded(no_records_written(num_inputs, rejected))
         with FileSystems.create(FileSystems.join(self._output_dir, output_files.SUCCESS_FILE)) as f:
             f.write(b"")
         if self._after_success is not None:
@@ -225,6 +226,17 @@ class FinalizeOutput(beam.DoFn):
             # The output is complete and consistent; the job still fails so a scheduler alerts.
             raise ErrorBudgetExceeded(budget_message)
         yield doc
+
+    def _publish_failure(self, publication: Publication) -> None:
+        """A run that wrote no record publishes its error report alone (what says why) and leaves no staging:
+        no dataset, so nothing for ``--resume`` to finish, and the next run may use the output."""
+        errors = output_files.errors_file(self._generation)
+        try:
+            publication.move(FileSystems.join(self._run_dir, errors), errors)
+        except BaseException:
+            publication.undo({})
+            raise
+        remove_tree(self._run_dir)
 
     def _publish(self, publication: Publication, doc: DatasetManifest, shards: List[CommittedShard], analysed: bool):
         """Move the run's shards, indexes, error report, analysis and ledger from its staging folder into the

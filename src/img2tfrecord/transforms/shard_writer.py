@@ -8,6 +8,7 @@ paths of the shard and its index) as a done file in the run folder; a
 from __future__ import annotations
 
 import collections
+import logging
 from typing import Any, Deque, Dict, Iterator, List, Optional, Protocol, Tuple
 
 import apache_beam as beam
@@ -19,6 +20,7 @@ from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.placement import writing_order
 from img2tfrecord.conversion.pool import ConversionPool, take_started
 from img2tfrecord.model import ERRORS, DetectionRecord, Record, ShardItem, ShardResult
+from img2tfrecord.schemas import output_files
 from img2tfrecord.transforms import done_files
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, ShardSinks
 from img2tfrecord.transforms.counters import NAMESPACE, SHARDS_RESUMED, OutputCounter
@@ -255,19 +257,40 @@ class WriteShardsFn(beam.DoFn):
             yield from self._emit(job.finish(), job.errors, job.analysis, window=job.window, timestamp=job.timestamp)
 
     def _replay(self, sink: ShardSink, shard: int):
+        """The done file's ``(result, errors, analysis)`` when the shard it records is intact; None (what is
+        left of the shard removed) when it must be converted again: a kept shard is never trusted unchecked."""
         path = done_files.done_path(self._run_dir, sink.split, shard)
         if not FileSystems.exists(path):
             return None
-        result, errors, analysis = done_files.parse_done(done_files.read_whole(path))
         final = FileSystems.join(sink.output_dir, sink.final_name(shard))
-        if not FileSystems.exists(result.temp_path) and not FileSystems.exists(final):
+        try:
+            result, errors, analysis = done_files.parse_done(done_files.read_whole(path))
+        except (ValueError, KeyError, TypeError) as e:
+            return self._convert_again(path, [], f"its done file cannot be read ({type(e).__name__}: {e})")
+        kept = [p for p in (result.temp_path, final) if FileSystems.exists(p)]
+        if not kept:
             return None  # the done file outlived its shard: write the shard again
+        damage = done_files.kept_shard_damage(kept[0], result)
+        if damage is None and result.index_path:
+            final_index = FileSystems.join(sink.output_dir, output_files.index_file(sink.final_name(shard)))
+            if not FileSystems.exists(result.index_path) and not FileSystems.exists(final_index):
+                damage = "its index file is missing"
+        if damage is not None:
+            return self._convert_again(path, kept, f"{kept[0]}: {damage}")
         beam.metrics.Metrics.counter(NAMESPACE, SHARDS_RESUMED).inc()
         self._count.records(result.num_records)  # done, as far as the run's progress is concerned
         self._count.wrote_bytes(result.num_bytes)
         for row in errors:
             self._count(ERRORS, row)
         return result, errors, analysis
+
+    @staticmethod
+    def _convert_again(done: str, kept: List[str], why: str) -> None:
+        """Forget a finished shard that failed its check (its done file and files removed): it is converted
+        again from its work items, so that ``--resume`` converges whatever happened inside staging."""
+        logging.warning("a finished shard kept for --resume failed its check, converting it again: %s", why)
+        FileSystems.delete([done, *kept])
+        return None
 
     def _emit(self, result: ShardResult, errors, analysis, window, timestamp) -> Iterator[Any]:
         def windowed(value):

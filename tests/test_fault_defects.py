@@ -1,0 +1,145 @@
+"""Faults at moments no named cell picks: an append planned before another one committed, damage inside
+staging before ``--resume``, a run that writes no record. Each keeps the invariants: a committed generation
+is never touched, ``--resume`` converges byte for byte, nothing lands outside staging after a failure.
+In this process: the library's own calls, real conversions of real image files."""
+
+from __future__ import annotations
+
+import os
+
+import images as I
+import pytest
+from conftest import shard_digests
+from helpers.datasets import make_images
+
+from img2tfrecord import api
+from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
+from img2tfrecord.pipeline.launch import launch
+from img2tfrecord.pipeline.lock import lock_output
+from img2tfrecord.pipeline.outputs import OutputChanged, prepare_append
+from img2tfrecord.pipeline.run import run
+from img2tfrecord.readers.records import read_manifest
+from img2tfrecord.schemas import output_files
+from img2tfrecord.verification import verify
+
+BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+OPTIONS = dict(splits={"train": 0.75, "test": 0.25}, seed=7, image_size=24, analyze=False, processes=1, num_shards=2)
+
+
+def _convert(src, out, **extra):
+    return api.convert(str(src), str(out), pipeline_options=BEAM, **{**OPTIONS, **extra})
+
+
+def _add(src, tag: str, n: int) -> None:
+    """``n`` new images in the existing class folders of ``src``, named after ``tag``."""
+    for i in range(n):
+        picture = I.noise(4, 3, seed=sum(map(ord, tag)) * 100 + i)
+        (src / f"class{i % 2}" / f"{tag}_{i}.jpg").write_bytes(I.jpeg(40, 30, picture))
+
+
+def _files(out) -> dict:
+    found = {}
+    for folder, _, names in os.walk(out):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, out)] = f.read()
+    return found
+
+
+@pytest.fixture
+def appended_twice(tmp_path):
+    """An output of generations 0 and 1, and an input with images that are new since."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_images(str(src), classes=2, per_class=6, size=(40, 30))
+    _convert(src, out)
+    _add(src, "more1", 3)
+    _convert(src, out, append=True)
+    _add(src, "more2", 3)
+    return src, out
+
+
+def test_an_append_planned_before_another_committed_is_refused_and_the_generation_stays(appended_twice):
+    src, out = appended_twice
+    stalled = launch(api.config_of(str(src), str(out), {**OPTIONS, "append": True}))  # B plans, then stalls
+    assert stalled.append is not None and stalled.plan.generation == 2
+    _convert(src, out, append=True)  # A appends generation 2 meanwhile
+    assert verify(str(out)).ok
+    before = _files(out)
+
+    changed = r"changed while this run was starting \(another run committed generation 2"
+    with pytest.raises(OutputChanged, match=changed):
+        run(stalled, BEAM)  # B goes on: refused under the lock, before it changes anything
+
+    assert _files(out) == before
+    assert not os.path.exists(os.path.join(out, output_files.LOCK_FILE))
+    assert verify(str(out)).ok
+    assert [g.number for g in read_manifest(str(out)).generations] == [0, 1, 2]
+    assert _convert(src, out, append=True) is not None  # the advice works: nothing new, nothing changed
+    assert _files(out) == before
+
+
+def test_an_append_never_deletes_a_file_a_committed_manifest_lists(appended_twice):
+    _, out = appended_twice
+    before = _files(out)
+    lock = lock_output(str(out))
+    lock.acquire(take_over_stale=False)
+    try:
+        with pytest.raises(OutputChanged, match="already holds generation 1, committed by another run"):
+            prepare_append(str(out), 1, None, lock)
+    finally:
+        lock.release()
+    assert _files(out) == before and verify(str(out)).ok
+
+
+@pytest.mark.parametrize("damage", ["truncated", "same_size", "deleted_index"])
+def test_resume_converts_a_damaged_kept_shard_again_and_finishes_byte_identical(tmp_path, monkeypatch, damage):
+    src = tmp_path / "in"
+    make_images(str(src), classes=2, per_class=8, size=(40, 30))
+    clean = tmp_path / "clean"
+    _convert(src, clean)
+    out = tmp_path / "out"
+    monkeypatch.setenv("IMG2TFRECORD_FAULT", "fail:finalizing:error")  # every shard finished and committed
+    with pytest.raises(ConversionFailed):
+        _convert(src, out)
+    monkeypatch.delenv("IMG2TFRECORD_FAULT")
+    (run_dir,) = [p for p in out.iterdir() if p.name.startswith(output_files.RUN_FOLDER_PREFIX)]
+    committed = run_dir / output_files.RUN_COMMITTED_DIR
+    shard = sorted(p for p in committed.iterdir() if output_files.parse_shard_file_name(p.name))[0]
+    data = shard.read_bytes()
+    if damage == "truncated":
+        shard.write_bytes(data[: len(data) // 2])
+    elif damage == "same_size":
+        shard.write_bytes(data[:-10] + bytes(b ^ 0xFF for b in data[-10:]))
+    else:
+        (committed / output_files.index_file(shard.name)).unlink()
+
+    doc = _convert(src, out, resume=True)  # one --resume finishes it
+
+    assert doc is not None and verify(str(out)).ok
+    assert shard_digests(str(out)) == shard_digests(str(clean))
+    assert not [p for p in out.iterdir() if p.name.startswith(output_files.TEMP_PREFIXES)]
+
+
+def test_a_run_that_writes_no_record_publishes_only_its_error_report_and_the_next_run_goes_on(tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    for name in ("a/one.jpg", "b/two.jpg"):
+        os.makedirs(src / os.path.dirname(name), exist_ok=True)
+        (src / name).write_bytes(b"not an image")
+    with pytest.raises(ErrorBudgetExceeded, match="no records written"):
+        _convert(src, out)
+    assert sorted(_files(out)) == [output_files.ERRORS_FILE]  # why it failed, and nothing else
+    make_images(str(src), classes=2, per_class=4, size=(40, 30))  # the user fixes the input and runs again
+    doc = _convert(src, out)
+    assert doc is not None and doc.num_examples == 8 and verify(str(out)).ok
+
+
+def test_zero_records_is_not_a_usage_error_and_says_where_the_report_is(tmp_path):
+    src, out = tmp_path / "empty.zip", tmp_path / "out"
+    src.write_bytes(b"")
+    with pytest.raises((ErrorBudgetExceeded, UsageError)) as caught:
+        _convert(src, out)
+    if isinstance(caught.value, ErrorBudgetExceeded):
+        assert sorted(_files(out)) in ([], [output_files.ERRORS_FILE])
+    else:
+        assert not out.exists() or not os.listdir(out)

@@ -1,0 +1,49 @@
+"""A conversion pool whose worker dies: the run goes on, and nothing of the broken pool outlives it
+(conversion/pool.py). Its surviving workers ignore SIGTERM and may be blocked writing a result no one
+reads; the interpreter joins every executor's manager thread at exit, so any survivor would hang the run."""
+
+from __future__ import annotations
+
+import threading
+
+from crashing import BigOutputConverter
+
+from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool
+from img2tfrecord.images.options import ImageOptions
+from img2tfrecord.model import WorkItem
+
+LABELS = ["cat", "dog"]
+
+
+def _manager_threads():
+    return {t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread" and t.is_alive()}
+
+
+def test_a_dead_worker_leaves_no_survivor_blocked_and_the_pool_closes_at_once(tmp_path):
+    converter = BigOutputConverter(
+        ImageOptions(size=(8, 8), format="jpeg"), "class", (("train", 1.0),), 1, delay_s=1.0, size=2 << 20
+    )
+    names = ["cat/a.jpg", "dog/crash.jpg", "cat/b.jpg", "dog/c.jpg"]
+    items = [WorkItem(str(tmp_path / name), name, 1) for name in names]
+    before = _manager_threads()
+    seen = {}
+    workers = []
+
+    def convert_all():
+        with ConversionPool(converter, 2, batch_size=1) as pool:
+            workers.extend(pool._pool._processes.values())  # the first pool's, which the crash breaks
+            pool.put(items, LABELS)
+            for item, output in pool.outputs(drain=True):
+                seen[item.relpath] = output
+
+    thread = threading.Thread(target=convert_all, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the pool did not close after a worker died"
+    assert set(seen) == set(names)
+    assert seen["cat/a.jpg"] == (None, b"x" * (2 << 20))
+    assert CRASH_MESSAGE in str(seen["dog/crash.jpg"])
+    assert workers and not any(process.is_alive() for process in workers)
+    for manager in _manager_threads() - before:
+        manager.join(10)
+        assert not manager.is_alive(), "an executor's manager thread outlived its pool"
