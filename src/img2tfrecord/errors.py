@@ -13,6 +13,11 @@ if TYPE_CHECKING:
     from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 
+# What stops a run as Ctrl-C does: one line, the lock released, staging kept for --resume. A closed terminal
+# sends SIGHUP (and leaves SIGPIPE to writers); SIGQUIT is Ctrl-\.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 class UsageError(ValueError):
     """What was asked for cannot run (a bad option, input or output); found before any work.
 
@@ -45,8 +50,9 @@ class ErrorBudgetExceeded(RuntimeError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM stopped a run. ``kept`` says in a few words what its output keeps for ``--resume``
-    (None: the run stopped before it wrote anything); ``exit_code`` is the shell's 128 + the signal's number."""
+    """A signal of :data:`STOP_SIGNALS` (or SIGPIPE) stopped a run. ``kept`` says in a few words what its output
+    keeps for ``--resume`` (None: the run stopped before it wrote anything); ``exit_code`` is the shell's 128 + the
+    signal's number."""
 
     def __init__(self, signum: int, kept: Optional[str] = None):
         super().__init__(kept or "")

@@ -14,11 +14,11 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 from img2tfrecord.api import check_pipeline_args
 from img2tfrecord.commands.errors import EXIT_ERROR_BUDGET, EXIT_OK, UsageError
-from img2tfrecord.errors import Interrupted
+from img2tfrecord.errors import STOP_SIGNALS, Interrupted
 
 if TYPE_CHECKING:
     from img2tfrecord.schemas.dataset_json import DatasetManifest
@@ -108,23 +108,24 @@ def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[
     try:
         return _run(ns, pipeline_args, own_options)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         resume_collection()
         if stderr_filter is not None:
             stderr_filter.stop()
 
 
-def _stop_on_sigterm() -> Any:
-    """Until the run holds its output (``pipeline/run.py`` takes over then), SIGTERM stops the command as Ctrl-C
-    does: one line, exit 143; -> the handler it replaced (None off the main thread)."""
+def _stop_on_sigterm() -> Dict[int, Any]:
+    """Until the run holds its output (``pipeline/run.py`` takes over then), SIGTERM, SIGHUP and SIGQUIT stop the
+    command as Ctrl-C does: one line, exit 128 + the signal; -> the handlers they replaced ({} off the main
+    thread)."""
 
     def stop(signum, unused_frame):
         raise Interrupted(signum)
 
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, stop)
+        return {}
+    return {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS if signum != signal.SIGINT}
 
 
 def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:

@@ -38,6 +38,8 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from img2tfrecord.errors import STOP_SIGNALS
+
 # Lines of C++ libraries that say nothing about the run (TensorFlow, absl, gRPC), as whole lines.
 NOISE = (
     re.compile(rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"),
@@ -144,8 +146,8 @@ def _write(fd: int, data: bytes) -> bool:
 def main() -> None:
     """The child: stdin is the pipe, stdout the real stderr."""
     # Ctrl-C and a group's SIGTERM are for the run: this process leaves when the pipe closes.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     copy_without_noise(0, 1)
 
 

@@ -25,8 +25,8 @@ A pool started before its caller knows what it will queue can convert ahead
 the run imports Beam and starts its job; the ``put`` of those same items
 takes the outputs instead of converting them again.
 
-The workers ignore SIGINT and SIGTERM: a terminal's Ctrl-C (sent to the
-whole process group) or a service manager's SIGTERM is for the run, which
+The workers ignore SIGINT, SIGTERM, SIGHUP and SIGQUIT: a terminal's Ctrl-C or hang-up (sent to
+the whole process group) or a service manager's SIGTERM is for the run, which
 then shuts its pools down (:func:`close_open_pools`); a worker whose parent
 is gone, however it went, exits by itself (``worker_exit.py``).
 
@@ -49,6 +49,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.converter import Converter, Output, convert_batch, install_converter
+from img2tfrecord.errors import STOP_SIGNALS
 from img2tfrecord.worker_exit import Parent, exit_with_parent
 
 CRASH_MESSAGE = (
@@ -69,7 +70,7 @@ def usable_cores() -> int:
 # that image conversion, which does no linear algebra, never uses. Workers start with none of them.
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 
-_RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_RUN_SIGNALS = STOP_SIGNALS  # for the run, which stops its pools; the workers ignore them
 _OPEN: weakref.WeakSet[ConversionPool] = weakref.WeakSet()
 
 

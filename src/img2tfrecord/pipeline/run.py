@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import (
 
 from img2tfrecord import progress, storage
 from img2tfrecord.conversion.pool import close_open_pools
-from img2tfrecord.errors import Interrupted
+from img2tfrecord.errors import STOP_SIGNALS, Interrupted
 from img2tfrecord.pipeline.append import write_ledger
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import LOCAL_RUNNING_MODE, ConvertConfig
@@ -269,7 +269,8 @@ def _run(
 
 
 class _StopSignals:
-    """While a run holds its output, SIGINT and SIGTERM raise KeyboardInterrupt in the main thread.
+    """While a run holds its output, the stop signals (``errors.STOP_SIGNALS``, and SIGPIPE) raise
+    KeyboardInterrupt in the main thread.
 
     The first signal's number is kept in ``signum``: Beam's runners re-raise
     the interrupt wrapped in their own exceptions (``RuntimeError:
@@ -283,7 +284,7 @@ class _StopSignals:
     ends with one line saying what it kept.
     """
 
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    _SIGNALS = (*STOP_SIGNALS, signal.SIGPIPE)  # SIGPIPE: a closed terminal's pipe, while the run holds its output
 
     def __init__(self) -> None:
         self.signum: Optional[int] = None
