@@ -5,7 +5,9 @@ In this process: the library's own calls, real conversions of real image files."
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 
 import images as I
 import pytest
@@ -14,12 +16,14 @@ from helpers.datasets import make_images
 
 from img2tfrecord import api
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
+from img2tfrecord.failures import failure_of
 from img2tfrecord.pipeline.launch import launch
 from img2tfrecord.pipeline.lock import lock_output
 from img2tfrecord.pipeline.outputs import OutputChanged, prepare_append
 from img2tfrecord.pipeline.run import run
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import output_files
+from img2tfrecord.transforms.publish import write_atomically
 from img2tfrecord.verification import verify
 
 BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
@@ -143,3 +147,37 @@ def test_zero_records_is_not_a_usage_error_and_says_where_the_report_is(tmp_path
         assert sorted(_files(out)) in ([], [output_files.ERRORS_FILE])
     else:
         assert not out.exists() or not os.listdir(out)
+
+
+def test_a_full_disk_worded_without_its_number_is_still_a_full_disk():
+    worded = RuntimeError(
+        "write() failed: No space left on device; writing /o/.tmp-run-1/shards/train/00000-x.array_record; "
+        "at byte 3125248; Failed to close chunk_writer"
+    )
+    found = failure_of(worded, "/o", "converting and writing shards")
+    assert (found.cause, found.fix) == ("No space left on device (/o)", "free space where the output is")
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real tmpfs of 64 KiB, filled to the last byte (skipped where this user cannot mount one)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 4096):
+                pass
+        os.close(fd)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_file_written_whole_on_a_full_disk_leaves_no_temporary_file(full_disk):
+    with pytest.raises(OSError):
+        write_atomically(str(full_disk / output_files.LABELS_FILE), "cat\n" * 10000)
+    assert sorted(os.listdir(full_disk)) == ["filler"]

@@ -40,7 +40,7 @@ _FIXES = {
     errno.EDQUOT: "free space where the output is (a disk quota is full)",
     errno.EACCES: "give this user access to it",
     errno.EPERM: "give this user access to it",
-    errno.EROFS: "give an --output on a writable filesystem",
+    errno.EROFS: "make that filesystem writable (a read-only mount)",
     errno.EFBIG: "give a smaller --shard-size-mb (the filesystem limits the size of a file)",
     errno.ENOENT: "check that the path exists and was not removed while the run went on",
 }
@@ -88,6 +88,10 @@ def failure_of(exc: BaseException, where: Optional[str] = None, stage: str = "ru
         if m and int(m.group(1)) in _FIXES:
             code = int(m.group(1))
             return Failure(stage, _os_cause(code, m.group(2), m.group(3) or where), _FIXES[code])
+    for text in texts:  # a library that words the error without its number (ArrayRecord's writer)
+        for code, fix in _FIXES.items():
+            if code != errno.ENOENT and os.strerror(code) in text:
+                return Failure(stage, _os_cause(code, os.strerror(code), where), fix)
     innermost = list(_chain(exc))[-1]
     return Failure(stage, _described(innermost), "fix the cause the details name")
 
