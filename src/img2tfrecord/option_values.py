@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Literal, Mapping, Optional, Tuple, Union
 
 from img2tfrecord.schemas.output_files import TASK_CLASSIFICATION, TASK_DETECTION
 
@@ -23,6 +23,18 @@ MAX_FILE_MB_BOUND = 2000  # --max-file-mb: a record is a protocol buffer, which 
 MAX_SHARD_SIZE_MB = 16384  # --shard-size-mb: 16 GiB, over a hundred times the recommended 100-200 MB
 MAX_NUM_SHARDS = 10000  # --num-shards: per split; each shard is a file, a task and an index
 LIMITS_DOC = "docs/options.md#bounds"
+
+# The Python types of the options' values (``convert()``'s keywords, ``ConvertConfig``): a choice is a Literal of
+# its ``choices`` (tests/test_typed_api.py holds each against the declaration in options.py).
+ImageSize = Union[int, Tuple[int, int]]  # N (N x N) or (width, height)
+SplitsGiven = Union[str, Mapping[str, float]]  # "train=0.8,validation=0.2" or {"train": 0.8, "validation": 0.2}
+ResizeMode = Literal["stretch", "fit", "fill"]
+ResampleMode = Literal["fast", "bicubic"]
+ChannelCount = Literal[1, 3]
+StoredFormat = Literal["keep", "jpeg", "png", "raw"]
+TaskName = Literal["classification", "detection"]
+CompressionName = Literal["none", "gzip"]
+FileFormatName = Literal["tfrecord", "array_record", "webdataset"]
 
 
 def parse_image_size(value: Any) -> Tuple[int, int]:
