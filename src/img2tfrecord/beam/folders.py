@@ -28,6 +28,7 @@ from img2tfrecord.option_values import (
 )
 from img2tfrecord.pipeline.build import manifest_template, shard_sinks
 from img2tfrecord.pipeline.config import ConvertConfig, config_from_options
+from img2tfrecord.pipeline.kinds.detection import AnnotationKind
 from img2tfrecord.pipeline.plan_model import digest_of, fingerprint_doc
 from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.dataset_json import Task
@@ -111,7 +112,7 @@ class ImagesToTFRecords(beam.PTransform):
         config = config_from_options(root or INPUT_DESCRIPTION, output, **options)
         self._detection = config.task == TASK_DETECTION
         if self._detection and config.analyze:
-            logging.info("detection: no tf.Transform analysis (its features are those of classification records)")
+            logging.info("%s", AnnotationKind.analysis_note)  # the input kind table's note, as convert logs it
         self._config = dataclasses.replace(config, analyze=config.analyze and not self._detection)
         self._converter, self._splits = record_converter(self._config)
         self._root = root
@@ -151,7 +152,9 @@ class ImagesToTFRecords(beam.PTransform):
         task = Task.DETECTION if self._detection else Task.CLASSIFICATION
         template = manifest_template(config, input_name, task.value, False, self._labeled, run_fingerprint)
         finalize = FinalizeOutput(config.output, template, list(split_names), run_dir, config.max_error_rate)
-        analysis = tail.Analysis(config, split_names, self._labeled) if config.analyze else None
+        analysis = None
+        if config.analyze:
+            analysis = tail.Analysis(config.image, config.exact_statistics, config.sequence, split_names, self._labeled)
         parts = {
             tail.SHARDS: written["shards"],
             tail.ERRORS: (written[ERRORS], parsed[REJECTED]) | "AllErrors" >> beam.Flatten(),

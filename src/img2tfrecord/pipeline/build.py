@@ -168,7 +168,9 @@ def build_pipeline(
     analysis = None
     if launched.analysed:  # an append's analysis adds its train records to the totals of the generations before it
         analysis = tail.Analysis(
-            config,
+            config.image,
+            config.exact_statistics,
+            config.sequence,
             plan.input.split_names,
             plan.input.labeled,
             base=append.analysis_base if append is not None else None,
