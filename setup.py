@@ -40,6 +40,7 @@ setuptools.setup(
     package_dir={"": "src"},
     packages=setuptools.find_packages("src", include=["img2tfrecord", "img2tfrecord.*"]),
     include_package_data=True,
+    package_data={"img2tfrecord": ["py.typed"]},  # PEP 561: type checkers read the package's own annotations
     install_requires=[
         "apache-beam[gcp]>=2.77,<2.78",  # the range tests/test_beam_adapter.py covers (the sink adapter)
         "tensorflow>=2.21,<2.22",

@@ -114,7 +114,7 @@ def bench_writers(num_records: int = 600) -> Dict[str, dict]:
     """format -> seconds (best of 3) to write ``num_records`` records of 20 KB to 1 MB into one shard."""
     sys.path.insert(0, package_dir())
     from img2tfrecord.conversion.examples import encode_example
-    from img2tfrecord.images import ConvertedImage
+    from img2tfrecord.images.options import ConvertedImage
     from img2tfrecord.shard_formats import array_records, stream_writer
 
     rng = random.Random(0)

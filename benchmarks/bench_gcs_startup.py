@@ -73,7 +73,7 @@ def _time_plan(source: str, runs: int) -> Dict[str, Any]:
     """Median seconds of ``plan_input`` over ``runs``, and the objects it opened per run."""
     from apache_beam.io.filesystems import FileSystems
 
-    from img2tfrecord.images import ImageOptions
+    from img2tfrecord.images.options import ImageOptions
     from img2tfrecord.pipeline.config import ConvertConfig
     from img2tfrecord.pipeline.kinds import plan_input
 

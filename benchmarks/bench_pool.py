@@ -35,7 +35,7 @@ from common import save_result  # noqa: E402
 
 from img2tfrecord.conversion.converter import ImageConverter  # noqa: E402
 from img2tfrecord.conversion.pool import ConversionPool  # noqa: E402
-from img2tfrecord.images import ImageOptions  # noqa: E402
+from img2tfrecord.images.options import ImageOptions  # noqa: E402
 from img2tfrecord.model import WorkItem  # noqa: E402
 from img2tfrecord.sources.layout import LAYOUT_CLASS  # noqa: E402
 

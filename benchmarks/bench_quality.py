@@ -28,9 +28,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from common import save_result  # noqa: E402
 
-from img2tfrecord.images import ImageOptions, convert_image  # noqa: E402
-from img2tfrecord.images.convert import _apply_orientation, _orientation, normalise_mode  # noqa: E402
-from img2tfrecord.images.options import RESAMPLE_MODES, RESIZE_MODES  # noqa: E402
+from img2tfrecord.images.convert import (  # noqa: E402
+    _apply_orientation,
+    _orientation,
+    convert_image,  # noqa: E402
+    normalise_mode,
+)
+from img2tfrecord.images.options import (  # noqa: E402
+    RESAMPLE_MODES,
+    RESIZE_MODES,
+    ImageOptions,  # noqa: E402
+)
 
 
 def reference(data: bytes, image, channels: int) -> np.ndarray:

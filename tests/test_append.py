@@ -31,7 +31,7 @@ from img2tfrecord.schemas import dataset_json, output_files
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.generations import Generation
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger
-from img2tfrecord.verification import verify
+from img2tfrecord.verification.output_checks import verify
 
 OPTIONS = dict(
     splits={"train": 0.7, "validation": 0.3}, seed=5, image_size=32, analyze=False, processes=1, num_shards=2

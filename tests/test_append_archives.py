@@ -23,7 +23,7 @@ from img2tfrecord import api, storage
 from img2tfrecord.errors import UsageError
 from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.ledger import parse_ledger, parse_members
-from img2tfrecord.verification import verify
+from img2tfrecord.verification.output_checks import verify
 
 OPTIONS = dict(splits={"train": 0.7, "test": 0.3}, seed=5, image_size=32, analyze=False, processes=1)
 BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]

@@ -16,7 +16,7 @@ from img2tfrecord.readers import records
 from img2tfrecord.schemas import example_proto, output_files
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.ledger import parse_ledger
-from img2tfrecord.verification import verify
+from img2tfrecord.verification.output_checks import verify
 
 OPTIONS = dict(splits={"train": 0.5, "test": 0.5}, seed=3, analyze=False, processes=1, sequence=True)
 BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]

@@ -18,7 +18,7 @@ from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.dataset_json import DatasetManifest
-from img2tfrecord.verification import verify
+from img2tfrecord.verification.output_checks import verify
 
 OPTIONS = dict(splits={"train": 0.6, "test": 0.4}, seed=5, image_size=64, analyze=False, processes=1)
 BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]

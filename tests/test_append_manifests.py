@@ -18,7 +18,7 @@ from img2tfrecord.conversion import appends
 from img2tfrecord.errors import UsageError
 from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.ledger import LedgerEntry, ledger_bytes, parse_ledger, row_text
-from img2tfrecord.verification import verify
+from img2tfrecord.verification.output_checks import verify
 
 OPTIONS = dict(splits={"train": 0.7, "validation": 0.3}, seed=5, image_size=32, analyze=False, processes=1)
 BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]

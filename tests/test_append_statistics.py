@@ -18,7 +18,7 @@ from helpers.datasets import make_images
 from img2tfrecord import api
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import output_files
-from img2tfrecord.verification import verify
+from img2tfrecord.verification.output_checks import verify
 
 pytestmark = pytest.mark.e2e
 

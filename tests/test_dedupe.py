@@ -33,7 +33,7 @@ from helpers.cli import run_in_process
 from img2tfrecord import faults
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.seeded_hashes import assign_split, parse_splits
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import DUPLICATE, ERRORS, InlineMember, RowPlacement, WorkItem
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features, output_files

@@ -23,7 +23,7 @@ from crashing import EnvironmentConverter
 from img2tfrecord import api
 from img2tfrecord.commands import fast_start
 from img2tfrecord.conversion.pool import BLAS_THREADS_ENV, ConversionPool
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import WorkItem
 
 

@@ -43,7 +43,7 @@ from helpers.processes import kill_when
 
 from img2tfrecord import faults
 from img2tfrecord.conversion.converter import ImageConverter
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import ERRORS
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import features as keys

@@ -27,7 +27,8 @@ from helpers.outputs import read_records
 from helpers.shared_outputs import converted_once, run_unprivileged
 from PIL import Image
 
-from img2tfrecord.images import ImageError, ImageOptions, convert_image
+from img2tfrecord.images.convert import convert_image
+from img2tfrecord.images.options import ImageError, ImageOptions
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import output_files
 
@@ -470,7 +471,8 @@ def test_peak_memory_of_a_bomb_is_small():
     """In a fresh process: rejecting bombs of billions of pixels costs no pixel memory."""
     code = (
         "import resource, sys; sys.path.insert(0, 'tests'); import images as I\n"
-        "from img2tfrecord.images import ImageError, ImageOptions, convert_image\n"
+        "from img2tfrecord.images.convert import convert_image\n"
+        "from img2tfrecord.images.options import ImageError, ImageOptions\n"
         "bombs = [I.png_bomb(), I.jpeg_bomb(), I.gif_bomb(), I.bmp_bomb(), I.tiff_bomb(), I.webp_bomb()]\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "for b in bombs:\n"

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image
+from img2tfrecord.images.convert import convert_image
+from img2tfrecord.images.options import ConvertedImage, ImageError, ImageOptions
 
 KEEP = ImageOptions()
 CORNERS = ("tl", "tr", "bl", "br")
@@ -424,7 +425,7 @@ def test_pixel_sums_are_those_of_the_pixels_load_decodes(source, channels, fmt):
     """The worker's exact sums (Pillow) equal NumPy sums over the pixels TensorFlow decodes for a reader."""
     import tensorflow as tf
 
-    from img2tfrecord.images import pixel_sums
+    from img2tfrecord.images.statistics import pixel_sums
     from img2tfrecord.readers.tfdata import decode_encoded
 
     c = convert_image(PIXEL_SUM_SOURCES[source](), ImageOptions(channels=channels, format=fmt, size=None))
@@ -454,7 +455,7 @@ def test_pixel_sums_are_those_of_the_pixels_load_decodes(source, channels, fmt):
 
 
 def test_pixel_sums_reject_a_stored_image_that_is_not_what_it_claims():
-    from img2tfrecord.images import pixel_sums
+    from img2tfrecord.images.statistics import pixel_sums
 
     gray = convert_image(I.jpeg(16, 12, mode="L"), ImageOptions(channels=1, format="jpeg"))
     with pytest.raises(ImageError, match="decodes as L 16x12, not RGB 16x12"):

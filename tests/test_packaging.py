@@ -57,6 +57,7 @@ def test_the_sdist_dataflow_stages_holds_and_installs_every_module(tmp_path):
     sdist = Stager._build_setup_package(os.path.join(ROOT, "setup.py"), str(tmp_path / "dist"))
     with tarfile.open(sdist) as tar:
         assert _modules(tar.getnames()) == _source_modules()
+        assert any(name.endswith("src/img2tfrecord/py.typed") for name in tar.getnames())  # PEP 561
     target = tmp_path / "site"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
@@ -66,6 +67,7 @@ def test_the_sdist_dataflow_stages_holds_and_installs_every_module(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (target / "img2tfrecord" / "py.typed").is_file()
     code = "import img2tfrecord, img2tfrecord.cli; print(img2tfrecord.__file__)"
     proc = subprocess.run(
         [sys.executable, "-c", code],
@@ -106,3 +108,4 @@ def test_the_flex_template_build_context_builds_the_package(tmp_path):
     (wheel,) = (tmp_path / "wheels").iterdir()
     with zipfile.ZipFile(wheel) as built:
         assert _modules(built.namelist()) == _source_modules()
+        assert "img2tfrecord/py.typed" in built.namelist()  # PEP 561

@@ -16,7 +16,7 @@ from helpers.datasets import write_tree
 from img2tfrecord.conversion import placed_items
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.placement import place_all, shard_keys
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import ERRORS, WorkItem
 from img2tfrecord.pipeline.write_placed_items import place_listing
 from img2tfrecord.schemas import output_files

@@ -330,7 +330,7 @@ def test_a_huge_image_size_is_sampled_at_a_bounded_size_and_its_bytes_scaled(tmp
     scales the bytes by the pixel count: a raw image's estimate is exact, and a plan takes seconds however
     large --image-size is."""
     from img2tfrecord.conversion.record_sizes import SAMPLE_PIXELS, sample_options, sample_sizes
-    from img2tfrecord.images import ImageOptions
+    from img2tfrecord.images.options import ImageOptions
     from img2tfrecord.model import WorkItem
 
     assert sample_options(ImageOptions(size=(224, 224))) == (ImageOptions(size=(224, 224)), 1.0)

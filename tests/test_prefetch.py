@@ -18,7 +18,7 @@ from img2tfrecord.conversion import pool as pool_module
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.placement import Placement
 from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool, close_started, start_early
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import ShardItem, WorkItem
 from img2tfrecord.pipeline import launch
 from img2tfrecord.pipeline.kinds.detection import Detection

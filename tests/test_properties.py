@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from img2tfrecord.conversion.converter import ImageConverter
-from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image
+from img2tfrecord.images.convert import convert_image
+from img2tfrecord.images.options import ConvertedImage, ImageError, ImageOptions
 from img2tfrecord.model import WorkItem
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.example_proto import Example

@@ -13,12 +13,12 @@ from helpers.datasets import FRAME_STEP, clip_dataset, frame, write_tar, write_t
 from helpers.outputs import convert_in_process, error_rows
 from PIL import Image
 
-from img2tfrecord import verification
 from img2tfrecord.conversion.converter import natural_key
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.readers import records as rec
 from img2tfrecord.schemas import example_proto, output_files
 from img2tfrecord.schemas import features as keys
+from img2tfrecord.verification.output_checks import verify
 
 tf = pytest.importorskip("tensorflow")
 import img2tfrecord  # noqa: E402  (after the TensorFlow check)
@@ -60,7 +60,7 @@ def test_raw_pixels_round_trip_through_load(tmp_path, channels):
         assert len(item[keys.IMAGE_ENCODED].numpy()) == expected.size
         seen.add(rel)
     assert seen == set(files)
-    assert verification.verify(str(out)).ok
+    assert verify(str(out)).ok
 
 
 def test_raw_resized_batches(tmp_path):
@@ -141,7 +141,7 @@ def test_a_bad_frame_rejects_its_clip_and_clips_are_the_inputs(clips_converted):
     assert acc is not None
     assert (acc.inputs, acc.written, acc.rejected, acc.skipped) == (len(lengths) + 2, len(lengths), 2, 1)
     assert doc.num_examples == len(lengths)
-    assert verification.verify(str(out)).ok
+    assert verify(str(out)).ok
 
 
 def test_load_sequences_ragged_and_padded(clips_converted):
@@ -195,7 +195,7 @@ def test_sequence_cli_raw_resized(tmp_path):
     (frames, length), labels = next(iter(img2tfrecord.load(out, batch_size=8, sequence=True, pad_frames=True)))
     assert tuple(frames.shape) == (len(lengths), max(lengths.values()), 5, 6, 3)
     assert sorted(length.numpy()) == sorted(lengths.values())
-    assert verification.verify(out).ok
+    assert verify(out).ok
 
 
 def test_natural_frame_order():

@@ -400,7 +400,7 @@ def test_near_groups_do_not_chain():
     items = [_located("a.jpg", "train", a), _located("b.jpg", "test", b), _located("c.jpg", "train", c)]
     items.append(_located("d.jpg", "validation", d))
     found = dup.find_duplicates(items, 6)
-    near = [g for g in found.groups if g.kind == dup.NEAR]
+    near = [g for g in found.groups if g.match == dup.NEAR]
     assert sorted([c.records[0].filename for c in g.contents] for g in near) == [
         ["a.jpg", "b.jpg"],
         ["c.jpg", "d.jpg"],
@@ -425,7 +425,7 @@ def test_near_groups_hold_only_images_close_to_the_first():
     items = [_located(f"{i:04d}.jpg", rng.choice(["train", "test"]), h) for i, h in enumerate(hashes)]
     found = dup.find_duplicates(items, 6)
     grouped = {}
-    for g in (g for g in found.groups if g.kind == dup.NEAR):
+    for g in (g for g in found.groups if g.match == dup.NEAR):
         first = g.contents[0].dhash
         assert all(perceptual_hash.hamming(first, c.dhash) == c.distance <= 6 for c in g.contents)
         assert g.largest_distance == max(c.distance for c in g.contents) <= 6
@@ -527,7 +527,7 @@ def test_groups_follow_the_documented_rule_on_random_data():
         found = dup.find_duplicates(items, distance)
         got = sorted(
             (
-                (g.kind, [(c.sha256, c.distance, [r.filename for r in c.records]) for c in g.contents], g.pairs)
+                (g.match, [(c.sha256, c.distance, [r.filename for r in c.records]) for c in g.contents], g.pairs)
                 for g in found.groups
             ),
             key=repr,

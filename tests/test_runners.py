@@ -116,7 +116,7 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
 def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
     import apache_beam as beam
 
-    from img2tfrecord.images import ImageOptions
+    from img2tfrecord.images.options import ImageOptions
     from img2tfrecord.pipeline.build import build_pipeline
     from img2tfrecord.pipeline.launch import launch_plan
 

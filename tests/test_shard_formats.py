@@ -21,7 +21,7 @@ from img2tfrecord.conversion.examples import (
     encode_example,
     encode_sequence_example,
 )
-from img2tfrecord.images import ConvertedImage
+from img2tfrecord.images.options import ConvertedImage
 from img2tfrecord.model import MetadataValue
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys

@@ -25,7 +25,7 @@ from helpers.datasets import write_tree
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool
 from img2tfrecord.conversion.seeded_hashes import assign_shard, shuffle_key
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import ERRORS, ShardResult, WorkItem
 from img2tfrecord.readers import records as R
 from img2tfrecord.schemas import output_files
@@ -387,7 +387,7 @@ def test_processes_must_be_positive():
 _KILLED_PARENT = """
 import os, signal
 from img2tfrecord.conversion.converter import ImageConverter
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.conversion.pool import ConversionPool
 pool = ConversionPool(ImageConverter(ImageOptions(), "class", (("train", 1.0),), 0), 2)
 for future in [pool._pool.submit(os.getpid) for _ in range(4)]:

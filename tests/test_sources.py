@@ -17,7 +17,7 @@ from helpers.datasets import JUNK, dataset_files, write_old_output, write_tar, w
 from helpers.outputs import convert_in_process, error_rows
 
 from img2tfrecord.conversion.seeded_hashes import parse_splits
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import ErrorEntry, MemberEntry, WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds import plan_input
@@ -195,7 +195,7 @@ def test_manifest_rows_with_splits_missing_files_and_bad_rows(inputs, tmp_path):
 def test_unlabeled_manifest(inputs, tmp_path):
     pytest.importorskip("tensorflow")
     import img2tfrecord
-    from img2tfrecord import verification
+    from img2tfrecord.verification.output_checks import verify
 
     files = inputs["files"]
     manifest_path = os.path.join(inputs["root"], "unlabeled.csv")
@@ -214,7 +214,7 @@ def test_unlabeled_manifest(inputs, tmp_path):
     images = img2tfrecord.load(str(out), batch_size=4)
     batch = next(iter(images))
     assert tuple(batch.shape) == (4, 8, 8, 3)  # images only
-    assert verification.verify(str(out)).ok
+    assert verify(str(out)).ok
 
 
 def test_plan_of_inputs(inputs, tmp_path):

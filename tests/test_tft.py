@@ -139,7 +139,7 @@ def test_label_vocabulary_equals_labels_txt(analysed, layer):
 
 def encoder_inputs(sample_dir, parsed, options):
     """The pixels the converter gave the JPEG encoder for each parsed record, from its source file."""
-    from img2tfrecord.images import convert_image
+    from img2tfrecord.images.convert import convert_image
 
     images = []
     for relpath in parsed[keys.FILENAME].numpy():
@@ -151,7 +151,7 @@ def encoder_inputs(sample_dir, parsed, options):
 def test_statistics_agree_with_numpy(analysed, sample_dir):
     """By default a re-encoded JPEG counts with the pixels given to its encoder: exactly their
     moments, and within the JPEG loss of the moments of the decoded records."""
-    from img2tfrecord.images import ImageOptions
+    from img2tfrecord.images.options import ImageOptions
 
     doc = read_manifest(analysed)
     stats = doc.statistics
@@ -435,7 +435,8 @@ def test_preprocessing_fn_alone_unlabeled_mixed_sizes(tmp_path):
     import apache_beam as beam
     import tensorflow_transform.beam as tft_beam
 
-    from img2tfrecord.images import ConvertedImage, pixel_sums
+    from img2tfrecord.images.options import ConvertedImage
+    from img2tfrecord.images.statistics import pixel_sums
     from img2tfrecord.transforms.analyze import TransformSpec, make_preprocessing_fn
 
     rng = np.random.default_rng(2)

@@ -17,7 +17,8 @@ from convert_fn import ERRORS, ConvertFn
 
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.seeded_hashes import assign_split
-from img2tfrecord.images import ImageOptions, convert_image
+from img2tfrecord.images.convert import convert_image
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import WorkItem
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.sources.inputs import SKIPPED

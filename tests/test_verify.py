@@ -13,10 +13,10 @@ from conftest import manifest_to_edit, write_manifest_doc
 from helpers.cli import run_in_process
 from helpers.outputs import frame
 
-from img2tfrecord import verification
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import example_proto, output_files
 from img2tfrecord.schemas import features as keys
+from img2tfrecord.verification.output_checks import verify
 
 
 def _copy(src, tmp_path, name="out"):
@@ -298,7 +298,7 @@ def test_problems_are_capped_per_shard(converted_sample, tmp_path):
     for record in found:
         data[record.offset + 12 + 5] ^= 0xFF
     path.write_bytes(bytes(data))
-    report = verification.verify(str(out), max_problems_per_scope=4)
+    report = verify(str(out), max_problems_per_scope=4)
     assert not report.ok
     assert len([p for p in report.problems if p.scope == name]) == 4
     assert report.omitted[name] == len(found) - 4
@@ -331,5 +331,5 @@ def test_manifest_field_of_the_wrong_type_is_one_problem_naming_it(converted_sam
     edit(doc)
     write_manifest_doc(out, doc)
     _failed(out, f"{output_files.MANIFEST_FILE}: {message}", "1 problem(s)")
-    report = verification.verify(str(out))
+    report = verify(str(out))
     assert [str(p) for p in report.problems] == [f"{output_files.MANIFEST_FILE}: {message}"]

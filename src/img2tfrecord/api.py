@@ -11,15 +11,31 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import inspect
 import io
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union, cast
 
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
 from img2tfrecord.failures import RunLog, failure_of
-from img2tfrecord.option_keywords import KEYWORD_OPTIONS, keyword_values
+from img2tfrecord.images.options import (
+    DEFAULT_DECODE_TIMEOUT_S,
+    DEFAULT_MAX_FILE_MB,
+    DEFAULT_MAX_PIXELS,
+)
+from img2tfrecord.option_keywords import KEYWORD_OPTIONS
+from img2tfrecord.option_values import (
+    DEFAULT_QUALITY,
+    ChannelCount,
+    CompressionName,
+    FileFormatName,
+    ImageSize,
+    ResampleMode,
+    ResizeMode,
+    SplitsGiven,
+    StoredFormat,
+    TaskName,
+)
 from img2tfrecord.options import CONVERT_OPTIONS
 
 if TYPE_CHECKING:
@@ -150,12 +166,17 @@ def _check_runner(options: PipelineOptions) -> None:
         raise UsageError(f"--runner {name}: {' '.join(errors)}")
 
 
-def config_of(input: str, output: str, options: Any) -> ConvertConfig:
-    """The ``ConvertConfig`` of ``convert``'s keyword options; TypeError names an unknown keyword, UsageError
-    a value or combination that cannot run."""
+def config_of(input: str, output: str, options: Mapping[str, Any]) -> ConvertConfig:
+    """The ``ConvertConfig`` of ``convert``'s keyword options given as a mapping; TypeError names an unknown
+    keyword, UsageError a value or combination that cannot run."""
     from img2tfrecord.pipeline.config import config_from_options
 
-    return config_from_options(input, output, keyword_values(options))
+    return config_from_options(input, output, **options)
+
+
+def _options_of(arguments: Mapping[str, Any]) -> Dict[str, Any]:
+    """The option keywords among :func:`convert`'s or :func:`plan`'s arguments (their ``locals()``)."""
+    return {name: arguments[name] for name in KEYWORD_OPTIONS}
 
 
 # ---------------------------------------------------------------------------
@@ -224,41 +245,76 @@ def run_config(
             raise ConversionFailed(message, failure.stage, failure.cause, failure.fix, kept) from e
 
 
-def _run_signature() -> Tuple[inspect.Signature, inspect.Signature]:
-    """The signatures of :func:`convert` and :func:`plan`, their keywords the declared options."""
-    keywords = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option.default_value)
-        for name, option in KEYWORD_OPTIONS.items()
-    ]
-    positional = [
-        inspect.Parameter("input", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
-        inspect.Parameter("output", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
-    ]
-    beam = inspect.Parameter("pipeline_options", inspect.Parameter.KEYWORD_ONLY, default=None)
-    run_convert = [
-        inspect.Parameter("wait", inspect.Parameter.KEYWORD_ONLY, default=True),
-        inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=False),
-    ]
-    return (
-        inspect.Signature(positional + keywords + [beam] + run_convert),
-        inspect.Signature(positional + keywords + [beam]),
-    )
-
-
 def convert(
     input: str,
     output: str,
     *,
+    # The options (options.py, in its order; tests/test_typed_api.py holds them against it), then the run's own.
+    image_size: Optional[ImageSize] = None,
+    resize: ResizeMode = "fill",
+    resample: ResampleMode = "fast",
+    channels: ChannelCount = 3,
+    format: Optional[StoredFormat] = None,
+    sequence: bool = False,
+    task: Optional[TaskName] = None,
+    require_boxes: bool = False,
+    dedupe: bool = False,
+    quality: int = DEFAULT_QUALITY,
+    splits: Optional[SplitsGiven] = None,
+    seed: int = 0,
+    shard_size_mb: Optional[float] = None,
+    num_shards: Optional[int] = None,
+    compression: CompressionName = "none",
+    file_format: FileFormatName = "tfrecord",
+    overwrite: bool = False,
+    resume: bool = False,
+    append: bool = False,
+    allow_new_classes: bool = False,
+    retry_rejected: bool = False,
+    accept_changes: bool = False,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_file_mb: float = DEFAULT_MAX_FILE_MB,
+    decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S,
+    max_error_rate: Optional[float] = None,
+    processes: Optional[int] = None,
+    analyze: bool = True,
+    exact_statistics: bool = False,
     pipeline_options: BeamOptions = None,
     wait: bool = True,
     progress: bool = False,
-    **options: Any,
 ) -> Optional[DatasetManifest]:
     """Convert ``input`` into sharded TFRecord files in ``output``, as ``img2tfrecord convert`` does.
 
-    Keywords are ``convert``'s options by their Python names (``image_size=224`` or ``(320, 240)``,
-    ``splits={"train": 0.8, "validation": 0.2}``, ``analyze=False``, ``processes=2``, ...; see
-    ``docs/options.md``); ``pipeline_options`` are Beam's (a ``PipelineOptions`` or a list of flags, e.g.
+    The keywords are ``convert``'s options by their Python names, with the flags' defaults and checks
+    (``docs/options.md`` says more of each):
+
+    - ``image_size``: resize to N x N (``224``) or ``(width, height)``; None keeps each image's size.
+    - ``resize``: ``"stretch"``, ``"fit"`` (keep aspect, pad) or ``"fill"`` (keep aspect, centre-crop).
+    - ``resample``: ``"fast"`` (libjpeg-turbo + OpenCV for JPEGs) or ``"bicubic"`` (Pillow for every image).
+    - ``channels``: 3 (RGB) or 1 (grayscale).
+    - ``format``: the stored format, ``"keep"``, ``"jpeg"``, ``"png"`` or ``"raw"``; None: ``"keep"`` when
+      nothing changes the pixels, else ``"jpeg"``.
+    - ``sequence``: one ``tf.train.SequenceExample`` per clip folder.
+    - ``task``: ``"classification"`` or ``"detection"``; None: detected from the input.
+    - ``require_boxes``: detection: reject an image with no box instead of writing it.
+    - ``dedupe``: convert files with identical bytes once.
+    - ``quality``: JPEG quality, 1..100.
+    - ``splits``: ``"train=0.8,validation=0.2"`` or ``{"train": 0.8, "validation": 0.2}``; None: all train,
+      or the input's split folders.
+    - ``seed``: the seed of every item's split, shard and place.
+    - ``shard_size_mb``: target shard size (None: 128); ``num_shards``: exactly N shards per split instead.
+    - ``compression``: ``"none"`` or ``"gzip"`` (TFRecord shards only).
+    - ``file_format``: ``"tfrecord"``, ``"array_record"`` or ``"webdataset"``.
+    - ``overwrite`` / ``resume`` / ``append``: replace an earlier output / finish an interrupted run / add
+      what is new since the last run; with ``append``: ``allow_new_classes``, ``retry_rejected`` (every earlier
+      rejected input again) and ``accept_changes`` (withdraw the records of changed and removed inputs).
+    - ``max_pixels``, ``max_file_mb``, ``decode_timeout_s``: reject larger images, larger files, slower decoding.
+    - ``max_error_rate``: fail past this rejected fraction (everything is still written); None: no limit.
+    - ``processes``: local conversion processes; None: one per core, fewer for a small input (local runner).
+    - ``analyze``: the tf.Transform analysis of the train split; ``exact_statistics``: its statistics of
+      re-encoded JPEGs from their stored bytes.
+
+    ``pipeline_options`` are Beam's (a ``PipelineOptions`` or a list of flags, e.g.
     ``["--runner=DataflowRunner", "--project=P"]``). ``progress`` logs the counts while it runs.
 
     Returns the written manifest (:class:`~img2tfrecord.schemas.dataset_json.DatasetManifest`), or None
@@ -269,13 +325,50 @@ def convert(
     the pipeline fails, and KeyboardInterrupt when SIGINT or SIGTERM stops it (``resume=True`` goes on).
     """
     beam_args = beam_arguments(pipeline_options)
-    config = config_of(input, output, options)
+    config = config_of(input, output, _options_of(locals()))
     check_pipeline_args(beam_args, [option.flag for option in CONVERT_OPTIONS])
     return run_config(config, beam_args, wait=wait, show_progress=progress)
 
 
-def plan(input: str, output: str, *, pipeline_options: BeamOptions = None, **options: Any) -> RunPlan:
+def plan(
+    input: str,
+    output: str,
+    *,
+    # convert()'s options, the same list.
+    image_size: Optional[ImageSize] = None,
+    resize: ResizeMode = "fill",
+    resample: ResampleMode = "fast",
+    channels: ChannelCount = 3,
+    format: Optional[StoredFormat] = None,
+    sequence: bool = False,
+    task: Optional[TaskName] = None,
+    require_boxes: bool = False,
+    dedupe: bool = False,
+    quality: int = DEFAULT_QUALITY,
+    splits: Optional[SplitsGiven] = None,
+    seed: int = 0,
+    shard_size_mb: Optional[float] = None,
+    num_shards: Optional[int] = None,
+    compression: CompressionName = "none",
+    file_format: FileFormatName = "tfrecord",
+    overwrite: bool = False,
+    resume: bool = False,
+    append: bool = False,
+    allow_new_classes: bool = False,
+    retry_rejected: bool = False,
+    accept_changes: bool = False,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_file_mb: float = DEFAULT_MAX_FILE_MB,
+    decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S,
+    max_error_rate: Optional[float] = None,
+    processes: Optional[int] = None,
+    analyze: bool = True,
+    exact_statistics: bool = False,
+    pipeline_options: BeamOptions = None,
+) -> RunPlan:
     """What ``convert`` with these arguments would do, as ``convert --plan`` prints it; nothing is written.
+
+    The keywords are :func:`convert`'s options (see there), ``pipeline_options`` Beam's.
 
     The plan lists and checks the input as the run does: layout, classes per split, junk, rejections
     known before converting, shards, output size and an estimated local run time (``.to_json()`` gives
@@ -285,14 +378,11 @@ def plan(input: str, output: str, *, pipeline_options: BeamOptions = None, **opt
     from img2tfrecord.pipeline.preview import plan_run
 
     beam_arguments(pipeline_options)
-    config = config_of(input, output, options)
+    config = config_of(input, output, _options_of(locals()))
     try:
         return plan_run(config)
     except PlanError as e:
         raise UsageError(str(e)) from None
-
-
-convert.__signature__, plan.__signature__ = _run_signature()  # type: ignore[attr-defined]
 
 
 __all__ = ["ConversionFailed", "ErrorBudgetExceeded", "UsageError", "convert", "plan"]

@@ -91,10 +91,10 @@ class DetectionPlacement(NamedTuple):
 
 
 class MetadataValue(NamedTuple):
-    """One value copied into a record as the feature ``metadata/<name>``: its list kind and values."""
+    """One value copied into a record as the feature ``metadata/<name>``: its feature list's type, its values."""
 
     name: str
-    kind: str  # "bytes", "int64" or "float": the tf.train.Feature list it is stored in
+    list_type: str  # "bytes", "int64" or "float": the tf.train.Feature list it is stored in
     values: Tuple[Union[bytes, int, float], ...]
 
 

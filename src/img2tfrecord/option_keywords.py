@@ -1,10 +1,10 @@
 """``convert``'s options as the Python API takes them: keywords named after the flags' ``dest``, each value
-checked as the flag's is (``convert()``, ``plan()``, ``ImagesToTFRecords``, ``ExamplesToTFRecords``)."""
+checked as the flag's is (``convert()``, ``plan()``, ``ImagesToTFRecords``, ``ImagesToExamples``)."""
 
 from __future__ import annotations
 
-import difflib
-from typing import Any, Dict, Mapping, Optional, Sequence
+import argparse
+from typing import Any, Dict, Mapping
 
 from img2tfrecord.errors import UsageError
 from img2tfrecord.option_spec import Option
@@ -16,32 +16,24 @@ _COMMAND_ONLY = ("input", "output", "plan", "json", "all_classes", "quiet", "ver
 KEYWORD_OPTIONS: Dict[str, Option] = {o.dest: o for o in CONVERT_OPTIONS if o.dest not in _COMMAND_ONLY}
 
 
-def unexpected_keyword(name: str, allowed: Sequence[str]) -> str:
-    """``unexpected keyword argument 'fromat' (did you mean format?)``."""
-    hint = difflib.get_close_matches(name, list(allowed), n=1)
-    return f"unexpected keyword argument {name!r}" + (f" (did you mean {hint[0]}?)" if hint else "")
-
-
-def keyword_values(given: Mapping[str, Any], allowed: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    """``convert``'s options as the Python API takes them (keywords named after the flags' ``dest``), each
-    checked as its flag is and every other option at its default: the values the command line's parser gives.
-    ``allowed`` limits the keywords taken (a PTransform's). TypeError names an unknown keyword, UsageError
-    a bad value with the line the command line would print."""
-    names = list(KEYWORD_OPTIONS) if allowed is None else list(allowed)
-    unknown = [name for name in given if name not in names]
-    if unknown:
-        takes = f"; takes {', '.join(names)}" if allowed is not None else ""
-        raise TypeError(f"{unexpected_keyword(unknown[0], names)}{takes}")
-    values = {name: option.default_value for name, option in KEYWORD_OPTIONS.items()}
+def check_values(given: Mapping[str, Any]) -> None:
+    """UsageError, with the line the command line would print, for a keyword option's value its flag would refuse
+    or two options of one exclusive group (each given, i.e. not None); names that are not options are left alone."""
     groups: Dict[str, Option] = {}
-    for name, value in given.items():
-        option = KEYWORD_OPTIONS[name]
+    for name, option in KEYWORD_OPTIONS.items():
+        if name not in given:
+            continue
+        value = given[name]
         try:
-            values[name] = option.value_of(value)
+            option.value_of(value)
         except ValueError as e:
             raise UsageError(str(e)) from None
         if option.exclusive_group and value is not None:
             first = groups.setdefault(option.exclusive_group, option)
             if first is not option:
                 raise UsageError(f"argument {option.flag}: not allowed with argument {first.flag}")
-    return values
+
+
+def option_arguments(ns: argparse.Namespace) -> Dict[str, Any]:
+    """The keyword options of the command line's parsed flags, for ``pipeline.config.config_from_options``."""
+    return {name: getattr(ns, name) for name in KEYWORD_OPTIONS}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Literal, Mapping, Optional, Tuple, Union
 
 from img2tfrecord.schemas.output_files import TASK_CLASSIFICATION, TASK_DETECTION
 
@@ -23,6 +23,18 @@ MAX_FILE_MB_BOUND = 2000  # --max-file-mb: a record is a protocol buffer, which 
 MAX_SHARD_SIZE_MB = 16384  # --shard-size-mb: 16 GiB, over a hundred times the recommended 100-200 MB
 MAX_NUM_SHARDS = 10000  # --num-shards: per split; each shard is a file, a task and an index
 LIMITS_DOC = "docs/options.md#bounds"
+
+# The Python types of the options' values (``convert()``'s keywords, ``ConvertConfig``): a choice is a Literal of
+# its ``choices`` (tests/test_typed_api.py holds each against the declaration in options.py).
+ImageSize = Union[int, Tuple[int, int]]  # N (N x N) or (width, height)
+SplitsGiven = Union[str, Mapping[str, float]]  # "train=0.8,validation=0.2" or {"train": 0.8, "validation": 0.2}
+ResizeMode = Literal["stretch", "fit", "fill"]
+ResampleMode = Literal["fast", "bicubic"]
+ChannelCount = Literal[1, 3]
+StoredFormat = Literal["keep", "jpeg", "png", "raw"]
+TaskName = Literal["classification", "detection"]
+CompressionName = Literal["none", "gzip"]
+FileFormatName = Literal["tfrecord", "array_record", "webdataset"]
 
 
 def parse_image_size(value: Any) -> Tuple[int, int]:
@@ -61,23 +73,23 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def typed(kind: Callable[[str], Any], value: Any) -> Any:
-    """``kind(value)`` of a flag's text, or of a Python value of that kind (an int for a float too; never
+def typed(number_type: Callable[[str], Any], value: Any) -> Any:
+    """``number_type(value)`` of a flag's text, or of a Python value of that number_type (an int for a float too; never
     a bool); ValueError for anything else."""
     if isinstance(value, str):
-        return kind(value)
-    if _is_int(value) or (kind is float and isinstance(value, float)):
-        return kind(value)
-    raise ValueError(f"not a {kind.__name__}: {value!r}")
+        return number_type(value)
+    if _is_int(value) or (number_type is float and isinstance(value, float)):
+        return number_type(value)
+    raise ValueError(f"not a {number_type.__name__}: {value!r}")
 
 
-def _checked(kind: Callable[[str], Any], valid: Callable[[Any], bool], expected: str, bound: str):
-    """An argparse type (of a flag's text, or of the Python API's value): ``kind(value)`` when ``valid``; else one
-    line saying what was expected."""
+def _checked(number_type: Callable[[str], Any], valid: Callable[[Any], bool], expected: str, bound: str):
+    """An argparse type (of a flag's text, or of the Python API's value): ``number_type(value)`` when ``valid``;
+    else one line saying what was expected."""
 
     def parse(given: Any) -> Any:
         try:
-            value = typed(kind, given)
+            value = typed(number_type, given)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {flag_text(given)!r}") from None
         if not valid(value):
@@ -87,14 +99,14 @@ def _checked(kind: Callable[[str], Any], valid: Callable[[Any], bool], expected:
     return parse
 
 
-def positive(kind: Callable[[str], Any], at_most: Optional[int] = None, why: str = "") -> Callable[[str], Any]:
+def positive(number_type: Callable[[str], Any], at_most: Optional[int] = None, why: str = "") -> Callable[[str], Any]:
     """An argparse type for a number above 0 and, when given, at most ``at_most`` (``why`` says why)."""
     if at_most is None:
-        parse = _checked(kind, lambda v: v > 0, "a positive number", "positive")
+        parse = _checked(number_type, lambda v: v > 0, "a positive number", "positive")
     else:
         bound = f"positive and at most {at_most} ({why}; {LIMITS_DOC})"
-        parse = _checked(kind, lambda v: 0 < v <= at_most, "a positive number", bound)
-    parse.__name__ = f"positive {kind.__name__}"
+        parse = _checked(number_type, lambda v: 0 < v <= at_most, "a positive number", bound)
+    parse.__name__ = f"positive {number_type.__name__}"
     return parse
 
 

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 
 from img2tfrecord.conversion.converter import Converter, DetectionConverter, ImageConverter
 from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT, Splits
 from img2tfrecord.errors import UsageError
+from img2tfrecord.images.options import DEFAULT_DECODE_TIMEOUT_S, DEFAULT_MAX_FILE_MB, DEFAULT_MAX_PIXELS
 from img2tfrecord.model import ERRORS, DetectionRecord, Record, WorkItem
-from img2tfrecord.option_keywords import keyword_values
-from img2tfrecord.option_values import TASK_DETECTION
-from img2tfrecord.pipeline.config import image_options, run_splits_of
+from img2tfrecord.option_keywords import check_values
+from img2tfrecord.option_values import (
+    DEFAULT_QUALITY,
+    TASK_DETECTION,
+    ChannelCount,
+    ImageSize,
+    ResampleMode,
+    ResizeMode,
+    SplitsGiven,
+    StoredFormat,
+    TaskName,
+)
+from img2tfrecord.pipeline.config import ConvertConfig, image_options, run_splits_of
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.sources.layout import LAYOUT_DETECTION, LAYOUT_MANIFEST
 from img2tfrecord.sources.references import reference_item
@@ -34,6 +45,7 @@ OPTIONS = (
     "require_boxes",
 )
 REJECTED = "rejected"
+INPUT_DESCRIPTION = "image references of a Beam pipeline"  # dataset.json's input, below ``root`` when given
 
 
 class ConvertedExample(NamedTuple):
@@ -73,17 +85,16 @@ class _Convert(beam.DoFn):
             yield ConvertedExample(value.split, value.class_name, value.example, item.relpath)
 
 
-def record_converter(values: Mapping[str, Any], analyze: bool = False) -> Tuple[Converter[WorkItem], Splits]:
-    """The converter of ``convert``'s record option values, and the splits; UsageError for a bad combination."""
-    splits = run_splits_of(values["splits"]) or ((DEFAULT_SPLIT, 1.0),)
-    image = image_options(values)
-    if values["task"] == TASK_DETECTION:
-        return DetectionConverter(image, LAYOUT_DETECTION, splits, values["seed"], values["require_boxes"]), splits
-    if values["require_boxes"]:
+def record_converter(config: ConvertConfig) -> Tuple[Converter[WorkItem], Splits]:
+    """The converter of a configuration's record options, and the splits; UsageError for a bad combination."""
+    splits = config.splits or ((DEFAULT_SPLIT, 1.0),)
+    if config.task == TASK_DETECTION:
+        return DetectionConverter(config.image, LAYOUT_DETECTION, splits, config.seed, config.require_boxes), splits
+    if config.require_boxes:
         raise UsageError("--require-boxes applies to detection: give it with task='detection'")
-    sums_split = names.ANALYZED_SPLIT if analyze else None
-    exact = bool(values.get("exact_statistics", False))
-    return ImageConverter(image, LAYOUT_MANIFEST, splits, values["seed"], sums_split, exact), splits
+    sums_split = names.ANALYZED_SPLIT if config.analyze else None
+    exact = config.exact_statistics
+    return ImageConverter(config.image, LAYOUT_MANIFEST, splits, config.seed, sums_split, exact), splits
 
 
 def _to_items(converter: Converter[WorkItem], root: Optional[str], labeled: bool) -> _ToItems:
@@ -104,9 +115,49 @@ class ImagesToExamples(beam.PTransform):
     ``bad_label``, never an exception. Returns a dict of the three PCollections.
     """
 
-    def __init__(self, *, root: Optional[str] = None, labeled: bool = True, **options: Any):
+    def __init__(
+        self,
+        *,
+        root: Optional[str] = None,
+        labeled: bool = True,
+        # convert()'s options that shape a record (OPTIONS), with its types and defaults.
+        image_size: Optional[ImageSize] = None,
+        resize: ResizeMode = "fill",
+        resample: ResampleMode = "fast",
+        channels: ChannelCount = 3,
+        format: Optional[StoredFormat] = None,
+        quality: int = DEFAULT_QUALITY,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        max_file_mb: float = DEFAULT_MAX_FILE_MB,
+        decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S,
+        splits: Optional[SplitsGiven] = None,
+        seed: int = 0,
+        task: Optional[TaskName] = None,
+        require_boxes: bool = False,
+    ):
         super().__init__()
-        self._converter, _ = record_converter(keyword_values(options, allowed=OPTIONS))
+        check_values(locals())
+        config = ConvertConfig(
+            input=root or INPUT_DESCRIPTION,
+            output="",
+            image=image_options(
+                image_size=image_size,
+                resize=resize,
+                resample=resample,
+                channels=channels,
+                format=format,
+                quality=quality,
+                max_pixels=max_pixels,
+                max_file_mb=max_file_mb,
+                decode_timeout_s=decode_timeout_s,
+            ),
+            splits=run_splits_of(splits),
+            seed=seed,
+            task=task,
+            require_boxes=require_boxes,
+            analyze=False,
+        )
+        self._converter, _ = record_converter(config)
         self._root = root
         self._labeled = labeled
 

@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Optional
+from typing import Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord.beam.examples import OPTIONS, REJECTED, _to_items, record_converter
+from img2tfrecord.beam.examples import INPUT_DESCRIPTION, OPTIONS, REJECTED, _to_items, record_converter
 from img2tfrecord.errors import UsageError
+from img2tfrecord.images.options import DEFAULT_DECODE_TIMEOUT_S, DEFAULT_MAX_FILE_MB, DEFAULT_MAX_PIXELS
 from img2tfrecord.model import ERRORS
-from img2tfrecord.option_keywords import keyword_values
-from img2tfrecord.option_values import TASK_DETECTION
+from img2tfrecord.option_values import (
+    DEFAULT_QUALITY,
+    TASK_DETECTION,
+    ChannelCount,
+    CompressionName,
+    FileFormatName,
+    ImageSize,
+    ResampleMode,
+    ResizeMode,
+    SplitsGiven,
+    StoredFormat,
+    TaskName,
+)
 from img2tfrecord.pipeline.build import manifest_template, shard_sinks
 from img2tfrecord.pipeline.config import ConvertConfig, config_from_options
+from img2tfrecord.pipeline.kinds.detection import AnnotationKind
 from img2tfrecord.pipeline.plan_model import digest_of, fingerprint_doc
 from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.dataset_json import Task
@@ -38,7 +51,6 @@ OUTPUT_OPTIONS = (
     "processes",
     "overwrite",
 )
-INPUT_DESCRIPTION = "image references of a Beam pipeline"  # dataset.json's input, below ``root`` when given
 
 
 def _count_one(unused_ref) -> int:
@@ -63,17 +75,46 @@ class ImagesToTFRecords(beam.PTransform):
     with the folder finished, past ``max_error_rate``.
     """
 
-    def __init__(self, output: str, *, root: Optional[str] = None, labeled: bool = True, **options: Any):
+    def __init__(
+        self,
+        output: str,
+        *,
+        root: Optional[str] = None,
+        labeled: bool = True,
+        # convert()'s options that shape a record (OPTIONS), then the output (OUTPUT_OPTIONS), with its types and
+        # defaults.
+        image_size: Optional[ImageSize] = None,
+        resize: ResizeMode = "fill",
+        resample: ResampleMode = "fast",
+        channels: ChannelCount = 3,
+        format: Optional[StoredFormat] = None,
+        quality: int = DEFAULT_QUALITY,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        max_file_mb: float = DEFAULT_MAX_FILE_MB,
+        decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S,
+        splits: Optional[SplitsGiven] = None,
+        seed: int = 0,
+        task: Optional[TaskName] = None,
+        require_boxes: bool = False,
+        num_shards: Optional[int] = None,
+        shard_size_mb: Optional[float] = None,
+        compression: CompressionName = "none",
+        file_format: FileFormatName = "tfrecord",
+        max_error_rate: Optional[float] = None,
+        analyze: bool = True,
+        exact_statistics: bool = False,
+        processes: Optional[int] = None,
+        overwrite: bool = False,
+    ):
         super().__init__()
-        values = keyword_values(options, allowed=OPTIONS + OUTPUT_OPTIONS)
-        config = config_from_options(root or INPUT_DESCRIPTION, output, values)
+        given = locals()
+        options = {name: given[name] for name in OPTIONS + OUTPUT_OPTIONS}
+        config = config_from_options(root or INPUT_DESCRIPTION, output, **options)
         self._detection = config.task == TASK_DETECTION
         if self._detection and config.analyze:
-            logging.info("detection: no tf.Transform analysis (its features are those of classification records)")
-        analyze = config.analyze and not self._detection
-        self._converter, self._splits = record_converter(values, analyze=analyze)
-        self._config = dataclasses.replace(config, analyze=analyze)
-        self._processes = values["processes"]
+            logging.info("%s", AnnotationKind.analysis_note)  # the input kind table's note, as convert logs it
+        self._config = dataclasses.replace(config, analyze=config.analyze and not self._detection)
+        self._converter, self._splits = record_converter(self._config)
         self._root = root
         self._labeled = labeled or self._detection
 
@@ -82,7 +123,7 @@ class ImagesToTFRecords(beam.PTransform):
         from img2tfrecord.pipeline.outputs import OutputNotEmpty, prepare_output
         from img2tfrecord.pipeline.runner import default_processes
 
-        processes = self._processes or default_processes(refs.pipeline.options)
+        processes = self._config.processes or default_processes(refs.pipeline.options)
         config: ConvertConfig = dataclasses.replace(self._config, processes=processes)
         try:
             prepare_output(config.output, config.overwrite)
@@ -111,7 +152,9 @@ class ImagesToTFRecords(beam.PTransform):
         task = Task.DETECTION if self._detection else Task.CLASSIFICATION
         template = manifest_template(config, input_name, task.value, False, self._labeled, run_fingerprint)
         finalize = FinalizeOutput(config.output, template, list(split_names), run_dir, config.max_error_rate)
-        analysis = tail.Analysis(config, split_names, self._labeled) if config.analyze else None
+        analysis = None
+        if config.analyze:
+            analysis = tail.Analysis(config.image, config.exact_statistics, config.sequence, split_names, self._labeled)
         parts = {
             tail.SHARDS: written["shards"],
             tail.ERRORS: (written[ERRORS], parsed[REJECTED]) | "AllErrors" >> beam.Flatten(),

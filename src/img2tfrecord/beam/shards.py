@@ -15,7 +15,7 @@ from img2tfrecord.beam.examples import REJECTED, ConvertedExample
 from img2tfrecord.conversion.converter import Converter, Output
 from img2tfrecord.conversion.record_sizes import shard_counts
 from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT
-from img2tfrecord.images import ImageOptions
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import ERRORS, Record
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB
 from img2tfrecord.schemas import output_files

@@ -133,6 +133,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     from img2tfrecord.commands import fast_start
     from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.errors import ErrorBudgetExceeded
+    from img2tfrecord.option_keywords import option_arguments
     from img2tfrecord.pipeline.config import config_from_options
     from img2tfrecord.schemas import output_files
 
@@ -144,7 +145,9 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
             if handler not in configured:
                 handler.addFilter(OwnLinesOnly())
     check_pipeline_args(pipeline_args, own_options, ns.input)
-    config = config_from_options(ns.input, ns.output, vars(ns))
+    if ns.json and not ns.plan:
+        raise UsageError("--json prints the plan as JSON: give it with --plan")
+    config = config_from_options(ns.input, ns.output, **option_arguments(ns))
     if not ns.verbose:
         # Beam's own INFO lines (worker start-up, bundle progress) drown the useful ones.
         logging.getLogger("apache_beam").setLevel(logging.WARNING)

@@ -27,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(ns: argparse.Namespace) -> int:
     """Run ``verify``; returns the exit code."""
-    from img2tfrecord.verification import verify
+    from img2tfrecord.verification.output_checks import verify
 
     try:
         report = verify(ns.directory)

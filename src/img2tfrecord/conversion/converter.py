@@ -32,8 +32,10 @@ from img2tfrecord.conversion.examples import (
     encode_sequence_example,
 )
 from img2tfrecord.conversion.seeded_hashes import Splits, assign_split
-from img2tfrecord.images import ConvertedImage, ImageError, ImageOptions, convert_image, pixel_sums
+from img2tfrecord.images.convert import convert_image
 from img2tfrecord.images.geometry import BOX_OUTSIDE_IMAGE, CLIPPED_TO_IMAGE, ImageTransform, clip_to_source, map_box
+from img2tfrecord.images.options import ConvertedImage, ImageError, ImageOptions
+from img2tfrecord.images.statistics import pixel_sums
 from img2tfrecord.model import (
     ERRORS,
     Annotation,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence
 
-from img2tfrecord.images import ConvertedImage
+from img2tfrecord.images.options import ConvertedImage
 from img2tfrecord.model import MetadataValue
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import transformed as names
@@ -23,9 +23,9 @@ def _add_image(feature, image: ConvertedImage) -> None:
 def _add_metadata(feature, metadata: Sequence[MetadataValue]) -> None:
     for value in metadata:
         stored = feature[keys.METADATA_PREFIX + value.name]
-        if value.kind == "int64":
+        if value.list_type == "int64":
             stored.int64_list.value.extend(value.values)
-        elif value.kind == "float":
+        elif value.list_type == "float":
             stored.float_list.value.extend(value.values)
         else:
             stored.bytes_list.value.extend(value.values)

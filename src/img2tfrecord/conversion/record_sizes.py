@@ -15,7 +15,8 @@ import math
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from img2tfrecord.conversion.seeded_hashes import shuffle_key
-from img2tfrecord.images import ImageError, ImageOptions, convert_image
+from img2tfrecord.images.convert import convert_image
+from img2tfrecord.images.options import ImageError, ImageOptions
 from img2tfrecord.model import WorkItem
 from img2tfrecord.sources.files import read_source
 

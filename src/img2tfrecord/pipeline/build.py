@@ -146,7 +146,7 @@ def build_pipeline(
         converter,
         shard_sinks(launched.run_dir, config.compression, plan.generation, config.file_format, kind.sequence),
         launched.run_dir,
-        config.processes,
+        config.processes or 1,  # resolved by the run (pipeline/run.py); 1: in the runner's worker
         beam.pvalue.AsSingleton(label_names),
         dict(plan.sizing.num_shards),
         batch_size=1 if kind.sequence else 32,  # a clip is many frames: one clip per task
@@ -168,7 +168,9 @@ def build_pipeline(
     analysis = None
     if launched.analysed:  # an append's analysis adds its train records to the totals of the generations before it
         analysis = tail.Analysis(
-            config,
+            config.image,
+            config.exact_statistics,
+            config.sequence,
             plan.input.split_names,
             plan.input.labeled,
             base=append.analysis_base if append is not None else None,

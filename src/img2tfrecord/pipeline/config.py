@@ -1,6 +1,6 @@
 """Everything a conversion run needs to know (:class:`ConvertConfig`), made from ``convert``'s option values
-(:func:`config_from_options`: the command line's parsed flags and the Python API's keywords alike) and
-checked before any pipeline starts."""
+(:func:`config_from_options`: the command line's parsed flags and the Python API's keywords alike, as typed
+keywords) and checked before any pipeline starts."""
 
 from __future__ import annotations
 
@@ -10,8 +10,29 @@ from typing import Any, Dict, Mapping, Optional
 
 from img2tfrecord.conversion.seeded_hashes import Splits, parse_splits, splits_of
 from img2tfrecord.errors import UsageError
-from img2tfrecord.images import ImageOptions
-from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION
+from img2tfrecord.images.options import (
+    DEFAULT_DECODE_TIMEOUT_S,
+    DEFAULT_MAX_FILE_MB,
+    DEFAULT_MAX_PIXELS,
+    ImageOptions,
+)
+from img2tfrecord.option_keywords import check_values
+from img2tfrecord.option_values import (
+    DEFAULT_QUALITY,
+    DEFAULT_SHARD_SIZE_MB,
+    TASK_CLASSIFICATION,
+    TASK_DETECTION,
+    ChannelCount,
+    CompressionName,
+    FileFormatName,
+    ImageSize,
+    ResampleMode,
+    ResizeMode,
+    SplitsGiven,
+    StoredFormat,
+    TaskName,
+    parse_image_size,
+)
 from img2tfrecord.schemas.output_files import COMPRESSION_NONE, FILE_FORMAT_TFRECORD
 from img2tfrecord.sources.input_paths import input_folder, listed_folder, output_inside_input
 
@@ -23,6 +44,10 @@ LOCAL_RUNNING_MODE = "in_memory"
 
 @dataclasses.dataclass(frozen=True)
 class ConvertConfig:
+    """Everything a conversion run needs to know, checked: what ``config_from_options`` makes of ``convert``'s
+    options (the command line and ``img2tfrecord.convert()`` alike) and what the launch and the pipeline read.
+    A field's default is what the option gives when it is not given."""
+
     input: str
     output: str
     image: ImageOptions = ImageOptions()
@@ -30,16 +55,16 @@ class ConvertConfig:
     seed: int = 0
     shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
     num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
-    compression: str = "none"
-    file_format: str = "tfrecord"  # the shard container (schemas/output_files.FILE_FORMATS); the records are the same
+    compression: CompressionName = "none"
+    file_format: FileFormatName = "tfrecord"  # the shard container (schemas/output_files.FILE_FORMATS)
     overwrite: bool = False
     resume: bool = False  # keep the shards a killed run of the same fingerprint finished (plan.Plan.fingerprint)
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
     exact_statistics: bool = False  # re-encoded JPEGs' statistics from their stored bytes (image.pixel_sums)
     max_error_rate: Optional[float] = None  # the job fails (after writing everything) past this rejected fraction
-    processes: int = 1  # local conversion processes; 1: in the runner's worker; 0: as many as the input is worth
+    processes: Optional[int] = None  # local conversion processes; 1: in the runner's worker; None: the run picks
     sequence: bool = False  # SRC/<class>/<clip>/<frames> -> one tf.train.SequenceExample per clip
-    task: Optional[str] = None  # classification or detection; None: detected from the input's layout
+    task: Optional[TaskName] = None  # classification or detection; None: detected from the input's layout
     require_boxes: bool = False  # detection: reject an image left without boxes instead of writing it
     dedupe: bool = False  # files with identical bytes converted once (transforms/dedupe.py)
     append: bool = False  # convert only what is new since the output was written (pipeline/append.py)
@@ -76,35 +101,68 @@ class ConvertConfig:
         }
 
 
-def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> ConvertConfig:
-    """The run's configuration from ``convert``'s option values (``option_keywords.keyword_values``, or the parsed
-    flags); UsageError for a combination that cannot run."""
-    v = values
-    splits = run_splits_of(v.get("splits"))
+def config_from_options(
+    input: str,
+    output: str,
+    *,
+    # convert()'s options, in options.py's order, each with the declared default (tests/test_typed_api.py).
+    image_size: Optional[ImageSize] = None,
+    resize: ResizeMode = "fill",
+    resample: ResampleMode = "fast",
+    channels: ChannelCount = 3,
+    format: Optional[StoredFormat] = None,
+    sequence: bool = False,
+    task: Optional[TaskName] = None,
+    require_boxes: bool = False,
+    dedupe: bool = False,
+    quality: int = DEFAULT_QUALITY,
+    splits: Optional[SplitsGiven] = None,
+    seed: int = 0,
+    shard_size_mb: Optional[float] = None,
+    num_shards: Optional[int] = None,
+    compression: CompressionName = "none",
+    file_format: FileFormatName = "tfrecord",
+    overwrite: bool = False,
+    resume: bool = False,
+    append: bool = False,
+    allow_new_classes: bool = False,
+    retry_rejected: bool = False,
+    accept_changes: bool = False,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_file_mb: float = DEFAULT_MAX_FILE_MB,
+    decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S,
+    max_error_rate: Optional[float] = None,
+    processes: Optional[int] = None,
+    analyze: bool = True,
+    exact_statistics: bool = False,
+) -> ConvertConfig:
+    """The run's configuration from ``convert``'s options (the Python API's keywords, or the command line's parsed
+    flags: ``option_keywords.option_arguments``); UsageError for a value its flag would refuse or a combination
+    that cannot run."""
+    check_values(locals())
+    run_splits = run_splits_of(splits)
     if input.rstrip("/") == output.rstrip("/"):
         raise UsageError("--output must differ from --input")
-    if v["resume"] and v["overwrite"]:
+    if resume and overwrite:
         raise UsageError("--resume keeps what an interrupted run finished, --overwrite replaces it: give one")
-    if v["append"] and v["overwrite"]:
+    if append and overwrite:
         raise UsageError("--append adds to a finished output, --overwrite replaces it: give one")
     for flag, given in (
-        ("--allow-new-classes", v["allow_new_classes"]),
-        ("--retry-rejected", v["retry_rejected"]),
-        ("--accept-changes", v["accept_changes"]),
+        ("--allow-new-classes", allow_new_classes),
+        ("--retry-rejected", retry_rejected),
+        ("--accept-changes", accept_changes),
     ):
-        if given and not v["append"]:
+        if given and not append:
             raise UsageError(f"{flag} applies to --append")
-    if v.get("json") and not v.get("plan"):
-        raise UsageError("--json prints the plan as JSON: give it with --plan")
-    check_analysis_options(v)
-    if v["task"] == TASK_DETECTION and v["sequence"]:
+    check_analysis_options(analyze=analyze, exact_statistics=exact_statistics, sequence=sequence)
+    if task == TASK_DETECTION and sequence:
         raise UsageError("--sequence makes one record per clip; detection records are one per image")
-    if v["require_boxes"] and v["task"] == TASK_CLASSIFICATION:
+    if require_boxes and task == TASK_CLASSIFICATION:
         raise UsageError("--require-boxes applies to detection, not to --task classification")
-    if v["dedupe"] and v["sequence"]:
+    if dedupe and sequence:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
-    if v["file_format"] != FILE_FORMAT_TFRECORD and v["compression"] != COMPRESSION_NONE:
-        raise UsageError(f"--compression {v['compression']} compresses TFRecord shards, not {v['file_format']} ones")
+    if file_format != FILE_FORMAT_TFRECORD and compression != COMPRESSION_NONE:
+        raise UsageError(f"--compression {compression} compresses TFRecord shards, not {file_format} ones")
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file: give a folder (it is created if missing)")
     if output_inside_input(input, output):
@@ -115,35 +173,45 @@ def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> C
     return ConvertConfig(
         input=input,
         output=output.rstrip("/") if "://" in output else os.path.abspath(output),
-        image=image_options(v),
-        splits=splits,
-        seed=v["seed"],
-        shard_size_mb=v["shard_size_mb"] or DEFAULT_SHARD_SIZE_MB,
-        num_shards=v["num_shards"],
-        compression=v["compression"],
-        file_format=v["file_format"],
-        overwrite=v["overwrite"],
-        resume=v["resume"],
-        analyze=v["analyze"],
-        exact_statistics=v["exact_statistics"],
-        sequence=v["sequence"],
-        task=v["task"],
-        require_boxes=v["require_boxes"],
-        dedupe=v["dedupe"],
-        append=v["append"],
-        allow_new_classes=v["allow_new_classes"],
-        retry_rejected=v["retry_rejected"],
-        accept_changes=v["accept_changes"],
-        processes=v["processes"] or 0,  # 0: the run picks (pipeline/runner.default_processes)
-        max_error_rate=v["max_error_rate"],
+        image=image_options(
+            image_size=image_size,
+            resize=resize,
+            resample=resample,
+            channels=channels,
+            format=format,
+            quality=quality,
+            max_pixels=max_pixels,
+            max_file_mb=max_file_mb,
+            decode_timeout_s=decode_timeout_s,
+        ),
+        splits=run_splits,
+        seed=seed,
+        shard_size_mb=float(shard_size_mb or DEFAULT_SHARD_SIZE_MB),
+        num_shards=num_shards,
+        compression=compression,
+        file_format=file_format,
+        overwrite=overwrite,
+        resume=resume,
+        analyze=analyze,
+        exact_statistics=exact_statistics,
+        sequence=sequence,
+        task=task,
+        require_boxes=require_boxes,
+        dedupe=dedupe,
+        append=append,
+        allow_new_classes=allow_new_classes,
+        retry_rejected=retry_rejected,
+        accept_changes=accept_changes,
+        processes=processes,
+        max_error_rate=None if max_error_rate is None else float(max_error_rate),
     )
 
 
-def check_analysis_options(values: Mapping[str, Any]) -> None:
-    """UsageError for analysis options that contradict the others (also ``ImagesToTFRecords``' check)."""
-    if values.get("exact_statistics") and not values.get("analyze", True):
+def check_analysis_options(*, analyze: bool, exact_statistics: bool, sequence: bool) -> None:
+    """UsageError for analysis options that contradict the others."""
+    if exact_statistics and not analyze:
         raise UsageError("--exact-statistics applies to the analysis, which --no-analyze skips")
-    if values.get("exact_statistics") and values.get("sequence"):
+    if exact_statistics and sequence:
         raise UsageError("--exact-statistics applies to the analysis, and --sequence records are not analysed")
 
 
@@ -162,22 +230,32 @@ def run_splits_of(given: Any) -> Optional[Splits]:
     raise UsageError(f"splits: {given!r} is not a splits (--splits)")
 
 
-def image_options(values: Mapping[str, Any]) -> ImageOptions:
-    """The image options of ``convert``'s option values; ``--format`` by default keeps the stored bytes when
-    nothing changes the pixels, else JPEG."""
-    fmt = values["format"]
-    if fmt is None:
-        fmt = "keep" if values["image_size"] is None and values["channels"] == 3 else "jpeg"
+def image_options(
+    *,
+    image_size: Optional[ImageSize],
+    resize: str,
+    resample: str,
+    channels: int,
+    format: Optional[str],
+    quality: int,
+    max_pixels: int,
+    max_file_mb: float,
+    decode_timeout_s: float,
+) -> ImageOptions:
+    """The image options of ``convert``'s checked option values; ``--format`` by default keeps the stored bytes
+    when nothing changes the pixels, else JPEG."""
+    if format is None:
+        format = "keep" if image_size is None and channels == 3 else "jpeg"
     return ImageOptions(
-        size=values["image_size"],
-        resize=values["resize"],
-        resample=values["resample"],
-        channels=values["channels"],
-        format=fmt,
-        quality=values["quality"],
-        max_pixels=values["max_pixels"],
-        max_file_bytes=int(values["max_file_mb"] * 1024 * 1024),
-        decode_timeout_s=values["decode_timeout_s"],
+        size=None if image_size is None else parse_image_size(image_size),
+        resize=resize,
+        resample=resample,
+        channels=channels,
+        format=format,
+        quality=quality,
+        max_pixels=max_pixels,
+        max_file_bytes=int(max_file_mb * 1024 * 1024),
+        decode_timeout_s=float(decode_timeout_s),
     )
 
 

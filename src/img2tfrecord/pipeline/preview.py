@@ -137,7 +137,7 @@ def _manifest_columns(plan: Plan) -> Dict[str, str]:
     if plan.input.layout != layouts.LAYOUT_MANIFEST:
         return {}
     found = {}
-    for path in sorted(p for p, _ in list_input(plan.input.pattern) if manifests.manifest_kind(p)):
+    for path in sorted(p for p, _ in list_input(plan.input.pattern) if manifests.manifest_format(p)):
         head = manifests.manifest_head(path)
         found[path] = head.describe() if head is not None else "JSON objects with keys path, label, split"
     return found

@@ -86,7 +86,7 @@ class RunPlan:
     """Everything ``convert --plan`` reports; ``--plan --json`` prints it with these field names as keys."""
 
     input: str
-    input_kind: str  # folder, archives, manifest, detection (sources/input_paths.py)
+    input_kind: str  # the input kind's name (pipeline/kinds/): folder, archives, manifest, detection, ...
     layout: str  # class, split, manifest, detection (sources/layout.py)
     task: str
     annotations: Optional[str]  # detection: voc, coco or boxes

@@ -58,7 +58,7 @@ class Content:
 
 @dataclasses.dataclass
 class Group:
-    kind: str  # EXACT or NEAR
+    match: str  # EXACT or NEAR
     contents: List[Content]
     pairs: Dict[str, int]  # split pair -> duplicate pairs of records
 
@@ -90,12 +90,12 @@ class Group:
 
 def rank_key(group: Group) -> Tuple:
     """The order groups are shown in: crossing splits first, exact before near, larger first, then by file name."""
-    return (not group.crosses_splits, group.kind != EXACT, -group.size, group.contents[0].records[0].filename)
+    return (not group.crosses_splits, group.match != EXACT, -group.size, group.contents[0].records[0].filename)
 
 
 @dataclasses.dataclass
-class KindTotals:
-    """Groups of one kind, counted as they are formed."""
+class MatchTotals:
+    """Groups of one match (exact or near), counted as they are formed."""
 
     groups: int = 0
     groups_crossing_splits: int = 0
@@ -114,8 +114,8 @@ class Duplicates:
     exact_pairs: Dict[str, int]
     near_pairs: Dict[str, int]
     unhashed: int  # records whose image did not decode: in exact groups only
-    exact: KindTotals = dataclasses.field(default_factory=KindTotals)
-    near: KindTotals = dataclasses.field(default_factory=KindTotals)
+    exact: MatchTotals = dataclasses.field(default_factory=MatchTotals)
+    near: MatchTotals = dataclasses.field(default_factory=MatchTotals)
 
 
 def pair_key(a: str, b: str) -> str:

@@ -271,7 +271,7 @@ def select_samples(by_class: Mapping[str, Sequence[Thumbnail]], per_class: int) 
 def duplicates_section(found: dup.Duplicates, top: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
     """The totals of every group and pair; ``top`` are the groups the page shows (:func:`.group_lines.group_json`)."""
 
-    def totals(counted: dup.KindTotals, pairs: Mapping[str, int]) -> Dict[str, Any]:
+    def totals(counted: dup.MatchTotals, pairs: Mapping[str, int]) -> Dict[str, Any]:
         return {
             "groups": counted.groups,
             "groups_crossing_splits": counted.groups_crossing_splits,

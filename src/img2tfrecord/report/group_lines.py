@@ -15,7 +15,7 @@ def group_json(g: dup.Group, max_contents: Optional[int] = None, max_records: Op
     """One duplicate group: every content and record, or the first ``max_contents`` contents with their first
     ``max_records`` records (``content_count`` and each ``record_count`` count them all)."""
     return {
-        "kind": g.kind,
+        "kind": g.match,
         "crosses_splits": g.crosses_splits,
         "splits": g.splits,
         "classes": g.classes,

@@ -50,17 +50,17 @@ NESTED_MESSAGE = (
 )
 
 
-def suffix_kind(path: str, table) -> Optional[str]:
+def suffix_format(path: str, table) -> Optional[str]:
     lower = path.lower()
-    for suffix, kind in table:
+    for suffix, fmt in table:
         if lower.endswith(suffix):
-            return kind
+            return fmt
     return None
 
 
-def archive_kind(path: str) -> Optional[str]:
+def archive_format(path: str) -> Optional[str]:
     """``zip``, ``tar``, ``tgz`` (gzip-compressed tar) or None, by the file name."""
-    return suffix_kind(path, ARCHIVE_SUFFIXES)
+    return suffix_format(path, ARCHIVE_SUFFIXES)
 
 
 def member_path(archive: str, name: str) -> str:
@@ -232,7 +232,7 @@ def _not_a_member(action: str, name: str, info: tarfile.TarInfo) -> ArchiveEntry
         return ErrorEntry(name, "bad_name", unsafe_path(info.name) or "unsafe member path")
     if action == "unsupported":
         return ErrorEntry(
-            name, "unsupported_member", f"{_tar_kind(info)}: links and devices in archives are not followed"
+            name, "unsupported_member", f"{_member_type(info)}: links and devices in archives are not followed"
         )
     return SkippedEntry(name)
 
@@ -323,27 +323,27 @@ def list_archive(
 
     ``limit`` bounds the bytes a tar.gz member is listed with; ``member_limit(name)``, when given, instead.
     """
-    kind = archive_kind(path)
+    fmt = archive_format(path)
     listers = {
         "zip": lambda: _list_zip(path),
         "tar": lambda: _list_tar(path, size),
         "tgz": lambda: _list_tgz(path, limit, member_limit),
     }
-    if kind not in listers:
+    if fmt not in listers:
         yield ErrorEntry("", NOT_AN_ARCHIVE, "not a .zip, .tar, .tar.gz or .tgz file")
         return
     try:
         with open_raw(path) as f:
             head = f.read(_TAR_BLOCK)
-        unlike = _unlike_archive(kind, head)
+        unlike = _unlike_archive(fmt, head)
         if unlike:
             yield ErrorEntry("", NOT_AN_ARCHIVE, unlike)
             return
-        for entry in listers[kind]():
+        for entry in listers[fmt]():
             problem = _name_problem(entry.name)
             if problem and isinstance(entry, MemberEntry):
                 yield ErrorEntry(printable(entry.name), "bad_name", problem)
-            elif isinstance(entry, MemberEntry) and archive_kind(entry.name):
+            elif isinstance(entry, MemberEntry) and archive_format(entry.name):
                 yield ErrorEntry(entry.name, NESTED_ARCHIVE, NESTED_MESSAGE)
             elif problem:
                 yield entry._replace(name=printable(entry.name))
@@ -353,29 +353,29 @@ def list_archive(
         yield ErrorEntry("", "unreadable", f"{type(e).__name__}: {e}")
 
 
-_KIND_NAMES = {"zip": "zip", "tar": "tar", "tgz": "compressed tar (.tar.gz, .tgz)"}
+_FORMAT_NAMES = {"zip": "zip", "tar": "tar", "tgz": "compressed tar (.tar.gz, .tgz)"}
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")  # a member, an empty zip, a spanned zip
 # What tarfile's "r|*" opens: gzip, bzip2 and xz streams (and an uncompressed tar, checked apart).
 _COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
 _TAR_MAGIC_AT = 257  # "ustar" (POSIX and GNU tar headers)
 
 
-def _unlike_archive(kind: str, head: bytes) -> Optional[str]:
-    """Why the first bytes ``head`` (up to a tar block) of a file named as a ``kind`` archive are no archive of
+def _unlike_archive(fmt: str, head: bytes) -> Optional[str]:
+    """Why the first bytes ``head`` (up to a tar block) of a file named as a ``fmt`` archive are no archive of
     that kind at all (an empty file, text, an HTML error page, an image); None when they may be one.
 
     A damaged or cut archive starts like one, and is ``corrupt_archive`` or ``truncated_archive`` once listed.
     """
     if not head:
-        return f"not a {_KIND_NAMES[kind]} archive: the file is empty"
-    if kind == "zip" and head.startswith(_ZIP_MAGIC):
+        return f"not a {_FORMAT_NAMES[fmt]} archive: the file is empty"
+    if fmt == "zip" and head.startswith(_ZIP_MAGIC):
         return None
     is_tar = head[_TAR_MAGIC_AT : _TAR_MAGIC_AT + 5] == b"ustar" or _old_tar_header(head)
-    if kind == "tar" and is_tar:
+    if fmt == "tar" and is_tar:
         return None
-    if kind == "tgz" and (head.startswith(_COMPRESSED_MAGIC) or is_tar):
+    if fmt == "tgz" and (head.startswith(_COMPRESSED_MAGIC) or is_tar):
         return None
-    return f"not a {_KIND_NAMES[kind]} archive: the file starts with {head[:16]!r}"
+    return f"not a {_FORMAT_NAMES[fmt]} archive: the file starts with {head[:16]!r}"
 
 
 def _old_tar_header(head: bytes) -> bool:
@@ -413,7 +413,7 @@ def unsafe_path(raw_name: str) -> Optional[str]:
     return None
 
 
-def _tar_kind(info: tarfile.TarInfo) -> str:
+def _member_type(info: tarfile.TarInfo) -> str:
     if info.issym():
         return "a symbolic link"
     if info.islnk():

@@ -44,7 +44,7 @@ from img2tfrecord.sources.manifests import (
     csv_rows,
     first_line,
     jsonl_objects,
-    manifest_kind,
+    manifest_format,
     resolve_row_path,
 )
 from img2tfrecord.sources.split_folders import split_of_folder
@@ -171,7 +171,7 @@ def is_box_manifest(path: str, data: Optional[bytes] = None) -> bool:
 
     ``data``: the manifest's bytes (else its head is read from ``path``).
     """
-    kind = manifest_kind(path)
+    fmt = manifest_format(path)
     try:
         if data is None:
             with open_raw(path) as f:
@@ -180,7 +180,7 @@ def is_box_manifest(path: str, data: Optional[bytes] = None) -> bool:
         return False
     head = data[: 64 * 1024].decode("utf-8-sig", "replace")
     first = next((line for line in head.splitlines() if line.strip()), "")
-    if kind == "jsonl":
+    if fmt == "jsonl":
         try:
             obj = json.loads(first)
         except ValueError:
@@ -202,7 +202,7 @@ def box_rows(path: str, data: Optional[bytes] = None) -> Iterator[Tuple[int, Dic
     """
     with open_raw(path) if data is None else io.BytesIO(data) as raw:
         lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        if manifest_kind(path) == "jsonl":
+        if manifest_format(path) == "jsonl":
             for number, obj in jsonl_objects(lines):
                 if isinstance(obj, str):
                     yield number, {"error": obj}
@@ -267,7 +267,7 @@ def box_manifest_items(
 
 
 def read_items(
-    kind: str,
+    annotation_format: str,
     path: str,
     base: str,
     split_names: Sequence[str],
@@ -276,7 +276,7 @@ def read_items(
     read: Optional[Reader] = None,
     exists_fn: Exists = exists,
 ) -> Iterator[Output]:
-    """Every work item and error row of one annotation file of ``kind`` (voc, coco, boxes).
+    """Every work item and error row of one annotation file of ``annotation_format`` (voc, coco, boxes).
 
     ``named_splits``: the annotations name the splits (VOC image sets, COCO
     file names, a split column); otherwise every item's split is None
@@ -284,19 +284,19 @@ def read_items(
     say where the annotation's bytes and its images are (an archive's
     members); by default, on the filesystem, a manifest of boxes streamed.
     """
-    if kind == VOC:
+    if annotation_format == VOC:
         yield voc_item(
             path, base, image_sets(voc_root(path)) if named_splits else {}, read=read or read_annotation_file
         )
         return
     data: Optional[bytes] = None
-    if kind == COCO or read is not None:
+    if annotation_format == COCO or read is not None:
         try:
             data = (read or read_annotation_file)(path, MAX_COCO_BYTES)
         except Exception as e:  # pylint: disable=broad-except
             yield error_row(path, rel(base, path), "bad_annotation", f"{type(e).__name__}: {e}")
             return
-    if kind == COCO:
+    if annotation_format == COCO:
         assert data is not None
         yield from coco_items(path, base, coco_split(path) if named_splits else None, data, exists_fn)
     else:

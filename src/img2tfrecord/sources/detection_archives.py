@@ -49,7 +49,7 @@ from img2tfrecord.model import (
 from img2tfrecord.sources import detection
 from img2tfrecord.sources.archives import list_archive, member_path
 from img2tfrecord.sources.files import read_source
-from img2tfrecord.sources.manifests import manifest_kind
+from img2tfrecord.sources.manifests import manifest_format
 
 ANNOTATION = "annotation"  # a VOC XML, COCO JSON or box manifest the plan named
 IMAGE_SET = "image_set"  # ROOT/ImageSets/Main/*.txt
@@ -74,10 +74,11 @@ def voc_pattern(root: str) -> str:
     return f"{root}{detection.VOC_ANNOTATIONS}/{_ANY_XML}"
 
 
-def _root_of(kind: str, pattern: str) -> str:
+def _root_of(annotation_format: str, pattern: str) -> str:
     """The dataset folder (no trailing ``/``, ``""`` for the top) one annotation pattern belongs to."""
     folder = posixpath.dirname(pattern)
-    if kind == detection.VOC or (kind == detection.COCO and posixpath.basename(folder).lower() == "annotations"):
+    coco_folder = annotation_format == detection.COCO and posixpath.basename(folder).lower() == "annotations"
+    if annotation_format == detection.VOC or coco_folder:
         return posixpath.dirname(folder)
     return folder
 
@@ -97,16 +98,16 @@ def common_folder(folders: Iterable[str]) -> str:
 class ArchivedAnnotations:
     """The annotation members of detection archives, as the launch plan found them.
 
-    ``kind``: voc, coco or boxes; ``patterns``: see :func:`matches`.
+    ``annotation_format``: voc, coco or boxes; ``patterns``: see :func:`matches`.
     """
 
-    kind: str
+    annotation_format: str
     patterns: Tuple[str, ...]
 
     @property
     def prefix(self) -> str:
         """The member-name prefix relpaths start after (``""`` or ending with ``/``)."""
-        return common_folder(_root_of(self.kind, p) for p in self.patterns)
+        return common_folder(_root_of(self.annotation_format, p) for p in self.patterns)
 
     def base(self, archive: str) -> str:
         """The input root of one archive's items: ``ARCHIVE!/PREFIX``."""
@@ -120,7 +121,7 @@ class ArchivedAnnotations:
     def role(self, name: str) -> str:
         if any(matches(name, p) for p in self.patterns):
             return ANNOTATION
-        if self.kind == detection.VOC and image_set_root(name) is not None:
+        if self.annotation_format == detection.VOC and image_set_root(name) is not None:
             return IMAGE_SET
         return MEMBER
 
@@ -128,7 +129,8 @@ class ArchivedAnnotations:
         """The most bytes a member may have: annotation files have their own limits, images ``image_limit``."""
         role = self.role(name)
         if role == ANNOTATION:
-            return detection.MAX_ANNOTATION_BYTES if self.kind == detection.VOC else detection.MAX_COCO_BYTES
+            voc = self.annotation_format == detection.VOC
+            return detection.MAX_ANNOTATION_BYTES if voc else detection.MAX_COCO_BYTES
         if role == IMAGE_SET:
             return detection.MAX_ANNOTATION_BYTES
         return image_limit
@@ -248,7 +250,7 @@ def annotated_images(
         return members is not None and member_key(archive, image_path) in members
 
     for out in detection.read_items(
-        annotations.kind,
+        annotations.annotation_format,
         path,
         annotations.base(archive),
         split_names,
@@ -302,7 +304,7 @@ def find_annotations(
         return ArchivedAnnotations(detection.COCO, tuple(instances or jsons))
     boxes = []
     for name in sorted(names):
-        content = data(name) if manifest_kind(name) else None
+        content = data(name) if manifest_format(name) else None
         if content is not None and detection.is_box_manifest(name, content):
             boxes.append(name)
     if boxes:
@@ -312,7 +314,7 @@ def find_annotations(
 
 def _kept(name: str) -> bool:
     """Members whose bytes the plan reads: VOC image sets and manifests (header, split column)."""
-    return image_set_root(name) is not None or manifest_kind(name) is not None
+    return image_set_root(name) is not None or manifest_format(name) is not None
 
 
 def _may_annotate(name: str) -> bool:

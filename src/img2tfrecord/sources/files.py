@@ -15,7 +15,7 @@ import struct
 import zlib
 from typing import Optional
 
-from img2tfrecord.images import ImageError
+from img2tfrecord.images.options import ImageError
 from img2tfrecord.model import InlineMember, TarMember, WorkItem, ZipMember
 
 _ZIP_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")

@@ -6,19 +6,19 @@ import os
 import re
 from typing import Optional, Sequence
 
-from img2tfrecord.sources.archives import archive_kind
-from img2tfrecord.sources.manifests import manifest_kind
+from img2tfrecord.sources.archives import archive_format
+from img2tfrecord.sources.manifests import manifest_format
 
 INPUT_FOLDER = "folder"
 INPUT_ARCHIVES = "archives"
 INPUT_MANIFEST = "manifest"
 
 
-def input_kind(path: str) -> str:
+def input_form(path: str) -> str:
     """What ``--input`` names: archives, manifests (one file or a glob of them), or a folder/glob of images."""
-    if archive_kind(path):
+    if archive_format(path):
         return INPUT_ARCHIVES
-    if manifest_kind(path):
+    if manifest_format(path):
         return INPUT_MANIFEST
     return INPUT_FOLDER
 
@@ -47,7 +47,7 @@ def _resolved(path: str) -> str:
 def listed_folder(path: str) -> Optional[str]:
     """The folder an ``--input`` of images lists, as given (a glob's fixed part); None for archives
     and manifests (files, whose folder is not listed)."""
-    if input_kind(path) != INPUT_FOLDER:
+    if input_form(path) != INPUT_FOLDER:
         return None
     parts = path.split("/")
     first_glob = first_glob_part(parts)

@@ -12,16 +12,16 @@ from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Se
 
 from img2tfrecord.model import RowPlacement, WorkItem, error_row
 from img2tfrecord.schemas.output_files import SPLIT_NAME_RE
-from img2tfrecord.sources.archives import suffix_kind
+from img2tfrecord.sources.archives import suffix_format
 from img2tfrecord.sources.files import open_raw
 from img2tfrecord.sources.split_folders import split_of_folder
 
 MANIFEST_SUFFIXES = ((".csv", "csv"), (".tsv", "csv"), (".jsonl", "jsonl"))  # a .tsv is read as CSV
 
 
-def manifest_kind(path: str) -> Optional[str]:
+def manifest_format(path: str) -> Optional[str]:
     """``csv``, ``jsonl`` or None, by the file name."""
-    return suffix_kind(path, MANIFEST_SUFFIXES)
+    return suffix_format(path, MANIFEST_SUFFIXES)
 
 
 class ManifestError(ValueError):
@@ -116,7 +116,7 @@ def first_line(lines: Iterator[str]) -> Tuple[str, Iterator[str]]:
 
 def manifest_head(path: str) -> Optional[CsvHead]:
     """The layout of the CSV manifest at ``path`` (None for JSONL); ManifestError when it cannot be told."""
-    if manifest_kind(path) == "jsonl":
+    if manifest_format(path) == "jsonl":
         return None
     line, _ = first_line(_text_lines(path))
     return csv_head(line, path)
@@ -132,9 +132,9 @@ def manifest_rows(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
     JSONL: one object per line with ``path`` and optional ``label``/``split``.
     A label or split column present means every row must have a value.
     """
-    kind = manifest_kind(path)
+    fmt = manifest_format(path)
     lines = _text_lines(path)
-    if kind == "jsonl":
+    if fmt == "jsonl":
         for number, obj in jsonl_objects(lines):
             if isinstance(obj, str):
                 yield number, {"error": obj}

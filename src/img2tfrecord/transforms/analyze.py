@@ -41,7 +41,7 @@ from tfx_bsl.public import tfxio
 
 from img2tfrecord import faults, storage
 from img2tfrecord.conversion.run_totals import BATCH_CLASSES, MAX_PIXEL, RunTotals, pixel_moments, statistics_json
-from img2tfrecord.images import LOSSLESS_FORMATS, ImageOptions
+from img2tfrecord.images.options import LOSSLESS_FORMATS, ImageOptions
 from img2tfrecord.readers.tfdata import decode_encoded, decode_raw
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
@@ -393,12 +393,14 @@ class AnalyzeTrainSplit(beam.PTransform):
 def analyze_train_split(
     rows,
     label_names,
-    config,
+    image: ImageOptions,
     split_names: Sequence[str],
     staging: str,
     labeled: bool = True,
     base: Optional[RunTotals] = None,
     base_exact: bool = True,
+    exact_statistics: bool = False,
+    sequence: bool = False,
 ) -> Optional[beam.PCollection]:
     """The statistics PCollection of a run, or None (logged) when there is nothing to analyse.
 
@@ -407,10 +409,11 @@ def analyze_train_split(
     one-element PCollection of the sorted class list; ``split_names`` the run's splits; ``staging``: the
     run's staging folder, which the transform is published into (``FinalizeOutput`` moves it into the output);
     ``labeled``: the records carry labels; ``base``: the totals of an append's earlier generations
-    (``base_exact``: theirs are exact), which the statistics and the exported transform then cover too.
+    (``base_exact``: theirs are exact), which the statistics and the exported transform then cover too;
+    ``exact_statistics``: ``--exact-statistics``; ``sequence``: the records are ``--sequence`` clips (not analysed).
     """
     split_names = list(split_names)
-    if getattr(config, "sequence", False):
+    if sequence:
         logging.warning("--sequence records are SequenceExamples: skipping the tf.Transform analysis")
         return None
     if names.ANALYZED_SPLIT not in split_names:
@@ -431,7 +434,7 @@ def analyze_train_split(
     return rows | "AnalyzeTrainSplit" >> AnalyzeTrainSplit(
         FileSystems.join(staging, output_files.RUN_COMMITTED_DIR),
         label_names,
-        TransformSpec.from_options(config.image, labeled=labeled),
+        TransformSpec.from_options(image, labeled=labeled),
         temp_dir_for(
             staging,
             options.get("temp_location"),
@@ -439,6 +442,6 @@ def analyze_train_split(
             local=runner in StandardOptions.LOCAL_RUNNERS,
         ),
         spec_json,
-        exact=(config.exact_statistics or config.image.format in LOSSLESS_FORMATS) and base_exact,
+        exact=(exact_statistics or image.format in LOSSLESS_FORMATS) and base_exact,
         base=base,
     )

@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence, Tuple
 import apache_beam as beam
 
 from img2tfrecord.conversion.converter import Converter
-from img2tfrecord.images import ImageError
+from img2tfrecord.images.options import ImageError
 from img2tfrecord.model import DUPLICATE, ERRORS, DetectionPlacement, WorkItem, error_row
 from img2tfrecord.sources.files import is_permanent_read_error, read_source
 from img2tfrecord.sources.layout import PlacementError

@@ -105,7 +105,7 @@ class JoinAnnotatedMembers(beam.PTransform):
         )
         members = found[annotated.MEMBERS]
         side_inputs: Dict[str, Any] = {"image_sets": beam.pvalue.AsDict(image_sets)}
-        if self._source.annotations.kind == detection.COCO:  # file_names are looked up among the members
+        if self._source.annotations.annotation_format == detection.COCO:  # file_names are looked up among the members
             side_inputs["members"] = beam.pvalue.AsDict(members | "MemberNames" >> beam.Map(_present))
         items = (
             found[annotated.ANNOTATIONS]

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence
 import apache_beam as beam
 
 from img2tfrecord.conversion.run_totals import RunTotals
-from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
 
 # The parts FinishOutput takes, a dict of PCollections: the committed shards, every error row, the train
@@ -29,10 +29,13 @@ SHARDS, ERRORS, ANALYSIS_ROWS, LABELS, NUM_INPUTS, NUM_SKIPPED, MEMBERS = (
 
 @dataclasses.dataclass(frozen=True)
 class Analysis:
-    """The tf.Transform analysis of a run's train split: its options and splits, whether its records carry
-    labels, and an append's totals of the generations before it (``base_exact``: those are exact)."""
+    """The tf.Transform analysis of a run's train split: its image options (``--exact-statistics``, ``--sequence``)
+    and splits, whether its records carry labels, and an append's totals of the generations before it
+    (``base_exact``: those are exact)."""
 
-    config: ConvertConfig
+    image: ImageOptions
+    exact_statistics: bool
+    sequence: bool
     split_names: Sequence[str]
     labeled: bool
     base: Optional[RunTotals] = None
@@ -70,12 +73,14 @@ class FinishOutput(beam.PTransform):
             statistics = analyze_train_split(
                 parts[ANALYSIS_ROWS],
                 parts[LABELS],
-                analysis.config,
+                analysis.image,
                 analysis.split_names,
                 self._run_dir,
                 analysis.labeled,
                 base=analysis.base,
                 base_exact=analysis.base_exact,
+                exact_statistics=analysis.exact_statistics,
+                sequence=analysis.sequence,
             )
             if statistics is not None:  # FinalizeOutput waits for the exported transform
                 side["statistics"] = beam.pvalue.AsSingleton(statistics)

@@ -36,28 +36,5 @@ The modules:
   :func:`check_record`, :func:`check_sequence_record`, :func:`check_image`,
   :func:`object_problems`);
 * :mod:`.output_checks` -- the directory, counts, accounting and tf.Transform
-  analysis; :func:`verify` runs every check.
+  analysis; :func:`.output_checks.verify` runs every check.
 """
-
-from img2tfrecord.verification.findings import DATASET_SCOPE, MAX_PROBLEMS_PER_SCOPE, Problem, Report
-from img2tfrecord.verification.output_checks import verify
-from img2tfrecord.verification.record_checks import (
-    check_image,
-    check_record,
-    check_sequence_record,
-    check_shard,
-    object_problems,
-)
-
-__all__ = [
-    "DATASET_SCOPE",
-    "MAX_PROBLEMS_PER_SCOPE",
-    "Problem",
-    "Report",
-    "check_image",
-    "check_record",
-    "check_sequence_record",
-    "check_shard",
-    "object_problems",
-    "verify",
-]

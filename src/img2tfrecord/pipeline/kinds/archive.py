@@ -42,13 +42,13 @@ _PEEK_STREAM_BYTES = 64 * MIB  # member data decompressed from a tar.gz at launc
 
 def is_archive_input(config: ConvertConfig) -> bool:
     """Whether ``--input`` names archives: by its name, or a glob of images (``shards/*``) that lists only them."""
-    named = input_paths.input_kind(config.input)
+    named = input_paths.input_form(config.input)
     if named == input_paths.INPUT_ARCHIVES:
         return True
     if named != input_paths.INPUT_FOLDER or not input_paths.GLOB_CHARS.search(config.input):
         return False
     listing = list_input(resolve_input(config.input)[1])
-    return bool(listing) and all(archives.archive_kind(p) for p, _ in listing)
+    return bool(listing) and all(archives.archive_format(p) for p, _ in listing)
 
 
 class Peek(NamedTuple):
@@ -71,7 +71,7 @@ def peek(config: ConvertConfig) -> Peek:
 
 def _peek(config: ConvertConfig) -> Peek:
     base, pattern = file_pattern(config.input)
-    found = sorted((p, size) for p, size in list_input(pattern) if archives.archive_kind(p))
+    found = sorted((p, size) for p, size in list_input(pattern) if archives.archive_format(p))
     if not found:
         raise PlanError(f"no archives (.zip, .tar, .tar.gz, .tgz) match {pattern}")
     limit = config.image.max_file_bytes
@@ -82,7 +82,7 @@ def _peek(config: ConvertConfig) -> Peek:
     complete = len(found) <= _PEEK_ARCHIVES
     refused = False
     for path, size in found[:_PEEK_ARCHIVES]:
-        max_members = _PEEK_ZIP_MEMBERS if archives.archive_kind(path) == "zip" else _PEEK_MEMBERS
+        max_members = _PEEK_ZIP_MEMBERS if archives.archive_format(path) == "zip" else _PEEK_MEMBERS
         entries, whole = archives.peek_archive(path, size, limit, max_members, _PEEK_STREAM_BYTES)
         complete = complete and whole
         members = [e for e in entries if isinstance(e, MemberEntry)]
@@ -166,7 +166,7 @@ class ArchiveLedger(InputLedger):
         self.entries = sorted(
             LedgerEntry(layouts.relative_path(self._base, path), size, mtime)
             for path, size, mtime in list_stamped(plan.input.pattern)
-            if path.startswith(self._base) and archives.archive_kind(path)
+            if path.startswith(self._base) and archives.archive_format(path)
         )
 
     def work_items(self, entries: Sequence[LedgerEntry]) -> ListedItems:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Set, Tuple
 
-from img2tfrecord.images import ImageError
+from img2tfrecord.images.options import ImageError
 from img2tfrecord.model import MemberEntry, WorkItem
 from img2tfrecord.option_values import TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.pipeline.config import ConvertConfig
@@ -110,13 +110,13 @@ def plan_archived_detection(config: ConvertConfig, seen: Peek) -> Optional[Plan]
                 splits.update(detection.parse_image_sets(texts.__getitem__, texts).values())
         return tuple(sorted(splits))
 
-    kind, patterns = annotations.kind, annotations.patterns
-    if kind == detection.VOC:
+    annotation_format, patterns = annotations.annotation_format, annotations.patterns
+    if annotation_format == detection.VOC:
         named = annotation_splits(
-            config, kind, [archives.member_path(a, p) for a, _ in found for p in patterns], voc_splits
+            config, annotation_format, [archives.member_path(a, p) for a, _ in found for p in patterns], voc_splits
         )
-    elif kind == detection.COCO:
-        named = annotation_splits(config, kind, list(patterns))
+    elif annotation_format == detection.COCO:
+        named = annotation_splits(config, annotation_format, list(patterns))
     else:
         box_splits: Set[str] = set()
         for name in patterns:
@@ -138,7 +138,8 @@ def plan_archived_detection(config: ConvertConfig, seen: Peek) -> Optional[Plan]
         return sorted(items, key=lambda f: f.relpath)
 
     images = image_items([(scan.archive, m) for scan in scans for m in scan.members])
-    plan = plan_detection(config, kind, base, [], images, patterns, named=named, sample=image_items(peeked))
+    sample = image_items(peeked)
+    plan = plan_detection(config, annotation_format, base, [], images, patterns, named=named, sample=sample)
     return dataclasses.replace(
         plan, input=dataclasses.replace(plan.input, pattern=pattern, listing_digest=digest(found))
     )

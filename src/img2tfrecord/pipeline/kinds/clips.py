@@ -56,7 +56,7 @@ class Clips(ClipRecords):
         return config.sequence
 
     def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
-        if input_paths.input_kind(config.input) == input_paths.INPUT_MANIFEST:
+        if input_paths.input_form(config.input) == input_paths.INPUT_MANIFEST:
             return plan_manifest(config, whole)
         return plan_folder(config, whole)
 

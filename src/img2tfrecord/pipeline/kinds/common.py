@@ -9,9 +9,9 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE, estimated_record_bytes
 from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT, assign_split
-from img2tfrecord.images import ImageError
 from img2tfrecord.images.decode import open_image
 from img2tfrecord.images.names import looks_like_image
+from img2tfrecord.images.options import ImageError
 from img2tfrecord.model import WorkItem
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.plan_model import PlanError
@@ -118,10 +118,10 @@ def check_images(config: ConvertConfig, files: Sequence[WorkItem], layout: str, 
     ):
         shown = ", ".join(repr(layouts.printable(f.relpath)) for f in files[:3])
         listed = f"its {len(files)} file(s) ({shown}{', ...' if len(files) > 3 else ''})"
-        if not in_archives and all(archives.archive_kind(f.relpath) for f in files):
+        if not in_archives and all(archives.archive_format(f.relpath) for f in files):
             glob = config.input.rstrip("/") + "/*"
             raise PlanError(f"no images in {where}: {listed} are archives; convert them with --input '{glob}'")
-        if not in_archives and all(manifests.manifest_kind(f.relpath) for f in files):
+        if not in_archives and all(manifests.manifest_format(f.relpath) for f in files):
             raise PlanError(f"no images in {where}: {listed} are manifests; give one as --input, e.g. {files[0].path}")
         raise PlanError(
             f"no images in {where}: {listed} are not images; point --input at a folder of images with one "

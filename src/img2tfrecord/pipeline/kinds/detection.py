@@ -57,15 +57,15 @@ class Detection(AnnotationKind):
         return config.task != TASK_CLASSIFICATION
 
     def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
-        if input_paths.input_kind(config.input) == input_paths.INPUT_MANIFEST:
+        if input_paths.input_form(config.input) == input_paths.INPUT_MANIFEST:
             return plan_manifest_of_boxes(config)
         if config.input.lower().endswith(".json"):
             return plan_coco_files(config)
         base, _, files, _ = folder_files(config)
         forced = config.task == TASK_DETECTION
-        found_kind = detection_layout(files.by_folder(), forced)
-        if found_kind is not None:
-            return plan_folder_detection(config, found_kind, base, files)
+        found_layout = detection_layout(files.by_folder(), forced)
+        if found_layout is not None:
+            return plan_folder_detection(config, found_layout, base, files)
         if forced:
             raise PlanError(
                 f"--task detection: {config.input} holds neither a Pascal VOC layout (Annotations/*.xml, "
@@ -90,7 +90,7 @@ def plan_manifest_of_boxes(config: ConvertConfig) -> Optional[Plan]:
     """The plan of ``--input`` as manifests of boxes (``--task detection``, or the first manifest has box
     columns), or None: plain manifests."""
     base, pattern = file_pattern(config.input)
-    found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_kind(p))
+    found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_format(p))
     if found and (config.task == TASK_DETECTION or detection.is_box_manifest(found[0])):
         return plan_box_manifest(config, base, pattern, found)
     return None
@@ -134,8 +134,8 @@ def coco_base(jsons: List[str]) -> str:
     return directory + "/"
 
 
-def plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: Sequence[WorkItem]) -> Plan:
-    if kind == detection.VOC:
+def plan_folder_detection(config: ConvertConfig, annotation_format: str, base: str, files: Sequence[WorkItem]) -> Plan:
+    if annotation_format == detection.VOC:
         folders = sorted(
             {f.path.rsplit("/", 1)[0] for f in files if f.relpath.split("/")[-2:-1] == [detection.VOC_ANNOTATIONS]}
         )
@@ -147,17 +147,17 @@ def plan_folder_detection(config: ConvertConfig, kind: str, base: str, files: Se
         annotations = [f.path for f in instances or wanted]
         patterns = tuple(annotations)
     images = [f for f in files if is_image_name(f.relpath)]
-    return plan_detection(config, kind, base, annotations, images, patterns)
+    return plan_detection(config, annotation_format, base, annotations, images, patterns)
 
 
 def annotation_splits(
     config: ConvertConfig,
-    kind: str,
+    annotation_format: str,
     annotations: List[str],
     voc_splits: Callable[[str], Tuple[str, ...]] = detection.voc_split_names,
 ) -> Tuple[str, ...]:
     """The splits VOC image sets (``voc_splits(root)``) or COCO file names give, sorted; () for none."""
-    if kind == detection.VOC:
+    if annotation_format == detection.VOC:
         roots = sorted({detection.voc_root(a) for a in annotations})
         return tuple(sorted({s for root in roots for s in voc_splits(root)}))
     by_file = [detection.coco_split(a) for a in annotations]
@@ -168,7 +168,7 @@ def annotation_splits(
 
 def plan_detection(
     config: ConvertConfig,
-    kind: str,
+    annotation_format: str,
     base: str,
     annotations: List[str],
     images: List[WorkItem],
@@ -179,7 +179,7 @@ def plan_detection(
     """The plan of a VOC or COCO input: splits from the image sets / file names (or ``named``),
     shards from the image bytes (output/input ratio measured on ``sample``, else ``images``)."""
     if named is None:
-        named = annotation_splits(config, kind, annotations)
+        named = annotation_splits(config, annotation_format, annotations)
     split_names = named_splits(config, named, "the annotations name the splits")
     ratio = estimate_size_ratio(config, images if sample is None else sample)
     input_bytes = sum(f.size for f in images)
@@ -192,7 +192,7 @@ def plan_detection(
             split_names=split_names,
             has_split_column=bool(named),
             listing_digest=digest([(a,) for a in annotations] + [(f.relpath, f.size) for f in images]),
-            annotations=kind,
+            annotations=annotation_format,
             patterns=patterns,
         ),
         sized(

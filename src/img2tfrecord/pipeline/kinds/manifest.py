@@ -32,7 +32,7 @@ def plan_manifest(config: ConvertConfig, whole: bool = True) -> Plan:
     """The plan of CSV/JSONL manifests: read whole; their columns decide labeled or not,
     their split column the split names."""
     base, pattern = file_pattern(config.input)
-    found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_kind(p))
+    found = sorted(p for p, _ in list_input(pattern) if manifests.manifest_format(p))
     if not found:
         raise PlanError(f"no manifests (.csv, .jsonl) match {pattern}")
     rows: List[Tuple[str, int, dict]] = []
@@ -95,7 +95,7 @@ class Manifest(InputKind):
     name = "manifest"
 
     def claims(self, config: ConvertConfig) -> bool:
-        return input_paths.input_kind(config.input) == input_paths.INPUT_MANIFEST
+        return input_paths.input_form(config.input) == input_paths.INPUT_MANIFEST
 
     def plan(self, config: ConvertConfig, whole: bool) -> Optional[Plan]:
         return plan_manifest(config, whole)

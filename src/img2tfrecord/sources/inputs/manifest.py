@@ -32,7 +32,7 @@ class ManifestSource(InputSource):
         self.split_names = tuple(split_names)
 
     def is_unit(self, path: str) -> bool:
-        return manifests.manifest_kind(path) is not None
+        return manifests.manifest_format(path) is not None
 
     def rows(self, path: str, parsed: Optional[Iterable[Tuple[int, dict]]] = None) -> Iterator[Row]:
         """Every row of the manifest at ``path``, in order (``parsed``: its ``manifest_rows``, read already)."""
