@@ -24,7 +24,7 @@ from img2tfrecord.pipeline.run import run
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import output_files
 from img2tfrecord.transforms.publish import write_atomically
-from img2tfrecord.verification import verify
+from img2tfrecord.verification.output_checks import verify
 
 BEAM = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 OPTIONS = dict(splits={"train": 0.75, "test": 0.25}, seed=7, image_size=24, analyze=False, processes=1, num_shards=2)
