@@ -61,7 +61,7 @@ def shard_records(out: str, split: str, sequence: bool = False):
         [
             d
             for _, _, d in records.iter_records(
-                storage.join(out, s.file), file_format=doc.file_format.value, sequence=sequence
+                storage.join(out, s.file), file_format=doc.file_format, sequence=sequence
             )
         ]
         for s in doc.splits[split].shards
@@ -322,7 +322,7 @@ def test_the_beam_transforms_write_the_file_format_they_are_given(outputs, tmp_p
         examples = created | "Examples" >> ImagesToExamples(image_size=24)
         _ = examples["examples"] | ExamplesToTFRecords(shards, num_shards=2, file_format="webdataset")
     doc = records.read_manifest(folder)
-    assert doc.file_format.value == "array_record" and doc.num_examples == len(refs)
+    assert doc.file_format == "array_record" and doc.num_examples == len(refs)
     assert run_in_process("verify", folder).returncode == 0
     written = sorted(name for name in os.listdir(shards) if output_files.parse_shard_file_name(name))
     assert written == ["train-000000.tar", "train-000001.tar"]

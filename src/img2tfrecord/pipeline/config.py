@@ -8,11 +8,12 @@ import dataclasses
 import os
 from typing import Any, Dict, Mapping, Optional
 
+from img2tfrecord import shard_formats
 from img2tfrecord.conversion.seeded_hashes import Splits, parse_splits, splits_of
 from img2tfrecord.errors import UsageError
 from img2tfrecord.images import ImageOptions
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION
-from img2tfrecord.schemas.output_files import COMPRESSION_NONE, FILE_FORMAT_TFRECORD
+from img2tfrecord.schemas.output_files import COMPRESSION_NONE, DEFAULT_FILE_FORMAT
 from img2tfrecord.sources.input_paths import input_folder, listed_folder, output_inside_input
 
 # The default runner: Beam's FnApiRunner (what the DirectRunner falls back to offline), in_memory: the
@@ -31,7 +32,7 @@ class ConvertConfig:
     shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
     num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
     compression: str = "none"
-    file_format: str = "tfrecord"  # the shard container (schemas/output_files.FILE_FORMATS); the records are the same
+    file_format: str = DEFAULT_FILE_FORMAT  # the shard container (shard_formats.FILE_FORMATS); the same records
     overwrite: bool = False
     resume: bool = False  # keep the shards a killed run of the same fingerprint finished (plan.Plan.fingerprint)
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
@@ -103,8 +104,12 @@ def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> C
         raise UsageError("--require-boxes applies to detection, not to --task classification")
     if v["dedupe"] and v["sequence"]:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
-    if v["file_format"] != FILE_FORMAT_TFRECORD and v["compression"] != COMPRESSION_NONE:
+    own = shard_formats.adapter(v["file_format"])
+    if not own.compressible and v["compression"] != COMPRESSION_NONE:
         raise UsageError(f"--compression {v['compression']} compresses TFRecord shards, not {v['file_format']} ones")
+    refusal = own.refusal(v["task"] == TASK_DETECTION, bool(v["sequence"]))
+    if refusal is not None:
+        raise UsageError(f"--file-format {own.name} {refusal}")
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file: give a folder (it is created if missing)")
     if output_inside_input(input, output):

@@ -21,11 +21,11 @@ import json
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.example_proto import Example, SequenceExample
 
-LABEL = output_files.WEBDATASET_LABEL_EXTENSION
-JSON = output_files.WEBDATASET_JSON_EXTENSION
+LABEL = "cls"  # the label id
+JSON = "json"  # every other feature
+IMAGE_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "raw"}  # image/format -> extension
 _LIST_FEATURES = frozenset(keys.OBJECT_FEATURES)  # always lists, even of one value
 # The kind of an empty list in a feature the schema declares (an image without boxes).
 _DECLARED_KINDS = {key: dtype for key, (dtype, _) in keys.OBJECT_FEATURES.items()}
@@ -41,7 +41,7 @@ def image_extension(image_format: Optional[str]) -> str:
     """The member extension of an image stored in ``image_format`` (``jpeg`` -> ``jpg``)."""
     if not image_format:
         return "bin"
-    known = output_files.WEBDATASET_IMAGE_EXTENSIONS.get(image_format)
+    known = IMAGE_EXTENSIONS.get(image_format)
     if known:
         return known
     return image_format if image_format.isalnum() else "bin"
