@@ -167,8 +167,8 @@ def test_shard_names_patterns_and_their_parse():
 
 
 def test_file_format_flags_are_checked_before_any_work():
-    with pytest.raises(api.UsageError, match="--file-format: invalid choice: 'parquet'"):
-        api.config_of("in", "out", {"file_format": "parquet"})
+    with pytest.raises(api.UsageError, match="--file-format: invalid choice: 'hdf5'"):
+        api.config_of("in", "out", {"file_format": "hdf5"})
     for file_format in ("array_record", "webdataset"):
         with pytest.raises(api.UsageError, match="--compression gzip compresses TFRecord shards, not"):
             api.config_of("in", "/tmp/x-out", {"file_format": file_format, "compression": "gzip"})

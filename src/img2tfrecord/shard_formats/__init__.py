@@ -15,10 +15,11 @@ from typing import Dict, Optional, Tuple
 
 from img2tfrecord.shard_formats.array_record_format import FORMAT as _ARRAY_RECORD
 from img2tfrecord.shard_formats.base import NumberedShard, RecordWriter, ShardContext, ShardFormat
+from img2tfrecord.shard_formats.parquet_format import FORMAT as _PARQUET
 from img2tfrecord.shard_formats.tfrecord_format import FORMAT as _TFRECORD
 from img2tfrecord.shard_formats.webdataset_format import FORMAT as _WEBDATASET
 
-ADAPTERS: Tuple[ShardFormat, ...] = (_TFRECORD, _ARRAY_RECORD, _WEBDATASET)
+ADAPTERS: Tuple[ShardFormat, ...] = (_TFRECORD, _ARRAY_RECORD, _WEBDATASET, _PARQUET)
 ADAPTER_FOR_FORMAT: Dict[str, ShardFormat] = {a.name: a for a in ADAPTERS}
 FILE_FORMATS: Tuple[str, ...] = tuple(ADAPTER_FOR_FORMAT)
 DEFAULT_FORMAT = _TFRECORD.name

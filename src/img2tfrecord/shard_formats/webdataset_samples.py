@@ -196,4 +196,14 @@ def record_from_members(members: Mapping[str, bytes], sequence: bool = False) ->
     return example.SerializeToString(deterministic=True)
 
 
-__all__ = ["SampleError", "image_extension", "record_from_members", "sample_members"]
+json_features = _json_features  # also the JSON of the features other formats keep as JSON (parquet_shards)
+set_features = _set_features
+
+__all__ = [
+    "SampleError",
+    "image_extension",
+    "json_features",
+    "record_from_members",
+    "sample_members",
+    "set_features",
+]
