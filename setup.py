@@ -53,6 +53,7 @@ setuptools.setup(
         "rich>=13",  # convert's live progress line on a terminal
         "faiss-cpu>=1.9,<2",  # report: Hamming range search over the images' difference hashes (report/near_search.py)
         "array-record>=0.8,<0.9",  # --file-format array_record: ArrayRecord's writer and reader (shard_formats/)
+        "pyarrow>=14",  # --file-format parquet: the Parquet writer and reader (shard_formats/parquet_shards.py)
     ],
     extras_require={
         "test": [
@@ -64,6 +65,9 @@ setuptools.setup(
             "grain>=0.2.18",  # test_readers_tf_free: grain reads through SplitDataSource
             "tfrecord>=1.14.6",  # test_readers_tf_free: its tfrecord2idx writes DALI-format index files
             "webdataset>=1.0,<2",  # test_file_formats: WebDataset reads the tar shards in a DataLoader
+            "datasets>=3",  # test_file_formats: Hugging Face datasets reads the Parquet output
+            "duckdb>=1",  # test_file_formats: DuckDB queries the Parquet shards
+            "polars>=1",  # test_file_formats: Polars reads the Parquet shards
             # test_file_formats: a DataLoader with workers. The exact CPU build on this machine's disk: an open
             # range lets pip fetch a CUDA build of several GB.
             "torch==2.13.0",

@@ -375,6 +375,19 @@ VARIANTS: Tuple[Variant, ...] = (
     Variant("analyzed-keep", "classes", ("--format", "keep"), analyze=True),
     # Appends.
     Variant("append-folder", "append_folder", ("--image-size", "32"), steps=APPEND_STEPS),
+    # --file-format: the other shard containers, first run and an append
+    Variant("array-record", "classes", ("--image-size", "32", "--file-format", "array_record")),
+    Variant("webdataset-keep", "classes", ("--format", "keep", "--file-format", "webdataset")),
+    Variant("webdataset-sequence", "clips_folder", ("--sequence", "--file-format", "webdataset")),
+    Variant(
+        "append-array-record",
+        "append_folder",
+        ("--image-size", "32", "--file-format", "array_record"),
+        steps=APPEND_STEPS,
+    ),
+    Variant(
+        "append-webdataset", "append_folder", ("--image-size", "32", "--file-format", "webdataset"), steps=APPEND_STEPS
+    ),
     Variant(
         "append-manifest",
         "append_manifest",

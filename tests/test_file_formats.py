@@ -1,4 +1,4 @@
-"""``convert --file-format array_record|webdataset``: the TFRecord run's records in another container, read back
+"""``convert --file-format array_record|webdataset|parquet``: the TFRecord run's records in another container, read back
 by the real readers (grain, TFDS, webdataset in a torch DataLoader, plain tarfile, the TF-free data source).
 
 One small class-folder input is converted once per format (``conftest.built_once``); the TFRecord run is
@@ -8,6 +8,7 @@ outputs.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ from img2tfrecord.schemas import output_files
 pytestmark = pytest.mark.e2e
 
 ARGS = ("--image-size", "24", "--splits", "train=0.7,validation=0.3", "--num-shards", "2", "--processes", "1")
-OTHER_FORMATS = ("array_record", "webdataset")
+OTHER_FORMATS = ("array_record", "webdataset", "parquet")
 
 
 def _write_photos(folder: str) -> str:
@@ -61,7 +62,7 @@ def shard_records(out: str, split: str, sequence: bool = False):
         [
             d
             for _, _, d in records.iter_records(
-                storage.join(out, s.file), file_format=doc.file_format.value, sequence=sequence
+                storage.join(out, s.file), file_format=doc.file_format, sequence=sequence
             )
         ]
         for s in doc.splits[split].shards
@@ -209,6 +210,8 @@ def test_load_names_the_reader_of_each_other_format(outputs):
         img2tfrecord.load(outputs["array_record"].output)
     with pytest.raises(ValueError, match="webdataset.WebDataset"):
         img2tfrecord.load(outputs["webdataset"].output)
+    with pytest.raises(ValueError, match="datasets.load_dataset"):
+        img2tfrecord.load(outputs["parquet"].output)
 
 
 @pytest.mark.parametrize("file_format", OTHER_FORMATS)
@@ -322,7 +325,7 @@ def test_the_beam_transforms_write_the_file_format_they_are_given(outputs, tmp_p
         examples = created | "Examples" >> ImagesToExamples(image_size=24)
         _ = examples["examples"] | ExamplesToTFRecords(shards, num_shards=2, file_format="webdataset")
     doc = records.read_manifest(folder)
-    assert doc.file_format.value == "array_record" and doc.num_examples == len(refs)
+    assert doc.file_format == "array_record" and doc.num_examples == len(refs)
     assert run_in_process("verify", folder).returncode == 0
     written = sorted(name for name in os.listdir(shards) if output_files.parse_shard_file_name(name))
     assert written == ["train-000000.tar", "train-000001.tar"]
@@ -334,3 +337,109 @@ def test_the_beam_transforms_write_the_file_format_they_are_given(outputs, tmp_p
         for _, s in doc.shards()
         for _, _, d in records.iter_records(storage.join(folder, s.file), file_format="array_record")
     )
+
+
+def test_parquet_rows_are_the_tfrecord_runs_records_read_by_datasets_pyarrow_duckdb_and_polars(outputs):
+    import datasets
+    import duckdb
+    import polars
+    import pyarrow.parquet as pq
+
+    ref, out = outputs["tfrecord"].output, outputs["parquet"].output
+    doc = records.read_manifest(out)
+    assert [s.file for _, s in doc.shards()] == [
+        s.file.replace(".tfrecord", ".parquet") for _, s in records.read_manifest(ref).shards()
+    ]
+    for split in doc.splits:  # byte for byte: the same records in the same shards
+        assert shard_records(out, split) == shard_records(ref, split)
+    train = [os.path.join(out, s.file) for s in doc.splits["train"].shards]
+    table = pq.read_table(train)
+    assert table.column_names[:4] == ["image", "label", "label_name", "path"]
+    expected = [records.parse_example(d, doc.spec) for shard in shard_records(ref, "train") for d in shard]
+    assert [r["image"]["bytes"] for r in table.to_pylist()] == [e[keys.IMAGE_ENCODED] for e in expected]
+    assert table.column("sha256").to_pylist() == [e[keys.KEY_SHA256].decode() for e in expected]
+
+    loaded = datasets.load_dataset("parquet", data_files={"train": train}, split="train")
+    assert isinstance(loaded.features["image"], datasets.Image)
+    assert loaded.features["label"].names == list(doc.labels)
+    assert loaded[0]["image"].size == (24, 24) and loaded[0]["label"] == expected[0][keys.CLASS_LABEL]
+    whole = datasets.load_dataset(out)  # the dataset card's configs name every split's files
+    assert {name: len(part) for name, part in whole.items()} == {
+        name: info.num_examples for name, info in doc.splits.items()
+    }
+    assert whole["validation"].features["label"].names == list(doc.labels)
+
+    pattern = os.path.join(out, "train-*.parquet")
+    counts = duckdb.sql(f"SELECT label_name, count(*) FROM '{pattern}' GROUP BY 1 ORDER BY 1").fetchall()
+    assert dict(counts) == doc.splits["train"].examples_per_class
+    frame = polars.read_parquet(pattern)
+    assert frame.height == doc.splits["train"].num_examples and frame["label"].to_list() == [
+        e[keys.CLASS_LABEL] for e in expected
+    ]
+
+
+def test_parquet_refuses_what_it_does_not_store_before_any_work(tmp_path):
+    for extra in (("--task", "detection"), ("--sequence",)):
+        refused = run_in_process(
+            "convert", "--input", str(tmp_path), "--output", str(tmp_path / "o"), *extra, "--file-format", "parquet"
+        )
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        assert "not supported in Parquet" in refused.stderr.strip().splitlines()[-1]
+
+
+def _rewrite_webdataset_member(path: str, suffix: str, change) -> None:
+    """Rewrite the first member ending in ``suffix`` of the tar at ``path`` with ``change(data)``."""
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    done = False
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for member, data in members:
+            if not done and member.name.endswith(suffix):
+                data, done = change(data), True
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+
+
+def _rewrite_parquet_cell(path: str, column: str, change) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    rows[0][column] = change(rows[0][column])
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path, row_group_size=100)
+
+
+def _flip(data: bytes) -> bytes:
+    return data[:-8] + bytes(b ^ 0xFF for b in data[-8:])
+
+
+def _next_label(label):
+    return str(int(label) + 1).encode() if isinstance(label, bytes) else int(label) + 1
+
+
+CORRUPTIONS = {  # each member kind of one record, in each format
+    "webdataset": {
+        "cls": lambda p: _rewrite_webdataset_member(p, ".cls", _next_label),
+        "image": lambda p: _rewrite_webdataset_member(p, ".jpg", _flip),
+        "json": lambda p: _rewrite_webdataset_member(
+            p, ".json", lambda d: d.replace(b'"image/height":24', b'"image/height":25')
+        ),
+    },
+    "parquet": {
+        "label": lambda p: _rewrite_parquet_cell(p, "label", _next_label),
+        "image": lambda p: _rewrite_parquet_cell(p, "image", lambda i: {**i, "bytes": _flip(i["bytes"])}),
+        "sha256": lambda p: _rewrite_parquet_cell(p, "sha256", lambda s: "0" * 64),
+        "label_name": lambda p: _rewrite_parquet_cell(p, "label_name", lambda s: s + "x"),
+    },
+}
+
+
+@pytest.mark.parametrize("file_format,member", [(f, m) for f, kinds in CORRUPTIONS.items() for m in kinds])
+def test_verify_fails_when_any_member_of_one_record_changes(outputs, tmp_path, file_format, member):
+    out = str(tmp_path / "out")
+    shutil.copytree(outputs[file_format].output, out)
+    name = records.read_manifest(out).splits["train"].shards[0].file
+    CORRUPTIONS[file_format][member](os.path.join(out, name))
+    checked = run_in_process("verify", out)
+    assert checked.returncode != 0, f"{file_format} {member}: " + checked.stdout[-1500:]

@@ -26,7 +26,7 @@ from img2tfrecord.model import MetadataValue
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import output_files
-from img2tfrecord.shard_formats import array_records, stream_writer, tar_shards, webdataset_samples
+from img2tfrecord.shard_formats import ShardContext, adapter, array_records, tar_shards, webdataset_samples
 from img2tfrecord.tfrecord_codec import RecordError, TruncatedRecordError
 
 JPEG = ConvertedImage(I.jpeg(20, 12), "jpeg", 12, 20, 3)
@@ -93,7 +93,7 @@ def test_members_that_are_not_a_sample_are_refused():
 
 def _tar(recs, sequence=False, stem="train-000003"):
     buffer = io.BytesIO()
-    writer = stream_writer(output_files.FILE_FORMAT_WEBDATASET, buffer, stem, sequence)
+    writer = adapter("webdataset").open_writer(buffer, ShardContext(stem, sequence))
     entries = [writer.write(r) for r in recs]
     writer.close()
     return buffer.getvalue(), entries
@@ -130,7 +130,7 @@ def test_an_array_record_shard_reads_back_its_records_in_order_and_at_random(tmp
     for r in recs:
         writer.write(r)
     writer.close()
-    assert [d for _, _, d in records.iter_records(path, file_format=output_files.FILE_FORMAT_ARRAY_RECORD)] == recs
+    assert [d for _, _, d in records.iter_records(path, file_format="array_record")] == recs
     with array_records.ArrayRecordShard(path) as shard:
         assert len(shard) == len(recs) and shard.read([3, 0]) == [recs[3], recs[0]]
     data = (tmp_path / "train-00000-of-00001.array_record").read_bytes()
@@ -160,15 +160,15 @@ def test_shard_names_patterns_and_their_parse():
     }
     assert output_files.parse_shard_file_name("train-00003-of-00004.array_record")["count"] == 4
     assert output_files.parse_shard_file_name("train-0003.tar") is None
-    assert output_files.shard_pattern("train", 4) == "train-{000000..000003}.tar"
-    assert output_files.shard_pattern("train", 1, generation=1) == "train-g00001-000000.tar"
+    assert output_files.shard_pattern("train", 4, file_format="webdataset") == "train-{000000..000003}.tar"
+    assert output_files.shard_pattern("train", 1, generation=1, file_format="webdataset") == "train-g00001-000000.tar"
     with pytest.raises(ValueError):
         output_files.shard_suffix("gzip", "webdataset")
 
 
 def test_file_format_flags_are_checked_before_any_work():
-    with pytest.raises(api.UsageError, match="--file-format: invalid choice: 'parquet'"):
-        api.config_of("in", "out", {"file_format": "parquet"})
+    with pytest.raises(api.UsageError, match="--file-format: invalid choice: 'hdf5'"):
+        api.config_of("in", "out", {"file_format": "hdf5"})
     for file_format in ("array_record", "webdataset"):
         with pytest.raises(api.UsageError, match="--compression gzip compresses TFRecord shards, not"):
             api.config_of("in", "/tmp/x-out", {"file_format": file_format, "compression": "gzip"})

@@ -37,6 +37,7 @@ from img2tfrecord.option_values import (
     TaskName,
 )
 from img2tfrecord.options import CONVERT_OPTIONS
+from img2tfrecord.schemas.output_files import DEFAULT_FILE_FORMAT
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -265,7 +266,7 @@ def convert(
     shard_size_mb: Optional[float] = None,
     num_shards: Optional[int] = None,
     compression: CompressionName = "none",
-    file_format: FileFormatName = "tfrecord",
+    file_format: FileFormatName = DEFAULT_FILE_FORMAT,
     overwrite: bool = False,
     resume: bool = False,
     append: bool = False,
@@ -350,7 +351,7 @@ def plan(
     shard_size_mb: Optional[float] = None,
     num_shards: Optional[int] = None,
     compression: CompressionName = "none",
-    file_format: FileFormatName = "tfrecord",
+    file_format: FileFormatName = DEFAULT_FILE_FORMAT,
     overwrite: bool = False,
     resume: bool = False,
     append: bool = False,

@@ -76,7 +76,7 @@ def sample_records(directory: str, doc: DatasetManifest, split: str, limit: int)
         taken = 0
         try:
             for index, _, data in records.iter_records(
-                storage.join(directory, name), compression, file_format=doc.file_format.value, sequence=doc.is_sequence
+                storage.join(directory, name), compression, file_format=doc.file_format, sequence=doc.is_sequence
             ):
                 if taken >= quota:
                     break
@@ -202,7 +202,7 @@ def summarise(directory: str, limit: int = MAX_RECORDS_PER_SPLIT) -> Dict[str, A
         "input": doc.input,
         "options": dict(doc.options),
         "compression": doc.compression.value,
-        "file_format": doc.file_format.value,
+        "file_format": doc.file_format,
         "labels": list(doc.labels),
         "accounting": doc.accounting.to_json() if doc.accounting is not None else {},
         "splits": splits,
@@ -321,7 +321,7 @@ def format_summary(summary: Mapping[str, Any], all_classes: bool = False) -> str
         "options: "
         + (f"image size {size[0]}x{size[1]} (WxH, resize {opts.get('resize')})" if size else "original image sizes")
         + f", channels {opts.get('channels')}, format {opts.get('format')}, compression {summary['compression']}"
-        + f", file format {summary.get('file_format', output_files.FILE_FORMAT_TFRECORD)}"
+        + f", file format {summary.get('file_format', output_files.DEFAULT_FILE_FORMAT)}"
     )
     acc = summary["accounting"]
     out.append(

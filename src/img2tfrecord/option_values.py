@@ -1,6 +1,7 @@
 """The values of the ``convert`` options: defaults, upper bounds and the argparse types that check them.
 
-Standard library and ``schemas/`` only: the CLI parser is built from these before any dependency is imported.
+Standard library, ``schemas/`` and the (import-light) format table only: the CLI parser is built from these
+before any dependency is imported.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 from typing import Any, Callable, Literal, Mapping, Optional, Tuple, Union
 
 from img2tfrecord.schemas.output_files import TASK_CLASSIFICATION, TASK_DETECTION
+from img2tfrecord.shard_formats import FileFormatName as FileFormats
 
 DEFAULT_SHARD_SIZE_MB = 128.0
 TASKS = (TASK_CLASSIFICATION, TASK_DETECTION)
@@ -34,7 +36,7 @@ ChannelCount = Literal[1, 3]
 StoredFormat = Literal["keep", "jpeg", "png", "raw"]
 TaskName = Literal["classification", "detection"]
 CompressionName = Literal["none", "gzip"]
-FileFormatName = Literal["tfrecord", "array_record", "webdataset"]
+FileFormatName = FileFormats  # the flag values of the format table (shard_formats)
 
 
 def parse_image_size(value: Any) -> Tuple[int, int]:

@@ -42,9 +42,24 @@ from img2tfrecord.option_values import (
     positive,
     quality,
 )
-from img2tfrecord.schemas.output_files import FILE_FORMAT_TFRECORD, FILE_FORMATS
+from img2tfrecord.schemas.output_files import DEFAULT_FILE_FORMAT, FILE_FORMATS
+from img2tfrecord.shard_formats import ADAPTERS
 
 _BOOLEAN = r"^(true|false)$"
+
+
+def _formats_text(where: str, quote: str = "") -> str:
+    """The file formats as --file-format's ``help``, ``doc`` or ``template`` text lists them (the adapters' notes)."""
+    parts = []
+    for a in ADAPTERS:
+        note = {"help": a.help_note, "doc": a.doc_note, "template": a.template_note}[where]
+        if where == "template" and a.name == DEFAULT_FILE_FORMAT:
+            note = "default"
+        parts.append(f"{quote}{a.name}{quote}" + (f" ({note})" if note else ""))
+    if where == "help":
+        return "; ".join(parts)
+    return ", ".join(parts[:-1]) + " or " + parts[-1]
+
 
 CONVERT_OPTIONS: Tuple[Option, ...] = (
     Option(
@@ -226,19 +241,17 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "--file-format",
-        doc="the shard container: `tfrecord`, `array_record` (random access, for grain and TFDS) or "
-        "`webdataset` (tar shards, for PyTorch); the records, splits and placement are the same "
+        doc=f"the shard container: {_formats_text('doc', '`')}; the records, splits and placement are the same "
         "([file formats](file-formats.md))",
         choices=FILE_FORMATS,
-        default=FILE_FORMAT_TFRECORD,
-        doc_default=FILE_FORMAT_TFRECORD,
+        default=DEFAULT_FILE_FORMAT,
+        doc_default=DEFAULT_FILE_FORMAT,
         recorded_as="file_format",
-        help="tfrecord; array_record (ArrayRecord, random access, for grain/JAX and TFDS); webdataset (tar shards "
-        "train-000000.tar, for PyTorch); the same records, splits and shards in each",
+        help=f"{_formats_text('help')}; the same records, splits and shards in each",
         template=Template(
             "File format",
-            "tfrecord (default), array_record (for grain/JAX) or webdataset (tar shards for PyTorch).",
-            r"^(tfrecord|array_record|webdataset)$",
+            f"{_formats_text('template')}.",
+            f"^({'|'.join(FILE_FORMATS)})$",
         ),
     ),
     Option(

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord import api, tfrecord_codec
+from img2tfrecord import api, shard_formats, tfrecord_codec
 from img2tfrecord.beam.examples import REJECTED, ConvertedExample
 from img2tfrecord.conversion.converter import Converter, Output
 from img2tfrecord.conversion.record_sizes import shard_counts
@@ -80,14 +80,14 @@ class ExamplesToTFRecords(beam.PTransform):
         num_shards: Optional[int] = None,
         shard_size_mb: float = DEFAULT_SHARD_SIZE_MB,
         compression: str = "none",
-        file_format: str = output_files.FILE_FORMAT_TFRECORD,
+        file_format: str = output_files.DEFAULT_FILE_FORMAT,
     ):
         super().__init__()
         if compression not in ("none", "gzip"):
             raise api.UsageError(f"compression: {compression!r} is not 'none' or 'gzip'")
         if file_format not in output_files.FILE_FORMATS:
             raise api.UsageError(f"file_format: {file_format!r} is not one of {', '.join(output_files.FILE_FORMATS)}")
-        if file_format != output_files.FILE_FORMAT_TFRECORD and compression != "none":
+        if not shard_formats.adapter(file_format).compressible and compression != "none":
             raise api.UsageError(f"compression: {file_format} shards are written uncompressed, not {compression!r}")
         if num_shards is not None and (
             isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1

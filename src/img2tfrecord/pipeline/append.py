@@ -192,11 +192,11 @@ def check_options(config: ConvertConfig, doc: DatasetManifest) -> None:
                 "that folder, or rebuild with --overwrite"
             )
         raise PlanError(f"--append: the output was converted from {doc.input}, not {config.input}")
-    if config.file_format != doc.file_format.value:  # also for outputs whose options predate --file-format
+    if config.file_format != doc.file_format:  # also for outputs whose options predate --file-format
         raise PlanError(
-            f"--append: the output's shards are {doc.file_format.value} files, and --file-format is "
+            f"--append: the output's shards are {doc.file_format} files, and --file-format is "
             f"{config.file_format} here; an append writes the output's file format (give --file-format "
-            f"{doc.file_format.value}, or rebuild with --overwrite)"
+            f"{doc.file_format}, or rebuild with --overwrite)"
         )
     mine = config.options_json()
     for name, value in doc.options.items():

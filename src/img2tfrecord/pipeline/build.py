@@ -25,8 +25,8 @@ from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.kinds.archive import archive_root
 from img2tfrecord.pipeline.launch import Launch
 from img2tfrecord.schemas import output_files
-from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, FileFormat, RecordType, Task
-from img2tfrecord.schemas.output_files import FILE_FORMAT_TFRECORD
+from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, RecordType, Task
+from img2tfrecord.schemas.output_files import DEFAULT_FILE_FORMAT
 from img2tfrecord.sources import input_paths
 from img2tfrecord.sources.inputs import SKIPPED
 from img2tfrecord.transforms import finish_output as tail
@@ -46,7 +46,7 @@ def _one(unused_element):
 
 
 def shard_sinks(
-    run_dir: str, compression: str, generation: int = 0, file_format: str = FILE_FORMAT_TFRECORD, sequence: bool = False
+    run_dir: str, compression: str, generation: int = 0, file_format: str = DEFAULT_FILE_FORMAT, sequence: bool = False
 ) -> ShardSinks:
     """Where a run's splits are written: temp files in its staging folder ``run_dir``, committed under their
     final names in it too; ``FinalizeOutput`` moves them into the output."""
@@ -67,7 +67,7 @@ def manifest_template(
         input=input_name,
         options=config.options_json(),
         compression=Compression(config.compression),
-        file_format=FileFormat(config.file_format),
+        file_format=config.file_format,
         labels=(),
         splits={},
         accounting=None,

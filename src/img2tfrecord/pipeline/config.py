@@ -8,6 +8,7 @@ import dataclasses
 import os
 from typing import Any, Dict, Mapping, Optional
 
+from img2tfrecord import shard_formats
 from img2tfrecord.conversion.seeded_hashes import Splits, parse_splits, splits_of
 from img2tfrecord.errors import UsageError
 from img2tfrecord.images.options import (
@@ -33,7 +34,7 @@ from img2tfrecord.option_values import (
     TaskName,
     parse_image_size,
 )
-from img2tfrecord.schemas.output_files import COMPRESSION_NONE, FILE_FORMAT_TFRECORD
+from img2tfrecord.schemas.output_files import COMPRESSION_NONE, DEFAULT_FILE_FORMAT
 from img2tfrecord.sources.input_paths import input_folder, listed_folder, output_inside_input
 
 # The default runner: Beam's FnApiRunner (what the DirectRunner falls back to offline), in_memory: the
@@ -56,7 +57,7 @@ class ConvertConfig:
     shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
     num_shards: Optional[int] = None  # fixed shards per split instead of --shard-size-mb
     compression: CompressionName = "none"
-    file_format: FileFormatName = "tfrecord"  # the shard container (schemas/output_files.FILE_FORMATS)
+    file_format: FileFormatName = DEFAULT_FILE_FORMAT  # the shard container (shard_formats.FILE_FORMATS)
     overwrite: bool = False
     resume: bool = False  # keep the shards a killed run of the same fingerprint finished (plan.Plan.fingerprint)
     analyze: bool = True  # tf.Transform analysis of the train split (--no-analyze: skip)
@@ -121,7 +122,7 @@ def config_from_options(
     shard_size_mb: Optional[float] = None,
     num_shards: Optional[int] = None,
     compression: CompressionName = "none",
-    file_format: FileFormatName = "tfrecord",
+    file_format: FileFormatName = DEFAULT_FILE_FORMAT,
     overwrite: bool = False,
     resume: bool = False,
     append: bool = False,
@@ -161,8 +162,12 @@ def config_from_options(
         raise UsageError("--require-boxes applies to detection, not to --task classification")
     if dedupe and sequence:
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
-    if file_format != FILE_FORMAT_TFRECORD and compression != COMPRESSION_NONE:
+    own = shard_formats.adapter(file_format)
+    if not own.compressible and compression != COMPRESSION_NONE:
         raise UsageError(f"--compression {compression} compresses TFRecord shards, not {file_format} ones")
+    refusal = own.refusal(task == TASK_DETECTION, bool(sequence))
+    if refusal is not None:
+        raise UsageError(f"--file-format {own.name} {refusal}")
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file: give a folder (it is created if missing)")
     if output_inside_input(input, output):

@@ -12,7 +12,7 @@ import collections
 import dataclasses
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from img2tfrecord import storage, tfrecord_codec
+from img2tfrecord import shard_formats, storage, tfrecord_codec
 from img2tfrecord.conversion.appends import GenerationInputs, locate
 from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.run_totals import RunTotals
@@ -115,7 +115,7 @@ def withdrawals(
 
 def _in_file_format(w: Withdrawal, doc: DatasetManifest) -> Withdrawal:
     """``w`` naming its shard in the output's file format (the locator names TFRecord shards)."""
-    if doc.file_format.value == output_files.FILE_FORMAT_TFRECORD:
+    if doc.file_format == output_files.DEFAULT_FILE_FORMAT:  # the locator's names
         return w
     parsed = output_files.parse_shard_file_name(w.file)
     if parsed is None:
@@ -125,7 +125,7 @@ def _in_file_format(w: Withdrawal, doc: DatasetManifest) -> Withdrawal:
         parsed["index"],
         parsed["count"],
         generation=parsed["generation"],
-        file_format=doc.file_format.value,
+        file_format=doc.file_format,
     )
     return dataclasses.replace(w, file=file)
 
@@ -148,9 +148,9 @@ def _read_records(output: str, doc: DatasetManifest, entry, indices: Iterable[in
     """Records ``indices`` of a listed shard: through its offsets when uncompressed, else by a scan."""
     path = storage.join(output, entry.file)
     wanted = set(indices)
-    file_format = doc.file_format.value
+    file_format = doc.file_format
     try:
-        if doc.compression.value == "none" and file_format != output_files.FILE_FORMAT_ARRAY_RECORD:
+        if doc.compression.value == "none" and shard_formats.adapter(file_format).random_access == "offsets":
             shard = shard_info(output, entry)
             offsets = shard_offsets(shard, file_format)
             with records.RandomAccessFile(path) as f:

@@ -12,7 +12,7 @@ import os
 import tempfile
 from typing import List, Optional, Tuple
 
-from img2tfrecord import storage, tfrecord_codec
+from img2tfrecord import shard_formats, storage, tfrecord_codec
 from img2tfrecord.readers.split_shards import read_split, shard_offsets
 from img2tfrecord.schemas import output_files
 
@@ -26,10 +26,10 @@ def dali_inputs(path: str, split: str = "train", index_dir: Optional[str] = None
     (DALI reads uncompressed TFRecord files), for another file format, and what :func:`read_split` raises.
     """
     info = read_split(path, split)
-    if info.file_format != output_files.FILE_FORMAT_TFRECORD:
+    if not shard_formats.adapter(info.file_format).tf_data_reads:
         raise ValueError(
             f"{path} holds {info.file_format} shards: these index files are for DALI's TFRecord reader "
-            "(convert --file-format tfrecord)"
+            f"(convert --file-format {output_files.DEFAULT_FILE_FORMAT})"
         )
     if info.compression != "none":
         raise ValueError(

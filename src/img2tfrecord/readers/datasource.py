@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Tuple
 import numpy as np
 from PIL import Image
 
-from img2tfrecord import storage, tfrecord_codec
+from img2tfrecord import shard_formats, storage, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import (
     CorruptRecordError,
@@ -44,8 +44,6 @@ from img2tfrecord.readers.read_errors import (
 )
 from img2tfrecord.readers.split_shards import ShardInfo, SplitInfo, read_split, shard_offsets
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import output_files
-from img2tfrecord.shard_formats import array_records
 
 # ---------------------------------------------------------------------------
 # Records to examples.
@@ -120,11 +118,13 @@ class SplitDataSource:
                 f"{path} is {info.compression}-compressed: random access needs uncompressed shards "
                 f"(convert --compression none); read it sequentially with iter_split"
             )
-        if info.file_format == output_files.FILE_FORMAT_ARRAY_RECORD and storage.is_remote(path):
+        own = shard_formats.adapter(info.file_format)
+        if own.random_access == "numbered" and not own.remote_random_access and storage.is_remote(path):
             raise ValueError(
-                f"{path} holds ArrayRecord shards, whose reader opens local files only: copy the output to a local "
+                f"{path} holds {own.title} shards, whose reader opens local files only: copy the output to a local "
                 "folder for random access, or read it sequentially with iter_split"
             )
+        self._own = own
         self.info = info
         self.decode = decode
         self._starts = [0]
@@ -137,7 +137,7 @@ class SplitDataSource:
         self._lock = threading.Lock()
         self._files: Dict[int, records.RandomAccessFile] = {}
         self._offsets: Dict[int, List[tfrecord_codec.IndexEntry]] = {}
-        self._readers: Dict[int, array_records.ArrayRecordShard] = {}  # ArrayRecord shards: their own index
+        self._readers: Dict[int, shard_formats.NumberedShard] = {}  # shards read by number: their own index
 
     @property
     def labels(self) -> Tuple[str, ...]:
@@ -158,8 +158,8 @@ class SplitDataSource:
         shard = self.info.shards[shard_no]
         record = shard.physical(index - self._starts[shard_no])
         try:
-            if self.info.file_format == output_files.FILE_FORMAT_ARRAY_RECORD:
-                data = self._array_record(shard_no).read([record])[0]
+            if self._own.random_access == "numbered":
+                data = self._numbered(shard_no).read([record])[0]
             else:
                 file, entries = self._open(shard_no)
                 offset, length = entries[record]
@@ -168,7 +168,7 @@ class SplitDataSource:
             raise from_record_error(shard.path, e, shard.index_file()) from None
         return to_example(data, self.info, self.decode, shard.path, record)
 
-    def _array_record(self, shard_no: int) -> array_records.ArrayRecordShard:
+    def _numbered(self, shard_no: int) -> shard_formats.NumberedShard:
         self._check_process()
         reader = self._readers.get(shard_no)
         if reader is not None:
@@ -177,7 +177,7 @@ class SplitDataSource:
             if shard_no not in self._readers:
                 shard = self.info.shards[shard_no]
                 try:
-                    opened = array_records.ArrayRecordShard(shard.path)
+                    opened = self._own.open_numbered(shard.path)
                 except tfrecord_codec.RecordError as e:
                     raise from_record_error(shard.path, e) from None
                 if len(opened) != shard.num_records:

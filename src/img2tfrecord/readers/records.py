@@ -14,24 +14,17 @@ parsed with the TensorFlow-free message classes of
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import os
-import tarfile
+import shutil
+import tempfile
 import threading
-from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Sequence, Tuple, cast
+from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Sequence, Tuple
 
-from img2tfrecord import storage, tfrecord_codec
+from img2tfrecord import shard_formats, storage
 from img2tfrecord.schemas import dataset_json, example_proto, features, output_files
 from img2tfrecord.schemas.dataset_json import DatasetManifest
-from img2tfrecord.shard_formats import array_records, tar_shards
-from img2tfrecord.tfrecord_codec import (
-    IndexEntry,
-    Record,
-    RecordError,
-    TruncatedRecordError,
-    framed_length,
-    read_record_at,
-)
+from img2tfrecord.tfrecord_codec import IndexEntry, Record, RecordError, read_record_at
 
 # ---------------------------------------------------------------------------
 # The manifest.
@@ -67,18 +60,7 @@ def shard_paths(directory: str, doc: DatasetManifest, split: str) -> List[Tuple[
 
 
 # ---------------------------------------------------------------------------
-# TFRecord files: the format is tfrecord_codec's; here, the files are opened.
-
-
-def _stream(path: str, compression: str) -> Tuple[BinaryIO, BinaryIO, int | None]:
-    """(record stream, underlying file, size bound of the stream or None when unknown)."""
-    raw = storage.open_binary(path)
-    if compression == "gzip":
-        return cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb")), raw, None
-    if compression != "none":
-        raw.close()
-        raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(output_files.COMPRESSIONS)}")
-    return raw, raw, storage.file_size(path)
+# Shards: each format is its adapter's (shard_formats/); here, the files are opened.
 
 
 def scan_records(
@@ -86,36 +68,18 @@ def scan_records(
     compression: str = "none",
     check_crc: bool = True,
     *,
-    file_format: str = output_files.FILE_FORMAT_TFRECORD,
+    file_format: str = output_files.DEFAULT_FILE_FORMAT,
     sequence: bool = False,
 ) -> Iterator[Record]:
     """Every record of one shard, in order, whatever its file format (``file_format``; ``sequence``: the
-    records are SequenceExamples, which a WebDataset sample stores as frames).
+    records are SequenceExamples), read by the format's adapter (``shard_formats/``).
 
-    TFRecord: :func:`tfrecord_codec.read_records` over the shard's file; a record whose data fails
-    its checksum is yielded with ``data_crc_ok=False``. ArrayRecord: its records, read through a
-    local copy of a remote shard (``Record.offset`` is the record's number). WebDataset: each
-    sample's record (``shard_formats/webdataset_samples.py``), ``offset`` its first header's.
-    Anything that loses the framing raises :class:`RecordError` and ends the walk.
+    TFRecord: a record whose data fails its checksum is yielded with ``data_crc_ok=False``; other
+    formats give back the record the TFRecord run holds (``Record.offset``: where the format says;
+    a record number for formats read by number). Anything that loses the framing raises
+    :class:`RecordError` and ends the walk.
     """
-    if file_format == output_files.FILE_FORMAT_ARRAY_RECORD:
-        with array_records.local_copy(path, storage.is_remote, storage.open_binary) as local:
-            yield from array_records.read_records(local)
-        return
-    if file_format == output_files.FILE_FORMAT_WEBDATASET:
-        with storage.open_binary(path) as raw:
-            yield from tar_shards.read_records(raw, sequence)
-        return
-    output_files.check_file_format(file_format)
-    stream, raw, size = _stream(path, compression)
-    index = offset = 0  # where the next record starts
-    try:
-        with raw, stream:
-            for record in tfrecord_codec.read_records(stream, check_crc, size):
-                yield record
-                index, offset = record.index + 1, record.offset + framed_length(len(record.data))
-    except OSError as e:  # closing a broken gzip stream
-        raise RecordError(index, offset, f"read error: {e}") from None
+    yield from shard_formats.adapter(file_format).scan(path, compression, check_crc, sequence)
 
 
 def iter_records(
@@ -123,7 +87,7 @@ def iter_records(
     compression: str = "none",
     check_crc: bool = True,
     *,
-    file_format: str = output_files.FILE_FORMAT_TFRECORD,
+    file_format: str = output_files.DEFAULT_FILE_FORMAT,
     sequence: bool = False,
 ) -> Iterator[Tuple[int, int, bytes]]:
     """``(index, offset, data)`` of every record; any problem, a bad data checksum included, raises RecordError."""
@@ -189,35 +153,55 @@ class RandomAccessFile:
 
 
 def walk_offsets(
-    path: str, check_crc: bool = True, file_format: str = output_files.FILE_FORMAT_TFRECORD
+    path: str, check_crc: bool = True, file_format: str = output_files.DEFAULT_FILE_FORMAT
 ) -> List[IndexEntry]:
-    """``(offset, length)`` of every record of an uncompressed shard (:func:`tfrecord_codec.walk_offsets`), or of
-    every sample of a tar shard (:func:`tar_shards.walk_samples`; ``RecordError`` for a tar that does not read)."""
-    if file_format == output_files.FILE_FORMAT_WEBDATASET:
-        with storage.open_binary(path) as raw:
-            try:
-                return tar_shards.walk_samples(raw)
-            except (tarfile.TarError, EOFError, OSError) as e:
-                raise TruncatedRecordError(-1, 0, f"broken tar: {e}") from None
-    with RandomAccessFile(path) as f:
-        return tfrecord_codec.walk_offsets(f, check_crc)
+    """``(offset, length)`` of every record of an uncompressed shard, as its index file lists them
+    (the format's walk: record headers, a tar's samples; ``RecordError`` for what does not read)."""
+    return shard_formats.adapter(file_format).walk_offsets(path, check_crc)
+
+
+def _format_of(path: str) -> shard_formats.ShardFormat:
+    return shard_formats.adapter_of_file(path) or shard_formats.adapter(output_files.DEFAULT_FILE_FORMAT)
 
 
 def shard_records(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[Record]:
     """Every record of the Example shard ``path``, in order, in the file format its name says
     (:func:`scan_records`)."""
-    file_format = output_files.file_format_of(path) or output_files.FILE_FORMAT_TFRECORD
-    return scan_records(path, compression, check_crc, file_format=file_format)
+    return scan_records(path, compression, check_crc, file_format=_format_of(path).name)
+
+
+@contextlib.contextmanager
+def numbered_shard(path: str, own: shard_formats.ShardFormat) -> Iterator[shard_formats.NumberedShard]:
+    """The shard at ``path`` open for reads by record number (through a local copy where the format needs one)."""
+    with contextlib.ExitStack() as stack:
+        local = path
+        if storage.is_remote(path) and not own.remote_random_access:
+            local = stack.enter_context(local_copy(path, own.suffix))
+        shard = own.open_numbered(local)
+        stack.callback(shard.close)
+        yield shard
+
+
+@contextlib.contextmanager
+def local_copy(path: str, suffix: str) -> Iterator[str]:
+    """A temporary local copy of the remote file ``path``, removed afterwards."""
+    fd, copy = tempfile.mkstemp(prefix="img2tfrecord-", suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as target, storage.open_binary(path) as source:
+            shutil.copyfileobj(source, target, 8 << 20)
+        yield copy
+    finally:
+        os.remove(copy)
 
 
 def records_at(path: str, compression: str, wanted: Sequence[Tuple[int, int]]) -> Iterator[Tuple[int, bytes]]:
     """``(index, data)`` of the wanted records ``(index, offset)`` of the Example shard ``path`` that read
-    (others are left out): at their offsets in uncompressed TFRecord shards, by number in ArrayRecord
-    shards, else from a scan up to the last one."""
-    file_format = output_files.file_format_of(path) or output_files.FILE_FORMAT_TFRECORD
+    (others are left out): at their offsets in uncompressed shards of formats that place records by offset,
+    by number in formats read so, else from a scan up to the last one."""
+    own = _format_of(path)
     if not wanted:
         return
-    if file_format == output_files.FILE_FORMAT_TFRECORD and compression == output_files.COMPRESSION_NONE:
+    if own.self_framed and compression == output_files.COMPRESSION_NONE:
         with RandomAccessFile(path) as f:
             for index, offset in wanted:
                 try:
@@ -225,18 +209,15 @@ def records_at(path: str, compression: str, wanted: Sequence[Tuple[int, int]]) -
                 except RecordError:
                     continue
         return
-    if file_format == output_files.FILE_FORMAT_ARRAY_RECORD:
-        with (
-            array_records.local_copy(path, storage.is_remote, storage.open_binary) as local,
-            array_records.ArrayRecordShard(local) as shard,
-        ):
+    if own.random_access == "numbered":
+        with numbered_shard(path, own) as shard:
             for index, _ in wanted:
                 if 0 <= index < len(shard):
                     yield index, shard.read([index])[0]
         return
     indices = {index for index, _ in wanted}
     last = max(indices)
-    for record in scan_records(path, compression, file_format=file_format):
+    for record in scan_records(path, compression, file_format=own.name):
         if record.index in indices and record.data_crc_ok:
             yield record.index, record.data
         if record.index >= last:
@@ -244,16 +225,16 @@ def records_at(path: str, compression: str, wanted: Sequence[Tuple[int, int]]) -
 
 
 def read_record(
-    f: RandomAccessFile, index: int, offset: int, length: int, file_format: str = output_files.FILE_FORMAT_TFRECORD
+    f: RandomAccessFile,
+    index: int,
+    offset: int,
+    length: int,
+    file_format: str = output_files.DEFAULT_FILE_FORMAT,
+    sequence: bool = False,
 ) -> bytes:
-    """The data of the record an index entry ``(offset, length)`` places in the open shard ``f`` (TFRecord:
-    :func:`tfrecord_codec.read_record_at`, checksums checked; tar: the sample in that range, rebuilt)."""
-    if file_format == output_files.FILE_FORMAT_WEBDATASET:
-        chunk = f.read_at(offset, length)
-        if len(chunk) < length:
-            raise TruncatedRecordError(index, offset, f"truncated: {len(chunk)} of the sample's {length} bytes")
-        return tar_shards.record_in_range(chunk, index, offset)
-    return read_record_at(f, index, offset, length)
+    """The data of the record an index entry ``(offset, length)`` places in the open shard ``f``, checked as its
+    format can (TFRecord: both checksums; tar: the sample in that range, rebuilt)."""
+    return shard_formats.adapter(file_format).read_indexed(f, index, offset, length, sequence)
 
 
 # ---------------------------------------------------------------------------

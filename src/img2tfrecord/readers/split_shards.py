@@ -12,7 +12,7 @@ import bisect
 import dataclasses
 from typing import Any, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
-from img2tfrecord import storage, tfrecord_codec
+from img2tfrecord import shard_formats, storage, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import (
     IndexMismatchError,
@@ -76,7 +76,7 @@ class SplitInfo:
     channels: int
     labels: Tuple[str, ...]
     detection: bool = False  # TF Object Detection API records: examples get ``boxes`` and ``num_boxes``
-    file_format: str = output_files.FILE_FORMAT_TFRECORD  # the shards' container (--file-format)
+    file_format: str = output_files.DEFAULT_FILE_FORMAT  # the shards' container (--file-format)
 
     @property
     def num_records(self) -> int:
@@ -123,7 +123,7 @@ def read_split(path: str, split: str) -> SplitInfo:
         channels=doc.channels or 3,
         labels=doc.labels,
         detection=doc.is_detection,
-        file_format=doc.file_format.value,
+        file_format=doc.file_format,
     )
 
 
@@ -145,7 +145,7 @@ def _check_size(shard: ShardInfo, size: int, entries: Sequence[tfrecord_codec.In
 
 
 def shard_offsets(
-    shard: ShardInfo, file_format: str = output_files.FILE_FORMAT_TFRECORD
+    shard: ShardInfo, file_format: str = output_files.DEFAULT_FILE_FORMAT
 ) -> List[tfrecord_codec.IndexEntry]:
     """``(offset, length)`` of each record of an uncompressed shard, checked against the shard.
 
@@ -157,7 +157,7 @@ def shard_offsets(
     """
     index_path = shard.index_file()
     size = storage.file_size(shard.path)
-    tar = file_format == output_files.FILE_FORMAT_WEBDATASET  # its end-of-archive blocks follow the last sample
+    trailer = shard_formats.adapter(file_format).trailer  # bytes of the format's own after the last record
     if index_path is None:
         try:
             entries = records.walk_offsets(shard.path, file_format=file_format)
@@ -192,7 +192,7 @@ def shard_offsets(
         raise IndexMismatchError(
             index_path, f"lists {len(entries)} records where dataset.json lists {shard.num_records} in {shard.path}"
         )
-    if end != size and not (tar and end < size):
+    if end != size and not (trailer and end < size):
         raise IndexMismatchError(index_path, f"covers {end} bytes of {shard.path}, which has {size}")
     return entries
 

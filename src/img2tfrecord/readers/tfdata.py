@@ -28,7 +28,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from img2tfrecord import storage
+from img2tfrecord import shard_formats, storage
 from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.readers.tfdata_decode import (
     LoadPlan,
@@ -39,7 +39,7 @@ from img2tfrecord.readers.tfdata_decode import (
     parse_single,
 )
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, FileFormat, Task
+from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, Task
 
 ImageSize = Union[int, Tuple[int, int], Sequence[int]]
 
@@ -104,18 +104,11 @@ def _decoder(doc: DatasetManifest) -> str:
 
 def _check_file_format(path: str, doc: DatasetManifest) -> None:
     """ValueError naming the reader to use for shards that ``tf.data`` does not read."""
-    if doc.file_format is FileFormat.ARRAY_RECORD:
+    own = shard_formats.adapter(doc.file_format)
+    if not own.tf_data_reads:
         raise ValueError(
-            f"{path} holds ArrayRecord shards (convert --file-format array_record), which tf.data does not read: "
-            "read them with grain (grain.sources.ArrayRecordDataSource over the shards dataset.json lists), "
-            "tfds.builder_from_directory(path).as_data_source(split), or "
-            "img2tfrecord.readers.datasource.SplitDataSource"
-        )
-    if doc.file_format is FileFormat.WEBDATASET:
-        raise ValueError(
-            f"{path} holds WebDataset tar shards (convert --file-format webdataset), which tf.data does not read: "
-            "read them with webdataset.WebDataset (the split's pattern in dataset.json) in a PyTorch DataLoader, "
-            "or img2tfrecord.readers.datasource.SplitDataSource"
+            f"{path} holds {own.title} shards (convert --file-format {own.name}), which tf.data does not read: "
+            f"{own.reader_hint}"
         )
 
 

@@ -21,12 +21,11 @@ import tensorflow_datasets as tfds
 from etils import epath
 from tensorflow_datasets.core import naming, splits
 
-from img2tfrecord import storage, tfrecord_codec
+from img2tfrecord import shard_formats, storage
 from img2tfrecord.readers import records
 from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.schemas import output_files, tfds_layout
-from img2tfrecord.schemas.dataset_json import DatasetManifest, FileFormat, ShardInfo
-from img2tfrecord.shard_formats import array_records
+from img2tfrecord.schemas.dataset_json import DatasetManifest, ShardInfo
 
 
 def tfds_builder(path: str) -> tfds.core.DatasetBuilder:
@@ -100,23 +99,11 @@ def _split_info(
 def _copy_live(doc: DatasetManifest, shard: str, folder: str, prefix: str, withdrawn: FrozenSet[int]) -> int:
     """Write the records of ``shard`` but the ``withdrawn`` ones to a one-shard file of ``prefix`` in ``folder``,
     in the output's file format; -> how many."""
-    file_format = doc.file_format.value
+    file_format = doc.file_format
     target = os.path.join(folder, output_files.shard_file_name(prefix, 0, 1, file_format=file_format))
     live = (data for index, _, data in records.iter_records(shard, file_format=file_format) if index not in withdrawn)
-    if doc.file_format is FileFormat.ARRAY_RECORD:
-        writer = array_records.ArrayRecordShardWriter(target)
-        count = 0
-        for data in live:
-            writer.write(data)
-            count += 1
-        writer.close()
-        return count
-    count = 0
-    with open(target, "wb") as out:
-        for data in live:
-            out.write(tfrecord_codec.encode_record(data))
-            count += 1
-    return count
+    context = shard_formats.ShardContext(os.path.basename(target).split(".", 1)[0], doc.is_sequence, doc.labels)
+    return shard_formats.adapter(file_format).write_file(target, live, context)
 
 
 __all__ = ["tfds_builder"]

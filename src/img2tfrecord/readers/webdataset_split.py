@@ -15,18 +15,20 @@ from __future__ import annotations
 
 from typing import FrozenSet, List
 
-from img2tfrecord import storage
+from img2tfrecord import shard_formats, storage
 from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.schemas import output_files
-from img2tfrecord.schemas.dataset_json import DatasetManifest, FileFormat
+from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.shard_formats.tar_shards import sample_key
 
 
 def _webdataset_manifest(path: str) -> DatasetManifest:
     doc = read_finished_manifest(path)
-    if doc.file_format is not FileFormat.WEBDATASET:
+    own = shard_formats.adapter(doc.file_format)
+    if not own.brace_patterns:
+        wanted = next(a for a in shard_formats.ADAPTERS if a.brace_patterns)
         raise ValueError(
-            f"{path} holds {doc.file_format.value} shards, not WebDataset tar shards (convert --file-format webdataset)"
+            f"{path} holds {own.name} shards, not {wanted.title} shards (convert --file-format {wanted.name})"
         )
     return doc
 
@@ -42,7 +44,7 @@ def split_urls(path: str, split: str = "train") -> List[str]:
 def withdrawn_keys(path: str) -> FrozenSet[str]:
     """The ``__key__`` of every sample no reader should return (``convert --append --accept-changes``)."""
     doc = _webdataset_manifest(path)
-    suffix = output_files.shard_suffix(output_files.COMPRESSION_NONE, output_files.FILE_FORMAT_WEBDATASET)
+    suffix = output_files.shard_suffix(output_files.COMPRESSION_NONE, doc.file_format)
     return frozenset(sample_key(w.file[: -len(suffix)], w.index) for w in doc.withdrawals)
 
 

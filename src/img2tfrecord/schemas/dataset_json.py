@@ -46,12 +46,11 @@ class Compression(str, enum.Enum):
     GZIP = output_files.COMPRESSION_GZIP
 
 
-class FileFormat(str, enum.Enum):
-    """The container of the shards (``--file-format``); the records in them are the same."""
-
-    TFRECORD = output_files.FILE_FORMAT_TFRECORD
-    ARRAY_RECORD = output_files.FILE_FORMAT_ARRAY_RECORD
-    WEBDATASET = output_files.FILE_FORMAT_WEBDATASET
+def _file_format(value: Any) -> str:
+    """The container of the shards (``--file-format``; the records in them are the same): one of the table's."""
+    if value not in output_files.FILE_FORMATS:
+        raise fail("file_format", f"is {value!r}; expected one of {', '.join(output_files.FILE_FORMATS)}")
+    return str(value)
 
 
 # ---------------------------------------------------------------------------
@@ -236,7 +235,7 @@ class DatasetManifest:
     image_libraries: Optional[Dict[str, str]] = None  # distribution -> version: what decoded and resized
     generations: Tuple[Generation, ...] = ()  # (): an output with no input ledger (it cannot be appended to)
     format_version: int = output_files.BASE_FORMAT_VERSION
-    file_format: FileFormat = FileFormat.TFRECORD
+    file_format: str = output_files.DEFAULT_FILE_FORMAT  # a key of shard_formats.ADAPTER_FOR_FORMAT
 
     def __post_init__(self) -> None:
         if self.feature_spec is None:
@@ -381,7 +380,7 @@ class DatasetManifest:
             record_type=enum_value(RecordType, doc.get("record_type", RecordType.EXAMPLE.value), "record_type"),
             task=enum_value(Task, doc.get(output_files.TASK, Task.CLASSIFICATION.value), output_files.TASK),
             compression=enum_value(Compression, doc.get("compression", Compression.NONE.value), "compression"),
-            file_format=enum_value(FileFormat, doc.get("file_format", FileFormat.TFRECORD.value), "file_format"),
+            file_format=_file_format(doc.get("file_format", output_files.DEFAULT_FILE_FORMAT)),
             labeled=labeled,
             labels=tuple(string(name, f"labels[{i}]") for i, name in enumerate(labels)),
             feature_spec=None if spec is None else dict(obj(spec, "feature_spec")),
@@ -406,7 +405,7 @@ class DatasetManifest:
         version = max(self.format_version, output_files.BASE_FORMAT_VERSION)
         if self.withdrawals:
             version = max(version, output_files.WITHDRAWALS_FORMAT_VERSION)
-        if self.file_format is not FileFormat.TFRECORD:  # earlier versions would read its shards as TFRecord
+        if self.file_format != output_files.DEFAULT_FILE_FORMAT:  # earlier versions would read its shards as TFRecord
             version = max(version, output_files.FILE_FORMATS_FORMAT_VERSION)
         doc: Dict[str, Any] = {
             "format_version": version,
@@ -419,7 +418,7 @@ class DatasetManifest:
             "record_type": self.record_type.value,
             output_files.TASK: self.task.value,
             "compression": self.compression.value,
-            "file_format": self.file_format.value,
+            "file_format": self.file_format,
             "labeled": self.labeled,
             "labels": list(self.labels),
             "num_classes": self.num_classes,

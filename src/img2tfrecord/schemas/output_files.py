@@ -1,10 +1,8 @@
 """The output directory contract: file names, shard names and ``dataset.json``.
 
-An output directory holds, per split, shards named
-``<split>-<index>-of-<count>.tfrecord`` (``.tfrecord.gz`` when gzip
-compressed; ``.array_record`` with ``--file-format array_record``), or
-``<split>-<index>.tar`` (six digits, WebDataset's convention) with
-``--file-format webdataset``, plus:
+An output directory holds, per split, shards named by their file format's adapter
+(``shard_formats/``): ``<split>-<index>-of-<count><suffix>`` (``train-00000-of-00004.tfrecord``),
+or another name template where the format's readers expect one, plus:
 
 * ``dataset.json`` -- the manifest (:mod:`img2tfrecord.schemas.dataset_json`);
 * ``labels.txt``   -- line i is the class name of id i;
@@ -36,6 +34,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Optional
 
+from img2tfrecord import shard_formats
 from img2tfrecord.schemas import features, labels
 
 FORMAT_VERSION = 3  # the newest dataset.json this version reads
@@ -60,25 +59,18 @@ RECORD_TYPE = "tf.train.Example"
 SEQUENCE_RECORD_TYPE = "tf.train.SequenceExample"  # convert --sequence: one record per clip
 RECORD_TYPES = (RECORD_TYPE, SEQUENCE_RECORD_TYPE)
 
-# --file-format: the container of the shards (transforms/ writes them, readers/ reads them).
-FILE_FORMAT_TFRECORD = "tfrecord"
-FILE_FORMAT_ARRAY_RECORD = "array_record"  # ArrayRecord (riegeli): random access, what grain reads
-FILE_FORMAT_WEBDATASET = "webdataset"  # tar shards, one sample of members per record
-FILE_FORMATS = (FILE_FORMAT_TFRECORD, FILE_FORMAT_ARRAY_RECORD, FILE_FORMAT_WEBDATASET)
-# The members of a WebDataset sample: <key>.<image extension>, <key>.cls (the label id), <key>.json.
-WEBDATASET_LABEL_EXTENSION = "cls"
-WEBDATASET_JSON_EXTENSION = "json"
-WEBDATASET_IMAGE_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "raw"}  # image/format -> extension
+# --file-format: the container of the shards; every fact of a format is its adapter's (shard_formats/).
+FILE_FORMATS = shard_formats.FILE_FORMATS
+DEFAULT_FILE_FORMAT = shard_formats.DEFAULT_FORMAT
 
 COMPRESSION_NONE = "none"
 COMPRESSION_GZIP = "gzip"
 COMPRESSIONS = (COMPRESSION_NONE, COMPRESSION_GZIP)
 SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"  # Beam's shard template: train-00000-of-00004
-TAR_SHARD_NAME_TEMPLATE = "-SSSSSS"  # webdataset: train-000000.tar, the brace pattern train-{000000..000003}.tar
 SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
-_SHARD_FILE_RE = re.compile(
-    r"^(?P<split>[A-Za-z0-9_]+)(?:-g(?P<generation>\d{5}))?"
-    r"(?:-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?:tfrecord(?:\.gz)?|array_record)|-(?P<tar_index>\d{6})\.tar)$"
+_SHARD_FILE_RES = tuple(
+    re.compile(r"^(?P<split>[A-Za-z0-9_]+)(?:-g(?P<generation>\d{5}))?" + a.name_re + a.suffix_re() + "$")
+    for a in shard_formats.ADAPTERS
 )
 _ERRORS_FILE_RE = re.compile(r"^errors-g\d{5}\.jsonl$")
 LEDGER_DIR = "ledger"  # the input ledger of each generation (schemas/ledger.py)
@@ -129,37 +121,35 @@ RUN_PLACED_FILE = (
 # Every name convert may leave in an output directory (beam-temp-* are Beam's
 # write staging folders; they are removed when a write finalises).
 OUTPUT_FILE_NAMES = (
-    MANIFEST_FILE,
-    LABELS_FILE,
-    LABEL_MAP_FILE,
-    ERRORS_FILE,
-    SUCCESS_FILE,
-    LOCK_FILE,
-    INDEX_DIR,
-    LEDGER_DIR,
-) + ANALYSIS_FILE_NAMES
+    (
+        MANIFEST_FILE,
+        LABELS_FILE,
+        LABEL_MAP_FILE,
+        ERRORS_FILE,
+        SUCCESS_FILE,
+        LOCK_FILE,
+        INDEX_DIR,
+        LEDGER_DIR,
+    )
+    + ANALYSIS_FILE_NAMES
+    + tuple(a.card_file for a in shard_formats.ADAPTERS if a.card_file)
+)
 TEMP_PREFIXES = ("beam-temp-", ".tmp-")
 
 
 def check_file_format(file_format: str) -> str:
-    if file_format not in FILE_FORMATS:
-        raise ValueError(f"unknown file format {file_format!r}; expected one of {', '.join(FILE_FORMATS)}")
-    return file_format
+    return shard_formats.adapter(file_format).name
 
 
-def shard_suffix(compression: str, file_format: str = FILE_FORMAT_TFRECORD) -> str:
+def shard_suffix(compression: str, file_format: str = DEFAULT_FILE_FORMAT) -> str:
     if compression not in COMPRESSIONS:
         raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(COMPRESSIONS)}")
-    if check_file_format(file_format) != FILE_FORMAT_TFRECORD:
-        if compression != COMPRESSION_NONE:
-            raise ValueError(f"{file_format} shards are not compressed as a whole (compression {compression!r})")
-        return ".tar" if file_format == FILE_FORMAT_WEBDATASET else ".array_record"
-    return ".tfrecord.gz" if compression == COMPRESSION_GZIP else ".tfrecord"
+    return shard_formats.adapter(file_format).shard_suffix(compression)
 
 
-def shard_name_template(file_format: str = FILE_FORMAT_TFRECORD) -> str:
+def shard_name_template(file_format: str = DEFAULT_FILE_FORMAT) -> str:
     """Beam's shard name template of a file format: ``-SSSSS-of-NNNNN``, or ``-SSSSSS`` for tar shards."""
-    return TAR_SHARD_NAME_TEMPLATE if check_file_format(file_format) == FILE_FORMAT_WEBDATASET else SHARD_NAME_TEMPLATE
+    return shard_formats.adapter(file_format).name_template
 
 
 def shard_prefix(split: str, generation: int = 0) -> str:
@@ -173,15 +163,13 @@ def shard_file_name(
     count: int,
     compression: str = "none",
     generation: int = 0,
-    file_format: str = FILE_FORMAT_TFRECORD,
+    file_format: str = DEFAULT_FILE_FORMAT,
 ) -> str:
     suffix = shard_suffix(compression, file_format)
-    if file_format == FILE_FORMAT_WEBDATASET:
-        return f"{shard_prefix(split, generation)}-{index:06d}{suffix}"
-    return f"{shard_prefix(split, generation)}-{index:05d}-of-{count:05d}{suffix}"
+    return shard_formats.adapter(file_format).file_name(shard_prefix(split, generation), index, count, suffix)
 
 
-def shard_pattern(split: str, count: int, generation: int = 0, file_format: str = FILE_FORMAT_WEBDATASET) -> str:
+def shard_pattern(split: str, count: int, generation: int = 0, file_format: str = DEFAULT_FILE_FORMAT) -> str:
     """The brace pattern of one generation's shards of a split (``train-{000000..000003}.tar``), as
     ``webdataset.WebDataset`` and ``braceexpand`` expand it."""
     first = shard_file_name(split, 0, count, generation=generation, file_format=file_format)
@@ -195,13 +183,8 @@ def shard_pattern(split: str, count: int, generation: int = 0, file_format: str 
 
 def file_format_of(name: str) -> Optional[str]:
     """The file format of a shard file name (a final name or a staged temp name), or None."""
-    if name.endswith(".tar"):
-        return FILE_FORMAT_WEBDATASET
-    if name.endswith(".array_record"):
-        return FILE_FORMAT_ARRAY_RECORD
-    if name.endswith((".tfrecord", ".tfrecord.gz")):
-        return FILE_FORMAT_TFRECORD
-    return None
+    found = shard_formats.adapter_of_file(name)
+    return found.name if found is not None else None
 
 
 def errors_file(generation: int = 0) -> str:
@@ -230,17 +213,19 @@ def index_file(shard_name: str) -> str:
 
 
 def parse_shard_file_name(name: str) -> Optional[Dict[str, Any]]:
-    """``{"split", "generation", "index", "count"}`` of a shard file name (``count`` None for tar shards), or None."""
-    m = _SHARD_FILE_RE.match(name)
-    if not m:
-        return None
-    tar = m.group("tar_index") is not None
-    return {
-        "split": m.group("split"),
-        "generation": int(m.group("generation") or 0),
-        "index": int(m.group("tar_index") if tar else m.group("index")),
-        "count": None if tar else int(m.group("count")),  # a tar shard's name has no count
-    }
+    """``{"split", "generation", "index", "count"}`` of a shard file name (``count`` None for a
+    format whose names have none, as tar shards'), or None."""
+    for pattern in _SHARD_FILE_RES:
+        m = pattern.match(name)
+        if m:
+            count = m.groupdict().get("count")
+            return {
+                "split": m.group("split"),
+                "generation": int(m.group("generation") or 0),
+                "index": int(m.group("index")),
+                "count": None if count is None else int(count),
+            }
+    return None
 
 
 def is_output_file(name: str) -> bool:

@@ -19,15 +19,17 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from img2tfrecord import shard_formats
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import output_files
-from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, FileFormat, ShardInfo, TfdsStatus
+from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, ShardInfo, TfdsStatus
 
 DATASET_INFO_FILE = output_files.TFDS_DATASET_INFO_FILE
 FEATURES_FILE = output_files.TFDS_FEATURES_FILE
 SPLIT_FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"  # TFDS' spelling of output_files.shard_file_name
 # TFDS's name of each file format it reads (its FileFormat values), and the suffix of our shards in it.
-TFDS_FILE_FORMATS = {FileFormat.TFRECORD: "tfrecord", FileFormat.ARRAY_RECORD: "array_record"}
+TFDS_FILE_FORMATS = {a.name: a.tfds_name for a in shard_formats.ADAPTERS if a.tfds_name}
+_TFDS_DEFAULT = TFDS_FILE_FORMATS[output_files.DEFAULT_FILE_FORMAT]
 DATASET_NAME = "img2tfrecord"
 
 _SEP = "/"
@@ -60,17 +62,18 @@ def generation_shards(doc: DatasetManifest, split: str) -> List[Tuple[int, Tuple
 
 def file_template(doc: DatasetManifest, prefix: str = "{SPLIT}") -> str:
     """TFDS's file name template of shards named ``<prefix>-<index>-of-<count>`` in the output's file format."""
-    return f"{prefix}-{{SHARD_X_OF_Y}}.{TFDS_FILE_FORMATS.get(doc.file_format, 'tfrecord')}"
+    return f"{prefix}-{{SHARD_X_OF_Y}}.{TFDS_FILE_FORMATS.get(doc.file_format, _TFDS_DEFAULT)}"
 
 
 def unsupported_reason(doc: DatasetManifest, across_generations: bool = False) -> Optional[str]:
     """Why TFDS cannot read the output ``doc`` describes, or None when it can; ``across_generations``:
     read as :func:`img2tfrecord.readers.tfds_builder.tfds_builder` reads it, one template per generation."""
     if doc.file_format not in TFDS_FILE_FORMATS:
+        own = shard_formats.adapter(doc.file_format)
         return (
-            f"this img2tfrecord output holds {doc.file_format.value} tar shards, which TFDS does not read; read it "
-            "with webdataset.WebDataset (PyTorch) or img2tfrecord.readers.datasource, or convert with "
-            "--file-format tfrecord or array_record"
+            f"this img2tfrecord output holds {own.described}, which TFDS does not read; read it "
+            f"with {own.other_readers}, or convert with "
+            f"--file-format {' or '.join(TFDS_FILE_FORMATS)}"
         )
     if doc.is_sequence:
         return (
@@ -108,7 +111,7 @@ def unsupported_reason(doc: DatasetManifest, across_generations: bool = False) -
         for generation, shards in groups:
             for i, shard in enumerate(shards):
                 expected = output_files.shard_file_name(
-                    name, i, len(shards), generation=generation, file_format=doc.file_format.value
+                    name, i, len(shards), generation=generation, file_format=doc.file_format
                 )
                 if shard.file != expected:
                     return f"shard {shard.file} of split {name} does not follow {file_template(doc)}"
@@ -202,7 +205,7 @@ def dataset_info_json(doc: DatasetManifest, reason: Optional[str] = None) -> Dic
         "name": DATASET_NAME,
         "version": f"{doc.format_version}.0.0",
         "description": description,
-        "fileFormat": TFDS_FILE_FORMATS.get(doc.file_format, "tfrecord"),
+        "fileFormat": TFDS_FILE_FORMATS.get(doc.file_format, _TFDS_DEFAULT),
         "splits": splits,
     }
 

@@ -1,85 +1,58 @@
-"""The shard file formats behind ``--file-format``: one record writer each, and one record reader each.
+"""The shard file formats behind ``--file-format``: one adapter per format, in one table.
 
-Every format stores the same serialized ``tf.train.Example`` / ``SequenceExample`` records in the
-same order; placement, splits and accounting never ask which format a shard is in. Writers:
+:data:`ADAPTER_FOR_FORMAT` maps each flag value to its :class:`~img2tfrecord.shard_formats.base.ShardFormat`,
+the only code that knows that format (names, index files, writer, readers, what other libraries read;
+see ``base.py``). Everything else asks :func:`adapter` (by ``--file-format`` / ``dataset.json``'s
+``file_format``) or :func:`adapter_of_file` (by a shard's name). A new format is one module here and
+one line in the table. Every format stores the same serialized records in the same order.
 
-* ``tfrecord``: framed records (``tfrecord_codec``) into a stream, gzip or not;
-* ``array_record``: :class:`~img2tfrecord.shard_formats.array_records.ArrayRecordShardWriter`,
-  to a local path (the Beam adapter copies it where the output is);
-* ``webdataset``: :class:`~img2tfrecord.shard_formats.tar_shards.TarShardWriter`, samples into a stream.
-
-:class:`StreamWriter` is what the stream formats share: ``write(record)`` returns the record's
-``(offset, length)`` for the shard's index file. No Beam and no TensorFlow here; the readers of
-these files are :mod:`img2tfrecord.readers.records`'s.
+Import-light: the adapters import their implementation and its library when first used.
 """
 
 from __future__ import annotations
 
-from typing import BinaryIO, Protocol
+from typing import Dict, Literal, Optional, Tuple, cast
 
-from img2tfrecord import tfrecord_codec
-from img2tfrecord.schemas import output_files
-from img2tfrecord.shard_formats.tar_shards import TarShardWriter
-from img2tfrecord.tfrecord_codec import IndexEntry
+from img2tfrecord.shard_formats.array_record_format import FORMAT as _ARRAY_RECORD
+from img2tfrecord.shard_formats.base import NumberedShard, RecordWriter, ShardContext, ShardFormat
+from img2tfrecord.shard_formats.parquet_format import FORMAT as _PARQUET
+from img2tfrecord.shard_formats.tfrecord_format import FORMAT as _TFRECORD
+from img2tfrecord.shard_formats.webdataset_format import FORMAT as _WEBDATASET
 
-TFRECORD = output_files.FILE_FORMAT_TFRECORD
-ARRAY_RECORD = output_files.FILE_FORMAT_ARRAY_RECORD
-WEBDATASET = output_files.FILE_FORMAT_WEBDATASET
-FILE_FORMATS = output_files.FILE_FORMATS
-
-
-class StreamWriter(Protocol):
-    """Records into one shard's byte stream."""
-
-    def write(self, record: bytes) -> IndexEntry:
-        """Write ``record``; -> where it lies in the stream: ``(offset, length)``."""
-        ...
-
-    def close(self) -> None:
-        """Write what ends the shard (the stream itself stays open)."""
-        ...
+ADAPTERS: Tuple[ShardFormat, ...] = (_TFRECORD, _ARRAY_RECORD, _WEBDATASET, _PARQUET)
+ADAPTER_FOR_FORMAT: Dict[str, ShardFormat] = {a.name: a for a in ADAPTERS}
+FILE_FORMATS: Tuple[str, ...] = tuple(ADAPTER_FOR_FORMAT)
+# The flag values as a type, for convert()'s signature (tests/test_typed_api.py holds it equal to the table).
+FileFormatName = Literal["tfrecord", "array_record", "webdataset", "parquet"]
+DEFAULT_FORMAT: FileFormatName = cast(FileFormatName, _TFRECORD.name)
 
 
-class TFRecordStreamWriter:
-    """Records framed as TFRecord into ``stream`` (the file, or a gzip stream over it)."""
-
-    def __init__(self, stream: BinaryIO):
-        self._stream = stream
-        self._offset = 0
-
-    def write(self, record: bytes) -> IndexEntry:
-        framed = tfrecord_codec.encode_record(record)
-        self._stream.write(framed)
-        entry = (self._offset, len(framed))
-        self._offset += len(framed)
-        return entry
-
-    def close(self) -> None:
-        pass
+def adapter(file_format: str) -> ShardFormat:
+    """The adapter of ``file_format``; ValueError naming the choices for an unknown one."""
+    found = ADAPTER_FOR_FORMAT.get(file_format)
+    if found is None:
+        raise ValueError(f"unknown file format {file_format!r}; expected one of {', '.join(FILE_FORMATS)}")
+    return found
 
 
-def stream_writer(file_format: str, stream: BinaryIO, shard_stem: str, sequence: bool) -> StreamWriter:
-    """The writer of a stream format; ``shard_stem`` (the shard's file name without its suffix) keys the
-    samples of a WebDataset shard, ``sequence`` says its records are SequenceExamples."""
-    if file_format == TFRECORD:
-        return TFRecordStreamWriter(stream)
-    if file_format == WEBDATASET:
-        return TarShardWriter(stream, shard_stem, sequence)
-    raise ValueError(f"{file_format} is not written as a stream")
-
-
-def has_index_files(file_format: str, compression: str) -> bool:
-    """Whether a shard gets an index file: uncompressed TFRecord and tar shards; ArrayRecord has its own."""
-    return file_format != ARRAY_RECORD and compression == output_files.COMPRESSION_NONE
+def adapter_of_file(name: str) -> Optional[ShardFormat]:
+    """The adapter whose shards are named like ``name`` (a final or a staged temp name), or None."""
+    for candidate in ADAPTERS:
+        if name.endswith(candidate.suffix) or (candidate.compressible and name.endswith(candidate.suffix + ".gz")):
+            return candidate
+    return None
 
 
 __all__ = [
-    "ARRAY_RECORD",
+    "ADAPTERS",
+    "ADAPTER_FOR_FORMAT",
+    "DEFAULT_FORMAT",
     "FILE_FORMATS",
-    "TFRECORD",
-    "WEBDATASET",
-    "StreamWriter",
-    "TFRecordStreamWriter",
-    "has_index_files",
-    "stream_writer",
+    "FileFormatName",
+    "NumberedShard",
+    "RecordWriter",
+    "ShardContext",
+    "ShardFormat",
+    "adapter",
+    "adapter_of_file",
 ]

@@ -21,11 +21,11 @@ import json
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas import output_files
 from img2tfrecord.schemas.example_proto import Example, SequenceExample
 
-LABEL = output_files.WEBDATASET_LABEL_EXTENSION
-JSON = output_files.WEBDATASET_JSON_EXTENSION
+LABEL = "cls"  # the label id
+JSON = "json"  # every other feature
+IMAGE_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "raw"}  # image/format -> extension
 _LIST_FEATURES = frozenset(keys.OBJECT_FEATURES)  # always lists, even of one value
 # The kind of an empty list in a feature the schema declares (an image without boxes).
 _DECLARED_KINDS = {key: dtype for key, (dtype, _) in keys.OBJECT_FEATURES.items()}
@@ -41,7 +41,7 @@ def image_extension(image_format: Optional[str]) -> str:
     """The member extension of an image stored in ``image_format`` (``jpeg`` -> ``jpg``)."""
     if not image_format:
         return "bin"
-    known = output_files.WEBDATASET_IMAGE_EXTENSIONS.get(image_format)
+    known = IMAGE_EXTENSIONS.get(image_format)
     if known:
         return known
     return image_format if image_format.isalnum() else "bin"
@@ -160,9 +160,24 @@ def _dumps(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+def check_label_member(members: Mapping[str, bytes], doc: Mapping[str, Any]) -> None:
+    """:class:`SampleError` unless ``.cls`` is the label ``.json`` holds (present exactly when it has one)."""
+    label = doc.get(keys.CLASS_LABEL)
+    expected = str(label).encode("ascii") if isinstance(label, int) and not isinstance(label, bool) else None
+    found = members.get(LABEL)
+    if found == expected:
+        return
+    if found is None:
+        raise SampleError(f"no .{LABEL} member, where .{JSON} holds label {label}")
+    if expected is None:
+        raise SampleError(f".{LABEL} member {found[:20]!r} in a sample whose .{JSON} holds no single label")
+    raise SampleError(f".{LABEL} member says {found[:20].decode('ascii', 'replace')}, .{JSON} says label {label}")
+
+
 def record_from_members(members: Mapping[str, bytes], sequence: bool = False) -> bytes:
     """The serialized record a sample's members (extension -> data) hold; :class:`SampleError` when they
-    are not a sample this format writes. ``.cls`` is not read: ``.json`` holds the label too."""
+    are not a sample this format writes. ``.json`` holds the label; ``.cls``, which PyTorch pipelines read
+    (``to_tuple("jpg", "cls")``), must say the same (:func:`check_label_member`)."""
     if JSON not in members:
         raise SampleError(f"no .{JSON} member")
     try:
@@ -171,6 +186,7 @@ def record_from_members(members: Mapping[str, bytes], sequence: bool = False) ->
         raise SampleError(f".{JSON} member is not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise SampleError(f".{JSON} member is not a JSON object")
+    check_label_member(members, doc)
     images = {ext: data for ext, data in members.items() if ext not in (JSON, LABEL)}
     if sequence:
         clip = SequenceExample()
@@ -196,4 +212,14 @@ def record_from_members(members: Mapping[str, bytes], sequence: bool = False) ->
     return example.SerializeToString(deterministic=True)
 
 
-__all__ = ["SampleError", "image_extension", "record_from_members", "sample_members"]
+json_features = _json_features  # also the JSON of the features other formats keep as JSON (parquet_shards)
+set_features = _set_features
+
+__all__ = [
+    "SampleError",
+    "image_extension",
+    "json_features",
+    "record_from_members",
+    "sample_members",
+    "set_features",
+]

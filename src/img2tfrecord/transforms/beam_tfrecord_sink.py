@@ -14,11 +14,10 @@ A split's shards go through Beam's ``FileBasedSink`` (the base of the sink
   paths (skipping those a previous commit already renamed), then deletes
   ``init_result``.
 
-The record writers are :mod:`img2tfrecord.shard_formats`': TFRecord framing as
-``WriteToTFRecord`` frames records (gzip shards compressed by Beam's
-``CompressedFile``), tar samples for WebDataset, and ArrayRecord, whose writer
-opens local paths only: a shard of a remote output is written to a local file
-and copied to its temp path when it is closed.
+The record writers are the file formats' adapters (:mod:`img2tfrecord.shard_formats`): a
+format that streams writes into the temp file (gzip shards compressed by Beam's
+``CompressedFile``); one whose writer opens local paths only writes a local file, which
+is the temp file of a local output and is copied to the temp path of a remote one when closed.
 ``tests/test_beam_adapter.py`` checks each of these against the installed Beam.
 """
 
@@ -26,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 import uuid
 from typing import Any, BinaryIO, List, NamedTuple, Optional, Protocol, Sequence, cast
 
@@ -36,10 +37,17 @@ from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord import shard_formats, storage
 from img2tfrecord.schemas import output_files
-from img2tfrecord.shard_formats import array_records
 from img2tfrecord.tfrecord_codec import IndexEntry
 
 MIME_TYPE = "application/octet-stream"  # what WriteToTFRecord's sink declares
+_COPY_CHUNK = 8 << 20
+
+
+def _scratch_path(suffix: str) -> str:
+    """A new local file for a shard on its way to a remote output (removed once copied)."""
+    fd, path = tempfile.mkstemp(prefix="img2tfrecord-", suffix=suffix)
+    os.close(fd)
+    return path
 
 
 class _DigestingFile:
@@ -91,7 +99,7 @@ class WrittenShard(NamedTuple):
 class _ShardHandle:
     """The temp handle of one shard: the file as stored, what records are written to, and the format's writer."""
 
-    def __init__(self, file: _DigestingFile, stream: Any, records: shard_formats.StreamWriter):
+    def __init__(self, file: _DigestingFile, stream: Any, records: shard_formats.RecordWriter):
         self.file = file
         self.stream = stream  # the file itself, or a gzip stream over it
         self.records = records
@@ -109,12 +117,12 @@ class _ShardHandle:
         return WrittenShard(temp_path, self.file.bytes_written, self.file.hexdigest())
 
 
-class _ArrayRecordHandle:
-    """The temp handle of an ArrayRecord shard: its writer on a local file, copied to a remote temp path
-    when closed (``target`` None: the local file is the temp file)."""
+class _LocalFileHandle:
+    """The temp handle of a shard whose writer opens local paths: its writer on a local file, copied to a
+    remote temp path when closed (``target`` None: the local file is the temp file)."""
 
-    def __init__(self, local_path: str, target: Optional[str], mime_type: str):
-        self.records = array_records.ArrayRecordShardWriter(local_path)
+    def __init__(self, local_path: str, target: Optional[str], mime_type: str, records: Any):
+        self.records = records
         self.local_path = local_path
         self.target = target
         self.mime_type = mime_type
@@ -123,7 +131,12 @@ class _ArrayRecordHandle:
 
     @property
     def bytes_written(self) -> int:
-        return self._stored.num_bytes if self._stored is not None else self.records.bytes_written
+        if self._stored is not None:
+            return self._stored.num_bytes
+        try:
+            return os.path.getsize(self.local_path)  # what the writer flushed so far
+        except OSError:
+            return 0
 
     def close(self) -> None:
         self.records.close()
@@ -136,8 +149,8 @@ class _ArrayRecordHandle:
                 self._stored = WrittenShard(self.local_path, os.path.getsize(self.local_path), digest.hexdigest())
                 return
             copied = _DigestingFile(FileSystems.create(self.target, self.mime_type, CompressionTypes.UNCOMPRESSED))
-            with copied:
-                array_records.copy_into(self.local_path, cast(BinaryIO, copied))
+            with copied, open(self.local_path, "rb") as source:
+                shutil.copyfileobj(source, cast(BinaryIO, copied), _COPY_CHUNK)
             self._stored = WrittenShard(self.target, copied.bytes_written, copied.hexdigest())
         finally:
             if self.target is not None:
@@ -177,8 +190,9 @@ class ShardSink(FileBasedSink):
         compression: str,
         temp_dir: str,
         generation: int = 0,
-        file_format: str = shard_formats.TFRECORD,
+        file_format: str = shard_formats.DEFAULT_FORMAT,
         sequence: bool = False,
+        class_names: Sequence[str] = (),
     ):
         super().__init__(
             file_path_prefix=FileSystems.join(output_dir, output_files.shard_prefix(split, generation)),
@@ -197,6 +211,8 @@ class ShardSink(FileBasedSink):
         self.generation = generation
         self.file_format = file_format
         self.sequence = sequence  # the records are SequenceExamples (a WebDataset sample holds their frames)
+        self.class_names = tuple(class_names)  # the run's classes, for formats that describe the label
+        self.adapter = shard_formats.adapter(file_format)
 
     # -- the hooks Beam's writer calls ----------------------------------------------------------
 
@@ -209,19 +225,19 @@ class ShardSink(FileBasedSink):
         return self.temp_dir
 
     def open(self, temp_path: str) -> _Handle:
-        if self.file_format == shard_formats.ARRAY_RECORD:
+        stem = self.final_name(_shard_of(temp_path))[: -len(self.suffix)]
+        context = shard_formats.ShardContext(stem, self.sequence, self.class_names)
+        if not self.adapter.streams:
             if storage.is_remote(temp_path):
-                return _ArrayRecordHandle(array_records.scratch_path(self.suffix), temp_path, self.mime_type)
-            return _ArrayRecordHandle(temp_path, None, self.mime_type)
+                local = _scratch_path(self.suffix)
+                return _LocalFileHandle(local, temp_path, self.mime_type, self.adapter.open_writer(local, context))
+            return _LocalFileHandle(temp_path, None, self.mime_type, self.adapter.open_writer(temp_path, context))
         raw = FileSystems.create(temp_path, self.mime_type, CompressionTypes.UNCOMPRESSED)
         digesting = _DigestingFile(raw)
         stream: Any = digesting
         if self.compression_type == CompressionTypes.GZIP:
             stream = CompressedFile(cast(BinaryIO, digesting), compression_type=CompressionTypes.GZIP)
-        stem = self.final_name(_shard_of(temp_path))[: -len(self.suffix)]
-        return _ShardHandle(
-            digesting, stream, shard_formats.stream_writer(self.file_format, stream, stem, self.sequence)
-        )
+        return _ShardHandle(digesting, stream, self.adapter.open_writer(stream, context))
 
     def write_encoded_record(self, file_handle: _Handle, value: bytes) -> None:
         file_handle.last_entry = file_handle.records.write(value)
@@ -238,8 +254,8 @@ class ShardSink(FileBasedSink):
 
     @property
     def indexed(self) -> bool:
-        """Whether the split's shards get index files (uncompressed TFRecord and tar shards)."""
-        return shard_formats.has_index_files(self.file_format, self.compression)
+        """Whether the split's shards get index files (the format's adapter says; uncompressed only)."""
+        return self.adapter.has_index_files(self.compression)
 
     def final_name(self, shard: int) -> str:
         return output_files.shard_file_name(
@@ -273,7 +289,7 @@ class ShardSinks(NamedTuple):
     compression: str
     staging_dir: str
     generation: int = 0
-    file_format: str = shard_formats.TFRECORD
+    file_format: str = shard_formats.DEFAULT_FORMAT
     sequence: bool = False  # SequenceExample records (convert --sequence)
 
     def initialize(self) -> None:
@@ -285,7 +301,8 @@ class ShardSinks(NamedTuple):
                 if not FileSystems.exists(self.staging_dir):  # not made meanwhile by another worker
                     raise
 
-    def sink(self, split: str, num_shards: int) -> ShardSink:
+    def sink(self, split: str, num_shards: int, class_names: Sequence[str] = ()) -> ShardSink:
+        """``class_names``: the run's classes (label id ``i`` is ``class_names[i]``), for formats that store them."""
         return ShardSink(
             self.output_dir,
             split,
@@ -295,6 +312,7 @@ class ShardSinks(NamedTuple):
             self.generation,
             self.file_format,
             self.sequence,
+            class_names,
         )
 
 

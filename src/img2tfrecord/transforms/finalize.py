@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord import faults
+from img2tfrecord import faults, shard_formats
 from img2tfrecord.conversion import appends
 from img2tfrecord.errors import ErrorBudgetExceeded
 from img2tfrecord.model import CommittedShard
@@ -271,6 +271,9 @@ class FinalizeOutput(beam.DoFn):
         if doc.is_detection:
             files[output_files.LABEL_MAP_FILE] = label_map.label_map_pbtxt(list(doc.labels))
         files.update(tfds_layout.metadata_files(doc))
+        card = shard_formats.adapter(doc.file_format).dataset_card(doc)  # what the format's own readers look for
+        if card is not None:
+            files[card[0]] = card[1]
         return files
 
     def _previous_files(self) -> Dict[str, str]:

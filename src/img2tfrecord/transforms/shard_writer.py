@@ -201,10 +201,10 @@ class WriteShardsFn(beam.DoFn):
             self.teardown()  # a DoFn whose setup raised may never be torn down by the runner
             raise
 
-    def _sink(self, split: str, num_shards: int) -> ShardSink:
+    def _sink(self, split: str, num_shards: int, label_names: List[str]) -> ShardSink:
         key = (split, num_shards)
         if key not in self._split_sinks:
-            self._split_sinks[key] = self._sinks.sink(split, num_shards)
+            self._split_sinks[key] = self._sinks.sink(split, num_shards, label_names)
         return self._split_sinks[key]
 
     def teardown(self):
@@ -218,7 +218,7 @@ class WriteShardsFn(beam.DoFn):
     def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam, **side_inputs):
         label_names: List[str] = side_inputs["label_names"]
         (split, shard), grouped = element
-        sink = self._sink(split, side_inputs["num_shards"][split])
+        sink = self._sink(split, side_inputs["num_shards"][split], label_names)
         items = writing_order(i for i in grouped if i is not None)
         if self._resume:
             replayed = self._replay(sink, shard)

@@ -13,7 +13,7 @@ import io
 import warnings
 from typing import Any, List, Mapping, Optional, Tuple
 
-from img2tfrecord import storage, tfrecord_codec
+from img2tfrecord import shard_formats, storage, tfrecord_codec
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import labels as label_map
@@ -55,7 +55,7 @@ class _Context:
     formats: Optional[Tuple[str, ...]]  # image/format values the options allow
     compression: str
     sequence: bool = False  # tf.train.SequenceExample records (convert --sequence)
-    file_format: str = output_files.FILE_FORMAT_TFRECORD  # the shards' container (--file-format)
+    file_format: str = output_files.DEFAULT_FILE_FORMAT  # the shards' container (--file-format)
     detection: bool = False  # TF Object Detection API records, checked against ``label_map``
     label_map: Mapping[int, str] = dataclasses.field(default_factory=dict)  # detection: id -> class name
 
@@ -70,7 +70,7 @@ def _context(doc: DatasetManifest, label_ids: Optional[Mapping[int, str]] = None
         formats=_ALLOWED_FORMATS.get(doc.image_format or ""),
         compression=doc.compression.value,
         sequence=doc.is_sequence,
-        file_format=doc.file_format.value,
+        file_format=doc.file_format,
         detection=doc.is_detection,
         label_map=dict(label_ids or {}),
     )
@@ -275,9 +275,7 @@ def check_shard(
     try:
         for record in records.scan_records(path, ctx.compression, file_format=ctx.file_format, sequence=ctx.sequence):
             count += 1
-            offset = (
-                None if ctx.file_format == output_files.FILE_FORMAT_ARRAY_RECORD else record.offset
-            )  # no byte offsets
+            offset = shard_formats.adapter(ctx.file_format).verify_offset(record.offset)  # no byte offsets
             if not record.data_crc_ok:
                 report.add(name, "data checksum mismatch (corrupt record data)", record.index, offset)
                 unclassified += 1

@@ -1,0 +1,244 @@
+"""Parquet shards as Hugging Face ``datasets`` reads them: one row per record, written row group by row group.
+
+A row holds ``image`` (``{bytes, path}``: the stored image and its input path, ``datasets``' ``Image``),
+``label`` (int64, a ``ClassLabel`` with the class names), ``label_name``, ``path`` (the input path),
+``sha256`` (of the input file's bytes), ``format``, ``height``, ``width``, ``channels``, and
+``other_features``: every other feature of the record as JSON (``webdataset_samples``' encoding),
+``{}`` for most records. A feature goes to its column only when it holds one value of the column's
+type; otherwise it stays in ``other_features``, so :func:`record_from_row` rebuilds the record the
+TFRecord run holds byte for byte. The schema's ``huggingface`` metadata declares the features.
+
+Rows are buffered up to :data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES` bytes and written as one
+row group (``datasets``' size for image datasets): a shard is never held whole, and a streaming
+reader fetches one group of about 100 images at a time. The footer indexes the row groups: the
+shards get no index file, and a record is read by its number. No Beam and no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from img2tfrecord.schemas import features as keys
+from img2tfrecord.schemas.example_proto import Example
+from img2tfrecord.shard_formats import webdataset_samples
+from img2tfrecord.tfrecord_codec import Record, RecordError, TruncatedRecordError
+
+ROW_GROUP_ROWS = 100  # datasets' row group size for image datasets (config.PARQUET_ROW_GROUP_SIZE_FOR_IMAGE_DATASETS)
+ROW_GROUP_BYTES = 64 << 20  # a row group of large images ends sooner
+IMAGE = "image"
+LABEL = "label"
+OTHER = "other_features"
+# column -> (feature key, "int" or "text"): one value of that kind moves the feature to the column.
+COLUMNS: Dict[str, Tuple[str, str]] = {
+    LABEL: (keys.CLASS_LABEL, "int"),
+    "label_name": (keys.CLASS_TEXT, "text"),
+    "path": (keys.FILENAME, "text"),
+    "sha256": (keys.KEY_SHA256, "text"),
+    "format": (keys.IMAGE_FORMAT, "text"),
+    "height": (keys.IMAGE_HEIGHT, "int"),
+    "width": (keys.IMAGE_WIDTH, "int"),
+    "channels": (keys.IMAGE_CHANNELS, "int"),
+}
+_IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+SCHEMA = pa.schema(
+    [(IMAGE, _IMAGE_TYPE)]
+    + [(name, pa.int64() if kind == "int" else pa.string()) for name, (_, kind) in COLUMNS.items()]
+    + [(OTHER, pa.string())]
+)
+
+
+def hf_features(class_names: Sequence[str]) -> Dict[str, Any]:
+    """``datasets``' description of the columns: ``Image``, and ``ClassLabel`` with the names when labeled."""
+    described: Dict[str, Any] = {IMAGE: {"_type": "Image"}}
+    for name, (_, kind) in COLUMNS.items():
+        described[name] = {"dtype": "int64" if kind == "int" else "string", "_type": "Value"}
+    if class_names:
+        described[LABEL] = {"names": list(class_names), "_type": "ClassLabel"}
+    described[OTHER] = {"dtype": "string", "_type": "Value"}
+    return described
+
+
+def schema_for(class_names: Sequence[str]) -> pa.Schema:
+    return SCHEMA.with_metadata({"huggingface": json.dumps({"info": {"features": hf_features(class_names)}})})
+
+
+def row_of(record: bytes) -> Dict[str, Any]:
+    """The row of a serialized Example (ValueError for bytes that are not one)."""
+    feature = Example.FromString(record).features.feature
+    row: Dict[str, Any] = {name: None for name in COLUMNS}
+    placed = set()
+    for name, (key, kind) in COLUMNS.items():
+        if key not in feature:
+            continue
+        entry = feature[key]
+        if kind == "int" and entry.WhichOneof("kind") == "int64_list" and len(entry.int64_list.value) == 1:
+            row[name] = int(entry.int64_list.value[0])
+            placed.add(key)
+        elif kind == "text" and entry.WhichOneof("kind") == "bytes_list" and len(entry.bytes_list.value) == 1:
+            try:
+                row[name] = entry.bytes_list.value[0].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            placed.add(key)
+    image = None
+    if keys.IMAGE_ENCODED in feature:
+        entry = feature[keys.IMAGE_ENCODED]
+        if entry.WhichOneof("kind") == "bytes_list" and len(entry.bytes_list.value) == 1:
+            image = {"bytes": entry.bytes_list.value[0], "path": row["path"]}
+            placed.add(keys.IMAGE_ENCODED)
+    row[IMAGE] = image
+    rest = {k: feature[k] for k in feature if k not in placed}
+    row[OTHER] = json.dumps(
+        webdataset_samples.json_features(rest, ()), ensure_ascii=False, separators=(",", ":"), sort_keys=True
+    )
+    return row
+
+
+def record_from_row(row: Dict[str, Any]) -> bytes:
+    """The serialized Example a row holds (:class:`webdataset_samples.SampleError` for one this format
+    does not write)."""
+    example = Example()
+    feature = example.features.feature
+    try:
+        doc = json.loads(row.get(OTHER) or "{}")
+    except json.JSONDecodeError as e:
+        raise webdataset_samples.SampleError(f"{OTHER} is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise webdataset_samples.SampleError(f"{OTHER} is not a JSON object")
+    webdataset_samples.set_features(feature, doc)
+    for name, (key, kind) in COLUMNS.items():
+        value = row.get(name)
+        if value is None:
+            continue
+        if kind == "int":
+            feature[key].int64_list.value.append(int(value))
+        else:
+            feature[key].bytes_list.value.append(str(value).encode("utf-8"))
+    image = row.get(IMAGE)
+    if image is not None:
+        feature[keys.IMAGE_ENCODED].bytes_list.value.append(image.get("bytes") or b"")
+    return example.SerializeToString(deterministic=True)
+
+
+class ParquetShardWriter:
+    """Records as rows into the stream ``stream`` (not closed), one row group per :data:`ROW_GROUP_ROWS` rows."""
+
+    def __init__(self, stream: BinaryIO, class_names: Sequence[str] = ()):
+        self._schema = schema_for(class_names)
+        self._writer = pq.ParquetWriter(
+            stream,
+            self._schema,
+            compression={IMAGE + ".bytes": "NONE", IMAGE + ".path": "SNAPPY", **{c: "SNAPPY" for c in COLUMNS}}
+            | {OTHER: "SNAPPY"},
+            use_dictionary=[c for c in COLUMNS if c != "sha256"],
+            write_statistics=[c for c in COLUMNS if c in (LABEL, "height", "width", "channels")],
+        )
+        self._rows: List[Dict[str, Any]] = []
+        self._bytes = 0
+
+    def write(self, record: bytes) -> None:
+        row = row_of(record)
+        self._rows.append(row)
+        self._bytes += len(record)
+        if len(self._rows) >= ROW_GROUP_ROWS or self._bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._rows:
+            self._writer.write_table(
+                pa.Table.from_pylist(self._rows, schema=self._schema), row_group_size=len(self._rows)
+            )
+            self._rows, self._bytes = [], 0
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+
+
+def _rows(table: pa.Table) -> List[Dict[str, Any]]:
+    return table.to_pylist()
+
+
+def _error(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+class ParquetShard:
+    """An open Parquet shard read by record number: ``len()``, ``read(indices)``; :class:`RecordError` when
+    its footer or a row group does not read."""
+
+    def __init__(self, source: Any):
+        try:
+            self._file = pq.ParquetFile(source)
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise TruncatedRecordError(-1, 0, f"not a Parquet file, or cut short: {_error(e)}") from None
+        meta = self._file.metadata
+        self._starts = [0]
+        for i in range(meta.num_row_groups):
+            self._starts.append(self._starts[-1] + meta.row_group(i).num_rows)
+        self._cached: Optional[Tuple[int, List[Dict[str, Any]]]] = None
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @property
+    def num_row_groups(self) -> int:
+        return len(self._starts) - 1
+
+    def group(self, number: int) -> List[Dict[str, Any]]:
+        """The rows of row group ``number``."""
+        if self._cached is not None and self._cached[0] == number:
+            return self._cached[1]
+        try:
+            rows = _rows(self._file.read_row_group(number))
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise RecordError(self._starts[number], -1, f"row group {number} does not read: {_error(e)}") from None
+        self._cached = (number, rows)
+        return rows
+
+    def read(self, indices: Sequence[int]) -> List[bytes]:
+        import bisect
+
+        found = []
+        for index in indices:
+            if not 0 <= index < len(self):
+                raise RecordError(index, -1, f"no record {index}: the shard has {len(self)}")
+            number = bisect.bisect_right(self._starts, index) - 1
+            row = self.group(number)[index - self._starts[number]]
+            try:
+                found.append(record_from_row(row))
+            except (webdataset_samples.SampleError, ValueError, TypeError) as e:
+                raise RecordError(index, -1, f"not a row of this output: {e}") from None
+        return found
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ParquetShard:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def read_records(source: Any) -> Iterator[Record]:
+    """Every record of the Parquet shard ``source`` (a path or a seekable binary file), in order
+    (``offset`` is the record's number)."""
+    with ParquetShard(source) as shard:
+        index = 0
+        for number in range(shard.num_row_groups):
+            for row in shard.group(number):
+                try:
+                    data = record_from_row(row)
+                except (webdataset_samples.SampleError, ValueError, TypeError) as e:
+                    raise RecordError(index, index, f"not a row of this output: {e}") from None
+                yield Record(index, index, data)
+                index += 1
+
+
+__all__ = ["ParquetShard", "ParquetShardWriter", "hf_features", "read_records", "record_from_row", "row_of"]
