@@ -17,6 +17,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union, cast
 
+from img2tfrecord import storage
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
 from img2tfrecord.failures import RunLog, failure_of
 from img2tfrecord.option_keywords import KEYWORD_OPTIONS, keyword_values
@@ -188,6 +189,7 @@ def run_config(
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     staging: Optional[str] = None
     stage = "listing the input"  # until the launch is done
+    storage.use_pipeline_options(pipeline_args)  # the filesystems' settings, for the launch's listing too
     with RunLog(quiet_libraries=not logging.getLogger().handlers) as log:
         try:
             launched = launch(config)  # before Beam is loaded: an append may find nothing to do
@@ -280,7 +282,7 @@ def plan(input: str, output: str, *, pipeline_options: BeamOptions = None, **opt
     from img2tfrecord.pipeline.plan_model import PlanError
     from img2tfrecord.pipeline.preview import plan_run
 
-    beam_arguments(pipeline_options)
+    storage.use_pipeline_options(beam_arguments(pipeline_options))
     config = config_of(input, output, options)
     try:
         return plan_run(config)
