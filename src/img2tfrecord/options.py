@@ -249,6 +249,20 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         template=Template("Overwrite", "true to replace an earlier conversion in the output folder.", _BOOLEAN),
     ),
     Option(
+        "--allow-unguarded-lock",
+        doc="run on an object store that ignores conditional writes (some S3-compatible servers), whose lock is "
+        "then a check then a write ([cloud storage](cloud-storage.md#the-output-lock))",
+        switch=True,
+        doc_default="off",
+        help="run even where the output's store cannot create the lock only if absent (it ignores conditional "
+        "writes): two runs started at once could then both write the output",
+        template=Template(
+            "Allow an unguarded lock",
+            "true to run on a store without conditional writes, where two runs could both write the output.",
+            _BOOLEAN,
+        ),
+    ),
+    Option(
         "--resume",
         doc="finish an interrupted conversion: shards it finished are kept, the rest converted "
         "([resuming](output-format.md#resuming-an-interrupted-run))",

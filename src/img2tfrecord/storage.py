@@ -25,7 +25,7 @@ import shutil
 import sys
 from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, cast
 
-from img2tfrecord import beam_s3_fixes
+from img2tfrecord import beam_filesystem_fixes
 
 _READ_BUFFER = 1 << 20
 _COPY_CHUNK = 8 << 20
@@ -75,7 +75,7 @@ def beam_filesystems() -> Any:
     global _applied
     from apache_beam.io.filesystems import FileSystems
 
-    beam_s3_fixes.apply()
+    beam_filesystem_fixes.apply()
     wanted = _wanted_args()
     if _applied != wanted:
         if wanted or getattr(FileSystems, "_pipeline_options", None) is None:

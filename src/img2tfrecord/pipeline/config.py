@@ -46,6 +46,7 @@ class ConvertConfig:
     allow_new_classes: bool = False  # an append may add class folders, with the next ids
     retry_rejected: bool = False  # an append converts every earlier rejected input again, not only transient ones
     accept_changes: bool = False  # an append withdraws the records of changed and removed inputs
+    allow_unguarded_lock: bool = False  # an object store without conditional writes: lock by check then write
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""
@@ -134,6 +135,7 @@ def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> C
         allow_new_classes=v["allow_new_classes"],
         retry_rejected=v["retry_rejected"],
         accept_changes=v["accept_changes"],
+        allow_unguarded_lock=v["allow_unguarded_lock"],
         processes=v["processes"] or 0,  # 0: the run picks (pipeline/runner.default_processes)
         max_error_rate=v["max_error_rate"],
     )

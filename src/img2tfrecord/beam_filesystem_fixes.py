@@ -1,4 +1,6 @@
-"""What Beam's S3 filesystem (``apache_beam.io.aws``) gets wrong, corrected once per process by :func:`apply`.
+"""What Beam's S3 and Azure filesystems get wrong, corrected once per process by :func:`apply`.
+
+S3 (``apache_beam.io.aws``):
 
 * Every file operation builds a new boto3 session and client, which loads
   botocore's service model again (about 0.7 s each): clients are shared per
@@ -7,7 +9,12 @@
   which S3 refuses (``MalformedXML``): the upload is aborted and an empty
   object put instead.
 
-Imports Beam only when called; a Beam without its AWS extra is left alone.
+Azure Blob Storage (``apache_beam.io.azure``):
+
+* ``exists`` of a missing blob raises instead of answering False (the 404
+  reaches it as Beam's own ``BlobStorageError``, which it does not catch).
+
+Imports Beam only when called; a Beam without the AWS or Azure extra is left alone.
 """
 
 from __future__ import annotations
@@ -33,20 +40,44 @@ _SETTINGS = (
 
 
 def apply() -> None:
-    """Correct Beam's S3 client and uploader in this process (idempotent)."""
+    """Correct Beam's S3 client and uploader and Azure's ``exists`` in this process (idempotent)."""
     global _applied
     with _lock:
         if _applied:
             return
         _applied = True
+    _fix_s3()
+    _fix_azure()
+
+
+def _fix_azure() -> None:
+    try:
+        from apache_beam.io.azure import blobstorageio
+    except ImportError:  # Beam without apache-beam[azure]
+        return
+
+    original_exists = blobstorageio.BlobStorageIO.exists
+
+    def exists(self: Any, path: str) -> bool:
         try:
-            from apache_beam.io.aws import s3io
-            from apache_beam.io.aws.clients.s3 import boto3_client
-            from apache_beam.options.pipeline_options import PipelineOptions, S3Options
-        except ImportError:  # Beam without apache-beam[aws]: no s3:// at all
-            return
-        if getattr(boto3_client, "boto3", None) is None:
-            return
+            return bool(original_exists(self, path))
+        except blobstorageio.BlobStorageError as e:
+            if e.code == 404:
+                return False
+            raise
+
+    blobstorageio.BlobStorageIO.exists = exists
+
+
+def _fix_s3() -> None:
+    try:
+        from apache_beam.io.aws import s3io
+        from apache_beam.io.aws.clients.s3 import boto3_client
+        from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+    except ImportError:  # Beam without apache-beam[aws]: no s3:// at all
+        return
+    if getattr(boto3_client, "boto3", None) is None:
+        return
 
     original_init = boto3_client.Client.__init__
 
