@@ -66,7 +66,7 @@ def _fix_azure() -> None:
                 return False
             raise
 
-    blobstorageio.BlobStorageIO.exists = exists
+    blobstorageio.BlobStorageIO.exists = exists  # type: ignore[method-assign]
 
 
 def _fix_s3() -> None:
@@ -117,5 +117,5 @@ def _fix_s3() -> None:
         raw.abort_multipart_upload(Bucket=self._bucket, Key=self._name, UploadId=self.upload_id)
         raw.put_object(Bucket=self._bucket, Key=self._name, Body=b"", ContentType=self._mime_type)
 
-    boto3_client.Client.__init__ = shared_client_init
-    s3io.S3Uploader.finish = finish
+    boto3_client.Client.__init__ = shared_client_init  # type: ignore[method-assign]
+    s3io.S3Uploader.finish = finish  # type: ignore[method-assign]
