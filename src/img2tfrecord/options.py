@@ -49,11 +49,11 @@ _BOOLEAN = r"^(true|false)$"
 CONVERT_OPTIONS: Tuple[Option, ...] = (
     Option(
         "--input",
-        doc="folder, glob, archive(s) or manifest, local or `gs://` ([inputs](inputs.md))",
+        doc="folder, glob, archive(s) or manifest, local, `gs://`, `s3://` or `azfs://` ([inputs](inputs.md))",
         required=True,
         doc_default="required",
         help="folder (SRC/<class>/<file> or SRC/<split>/<class>/<file>), glob, archive(s) (.zip, .tar, .tar.gz, .tgz; "
-        "a glob of many) or manifest (.csv/.jsonl with path,label[,split]); local or gs://",
+        "a glob of many) or manifest (.csv/.jsonl with path,label[,split]); local, gs://, s3:// or azfs://",
         template=Template("Input images", "gs:// folder (SRC/<class>/<file> or SRC/<split>/<class>/<file>) or glob."),
     ),
     Option(
