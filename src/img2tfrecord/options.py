@@ -64,11 +64,11 @@ def _formats_text(where: str, quote: str = "") -> str:
 CONVERT_OPTIONS: Tuple[Option, ...] = (
     Option(
         "--input",
-        doc="folder, glob, archive(s) or manifest, local or `gs://` ([inputs](inputs.md))",
+        doc="folder, glob, archive(s) or manifest, local, `gs://`, `s3://` or `azfs://` ([inputs](inputs.md))",
         required=True,
         doc_default="required",
         help="folder (SRC/<class>/<file> or SRC/<split>/<class>/<file>), glob, archive(s) (.zip, .tar, .tar.gz, .tgz; "
-        "a glob of many) or manifest (.csv/.jsonl with path,label[,split]); local or gs://",
+        "a glob of many) or manifest (.csv/.jsonl with path,label[,split]); local, gs://, s3:// or azfs://",
         template=Template("Input images", "gs:// folder (SRC/<class>/<file> or SRC/<split>/<class>/<file>) or glob."),
     ),
     Option(
@@ -260,6 +260,20 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         doc_default="off",
         help="replace an earlier conversion in --output",
         template=Template("Overwrite", "true to replace an earlier conversion in the output folder.", _BOOLEAN),
+    ),
+    Option(
+        "--allow-unguarded-lock",
+        doc="run on an object store that ignores conditional writes (some S3-compatible servers), whose lock is "
+        "then a check then a write ([cloud storage](cloud-storage.md#the-output-lock))",
+        switch=True,
+        doc_default="off",
+        help="run even where the output's store cannot create the lock only if absent (it ignores conditional "
+        "writes): two runs started at once could then both write the output",
+        template=Template(
+            "Allow an unguarded lock",
+            "true to run on a store without conditional writes, where two runs could both write the output.",
+            _BOOLEAN,
+        ),
     ),
     Option(
         "--resume",

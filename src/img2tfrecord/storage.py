@@ -6,17 +6,32 @@ and the tf.Transform export: a path with a scheme (``gs://``, ``s3://``,
 imported on first use, so reading a local output never loads Beam (nor
 TensorFlow). Object stores have no directories: a "directory" there is a
 prefix that some object starts with.
+
+Beam's filesystems take their settings (``--s3_endpoint_url``,
+``--azure_connection_string``, ...) from pipeline options: a run names them
+once (:func:`use_pipeline_options`), and they hold for every remote path of
+this process and of the processes it spawns; without any, each filesystem
+reads the standard environment (``AWS_*`` and profiles,
+``AZURE_STORAGE_CONNECTION_STRING``, Google's application default credentials).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import posixpath
 import shutil
-from typing import Any, BinaryIO, Iterator, List, Tuple, cast
+import sys
+from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, cast
+
+from img2tfrecord import beam_filesystem_fixes
 
 _READ_BUFFER = 1 << 20
 _COPY_CHUNK = 8 << 20
+# Beam's options of the run (a JSON list of flags), inherited by the processes it spawns.
+PIPELINE_OPTIONS_ENV = "IMG2TFRECORD_PIPELINE_OPTIONS"
+_applied: Optional[Tuple[str, ...]] = None  # the flags last given to Beam's FileSystems by this module
 
 
 def is_remote(path: str) -> bool:
@@ -24,11 +39,61 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
+def use_pipeline_options(args: Sequence[str]) -> None:
+    """Beam's options ``args`` (flags) for every remote path this process, and the processes it spawns, open
+    from now on: the filesystems' settings (``--s3_endpoint_url``, ...) of the run, at launch as in its job."""
+    os.environ[PIPELINE_OPTIONS_ENV] = json.dumps([str(arg) for arg in args])
+    if "apache_beam.io.filesystems" in sys.modules:  # loaded already: set now for its direct users too
+        beam_filesystems()
+
+
+def _wanted_args() -> Tuple[str, ...]:
+    try:
+        return tuple(str(arg) for arg in json.loads(os.environ.get(PIPELINE_OPTIONS_ENV, "[]")))
+    except ValueError:
+        return ()
+
+
+def pipeline_options() -> Any:
+    """The ``PipelineOptions`` Beam's filesystems open remote paths with here (empty ones where none are set)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.value_provider import RuntimeValueProvider
+
+    FileSystems = beam_filesystems()
+    current = getattr(FileSystems, "_pipeline_options", None) or RuntimeValueProvider.runtime_options
+    if isinstance(current, dict):  # a worker's runtime options
+        return PipelineOptions.from_dictionary(current)
+    return current if current is not None else PipelineOptions([])
+
+
 def beam_filesystems() -> Any:
-    """Beam's ``FileSystems``, imported on first use: code that may touch a local path only never loads Beam."""
+    """Beam's ``FileSystems``, imported on first use: code that may touch a local path only never loads Beam.
+
+    Its options are the run's (:func:`use_pipeline_options`); where none were named, empty options unless
+    a pipeline or a worker set its own, so that every filesystem reads the standard environment.
+    """
+    global _applied
     from apache_beam.io.filesystems import FileSystems
 
+    beam_filesystem_fixes.apply()
+    wanted = _wanted_args()
+    if _applied != wanted:
+        if wanted or getattr(FileSystems, "_pipeline_options", None) is None:
+            FileSystems.set_options(_parse(wanted))
+        _applied = wanted
     return FileSystems
+
+
+def _parse(args: Tuple[str, ...]) -> Any:
+    """``PipelineOptions(args)`` without Beam's warning about the flags that are not its own."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    beam_log = logging.getLogger("apache_beam.options.pipeline_options")
+    disabled, beam_log.disabled = beam_log.disabled, True
+    try:
+        return PipelineOptions(list(args))
+    finally:
+        beam_log.disabled = disabled
 
 
 def _uncompressed() -> str:

@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
+from img2tfrecord import storage
 from img2tfrecord.api import check_pipeline_args
 from img2tfrecord.commands.errors import EXIT_ERROR_BUDGET, EXIT_OK, UsageError
 from img2tfrecord.errors import STOP_SIGNALS, Interrupted
@@ -157,6 +158,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         # TensorFlow's own C++ log lines (no GPU found, CPU features) say nothing about the run.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if ns.plan:
+        storage.use_pipeline_options(pipeline_args)
         return print_plan(config, ns.json, ns.all_classes)
     # The job itself enforces --max-error-rate: it writes everything, then fails.
     try:

@@ -72,6 +72,7 @@ class ConvertConfig:
     allow_new_classes: bool = False  # an append may add class folders, with the next ids
     retry_rejected: bool = False  # an append converts every earlier rejected input again, not only transient ones
     accept_changes: bool = False  # an append withdraws the records of changed and removed inputs
+    allow_unguarded_lock: bool = False  # an object store without conditional writes: lock by check then write
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""
@@ -124,6 +125,7 @@ def config_from_options(
     compression: CompressionName = "none",
     file_format: FileFormatName = DEFAULT_FILE_FORMAT,
     overwrite: bool = False,
+    allow_unguarded_lock: bool = False,
     resume: bool = False,
     append: bool = False,
     allow_new_classes: bool = False,
@@ -207,6 +209,7 @@ def config_from_options(
         allow_new_classes=allow_new_classes,
         retry_rejected=retry_rejected,
         accept_changes=accept_changes,
+        allow_unguarded_lock=allow_unguarded_lock,
         processes=processes,
         max_error_rate=None if max_error_rate is None else float(max_error_rate),
     )

@@ -13,8 +13,13 @@ after ``_SUCCESS`` (or on failure or interruption):
   answers 412 when it exists), rewritten and removed with
   ``if_generation_match=<the generation this run wrote>``; the client is
   Beam's (the pipeline's credentials; ``STORAGE_EMULATOR_HOST`` honoured);
-* other schemes (``s3://``, ``hdfs://``, ...): Beam's FileSystems, check
-  then create -- best effort, not atomic.
+* ``s3://`` and ``azfs://``: an object written with ``If-None-Match: *``,
+  rewritten and removed with ``If-Match: <the ETag this run wrote>``, through
+  Beam's clients (the pipeline's or the environment's settings); a store that
+  ignores or refuses the condition is refused unless the run allows an
+  unguarded lock (``lock_stores.UNGUARDED_FLAG``);
+* other schemes (``hdfs://``, ...): Beam's FileSystems, check then create --
+  best effort, not atomic.
 
 A lock is stale when its heartbeat is older than :data:`STALE_AFTER_S`, or
 at once when its holder ran on this host and that process is gone; only a
@@ -232,6 +237,8 @@ class OutputLock:
             try:
                 version = self._store.create(self._me.to_bytes())
                 found = None if version is not None else self._store.read()
+            except OutputNotWritable:  # said whole by the store (one that cannot lock atomically)
+                raise
             except OSError as e:
                 raise OutputNotWritable(f"output {self.output_dir} is not writable: {error_cause(e)}") from None
             except Exception as e:  # pylint: disable=broad-except  # a bucket that is missing or not ours
@@ -377,9 +384,11 @@ class OutputLock:
                 self._version = version
 
 
-def lock_output(output_dir: str, pipeline_options: Any = None) -> OutputLock:
-    """The (not yet acquired) lock of ``output_dir``."""
-    return OutputLock(output_dir, store_for(output_dir, pipeline_options), faults.heartbeat_seconds(HEARTBEAT_S))
+def lock_output(output_dir: str, pipeline_options: Any = None, unguarded: bool = False) -> OutputLock:
+    """The (not yet acquired) lock of ``output_dir``; ``unguarded`` accepts a store without conditional writes."""
+    return OutputLock(
+        output_dir, store_for(output_dir, pipeline_options, unguarded), faults.heartbeat_seconds(HEARTBEAT_S)
+    )
 
 
 def release_handed(output_dir: str, version: Any) -> None:

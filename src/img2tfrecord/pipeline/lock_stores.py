@@ -1,21 +1,33 @@
-"""Where an output lock lives: a local file, a Cloud Storage object, or a file on another Beam filesystem.
+"""Where an output lock lives: a local file, a Cloud Storage, S3 or Azure Blob object, or a file on another
+Beam filesystem.
 
 Each store changes the lock only as it was read (its *version*), so two runs
 never both believe they created or took it over; see ``pipeline/lock.py``
-for what the lock holds and when it is stale.
+for what the lock holds and when it is stale. An object store that does not
+honour conditional writes is refused (:class:`LockNotAtomic`) unless the run
+accepts an unguarded lock, a check then a write.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
+import logging
 import os
 import posixpath
 import time
 import uuid
 from typing import Any, Optional, Protocol
 
+from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.schemas import output_files
+
+UNGUARDED_FLAG = "--allow-unguarded-lock"
+
+
+class LockNotAtomic(OutputNotWritable):
+    """The output's store cannot create the lock only if absent (a usage error, before anything is written)."""
+
 
 # What os.link raises where a filesystem has no hard links (some FUSE and network mounts, FAT).
 _NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)
@@ -247,14 +259,237 @@ class FileSystemsStore:
             FileSystems.delete([self.path])
 
 
-def store_for(output_dir: str, pipeline_options: Any = None) -> LockStore:
-    """Where the lock of ``output_dir`` lives; ``pipeline_options`` give the Cloud Storage credentials."""
+def _temp_name(lock_path: str) -> str:
+    """A name beside the lock that a cleaning run knows as one of its temporary files."""
+    return posixpath.join(posixpath.dirname(lock_path), f"{output_files.TEMP_PREFIXES[1]}lock-{uuid.uuid4().hex}")
+
+
+def _not_atomic(path: str, why: str) -> LockNotAtomic:
+    return LockNotAtomic(
+        f"the store of {posixpath.dirname(path)} {why}, so its lock could not keep a second run out; "
+        f"give {UNGUARDED_FLAG} to run with a lock that is a check then a write"
+    )
+
+
+class S3Store:
+    """A lock object on S3: created with ``If-None-Match: *``, rewritten and removed with ``If-Match: <ETag>``.
+
+    Stores that ignore the condition (some S3-compatible servers) are found by a
+    probe before the first create: two conditional creates of a temporary object,
+    the second of which must fail. Without conditions (``unguarded``) the same
+    calls check, then write.
+    """
+
+    def __init__(self, path: str, client: Any, unguarded: bool = False):
+        self.path = path
+        self._bucket, _, self._key = path[len("s3://") :].partition("/")
+        self._client = client
+        self._unguarded = unguarded
+        self._guarded: Optional[bool] = None  # probed on the first create
+
+    @staticmethod
+    def _code(e: Exception) -> tuple:
+        response = getattr(e, "response", None) or {}
+        return (
+            str(response.get("Error", {}).get("Code", "")),
+            int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0),
+        )
+
+    def _refused(self, e: Exception) -> bool:
+        """The condition did not hold (or the object is gone)."""
+        code, status = self._code(e)
+        return status in (404, 409, 412) or code in (
+            "PreconditionFailed",
+            "ConditionalRequestConflict",
+            "NoSuchKey",
+            "NotFound",
+        )
+
+    def _unsupported(self, e: Exception) -> bool:
+        code, status = self._code(e)
+        return status == 501 or code in ("NotImplemented", "InvalidArgument")
+
+    def _put(self, key: str, data: bytes, **condition: str) -> Optional[str]:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer = self._client.put_object(
+                Bucket=self._bucket, Key=key, Body=data, ContentType="application/json", **condition
+            )
+        except ClientError as e:
+            if self._unsupported(e) and condition:
+                raise _not_atomic(self.path, f"refuses conditional writes ({self._code(e)[0]})") from None
+            if self._refused(e):
+                return None
+            raise
+        return str(answer["ETag"])
+
+    def _probe(self) -> bool:
+        """True when the store refuses a second create-if-absent of one object, as S3 does."""
+        probe = posixpath.relpath(_temp_name(self.path), "s3://" + self._bucket)
+        try:
+            first = self._put(probe, b"{}", IfNoneMatch="*")
+            second = self._put(probe, b"{}", IfNoneMatch="*") if first is not None else None
+        finally:
+            self._client.delete_object(Bucket=self._bucket, Key=probe)
+        return first is not None and second is None
+
+    def _conditions(self) -> bool:
+        if self._guarded is None:
+            try:
+                guarded = self._probe()
+            except LockNotAtomic:
+                if not self._unguarded:
+                    raise
+                guarded = False
+            if not guarded and not self._unguarded:
+                raise _not_atomic(self.path, "ignores conditional writes (If-None-Match)")
+            if not guarded:
+                logging.warning(
+                    "the store of %s ignores conditional writes: its lock is a check then a write (%s)",
+                    posixpath.dirname(self.path),
+                    UNGUARDED_FLAG,
+                )
+            self._guarded = guarded
+        return self._guarded
+
+    def create(self, data: bytes) -> Optional[str]:
+        if self._conditions():
+            return self._put(self._key, data, IfNoneMatch="*")
+        return None if self.read() is not None else self._put(self._key, data)
+
+    def read(self) -> Optional[Found]:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer = self._client.get_object(Bucket=self._bucket, Key=self._key)
+            data = answer["Body"].read()
+        except ClientError as e:
+            if self._refused(e):
+                return None
+            raise
+        return Found(data, str(answer["ETag"]), answer["LastModified"].timestamp())
+
+    def _still(self, version: Any) -> bool:
+        found = self.read()
+        return found is not None and found.version == version
+
+    def refresh(self, version: Any, data: bytes) -> Optional[str]:
+        if self._guarded is not False:
+            return self._put(self._key, data, IfMatch=str(version))
+        return self._put(self._key, data) if self._still(version) else None
+
+    take_over = refresh
+
+    def delete(self, version: Any) -> None:
+        from botocore.exceptions import ClientError
+
+        if self._guarded is False:
+            if self._still(version):
+                self._client.delete_object(Bucket=self._bucket, Key=self._key)
+            return
+        try:
+            self._client.delete_object(Bucket=self._bucket, Key=self._key, IfMatch=str(version))
+        except ClientError as e:
+            if self._unsupported(e) and self._still(version):  # a store without conditional deletes
+                self._client.delete_object(Bucket=self._bucket, Key=self._key)
+            elif not self._refused(e) and not self._unsupported(e):
+                raise
+
+
+class AzureBlobStore:
+    """A lock blob in Azure Blob Storage: created with ``If-None-Match: *`` (``overwrite=False``), rewritten and
+    removed with ``If-Match: <ETag>``."""
+
+    def __init__(self, path: str, client: Any):
+        self.path = path
+        _account, container, name = path[len("azfs://") :].split("/", 2)
+        self._blob = client.get_blob_client(container, name)
+
+    def _unsupported(self, e: Exception) -> bool:
+        return getattr(e, "status_code", 0) == 501 or getattr(e, "error_code", "") in ("NotImplemented",)
+
+    def _upload(self, data: bytes, version: Optional[str]) -> Optional[str]:
+        from azure.core import MatchConditions
+        from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+        from azure.storage.blob import ContentSettings
+
+        condition: dict = (
+            {"overwrite": False}
+            if version is None
+            else {"overwrite": True, "etag": version, "match_condition": MatchConditions.IfNotModified}
+        )
+        try:
+            answer = self._blob.upload_blob(
+                data, content_settings=ContentSettings(content_type="application/json"), **condition
+            )
+        except (ResourceExistsError, ResourceNotFoundError):
+            return None
+        except HttpResponseError as e:
+            if self._unsupported(e):
+                raise _not_atomic(self.path, "refuses conditional writes") from None
+            if getattr(e, "status_code", 0) in (409, 412):
+                return None
+            raise
+        return str(answer["etag"])
+
+    def create(self, data: bytes) -> Optional[str]:
+        return self._upload(data, None)
+
+    def read(self) -> Optional[Found]:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            download = self._blob.download_blob()
+            data = download.readall()
+        except ResourceNotFoundError:
+            return None
+        props = download.properties
+        modified = props.last_modified.timestamp() if props.last_modified else time.time()
+        return Found(data, str(props.etag), modified)
+
+    def refresh(self, version: Any, data: bytes) -> Optional[str]:
+        return self._upload(data, str(version))
+
+    take_over = refresh
+
+    def delete(self, version: Any) -> None:
+        from azure.core import MatchConditions
+        from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
+        try:
+            self._blob.delete_blob(etag=str(version), match_condition=MatchConditions.IfNotModified)
+        except ResourceNotFoundError:
+            pass
+        except HttpResponseError as e:
+            if getattr(e, "status_code", 0) != 412:
+                raise
+
+
+def store_for(output_dir: str, pipeline_options: Any = None, unguarded: bool = False) -> LockStore:
+    """Where the lock of ``output_dir`` lives; ``pipeline_options`` give the store's credentials and endpoint
+    (by default those of Beam's FileSystems here, ``storage.pipeline_options``); ``unguarded`` accepts an
+    object store that ignores conditional writes."""
+    lock_path = posixpath.join(output_dir, output_files.LOCK_FILE)
+    if "://" in output_dir and pipeline_options is None:
+        from img2tfrecord import storage
+
+        pipeline_options = storage.pipeline_options()
     if output_dir.startswith("gs://"):
         from apache_beam.io.gcp.gcsio import create_storage_client
-        from apache_beam.options.pipeline_options import PipelineOptions
 
-        client = create_storage_client(pipeline_options or PipelineOptions([]))
-        return GcsStore(posixpath.join(output_dir, output_files.LOCK_FILE), client)
+        return GcsStore(lock_path, create_storage_client(pipeline_options))
+    if output_dir.startswith("s3://"):
+        from apache_beam.io.aws.clients.s3 import boto3_client
+
+        from img2tfrecord import beam_filesystem_fixes
+
+        beam_filesystem_fixes.apply()
+        return S3Store(lock_path, boto3_client.Client(pipeline_options).client, unguarded)
+    if output_dir.startswith("azfs://"):
+        from apache_beam.io.azure.blobstorageio import BlobStorageIO
+
+        return AzureBlobStore(lock_path, BlobStorageIO(pipeline_options=pipeline_options).client)
     if "://" in output_dir:
-        return FileSystemsStore(posixpath.join(output_dir, output_files.LOCK_FILE))
+        return FileSystemsStore(lock_path)
     return LocalStore(os.path.join(output_dir, output_files.LOCK_FILE))

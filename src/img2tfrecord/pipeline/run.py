@@ -111,7 +111,7 @@ def run(
         _execute(launched, options, placed_shards, resuming=False, wait=wait, show_progress=False)
         return None
     staging = output_files.run_folder(launched.fingerprint)
-    lock = lock_output(config.output, options)
+    lock = lock_output(config.output, options, config.allow_unguarded_lock)
     with _StopSignals() as stop:
         try:
             lock.acquire(take_over_stale=config.resume or config.overwrite)
@@ -140,7 +140,7 @@ def run(
 
 def _remove_staging(config: ConvertConfig, options: PipelineOptions) -> None:
     """Remove what an append that published its generation but was stopped before cleaning up left."""
-    lock = lock_output(config.output, options)
+    lock = lock_output(config.output, options, config.allow_unguarded_lock)
     lock.acquire(take_over_stale=config.resume)
     try:
         remove_staging(config.output, lock)

@@ -12,6 +12,7 @@ import math
 import os
 from typing import Any, Callable, List, Sequence, Tuple, Union
 
+from img2tfrecord import storage
 from img2tfrecord.model import Box, DroppedBox, ErrorRow, WorkItem
 from img2tfrecord.sources.files import open_raw, read_capped
 from img2tfrecord.sources.layout import relative_path
@@ -39,17 +40,13 @@ def list_files(pattern: str) -> List[str]:
         import glob
 
         return sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    return sorted(m.path for m in storage.beam_filesystems().match([pattern])[0].metadata_list)
 
 
 def exists(path: str) -> bool:
     if not _is_uri(path):
         return os.path.isfile(path)
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-
-    return FileSystems.exists(path)
+    return storage.beam_filesystems().exists(path)
 
 
 def read_annotation_file(path: str, limit: int) -> bytes:

@@ -15,6 +15,7 @@ import struct
 import zlib
 from typing import Optional
 
+from img2tfrecord import storage
 from img2tfrecord.images.options import ImageError
 from img2tfrecord.model import InlineMember, TarMember, WorkItem, ZipMember
 
@@ -24,9 +25,7 @@ _ZIP_STORED, _ZIP_DEFLATED, _ZIP_BZIP2 = 0, 8, 12
 
 
 def _filesystems():
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-
-    return FileSystems
+    return storage.beam_filesystems()
 
 
 def open_raw(path: str):

@@ -1,0 +1,121 @@
+"""What Beam's S3 and Azure filesystems get wrong, corrected once per process by :func:`apply`.
+
+S3 (``apache_beam.io.aws``):
+
+* Every file operation builds a new boto3 session and client, which loads
+  botocore's service model again (about 0.7 s each): clients are shared per
+  connection settings (the options and the ``AWS_*`` environment they are read with).
+* A file closed with nothing written ends a multipart upload with no part,
+  which S3 refuses (``MalformedXML``): the upload is aborted and an empty
+  object put instead.
+
+Azure Blob Storage (``apache_beam.io.azure``):
+
+* ``exists`` of a missing blob raises instead of answering False (the 404
+  reaches it as Beam's own ``BlobStorageError``, which it does not catch).
+
+Imports Beam only when called; a Beam without the AWS or Azure extra is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Dict, Tuple
+
+_lock = threading.Lock()
+_applied = False
+_clients: Dict[Tuple[Any, ...], Any] = {}
+
+_SETTINGS = (
+    "s3_access_key_id",
+    "s3_secret_access_key",
+    "s3_session_token",
+    "s3_endpoint_url",
+    "s3_disable_ssl",
+    "s3_region_name",
+    "s3_api_version",
+    "s3_verify",
+)
+
+
+def apply() -> None:
+    """Correct Beam's S3 client and uploader and Azure's ``exists`` in this process (idempotent)."""
+    global _applied
+    with _lock:
+        if _applied:
+            return
+        _applied = True
+    _fix_s3()
+    _fix_azure()
+
+
+def _fix_azure() -> None:
+    try:
+        from apache_beam.io.azure import blobstorageio
+    except ImportError:  # Beam without apache-beam[azure]
+        return
+
+    original_exists = blobstorageio.BlobStorageIO.exists
+
+    def exists(self: Any, path: str) -> bool:
+        try:
+            return bool(original_exists(self, path))
+        except blobstorageio.BlobStorageError as e:
+            if e.code == 404:
+                return False
+            raise
+
+    blobstorageio.BlobStorageIO.exists = exists  # type: ignore[method-assign]
+
+
+def _fix_s3() -> None:
+    try:
+        from apache_beam.io.aws import s3io
+        from apache_beam.io.aws.clients.s3 import boto3_client
+        from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+    except ImportError:  # Beam without apache-beam[aws]: no s3:// at all
+        return
+    if getattr(boto3_client, "boto3", None) is None:
+        return
+
+    original_init = boto3_client.Client.__init__
+
+    def settings(options: Any) -> Tuple[Any, ...]:
+        if isinstance(options, PipelineOptions):
+            view = options.view_as(S3Options)
+            values = tuple(getattr(view, name, None) for name in _SETTINGS)
+        else:
+            values = tuple(options.get(name) for name in _SETTINGS)
+        environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+        return values + environment
+
+    def shared_client_init(self: Any, options: Any) -> None:
+        key = settings(options)
+        with _lock:
+            client = _clients.get(key)
+        if client is None:
+            original_init(self, options)
+            with _lock:
+                _clients.setdefault(key, self.client)
+            return
+        self.client = client
+        self._download_request = None
+        self._download_stream = None
+        self._download_pos = 0
+
+    original_finish = s3io.S3Uploader.finish
+
+    def finish(self: Any) -> None:
+        if self.parts or self.buffer or self.last_error is not None:
+            original_finish(self)
+            return
+        raw = getattr(self._client, "client", None)
+        if raw is None:  # not the boto3 client: Beam's own behaviour
+            original_finish(self)
+            return
+        raw.abort_multipart_upload(Bucket=self._bucket, Key=self._name, UploadId=self.upload_id)
+        raw.put_object(Bucket=self._bucket, Key=self._name, Body=b"", ContentType=self._mime_type)
+
+    boto3_client.Client.__init__ = shared_client_init  # type: ignore[method-assign]
+    s3io.S3Uploader.finish = finish  # type: ignore[method-assign]
