@@ -52,6 +52,8 @@ setuptools.setup(
         "rich>=13",  # convert's live progress line on a terminal
         "faiss-cpu>=1.9,<2",  # report: Hamming range search over the images' difference hashes (report/near_search.py)
         "array-record>=0.8,<0.9",  # --file-format array_record: ArrayRecord's writer and reader (shard_formats/)
+        "urllib3>=2,<3",  # URL lists: the workers' HTTP(S) downloads (sources/downloads.py)
+        "pyarrow>=14",  # URL lists: reading .parquet lists (sources/url_lists.py)
     ],
     extras_require={
         "test": [

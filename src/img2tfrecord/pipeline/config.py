@@ -14,6 +14,7 @@ from img2tfrecord.images import ImageOptions
 from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB, TASK_CLASSIFICATION, TASK_DETECTION
 from img2tfrecord.schemas.output_files import COMPRESSION_NONE, FILE_FORMAT_TFRECORD
 from img2tfrecord.sources.input_paths import input_folder, listed_folder, output_inside_input
+from img2tfrecord.sources.url_lists import UrlOptions, url_options
 
 # The default runner: Beam's FnApiRunner (what the DirectRunner falls back to offline), in_memory: the
 # job's DoFns run in the launching process, each shard's images converted by its pool (conversion/pool.py).
@@ -46,6 +47,7 @@ class ConvertConfig:
     allow_new_classes: bool = False  # an append may add class folders, with the next ids
     retry_rejected: bool = False  # an append converts every earlier rejected input again, not only transient ones
     accept_changes: bool = False  # an append withdraws the records of changed and removed inputs
+    urls: UrlOptions = UrlOptions()  # a URL list's columns and downloads (sources/url_lists.py)
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""
@@ -73,6 +75,7 @@ class ConvertConfig:
             "task": self.task,
             "require_boxes": self.require_boxes,
             "dedupe": self.dedupe,
+            **(self.urls.recorded() if self.urls != UrlOptions() else {}),
         }
 
 
@@ -91,6 +94,7 @@ def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> C
         ("--allow-new-classes", v["allow_new_classes"]),
         ("--retry-rejected", v["retry_rejected"]),
         ("--accept-changes", v["accept_changes"]),
+        ("--retry-failed", v.get("retry_failed", False)),
     ):
         if given and not v["append"]:
             raise UsageError(f"{flag} applies to --append")
@@ -105,6 +109,7 @@ def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> C
         raise UsageError("--dedupe compares single files; a --sequence clip is many frames: give one of them")
     if v["file_format"] != FILE_FORMAT_TFRECORD and v["compression"] != COMPRESSION_NONE:
         raise UsageError(f"--compression {v['compression']} compresses TFRecord shards, not {v['file_format']} ones")
+    urls = url_options(v)
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file: give a folder (it is created if missing)")
     if output_inside_input(input, output):
@@ -135,7 +140,8 @@ def config_from_options(input: str, output: str, values: Mapping[str, Any]) -> C
         retry_rejected=v["retry_rejected"],
         accept_changes=v["accept_changes"],
         processes=v["processes"] or 0,  # 0: the run picks (pipeline/runner.default_processes)
-        max_error_rate=v["max_error_rate"],
+        max_error_rate=v["max_error_rate"] if v["max_error_rate"] is not None else urls.error_budget(input),
+        urls=urls,
     )
 
 

@@ -5,6 +5,7 @@
     archives             .zip/.tar/.tar.gz/.tgz of class folders, or a glob   ArchiveLedger
     detection            VOC, COCO or manifests of boxes beside the images    AnnotationLedger: one per annotated image
     clips                --sequence clip folders in a folder or manifest      ClipLedger: one entry per clip
+    urls                 .parquet/.txt/CSV/JSONL lists of image URLs           UrlLedger: one entry per URL
     manifest             CSV/JSONL rows naming images                          ManifestLedger: one entry per row
     folder               a folder or glob of images (everything else)         FolderLedger: one entry per file
 
@@ -26,6 +27,7 @@ from img2tfrecord.pipeline.kinds.clips import ArchivedClips, Clips
 from img2tfrecord.pipeline.kinds.detection import Detection
 from img2tfrecord.pipeline.kinds.folder import Folder
 from img2tfrecord.pipeline.kinds.manifest import Manifest
+from img2tfrecord.pipeline.kinds.urls import UrlList
 from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan_model import Plan
 
@@ -35,6 +37,7 @@ KINDS: Tuple[InputKind, ...] = (
     Archives(),
     Detection(),
     Clips(),
+    UrlList(),
     Manifest(),
     Folder(),
 )
