@@ -54,6 +54,7 @@ class ImageServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # no 40 ms delayed-ACK wait between headers and body
 
             def log_message(self, *args):
                 pass

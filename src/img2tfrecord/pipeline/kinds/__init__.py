@@ -1,11 +1,11 @@
 """The input kinds, one object each, in one table: the only place that asks which kind an input is.
 
+    urls                 .parquet/.txt/CSV/JSONL lists of image URLs           UrlLedger: one entry per URL
     archived_detection   VOC, COCO or manifests of boxes packed in archives   ArchiveLedger: one entry per archive
     archived_clips       --sequence clip folders packed in archives           ArchiveLedger
     archives             .zip/.tar/.tar.gz/.tgz of class folders, or a glob   ArchiveLedger
     detection            VOC, COCO or manifests of boxes beside the images    AnnotationLedger: one per annotated image
     clips                --sequence clip folders in a folder or manifest      ClipLedger: one entry per clip
-    urls                 .parquet/.txt/CSV/JSONL lists of image URLs           UrlLedger: one entry per URL
     manifest             CSV/JSONL rows naming images                          ManifestLedger: one entry per row
     folder               a folder or glob of images (everything else)         FolderLedger: one entry per file
 
@@ -32,12 +32,12 @@ from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan_model import Plan
 
 KINDS: Tuple[InputKind, ...] = (
+    UrlList(),  # first: a .txt/.parquet, or a CSV/JSONL with a URL column and no path column
     ArchivedDetection(),
     ArchivedClips(),
     Archives(),
     Detection(),
     Clips(),
-    UrlList(),
     Manifest(),
     Folder(),
 )
