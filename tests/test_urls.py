@@ -161,7 +161,17 @@ def test_an_append_retries_failed_urls_only_with_retry_failed(server, tmp_path):
     listing = tmp_path / "urls.txt"
     listing.write_text("".join(f"{server.url}{r}\n" for r in ("/img/20.jpg", "/down/21.jpg", "/missing")))
     out = str(tmp_path / "out")
-    args = ("--input", str(listing), "--output", out, "--no-analyze", "--download-retries", "0")
+    args = (
+        "--input",
+        str(listing),
+        "--output",
+        out,
+        "--no-analyze",
+        "--download-retries",
+        "0",
+        "--max-error-rate",
+        "1",
+    )
     server.down = True
     try:
         assert run_in_process("convert", *args).returncode == 0
