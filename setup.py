@@ -56,7 +56,8 @@ setuptools.setup(
         "rich>=13",  # convert's live progress line on a terminal
         "faiss-cpu>=1.9,<2",  # report: Hamming range search over the images' difference hashes (report/near_search.py)
         "array-record>=0.8,<0.9",  # --file-format array_record: ArrayRecord's writer and reader (shard_formats/)
-        "pyarrow>=14",  # --file-format parquet: the Parquet writer and reader (shard_formats/parquet_shards.py)
+        "urllib3>=2,<3",  # URL lists: the workers' HTTP(S) downloads (sources/downloads.py)
+        "pyarrow>=14",  # --file-format parquet (shard_formats/parquet_shards.py), .parquet URL lists (sources/)
     ],
     extras_require={
         "test": [

@@ -13,6 +13,7 @@ from img2tfrecord import option_files, option_values, options
 from img2tfrecord.cli import build_parser
 from img2tfrecord.images import options as image_options
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.sources.url_lists import UrlOptions
 
 MARKER = "<!-- generated from src/img2tfrecord/options.py: python -m img2tfrecord.option_files --options-table -->\n"
 
@@ -38,7 +39,8 @@ def test_every_declared_option_reaches_the_parser_and_every_recorded_one_the_man
     dests = {o.dest for o in options.CONVERT_OPTIONS}
     assert dests <= set(vars(ns))
     recorded = {o.recorded_as for o in options.CONVERT_OPTIONS if o.recorded_as}
-    assert recorded == set(ConvertConfig(input="in", output="out").options_json())
+    url_list = ConvertConfig(input="in", output="out", urls=UrlOptions(label_column="label"))
+    assert recorded == set(url_list.options_json())  # a URL list's options are recorded for URL lists only
 
 
 def test_defaults_are_the_declared_ones():

@@ -280,6 +280,15 @@ def convert(
     decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S,
     max_error_rate: Optional[float] = None,
     processes: Optional[int] = None,
+    url_column: Optional[str] = None,
+    caption_column: Optional[str] = None,
+    label_column: Optional[str] = None,
+    download_concurrency: Optional[int] = None,
+    download_per_host: Optional[int] = None,
+    download_timeout: Optional[float] = None,
+    download_retries: Optional[int] = None,
+    opt_out: Optional[str] = None,
+    retry_failed: bool = False,
     analyze: bool = True,
     exact_statistics: bool = False,
     pipeline_options: BeamOptions = None,
@@ -316,6 +325,11 @@ def convert(
     - ``max_pixels``, ``max_file_mb``, ``decode_timeout_s``: reject larger images, larger files, slower decoding.
     - ``max_error_rate``: fail past this rejected fraction (everything is still written); None: no limit.
     - ``processes``: local conversion processes; None: one per core, fewer for a small input (local runner).
+    - A list of image URLs (``docs/inputs.md#url-lists``): ``url_column`` (None: ``url``), ``caption_column``
+      (None: ``caption`` or ``text``), ``label_column`` (None: unlabeled); ``download_concurrency``,
+      ``download_per_host``, ``download_timeout`` (seconds), ``download_retries``, ``opt_out`` (X-Robots-Tag
+      directives, comma-separated, or ``"none"``); with ``append``, ``retry_failed`` downloads again the URLs
+      whose last attempt failed for a transient reason.
     - ``analyze``: the tf.Transform analysis of the train split; ``exact_statistics``: its statistics of
       re-encoded JPEGs from their stored bytes.
 
@@ -369,6 +383,15 @@ def plan(
     decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S,
     max_error_rate: Optional[float] = None,
     processes: Optional[int] = None,
+    url_column: Optional[str] = None,
+    caption_column: Optional[str] = None,
+    label_column: Optional[str] = None,
+    download_concurrency: Optional[int] = None,
+    download_per_host: Optional[int] = None,
+    download_timeout: Optional[float] = None,
+    download_retries: Optional[int] = None,
+    opt_out: Optional[str] = None,
+    retry_failed: bool = False,
     analyze: bool = True,
     exact_statistics: bool = False,
     pipeline_options: BeamOptions = None,

@@ -381,6 +381,94 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         help="local processes converting images; on distributed runners the workers are the parallelism",
     ),
     Option(
+        "--url-column",
+        doc="a URL list's column of URLs ([URL lists](inputs.md#url-lists))",
+        metavar="NAME",
+        doc_default="`url`",
+        recorded_as="url_column",
+        help="a URL list (.parquet, .csv, .tsv, .jsonl, .txt of URLs): the column holding the image URLs",
+        template=Template("URL column", "A URL list's column of image URLs (default url)."),
+    ),
+    Option(
+        "--caption-column",
+        doc="a URL list's column of captions, stored as `image/text` ([URL lists](inputs.md#url-lists))",
+        metavar="NAME",
+        doc_default="`caption` or `text` when present",
+        recorded_as="caption_column",
+        help="a URL list's column of captions, stored in each record as image/text (default: caption or text)",
+        template=Template("Caption column", "A URL list's column of captions (default caption or text)."),
+    ),
+    Option(
+        "--label-column",
+        doc="a URL list's column of class labels, classes as for manifests ([URL lists](inputs.md#url-lists))",
+        metavar="NAME",
+        doc_default="none: unlabeled",
+        recorded_as="label_column",
+        help="a URL list's column of class labels (classes as for a manifest); without it the records are unlabeled",
+        template=Template("Label column", "A URL list's column of class labels."),
+    ),
+    Option(
+        "--download-concurrency",
+        doc="URL lists: requests in flight at once per conversion process ([politeness](url-datasets.md#politeness))",
+        type=positive(int),
+        metavar="N",
+        doc_default="64",
+        help="URL lists: requests in flight at once per conversion process",
+        template=Template("Download concurrency", "URL lists: requests in flight at once per worker process."),
+    ),
+    Option(
+        "--download-per-host",
+        doc="URL lists: requests in flight at once to one host, per conversion process "
+        "([politeness](url-datasets.md#politeness))",
+        type=positive(int),
+        metavar="N",
+        doc_default="16",
+        help="URL lists: requests in flight at once to one host, per conversion process",
+        template=Template("Downloads per host", "URL lists: requests in flight at once to one host per process."),
+    ),
+    Option(
+        "--download-timeout",
+        doc="URL lists: seconds to wait for a server's answer (connecting: at most 10 of them); a body "
+        "taking twice as long is a `timeout` too",
+        type=positive(float),
+        metavar="S",
+        doc_default="20",
+        help="URL lists: seconds to wait for a server's answer (connecting: at most 10 of them)",
+        template=Template("Download timeout", "URL lists: seconds to wait for a server's answer."),
+    ),
+    Option(
+        "--download-retries",
+        doc="URL lists: tries after the first for a transient failure (429, honouring `Retry-After` up to "
+        "30 s; 5xx; time-out; dropped connection), with a backoff of 1 s doubled each time; none for other 4xx",
+        type=int,
+        metavar="N",
+        doc_default="2",
+        help="URL lists: tries after the first for 429, 5xx, time-outs and dropped connections (none for other 4xx)",
+        template=Template("Download retries", "URL lists: tries after the first for a transient failure."),
+    ),
+    Option(
+        "--opt-out",
+        doc="URL lists: the `X-Robots-Tag` directives that refuse an image (`opted_out`), comma-separated, "
+        "or `none` to honour none ([politeness](url-datasets.md#politeness))",
+        metavar="LIST",
+        doc_default="`noai,noimageai,noindex,noimageindex`",
+        recorded_as="opt_out",
+        help="URL lists: X-Robots-Tag directives that refuse an image, comma-separated, or none "
+        "(default noai,noimageai,noindex,noimageindex)",
+        template=Template("Opt-out directives", "URL lists: X-Robots-Tag directives honoured (or none)."),
+    ),
+    Option(
+        "--retry-failed",
+        doc="with `--append` on a URL list: download again the URLs whose last attempt failed for a transient "
+        "reason (`timeout`, `connection`, `server_error`, `rate_limited`); their records land in the new generation",
+        switch=True,
+        doc_default="off",
+        help="with --append on a URL list: download again the URLs whose last attempt failed for a transient reason",
+        template=Template(
+            "Retry failed", "true to let --append download again URLs that failed transiently.", _BOOLEAN
+        ),
+    ),
+    Option(
         "--no-analyze",
         doc="skip the tf.Transform analysis of the train split ([tf.Transform](tf-transform.md))",
         negates="analyze",

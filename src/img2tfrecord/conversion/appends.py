@@ -155,7 +155,10 @@ def compare(
 
 
 def compare_in_order(
-    listed: Iterable[LedgerEntry], recorded: Iterable[Tuple[LedgerEntry, str]], retry_rejected: bool = False
+    listed: Iterable[LedgerEntry],
+    recorded: Iterable[Tuple[LedgerEntry, str]],
+    retry_rejected: bool = False,
+    transient: Tuple[str, ...] = TRANSIENT_REASONS,
 ) -> InputChanges:
     """:func:`compare` of a sorted ``listed`` with ``recorded`` in relpath order (:func:`recorded_in_order`),
     walking both once; ValueError when ``listed`` is not sorted."""
@@ -196,7 +199,7 @@ def compare_in_order(
         before, outcome = head
         if outcome != WRITTEN:  # no record holds it: a changed input is simply tried again
             unlisted = before.size < 0 and entry.size < 0  # a manifest row whose image was missing then and now
-            if retry_rejected or (outcome in TRANSIENT_REASONS and not unlisted) or before.changed(entry):
+            if retry_rejected or (outcome in transient and not unlisted) or before.changed(entry):
                 retried.append(entry)
                 reasons[outcome] = reasons.get(outcome, 0) + 1
             else:

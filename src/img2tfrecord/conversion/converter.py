@@ -111,6 +111,10 @@ class Converter(abc.ABC, Generic[ItemT]):
         """The error output for an item whose conversion killed its worker process."""
         return _rejected(self.path_of(item), self.relpath_of(item), "worker_crashed", message)
 
+    def convert_all(self, items: Sequence[ItemT], label_names: List[str]) -> List[Output]:
+        """The outputs of ``items``, in order (a converter that waits on the network overlaps them)."""
+        return [self(item, label_names) for item in items]
+
     @abc.abstractmethod
     def relpath_of(self, item: ItemT) -> str:
         """The relative path that keys an item's split, shard and position."""
@@ -377,4 +381,4 @@ def convert_batch(batch: List[Any], label_names: List[str]) -> List[Output]:
     convert = _worker_converter
     if convert is None:
         raise RuntimeError("install_converter has not run in this process")
-    return [convert(element, label_names) for element in batch]
+    return convert.convert_all(batch, label_names)

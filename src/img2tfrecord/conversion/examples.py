@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord.images.options import ConvertedImage
 from img2tfrecord.model import MetadataValue
@@ -37,11 +37,13 @@ def encode_example(
     class_name: Optional[str],
     relpath: str,
     metadata: Sequence[MetadataValue] = (),
+    texts: Sequence[Tuple[str, str]] = (),
 ) -> bytes:
     """The record for one image, with every feature declared in ``schemas.features``.
 
     ``class_name`` None (an unlabeled dataset) leaves out the label features; ``metadata`` adds one
-    ``metadata/<name>`` feature per value.
+    ``metadata/<name>`` feature per value; ``texts``: ``(feature key, text)`` of further bytes features
+    (a URL list's caption and URL).
     """
     example = Example()
     feature = example.features.feature
@@ -52,6 +54,8 @@ def encode_example(
         feature[keys.CLASS_TEXT].bytes_list.value.append(class_name.encode("utf-8"))
     feature[keys.FILENAME].bytes_list.value.append(relpath.encode("utf-8"))
     feature[keys.KEY_SHA256].bytes_list.value.append(image.sha256.encode())
+    for key, text in texts:
+        feature[key].bytes_list.value.append(text.encode("utf-8"))
     return example.SerializeToString(deterministic=True)  # map keys sorted: the same bytes in every process
 
 

@@ -250,7 +250,9 @@ def compare_with_output(
             "adds records to the output's splits: rebuild with --overwrite"
         )
     generations = generation_inputs(config.output, previous, ledger.rejection_key)
-    changes = compare_in_order(ledger.entries, recorded_in_order(generations), config.retry_rejected)
+    changes = compare_in_order(
+        ledger.entries, recorded_in_order(generations), config.retry_rejected, ledger.transient_reasons
+    )
     return previous, generations, dataclasses.replace(changes, accepted=config.accept_changes)
 
 

@@ -149,7 +149,7 @@ def build_pipeline(
         config.processes or 1,  # resolved by the run (pipeline/run.py); 1: in the runner's worker
         beam.pvalue.AsSingleton(label_names),
         dict(plan.sizing.num_shards),
-        batch_size=1 if kind.sequence else 32,  # a clip is many frames: one clip per task
+        batch_size=1 if kind.sequence else kind.batch_size,  # a clip is many frames: one clip per task
         resume=resume,
         faults=faults.from_environment(),  # test-only: none unless IMG2TFRECORD_FAULT is set
         placed=placed,

@@ -36,6 +36,7 @@ from img2tfrecord.option_values import (
 )
 from img2tfrecord.schemas.output_files import COMPRESSION_NONE, DEFAULT_FILE_FORMAT
 from img2tfrecord.sources.input_paths import input_folder, listed_folder, output_inside_input
+from img2tfrecord.sources.url_lists import UrlOptions, url_options
 
 # The default runner: Beam's FnApiRunner (what the DirectRunner falls back to offline), in_memory: the
 # job's DoFns run in the launching process, each shard's images converted by its pool (conversion/pool.py).
@@ -73,6 +74,7 @@ class ConvertConfig:
     retry_rejected: bool = False  # an append converts every earlier rejected input again, not only transient ones
     accept_changes: bool = False  # an append withdraws the records of changed and removed inputs
     allow_unguarded_lock: bool = False  # an object store without conditional writes: lock by check then write
+    urls: UrlOptions = UrlOptions()  # a URL list's columns and downloads (sources/url_lists.py)
 
     def options_json(self) -> Dict[str, Any]:
         """The options as recorded in ``dataset.json``."""
@@ -100,6 +102,7 @@ class ConvertConfig:
             "task": self.task,
             "require_boxes": self.require_boxes,
             "dedupe": self.dedupe,
+            **(self.urls.recorded() if self.urls != UrlOptions() else {}),
         }
 
 
@@ -136,6 +139,15 @@ def config_from_options(
     decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S,
     max_error_rate: Optional[float] = None,
     processes: Optional[int] = None,
+    url_column: Optional[str] = None,
+    caption_column: Optional[str] = None,
+    label_column: Optional[str] = None,
+    download_concurrency: Optional[int] = None,
+    download_per_host: Optional[int] = None,
+    download_timeout: Optional[float] = None,
+    download_retries: Optional[int] = None,
+    opt_out: Optional[str] = None,
+    retry_failed: bool = False,
     analyze: bool = True,
     exact_statistics: bool = False,
 ) -> ConvertConfig:
@@ -154,6 +166,7 @@ def config_from_options(
         ("--allow-new-classes", allow_new_classes),
         ("--retry-rejected", retry_rejected),
         ("--accept-changes", accept_changes),
+        ("--retry-failed", retry_failed),
     ):
         if given and not append:
             raise UsageError(f"{flag} applies to --append")
@@ -170,6 +183,17 @@ def config_from_options(
     refusal = own.refusal(task == TASK_DETECTION, bool(sequence))
     if refusal is not None:
         raise UsageError(f"--file-format {own.name} {refusal}")
+    urls = url_options(
+        url_column=url_column,
+        caption_column=caption_column,
+        label_column=label_column,
+        download_concurrency=download_concurrency,
+        download_per_host=download_per_host,
+        download_timeout=download_timeout,
+        download_retries=download_retries,
+        opt_out=opt_out,
+        retry_failed=retry_failed,
+    )
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file: give a folder (it is created if missing)")
     if output_inside_input(input, output):
@@ -211,7 +235,8 @@ def config_from_options(
         accept_changes=accept_changes,
         allow_unguarded_lock=allow_unguarded_lock,
         processes=processes,
-        max_error_rate=None if max_error_rate is None else float(max_error_rate),
+        max_error_rate=urls.error_budget(input) if max_error_rate is None else float(max_error_rate),
+        urls=urls,
     )
 
 

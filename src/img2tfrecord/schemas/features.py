@@ -18,6 +18,9 @@ CLASS_TEXT = "image/class/text"
 FILENAME = "image/filename"
 METADATA_PREFIX = "metadata/"  # + a name: a value an image reference carried, copied into its record
 KEY_SHA256 = "image/key/sha256"
+# A URL list's records (--input urls.parquet): the caption of the image and the URL it was read from.
+IMAGE_TEXT = "image/text"
+SOURCE_URL = "image/source_url"
 # Context features of a tf.train.SequenceExample (``convert --sequence``): one record per clip.
 CLIP_NAME = "clip/name"
 CLIP_NUM_FRAMES = "clip/num_frames"

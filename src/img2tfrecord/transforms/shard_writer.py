@@ -227,10 +227,11 @@ class WriteShardsFn(beam.DoFn):
                 return
         job = _ShardJob(sink, self._run_dir, shard, items, window, timestamp, self._count, self._faults)
         if self._pool is None:
-            for i in items:
-                tag, value = self._converter(i.item, label_names)
-                self._count(tag, value)
-                job.add(tag, value)
+            for start in range(0, len(items), self._batch_size):
+                chunk = [i.item for i in items[start : start + self._batch_size]]
+                for tag, value in self._converter.convert_all(chunk, label_names):
+                    self._count(tag, value)
+                    job.add(tag, value)
             yield from self._emit(job.finish(), job.errors, job.analysis, window=window, timestamp=timestamp)
             return
         self._jobs.append(job)

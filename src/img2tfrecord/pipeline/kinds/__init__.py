@@ -1,5 +1,6 @@
 """The input kinds, one object each, in one table: the only place that asks which kind an input is.
 
+    urls                 .parquet/.txt/CSV/JSONL lists of image URLs           UrlLedger: one entry per URL
     archived_detection   VOC, COCO or manifests of boxes packed in archives   ArchiveLedger: one entry per archive
     archived_clips       --sequence clip folders packed in archives           ArchiveLedger
     archives             .zip/.tar/.tar.gz/.tgz of class folders, or a glob   ArchiveLedger
@@ -26,10 +27,12 @@ from img2tfrecord.pipeline.kinds.clips import ArchivedClips, Clips
 from img2tfrecord.pipeline.kinds.detection import Detection
 from img2tfrecord.pipeline.kinds.folder import Folder
 from img2tfrecord.pipeline.kinds.manifest import Manifest
+from img2tfrecord.pipeline.kinds.urls import UrlList
 from img2tfrecord.pipeline.listing import listing_once
 from img2tfrecord.pipeline.plan_model import Plan
 
 KINDS: Tuple[InputKind, ...] = (
+    UrlList(),  # first: a .txt/.parquet, or a CSV/JSONL with a URL column and no path column
     ArchivedDetection(),
     ArchivedClips(),
     Archives(),

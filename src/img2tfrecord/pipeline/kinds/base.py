@@ -41,6 +41,7 @@ class InputKind:
     records_members = False
     discovers_from_ledger = False
     discover_step = "DiscoverImages"
+    batch_size = 32  # work items per conversion task
 
     def claims(self, config: ConvertConfig) -> bool:
         """Whether ``config.input`` may be of this kind, from its name, the options and (at most) its

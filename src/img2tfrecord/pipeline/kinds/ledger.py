@@ -10,7 +10,7 @@ import posixpath
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from img2tfrecord import storage
-from img2tfrecord.conversion.appends import GenerationInputs, locate
+from img2tfrecord.conversion.appends import TRANSIENT_REASONS, GenerationInputs, locate
 from img2tfrecord.model import Clip, ErrorRow, Item, WorkItem, frames
 from img2tfrecord.pipeline.config import ConvertConfig
 from img2tfrecord.pipeline.listing import list_stamped
@@ -76,6 +76,7 @@ class InputLedger:
 
     places_at_launch = True
     noun = "input(s)"
+    transient_reasons: Tuple[str, ...] = TRANSIENT_REASONS  # an append tries inputs rejected for these again
 
     def __init__(self, config: ConvertConfig, plan: Plan):
         self.entries: Sequence[LedgerEntry] = []  # sorted by relpath
