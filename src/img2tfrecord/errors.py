@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 # What stops a run as Ctrl-C does: one line, the lock released, staging kept for --resume. A closed terminal
-# sends SIGHUP (and leaves SIGPIPE to writers); SIGQUIT is Ctrl-\.
+# sends SIGHUP; SIGQUIT is Ctrl-\. SIGPIPE stays ignored (Python's default): writers handle EPIPE.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -50,7 +50,7 @@ class ErrorBudgetExceeded(RuntimeError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """A signal of :data:`STOP_SIGNALS` (or SIGPIPE) stopped a run. ``kept`` says in a few words what its output
+    """A signal of :data:`STOP_SIGNALS` stopped a run. ``kept`` says in a few words what its output
     keeps for ``--resume`` (None: the run stopped before it wrote anything); ``exit_code`` is the shell's 128 + the
     signal's number."""
 

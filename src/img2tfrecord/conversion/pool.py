@@ -18,7 +18,9 @@ A worker process that dies (a crash in a decoder, the kernel's
 out-of-memory killer) does not stop the run: the pool is restarted, the
 batches that were in flight are converted again one item at a time, and an
 item whose conversion kills a fresh worker again becomes an error row with
-reason ``worker_crashed``.
+reason ``worker_crashed``. The broken pool's surviving workers are killed
+at once: they ignore SIGTERM (below) and may be blocked writing a result no
+one reads, and an executor joins its workers before this process can exit.
 
 A pool started before its caller knows what it will queue can convert ahead
 (:meth:`ConversionPool.prefetch`): the first shards' items, converted while
@@ -44,6 +46,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import weakref
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -71,6 +74,7 @@ def usable_cores() -> int:
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 
 _RUN_SIGNALS = STOP_SIGNALS  # for the run, which stops its pools; the workers ignore them
+CLOSE_GRACE_S = 5.0  # how long a closing pool's workers may take to finish their batch before they are killed
 _OPEN: weakref.WeakSet[ConversionPool] = weakref.WeakSet()
 
 
@@ -156,6 +160,25 @@ def _start_worker(converter: Converter[Any], parent: Parent) -> None:
     install_converter(converter)
 
 
+def _stop_executor(executor: concurrent.futures.ProcessPoolExecutor, grace_s: float) -> None:
+    """Shut ``executor`` down without waiting on it for ever: its workers get ``grace_s`` to finish their batch
+    and exit, then those still alive are killed (SIGKILL: they ignore SIGTERM) and reaped, so that the
+    executor's manager thread, which the interpreter joins at exit, ends too."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    alive = [process for process in processes if process.is_alive()]
+    if alive:
+        logging.info("stopping %d conversion worker process(es) that did not exit by themselves", len(alive))
+    for process in alive:
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
+    for process in alive:
+        process.join(CLOSE_GRACE_S)
+
+
 class _Batch(NamedTuple):
     items: List[Any]
     labels: List[str]
@@ -239,7 +262,7 @@ class ConversionPool:
 
     def _restart_pool(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            _stop_executor(self._pool, grace_s=0.0)  # broken: its results are no longer read
         self._start_pool()
 
     def close(self) -> None:
@@ -250,7 +273,7 @@ class ConversionPool:
         self._in_flight.clear()
         self._prefetched.clear()
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            _stop_executor(self._pool, grace_s=CLOSE_GRACE_S)
             self._pool = None
 
     @property

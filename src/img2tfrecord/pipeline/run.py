@@ -269,8 +269,8 @@ def _run(
 
 
 class _StopSignals:
-    """While a run holds its output, the stop signals (``errors.STOP_SIGNALS``, and SIGPIPE) raise
-    KeyboardInterrupt in the main thread.
+    """While a run holds its output, the stop signals (``errors.STOP_SIGNALS``) raise KeyboardInterrupt in the
+    main thread.
 
     The first signal's number is kept in ``signum``: Beam's runners re-raise
     the interrupt wrapped in their own exceptions (``RuntimeError:
@@ -284,7 +284,9 @@ class _StopSignals:
     ends with one line saying what it kept.
     """
 
-    _SIGNALS = (*STOP_SIGNALS, signal.SIGPIPE)  # SIGPIPE: a closed terminal's pipe, while the run holds its output
+    # Not SIGPIPE: Python ignores it so that a write to a closed pipe or socket (a download) fails with EPIPE, which
+    # its writer handles; a closed terminal's pipe then costs the run nothing (commands/quiet.py drops the lines).
+    _SIGNALS = STOP_SIGNALS
 
     def __init__(self) -> None:
         self.signum: Optional[int] = None

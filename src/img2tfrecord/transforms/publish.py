@@ -43,11 +43,20 @@ def _remove_if_empty(folder: str, output_dir: str) -> None:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary name, so readers never see half a file."""
+    """Write ``text`` to ``path`` via a temporary name, so readers never see half a file (nor the temporary
+    one when the write fails)."""
     directory, name = path.rsplit("/", 1)
     tmp = f"{directory}/{output_files.TEMP_PREFIXES[1]}{name}"
-    with FileSystems.create(tmp) as f:
-        f.write(text.encode("utf-8"))
+    try:
+        with FileSystems.create(tmp) as f:
+            f.write(text.encode("utf-8"))
+    except BaseException:  # a full disk: no temporary file is left in the output
+        try:
+            if FileSystems.exists(tmp):
+                FileSystems.delete([tmp])
+        except Exception as e:  # pylint: disable=broad-except
+            logging.warning("could not remove %s: %s", tmp, e)
+        raise
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([tmp], [path])
