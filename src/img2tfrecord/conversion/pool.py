@@ -156,6 +156,16 @@ def _start_worker(converter: Converter[Any], parent: Parent) -> None:
     install_converter(converter)
 
 
+def _kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """SIGKILL the live workers of a broken pool. Its own teardown only sends SIGTERM, which the workers
+    ignore, then joins them: a survivor blocked writing a result larger than a pipe's buffer, which no one
+    reads any more, would block that join, and the interpreter's exit with it, for ever."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+
+
 class _Batch(NamedTuple):
     items: List[Any]
     labels: List[str]
@@ -238,7 +248,9 @@ class ConversionPool:
         return self._pool
 
     def _restart_pool(self) -> None:
+        """A fresh pool for one a worker's death broke; the broken one's survivors are killed first."""
         if self._pool is not None:
+            _kill_workers(self._pool)
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._start_pool()
 
@@ -250,6 +262,8 @@ class ConversionPool:
         self._in_flight.clear()
         self._prefetched.clear()
         if self._pool is not None:
+            if getattr(self._pool, "_broken", False):
+                _kill_workers(self._pool)
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
