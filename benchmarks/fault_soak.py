@@ -284,7 +284,11 @@ def _try_mount(path: str) -> bool:
     return ok
 
 
-def prepare(work: str, images: int, bound: float) -> Setup:
+def prepare(
+    work: str, images: int, bound: float, appends: Sequence[str] = ("new", "changed", "removed"), report: bool = True
+) -> Setup:
+    """The input states, a clean build of each (``base``, and ``base`` + an append of each of ``appends``) and
+    the wall time of each run kind."""
     states = make_states(os.path.join(work, "states"), images)
     input_dir = os.path.join(work, "input")
     refs, ref_dirs, wall = {}, {}, {}
@@ -292,17 +296,19 @@ def prepare(work: str, images: int, bound: float) -> Setup:
     base_out = ref_dirs["base"] = os.path.join(work, "refs", "base")
     wall["convert"] = wall["resume"] = _timed(cli(*convert_args(input_dir, base_out, "convert")))
     refs["base"] = fingerprint(base_out)
-    appends = []
-    for state in ("new", "changed", "removed"):
+    append_s = []
+    for state in appends:
         set_input(input_dir, states[state])
         out = ref_dirs[state] = os.path.join(work, "refs", state)
         shutil.copytree(base_out, out)
-        appends.append(_timed(cli(*convert_args(input_dir, out, f"append_{state}"))))
+        append_s.append(_timed(cli(*convert_args(input_dir, out, f"append_{state}"))))
         refs[state] = fingerprint(out)
-    for kind in ("append_new", "append_changed", "append_removed", "append_overlap"):
-        wall[kind] = max(appends)
+    for kind, state in STATE_OF.items():
+        if state in refs:
+            wall[kind] = max(append_s)
     wall["verify"] = _timed(cli("verify", base_out))
-    wall["report"] = _timed(cli("report", base_out, "--output", os.path.join(work, "refs", "report") + "/"))
+    if report:
+        wall["report"] = _timed(cli("report", base_out, "--output", os.path.join(work, "refs", "report") + "/"))
     return Setup(work, states, input_dir, refs, ref_dirs, wall, _try_mount(os.path.join(work, "mount-test")), bound)
 
 
@@ -500,16 +506,18 @@ def _check_output(
             r.violate("nothing outside staging after a failure", f"added {added[:6]}, changed {changed[:6]}")
 
 
-def play(s: Setup, seed: int, logs_root: str) -> Round:
+def play(s: Setup, seed: int, logs_root: str, kind: Optional[str] = None, fault: Optional[str] = None) -> Round:
+    """One round: its kind, moment and fault from ``seed`` (``kind``/``fault`` given: those); -> its findings."""
     r = Round(seed)
     rng = random.Random(seed)
-    r.kind = rng.choice(KINDS)
+    r.kind = rng.choice([k for k in KINDS if k in s.wall])
     faults = [f for f in FAULTS if not (r.kind in ("report", "verify") and f.endswith("_staged"))]
     if r.kind == "verify" or not s.can_mount:
         faults.remove("disk_full")
     if r.kind in ("report", "verify") and "second_run" in faults:
         faults.remove("second_run")
     r.fault = rng.choice(faults)
+    r.kind, r.fault = kind or r.kind, fault or r.fault
     r.moment = rng.uniform(0.0, s.wall[r.kind])
     r.name = f"r{seed}"
     base = os.path.join(s.work, "round")
