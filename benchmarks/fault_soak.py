@@ -667,11 +667,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rng = random.Random(ns.seed)
         seeds = [rng.randrange(2**31) for _ in range(ns.rounds)]
     faults, kinds, violations = collections.Counter(), collections.Counter(), collections.Counter()
+    landed: collections.Counter = collections.Counter()  # the fault struck (the run had not ended, ...)
     failing: List[Round] = []
     longest = (0.0, "")
     for i, seed in enumerate(seeds):
         r = play(s, seed, os.path.join(work, "logs"))
         faults[r.fault] += 1
+        missed = any(n.startswith(("the run ended", "no child", "no staged")) for n in r.notes)
+        landed[r.fault] += not missed
         kinds[r.kind] += 1
         for proc in r.procs:
             if proc.seconds > longest[0]:
@@ -692,7 +695,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     minutes = (time.monotonic() - started) / 60
     print(f"\nrounds: {len(seeds)} in {minutes:.1f} min")
     print("run kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
-    print("faults: " + ", ".join(f"{k} {n}" for k, n in sorted(faults.items())))
+    print("faults (struck/drawn): " + ", ".join(f"{k} {landed[k]}/{n}" for k, n in sorted(faults.items())))
     print(f"invariant violations: {sum(violations.values())}")
     for invariant, n in sorted(violations.items()):
         print(f"  {invariant}: {n}")
@@ -706,6 +709,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "rounds": len(seeds),
                     "kinds": kinds,
                     "faults": faults,
+                    "faults_struck": landed,
                     "violations": violations,
                     "failing_seeds": [r.seed for r in failing],
                     "longest_exit_s": longest[0],
