@@ -18,7 +18,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_FAILURE, EXIT_USAGE, UsageError
-from img2tfrecord.errors import ConversionFailed, Interrupted
+from img2tfrecord.errors import STOP_SIGNALS, ConversionFailed, Interrupted
 from img2tfrecord.failures import Failure, failure_of
 
 
@@ -187,8 +187,26 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
     else:
         if not _flushed_stdout():
             code = _leave_closed_stdout()
+    exit_on_stop_signals(code)
     gc.freeze()
     sys.exit(code)
+
+
+def exit_on_stop_signals(code: int) -> None:
+    """Once the command is over, a stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) arriving while the interpreter
+    tears down ends the process at once with the command's own code: nothing is left to interrupt, and a
+    finished run must not read as killed (exit -15 and no line)."""
+
+    def leave(unused_signum, unused_frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, leave)
 
 
 if __name__ == "__main__":
