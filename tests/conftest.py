@@ -236,6 +236,7 @@ _END_TO_END = {
     "test_tft.py",
     "test_verify.py",
     "test_fast_start.py",
+    "test_fault_soak.py",
     "test_packaging.py",
 }
 

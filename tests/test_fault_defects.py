@@ -181,3 +181,28 @@ def test_a_file_written_whole_on_a_full_disk_leaves_no_temporary_file(full_disk)
     with pytest.raises(OSError):
         write_atomically(str(full_disk / output_files.LABELS_FILE), "cat\n" * 10000)
     assert sorted(os.listdir(full_disk)) == ["filler"]
+
+
+def test_a_stop_signal_after_the_command_finished_exits_with_the_commands_code(monkeypatch):
+    import signal
+
+    from img2tfrecord import cli
+    from img2tfrecord.errors import STOP_SIGNALS
+
+    exits = []
+
+    def record_exit(code):
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli.os, "_exit", record_exit)
+    saved = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    try:
+        cli.exit_on_stop_signals(0)  # a finished run tearing the interpreter down
+        with pytest.raises(SystemExit):
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 0.1)  # let the handler run
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert exits == [0]  # not -15: the output was published and the summary printed

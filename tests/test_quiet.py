@@ -49,6 +49,16 @@ def test_the_start_up_lines_are_noise_and_others_are_not():
     assert not any(is_noise(line) for line in KEPT)
 
 
+def test_the_resource_trackers_warning_after_a_killed_launcher_is_noise():
+    warning = [
+        b"/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear "
+        b"to be 5 leaked semaphore objects to clean up at shutdown",
+        b"  warnings.warn('resource_tracker: There appear to be %d '",
+    ]
+    assert all(is_noise(line) for line in warning)
+    assert not is_noise(b"  warnings.warn('something else')")
+
+
 def _copy(chunks, pause_s: float = 0.0) -> bytes:
     """``chunks`` written into a pipe (``pause_s`` apart) through copy_without_noise; -> what came out."""
     src_r, src_w = os.pipe()

@@ -18,7 +18,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_FAILURE, EXIT_USAGE, UsageError
-from img2tfrecord.errors import ConversionFailed, Interrupted
+from img2tfrecord.errors import STOP_SIGNALS, ConversionFailed, Interrupted
 from img2tfrecord.failures import Failure, failure_of
 
 
@@ -96,7 +96,9 @@ def _interrupted(e: KeyboardInterrupt, ns: argparse.Namespace, argv: Sequence[st
     kept = getattr(e, "kept", None)
     name = getattr(e, "signal_name", "SIGINT")
     if kept is None:
-        return f"interrupted by {name} before anything was written" if isinstance(e, Interrupted) else "interrupted"
+        if isinstance(e, Interrupted) and ns.command == "convert":
+            return f"interrupted by {name} before anything was written"
+        return f"interrupted by {name}" if isinstance(e, Interrupted) else "interrupted"
     return f"interrupted by {name}: {kept}; to finish, run: {_resume_command(ns, argv)}"
 
 
@@ -175,6 +177,7 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
     run with tf.Transform; docs/performance.md). Everything is written and
     closed by then, and exit handlers still run.
     """
+    _stop_from_the_start()
     try:
         code = main(argv)
     except SystemExit as e:  # argparse after --help, --version or a usage error
@@ -184,11 +187,44 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
         code = _leave_closed_stdout()
     except BrokenPipeError:  # argparse writing a long help into a closed pipe
         code = _leave_closed_stdout()
+    except Interrupted as e:  # a stop signal before a command started
+        print(f"img2tfrecord: interrupted by {e.signal_name} before anything was written", file=sys.stderr)
+        code = e.exit_code
     else:
         if not _flushed_stdout():
             code = _leave_closed_stdout()
+    exit_on_stop_signals(code)
     gc.freeze()
     sys.exit(code)
+
+
+def _stop_from_the_start() -> None:
+    """From the program's first line, a stop signal ends it as Ctrl-C does (one line, 128 + the signal), also
+    while it still imports; a conversion installs its own handlers once it holds its output."""
+
+    def stop(signum, unused_frame):
+        raise Interrupted(signum)
+
+    for signum in STOP_SIGNALS:
+        if signum != signal.SIGINT:  # Python's own: KeyboardInterrupt
+            signal.signal(signum, stop)
+
+
+def exit_on_stop_signals(code: int) -> None:
+    """Once the command is over, a stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) arriving while the interpreter
+    tears down ends the process at once with the command's own code: nothing is left to interrupt, and a
+    finished run must not read as killed (exit -15 and no line)."""
+
+    def leave(unused_signum, unused_frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, leave)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ NOISE = (
     re.compile(rb"[IWE]\d{4} [\d:.]+ +\d+ [^ \]]+:\d+\] .*"),
     # the second line of TensorFlow's cpu_feature_guard message
     re.compile(rb"To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\."),
+    # multiprocessing's resource tracker, when the launcher was killed (SIGKILL) before it closed its
+    # pools' queues: the tracker removes those semaphores itself, as it says, and the line tells nothing
+    re.compile(rb".*resource_tracker\.py:\d+: UserWarning: resource_tracker: There appear to be \d+ leaked .*"),
+    re.compile(rb" +warnings\.warn\('resource_tracker: There appear to be %d '"),
 )
 _PARTIAL_WAIT_S = 0.1  # an unfinished line is passed on after this long without more bytes
 # Exceptions a job raises on purpose and the command reports as one line of its own (``convert``'s

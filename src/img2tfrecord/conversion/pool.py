@@ -261,6 +261,7 @@ class ConversionPool:
         return self._pool
 
     def _restart_pool(self) -> None:
+        """A fresh pool for one a worker's death broke; the broken one's survivors are killed first."""
         if self._pool is not None:
             _stop_executor(self._pool, grace_s=0.0)  # broken: its results are no longer read
         self._start_pool()
