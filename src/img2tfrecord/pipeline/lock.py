@@ -58,6 +58,7 @@ STALE_AFTER_S = 600.0  # a lock whose heartbeat is older than this is stale
 JOB_STALE_AFTER_S = 24 * 3600.0  # a lock handed to a submitted job is stale this long after the submission
 UNPARSABLE_STALE_AFTER_S = 2 * HEARTBEAT_S  # a lock file that cannot be parsed is stale once this old
 _PID_REUSE_SLACK_S = 5.0  # a process with the holder's pid that started this long after the lock is another one
+HEARTBEAT_JOIN_S = 30.0  # how long stopping the heartbeat waits for a beat in flight
 _ATTEMPTS = 5  # reads and creates when the lock changes in between (another run starting or leaving)
 _UNREADABLE_WAIT_S = 0.2  # a lock file just created may not hold its text yet
 
@@ -300,17 +301,21 @@ class OutputLock:
         Never raises: it runs in ``finally`` clauses, after the error that matters.
         """
         self._stop_heartbeat()
-        with self._mutex:
+        if not self._mutex.acquire(timeout=HEARTBEAT_JOIN_S):  # a beat stuck in a store that does not answer
+            logging.warning("could not remove the lock %s of this run: its store does not answer", self.output_dir)
+            return
+        try:
             if not self._held:
                 return
             self._held = False
-            try:
-                if restore and self._replaced is not None:
-                    self._store.refresh(self._version, self._replaced.data)
-                else:
-                    self._store.delete(self._version)
-            except Exception as e:  # pylint: disable=broad-except
-                logging.warning("could not remove the lock %s of this run: %s", self.output_dir, error_cause(e))
+            if restore and self._replaced is not None:
+                self._store.refresh(self._version, self._replaced.data)
+            else:
+                self._store.delete(self._version)
+        except Exception as e:  # pylint: disable=broad-except
+            logging.warning("could not remove the lock %s of this run: %s", self.output_dir, error_cause(e))
+        finally:
+            self._mutex.release()
 
     def hand_over(self) -> Any:
         """Hand the held lock to the job about to be submitted without waiting: the heartbeat stops, the
@@ -334,9 +339,17 @@ class OutputLock:
             logging.warning("could not remove the lock %s of this run: %s", self.output_dir, error_cause(e))
 
     def _stop_heartbeat(self) -> None:
+        """Stop the heartbeat thread, waiting at most :data:`HEARTBEAT_JOIN_S` for a beat in flight (a store
+        that does not answer): the daemon thread is then left behind."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(HEARTBEAT_JOIN_S)
+            if self._thread.is_alive():
+                logging.warning(
+                    "the lock heartbeat of %s did not stop within %d s (its store does not answer); going on",
+                    self.output_dir,
+                    HEARTBEAT_JOIN_S,
+                )
             self._thread = None
 
     def _hold(self, version: Any) -> None:
