@@ -29,6 +29,7 @@ from typing import Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from img2tfrecord import shard_formats, storage
+from img2tfrecord.readers import tfdata_storage
 from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.readers.tfdata_decode import (
     LoadPlan,
@@ -187,6 +188,15 @@ def _records(plan: LoadPlan, shuffle: bool, seed: Optional[int], deterministic: 
     if shuffle and len(plan.files) > 1:
         files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
     compression_type = plan.compression_type
+    cycle_length = max(1, min(len(plan.files), MAX_PARALLEL_SHARDS))
+    if plan.files and not tfdata_storage.tensorflow_opens(plan.files[0]):
+        return files.interleave(
+            tfdata_storage.ShardReader(compression_type, plan.withdrawn),
+            cycle_length=cycle_length,
+            block_length=1,
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
+        )
     withdrawn = _withdrawn_table(plan.withdrawn)
 
     def shard(f: tf.Tensor) -> tf.data.Dataset:
@@ -200,7 +210,7 @@ def _records(plan: LoadPlan, shuffle: bool, seed: Optional[int], deterministic: 
 
     return files.interleave(
         shard,
-        cycle_length=max(1, min(len(plan.files), MAX_PARALLEL_SHARDS)),
+        cycle_length=cycle_length,
         block_length=1,
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
