@@ -11,6 +11,9 @@ from typing import Sequence
 
 import pytest
 
+# S3 (moto) and Azure Blob Storage (Azurite) servers, one each per session for every module that uses them.
+from object_stores import azure_fixture, s3_fixture, store_fixture  # noqa: E402,F401
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")  # what a process started by a test imports the package from
 # Fast local runner for tests that are not about the runner itself.
@@ -215,6 +218,7 @@ _END_TO_END = {
     "test_first_hour_runs.py",
     "test_gcs.py",
     "test_object_stores.py",
+    "test_object_store_reads.py",
     "test_hostile.py",
     "test_inspect.py",
     "test_lock.py",

@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT, cli_command, cli_env, shard_digests
 from helpers.cli import run_in_process
 from helpers.datasets import dataset_files, make_images, write_tree, write_zip
-from object_stores import Store, azure_fixture, s3_fixture, store_fixture  # noqa: F401 - the fixtures
+from object_stores import Store
 
 from img2tfrecord import storage
 from img2tfrecord.pipeline import lock_stores

@@ -67,14 +67,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "(class balance, image sizes, samples per class, rejected inputs, exact and near duplicates across "
         "splits, shards) and report.json with the same facts. Prints the path of report.html.",
     )
-    p.add_argument("directory", metavar="OUT", help="output directory of convert (local or gs://)")
+    p.add_argument("directory", metavar="OUT", help="output directory of convert (local, gs://, s3://, azfs://, ...)")
     p.add_argument(
         "--output",
         metavar="PATH",
         default=DEFAULT_OUTPUT,
         help="where to write the HTML page (default ./report.html), the JSON beside it with the suffix .json; "
         "a folder (a path ending in / or an existing folder, created when missing) gets report.html and "
-        "report.json",
+        "report.json; a local path",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the thumbnail sample (default 0)")
     p.add_argument(
@@ -299,6 +299,8 @@ def run(ns: argparse.Namespace) -> int:
     from img2tfrecord.report import html_page, outputs
 
     directory = ns.directory.rstrip("/") if storage.is_remote(ns.directory) else ns.directory
+    if storage.is_remote(ns.output):
+        return _error(f"--output {ns.output}: report writes its files to a local path; copy them to the store after")
     paths = outputs.report_paths(ns.output)
     if not outputs.is_folder_output(ns.output) and not os.path.isdir(os.path.dirname(paths.html)):
         return _error(f"--output: folder {os.path.dirname(paths.html)} does not exist")

@@ -15,10 +15,10 @@ shard order, parallel interleaved shard reads, a record-level shuffle of
 the serialized bytes, batched parsing with ``tf.io.parse_example``,
 parallel decoding, and ``prefetch``.
 
-The shards are read by TensorFlow's own filesystems: local paths, ``gs://``
-(on real Cloud Storage; TensorFlow ignores ``STORAGE_EMULATOR_HOST``),
-``hdfs://``, and ``s3://`` with ``tensorflow-io``. ``dataset.json`` is read
-through Beam's FileSystems like every other reader of an output. Records
+The shards are read by TensorFlow's own filesystems where it opens the path
+(local paths, ``gs://`` on real Cloud Storage), else (``s3://``, ``azfs://``,
+an emulated ``gs://``) through the storage layer (:mod:`img2tfrecord.readers.tfdata_storage`).
+``dataset.json`` is read through the storage layer like every other reader of an output. Records
 are parsed and decoded by :mod:`img2tfrecord.readers.tfdata_decode`.
 """
 
@@ -29,6 +29,7 @@ from typing import Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from img2tfrecord import shard_formats, storage
+from img2tfrecord.readers import tfdata_storage
 from img2tfrecord.readers.read_errors import read_finished_manifest
 from img2tfrecord.readers.tfdata_decode import (
     LoadPlan,
@@ -187,6 +188,15 @@ def _records(plan: LoadPlan, shuffle: bool, seed: Optional[int], deterministic: 
     if shuffle and len(plan.files) > 1:
         files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
     compression_type = plan.compression_type
+    cycle_length = max(1, min(len(plan.files), MAX_PARALLEL_SHARDS))
+    if plan.files and not tfdata_storage.tensorflow_opens(plan.files[0]):
+        return files.interleave(
+            tfdata_storage.ShardReader(compression_type, plan.withdrawn),
+            cycle_length=cycle_length,
+            block_length=1,
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
+        )
     withdrawn = _withdrawn_table(plan.withdrawn)
 
     def shard(f: tf.Tensor) -> tf.data.Dataset:
@@ -200,7 +210,7 @@ def _records(plan: LoadPlan, shuffle: bool, seed: Optional[int], deterministic: 
 
     return files.interleave(
         shard,
-        cycle_length=max(1, min(len(plan.files), MAX_PARALLEL_SHARDS)),
+        cycle_length=cycle_length,
         block_length=1,
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
@@ -228,8 +238,8 @@ def load(
 
     Args:
       path: the output directory, holding ``dataset.json`` and ``_SUCCESS``:
-        a local folder or a path TensorFlow opens itself (``gs://`` on Cloud
-        Storage, not an emulator; ``hdfs://``; ``s3://`` with tensorflow-io).
+        a local folder, ``gs://``, ``s3://``, ``azfs://`` or any path Beam's
+        filesystems open (those TensorFlow cannot open are read through them).
       split: a split name listed in ``dataset.json``.
       batch_size: examples per batch (the last batch may be smaller); None
         yields single examples, which may then have different sizes.
