@@ -239,55 +239,37 @@ _END_TO_END = {
 }
 
 
-# Files whose module-scoped fixtures convert, upload or start a server: each runs whole on one pytest-xdist
-# worker (``--dist loadgroup``, pytest.ini), so those fixtures run once, not once per worker its tests reach.
-_ONE_WORKER = {
+# pytest-xdist hands out whole files (``--dist loadfile``, pytest.ini): a file's module-scoped fixtures
+# (conversions, uploads, the gs:// emulator, the portable runner's services) run once, on its worker, not on
+# every worker one of its tests reaches. Files in this order, so the longest do not start last: these first
+# (the longest, longest first), then the other end-to-end files, then the unit tests, which fill the gaps.
+_LONGEST_FIRST = (
     "test_append.py",
+    "test_fault_matrix.py",
+    "test_beam_api.py",
     "test_append_archives.py",
-    "test_append_changes.py",
-    "test_append_manifests.py",
-    "test_append_statistics.py",
-    "test_dedupe.py",
+    "test_convert_cli.py",
     "test_detection_archives.py",
-    "test_detection_reading.py",
-    "test_faults.py",
-    "test_first_hour_commands.py",
-    "test_first_hour_runs.py",
-    "test_hostile.py",
-    "test_many_classes.py",
-    "test_plan_command.py",
-    "test_progress_cli.py",
-    "test_readers_tf_free.py",
-    "test_readers_tfds.py",
-    "test_record_kinds.py",
-    "test_report.py",
+    "test_gcs.py",
+    "test_default_command.py",
+    "test_scripts.py",
     "test_runners.py",
-    "test_sources.py",
-    "test_tft.py",
-}
-# Servers a test starts once per worker (session or module fixtures): the tests that use one run on one
-# worker (test_gcs.py's among them), so it starts once.
-_SERVERS = ("gcs", "fake_gcs")
-# Tests that take the longest, started first so that none is left alone on a worker at the end; the fast
-# unit tests (files outside _END_TO_END) go last and fill the gaps.
-_SLOW_FIRST = ("test_fault_matrix.py", "test_packaging.py", "test_convert_cli.py", "test_lock.py")
+    "test_packaging.py",
+    "test_fast_start.py",
+    "test_dedupe.py",
+    "test_detection_reading.py",
+    "test_lock.py",
+)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        name = os.path.basename(str(item.fspath))
-        if name in _END_TO_END:
+        if os.path.basename(str(item.fspath)) in _END_TO_END:
             item.add_marker(pytest.mark.e2e)
-        if name in _ONE_WORKER:
-            item.add_marker(pytest.mark.xdist_group(name))
-        else:
-            server = next((s for s in _SERVERS if s in getattr(item, "fixturenames", ())), None)
-            if server:
-                item.add_marker(pytest.mark.xdist_group(server))
 
     def order(item) -> tuple:
         name = os.path.basename(str(item.fspath))
-        return (_SLOW_FIRST.index(name) if name in _SLOW_FIRST else len(_SLOW_FIRST), name not in _END_TO_END)
+        first = _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
+        return (first, name not in _END_TO_END)
 
     items.sort(key=order)  # stable: each file's tests keep their order
