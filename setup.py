@@ -63,7 +63,8 @@ setuptools.setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
-            "pytest-xdist>=3.6",  # run_tests.sh runs the suite in two workers
+            "pytest-xdist>=3.8",  # three workers taking whole files (pytest.ini: --dist loadfile)
+            "pytest-cov>=7",  # the suite's line coverage: ./run_tests.sh --cov (.coveragerc: CLI processes too)
             "hypothesis>=6.100",
             "tensorflow-datasets>=4.9.10,<5",  # test_readers_tfds: TFDS reads a converted output
             "grain>=0.2.18",  # test_readers_tf_free: grain reads through SplitDataSource

@@ -245,7 +245,37 @@ _END_TO_END = {
 }
 
 
+# pytest-xdist hands out whole files (``--dist loadfile``, pytest.ini): a file's module-scoped fixtures
+# (conversions, uploads, the gs:// emulator, the portable runner's services) run once, on its worker, not on
+# every worker one of its tests reaches. Files in this order, so the longest do not start last: these first
+# (the longest, longest first), then the other end-to-end files, then the unit tests, which fill the gaps.
+_LONGEST_FIRST = (
+    "test_append.py",
+    "test_fault_matrix.py",
+    "test_beam_api.py",
+    "test_append_archives.py",
+    "test_convert_cli.py",
+    "test_detection_archives.py",
+    "test_gcs.py",
+    "test_default_command.py",
+    "test_scripts.py",
+    "test_runners.py",
+    "test_packaging.py",
+    "test_fast_start.py",
+    "test_dedupe.py",
+    "test_detection_reading.py",
+    "test_lock.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if os.path.basename(str(item.fspath)) in _END_TO_END:
             item.add_marker(pytest.mark.e2e)
+
+    def order(item) -> tuple:
+        name = os.path.basename(str(item.fspath))
+        first = _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
+        return (first, name not in _END_TO_END)
+
+    items.sort(key=order)  # stable: each file's tests keep their order

@@ -1,8 +1,10 @@
 """The default command (tf.Transform analysis on) on every input kind: what users run, not ``--no-analyze``.
 
-Hostile images (CMYK, 16-bit, animated, 1x20000 ...), zip, tar, tar.gz, CSV and JSONL manifests, an
-unlabeled manifest and ``--sequence`` clips: each run succeeds, the accounting holds, and the train
-statistics cover exactly the train records (or, for sequences, the analysis is skipped with a warning).
+Hostile images (CMYK, 16-bit, animated, 1x20000 ...), zip, tar, tar.gz, a labeled and an unlabeled
+manifest and ``--sequence`` clips: each run succeeds, the accounting holds, and the train statistics cover
+exactly the train records (or, for sequences, the analysis is skipped with a warning). The analysis reads
+the records, not the manifest: a JSONL manifest, read like a CSV one from then on, is converted in
+test_sources.py and test_append_manifests.py.
 The three archive kinds are one input, a glob of a zip, a tar and a tar.gz (each archive is read by its
 own reader, as a single archive is): one analysed run for the three.
 """
@@ -10,7 +12,6 @@ own reader, as a single archive is): one analysed run for the three.
 from __future__ import annotations
 
 import csv
-import json
 import os
 
 import conftest
@@ -33,17 +34,12 @@ SPLITS = ("--splits", "train=0.6,test=0.4", "--seed", "3", "--image-size", "32")
 ONE_PROCESS = ("--processes", "1")
 
 
-def _manifest(path: str, rows, kind: str, labeled: bool = True) -> None:
-    if kind == "csv":
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(["path", "label"] if labeled else ["path"])
-            for rel, label in rows:
-                w.writerow([rel, label] if labeled else [rel])
-    else:
-        with open(path, "w", encoding="utf-8") as f:
-            for rel, label in rows:
-                f.write(json.dumps({"path": rel, "label": label} if labeled else {"path": rel}) + "\n")
+def _manifest(path: str, rows, labeled: bool = True) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label"] if labeled else ["path"])
+        for rel, label in rows:
+            w.writerow([rel, label] if labeled else [rel])
 
 
 def _input(tmp_path, kind: str) -> str:
@@ -62,18 +58,12 @@ def _input(tmp_path, kind: str) -> str:
         return str(folder / "data-*")
     root = str(tmp_path / "images")
     write_tree(root, files)
-    name = {"csv": "m.csv", "jsonl": "m.jsonl", "unlabeled": "m.csv"}[kind]
-    path = os.path.join(root, name)
-    _manifest(
-        path,
-        [(rel, rel.split("/")[0]) for rel in sorted(files)],
-        "jsonl" if kind == "jsonl" else "csv",
-        labeled=kind != "unlabeled",
-    )
+    path = os.path.join(root, "m.csv")
+    _manifest(path, [(rel, rel.split("/")[0]) for rel in sorted(files)], labeled=kind != "unlabeled")
     return path
 
 
-@pytest.mark.parametrize("kind", ["hostile", "archives", "csv", "jsonl", "unlabeled"])
+@pytest.mark.parametrize("kind", ["hostile", "archives", "csv", "unlabeled"])
 def test_the_default_command_analyses_every_input_kind(tmp_path, kind):
     out = str(tmp_path / "out")
     processes = () if kind == "hostile" else ONE_PROCESS

@@ -78,11 +78,14 @@ def portable_endpoints(tmp_path_factory):
         yield job_port, pool_port
 
 
-def test_portable_runner_with_external_worker_pool_writes_the_local_records(sample_dir, tmp_path, portable_endpoints):
+def test_portable_runner_with_external_worker_pool_writes_the_local_records(
+    sample_dir, converted_sample, tmp_path, portable_endpoints
+):
     job_port, pool_port = portable_endpoints
-    common = ("--image-size", "48", "--splits", "train=0.75,test=0.25", "--seed", "5", "--num-shards", "2")
-    local, portable = str(tmp_path / "local"), str(tmp_path / "portable")
-    assert convert(sample_dir, local, *common, analyze=True).returncode == 0  # the statistics are compared
+    # converted_sample's options, with the analysis (the statistics are compared): that is the local run.
+    common = ("--image-size", "64", "--splits", "train=0.7,validation=0.15,test=0.15", "--seed", "7")
+    common += ("--num-shards", "2")
+    local, portable = converted_sample, str(tmp_path / "portable")
     proc = convert(
         sample_dir,
         portable,
@@ -100,7 +103,8 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
     doc_port, rec_port = read_records(portable)
     assert doc_port.accounting == doc_local.accounting
     assert doc_port.statistics == doc_local.statistics and doc_local.statistics["num_examples"] > 0
-    for split in ("train", "test"):
+    assert set(doc_port.splits) == set(doc_local.splits) == {"train", "validation", "test"}
+    for split in doc_local.splits:
         assert sorted(r["image/key/sha256"] for r in rec_port[split]) == sorted(
             r["image/key/sha256"] for r in rec_local[split]
         )
@@ -109,7 +113,7 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(samp
     assert not glob.glob(os.path.join(portable, "beam-temp-*"))
     # The same shard files, byte for byte, and dataset.json lists the same sha256 for each.
     assert shard_digests(portable) == shard_digests(local) and shard_digests(local)
-    for split in ("train", "test"):
+    for split in doc_local.splits:
         assert doc_port.splits[split].shards == doc_local.splits[split].shards
 
 
