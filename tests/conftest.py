@@ -252,6 +252,10 @@ _END_TO_END = {
 _LONGEST_FIRST = (
     "test_append.py",
     "test_fault_matrix.py",
+    "test_object_stores.py",
+    "test_object_store_reads.py",
+    "test_file_formats.py",
+    "test_fault_soak.py",
     "test_beam_api.py",
     "test_append_archives.py",
     "test_convert_cli.py",
@@ -265,6 +269,8 @@ _LONGEST_FIRST = (
     "test_dedupe.py",
     "test_detection_reading.py",
     "test_lock.py",
+    "test_urls.py",
+    "test_fault_defects.py",
 )
 
 
