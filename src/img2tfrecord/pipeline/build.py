@@ -81,11 +81,14 @@ def manifest_template(
 def build_pipeline(
     p: beam.Pipeline,
     launched: Launch,
+    processes: int = 1,
     resume: bool = False,
     after_success: Optional[Callable[[], None]] = None,
     placed: Optional[PlacedShards] = None,
 ) -> None:
-    """Add the run ``launched`` describes to pipeline ``p``; ``resume`` replays the shards a killed run finished.
+    """Add the run ``launched`` describes to pipeline ``p``; ``processes``: conversion processes per worker (the
+    run resolves them for its runner; 1: in the runner's worker); ``resume`` replays the shards a killed run
+    finished.
 
     The work items of every input but archives are those the launch listed for the input ledger the run
     writes before it starts (``pipeline/kinds/``): the input is listed once, and the ledger holds exactly
@@ -95,26 +98,29 @@ def build_pipeline(
     (``conversion/placement.py``), read by each shard's writer instead of discovered and shuffled.
     """
     config, plan, kind, append = launched.config, launched.plan, launched.kind, launched.append
-    ledger = output_files.ledger_file(plan.generation) if launched.ledger is not None else None
+    listing = launched.listing
+    ledger = output_files.ledger_file(plan.generation) if listing is not None else None
+    junk = listing.junk if listing is not None else ()
     # The class list known at launch (an append's: the output's, whose ids never change, then the new ones),
     # the one the launch converts ahead with; None: the graph discovers the classes.
-    if launched.labels is not None:
-        label_names = p | "ListedClasses" >> beam.Create([launched.labels])
+    labels = launched.labels
+    if labels is not None:
+        label_names = p | "ListedClasses" >> beam.Create([labels])
     if placed is not None:  # placed at launch: no work item crosses the graph before its shard's writer
-        if launched.labels is None:
+        if labels is None:
             raise ValueError("work items placed at launch need the classes of the same listing")
         items, rejected_early = p, []
         num_inputs = p | "PlacedInputs" >> beam.Create([placed.num_inputs])
-        num_skipped = p | "Skipped" >> JunkCount(len(launched.junk))
+        num_skipped = p | "Skipped" >> JunkCount(len(junk))
     else:
         # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
         # A folder's files are read from its ledger; manifests are read again (the ledger holds no paths).
         reads_ledger = ledger is not None and kind.discovers_from_ledger
         ledger_path = FileSystems.join(launched.run_dir, output_files.RUN_LEDGER_FILE) if reads_ledger else None
         source = kind.source(config, plan)
-        discovered = p | kind.discover_step >> Discover(source, ledger_path, launched.junk)
+        discovered = p | kind.discover_step >> Discover(source, ledger_path, junk)
         files = discovered["files"]
-        if launched.labels is None:
+        if labels is None:
             label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.input.layout)
         items = files  # what the accounting counts: images, or clips with --sequence
         if kind.sequence:
@@ -146,7 +152,7 @@ def build_pipeline(
         converter,
         shard_sinks(launched.run_dir, config.compression, plan.generation, config.file_format, kind.sequence),
         launched.run_dir,
-        config.processes or 1,  # resolved by the run (pipeline/run.py); 1: in the runner's worker
+        processes,
         beam.pvalue.AsSingleton(label_names),
         dict(plan.sizing.num_shards),
         batch_size=1 if kind.sequence else kind.batch_size,  # a clip is many frames: one clip per task
