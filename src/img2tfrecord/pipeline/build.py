@@ -11,8 +11,9 @@ committed shards + counts -> FinishOutput (the graph's tail, shared with ImagesT
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -148,7 +149,7 @@ def build_pipeline(
         parts[tail.MEMBERS] = to_write | "ArchiveMembers" >> RecordArchiveMembers(
             converter, archive_root(plan), members_path
         )
-    written = to_write | "WriteShards" >> WriteShards(
+    write = WriteShards(
         converter,
         shard_sinks(launched.run_dir, config.compression, plan.generation, config.file_format, kind.sequence),
         launched.run_dir,
@@ -160,15 +161,6 @@ def build_pipeline(
         faults=faults.from_environment(),  # test-only: none unless IMG2TFRECORD_FAULT is set
         placed=placed,
     )
-    # Inputs rejected before conversion (an unreadable archive, a bad manifest row, a duplicate) join the report.
-    errors = (written[ERRORS], *rejected_early) | "AllErrors" >> beam.Flatten()
-    # Counted as the shard step counts its own rejections, so the run's progress reaches its inputs.
-    if rejected_early:
-        _ = (
-            tuple(rejected_early)
-            | "EarlyRejections" >> beam.Flatten()
-            | "CountEarlyRejections" >> beam.ParDo(CountRejectedFn())
-        )
     if config.analyze and not kind.analysable:
         logging.log(kind.analysis_note_level, "%s", kind.analysis_note)
     analysis = None
@@ -199,14 +191,53 @@ def build_pipeline(
         retried=append.retried if append is not None else None,
         resolved=append.resolved if append is not None else (),
     )
-    parts.update(
-        {
-            tail.SHARDS: written["shards"],
-            tail.ERRORS: errors,
-            tail.ANALYSIS_ROWS: written[ANALYSIS],
-            tail.LABELS: label_names,
-            tail.NUM_INPUTS: num_inputs,
-            tail.NUM_SKIPPED: num_skipped,
-        }
-    )
-    _ = parts | "FinishOutput" >> tail.FinishOutput(finalize, launched.run_dir, plan.generation, analysis)
+    graph_input = GraphInput(to_write, label_names, tuple(rejected_early), num_inputs, num_skipped)
+    write_output(graph_input, write, finalize, launched.run_dir, plan.generation, analysis, parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphInput:
+    """What a graph's input gives the steps after it: the work items to write (the pipeline itself where they
+    were placed at launch: each shard's writer reads its own), the class list (one element), the rows
+    rejected before conversion, and the inputs and junk files counted (one element each)."""
+
+    items: Any
+    label_names: beam.PCollection
+    rejected: Tuple[beam.PCollection, ...]
+    num_inputs: beam.PCollection
+    num_skipped: beam.PCollection
+
+
+def write_output(
+    source: GraphInput,
+    write: WriteShards,
+    finalize: FinalizeOutput,
+    run_dir: str,
+    generation: int = 0,
+    analysis: Optional[tail.Analysis] = None,
+    parts: Optional[Dict[str, Any]] = None,
+) -> beam.PCollection:
+    """The one assembly after a graph's input, for ``convert`` and ``ImagesToTFRecords``: ``source``'s items
+    written (``write``), every rejected row joined, then the shared tail (``FinishOutput``: the analysis,
+    ``dataset.json``, ``_SUCCESS``); ``parts``: more of the tail's parts (an archive run's members). Returns
+    the manifest's one-element PCollection."""
+    written = source.items | "WriteShards" >> write
+    # Inputs rejected before conversion (an unreadable archive, a bad manifest row, a duplicate) join the report.
+    errors = (written[ERRORS], *source.rejected) | "AllErrors" >> beam.Flatten()
+    # Counted as the shard step counts its own rejections, so the run's progress reaches its inputs.
+    if source.rejected:
+        _ = (
+            source.rejected
+            | "EarlyRejections" >> beam.Flatten()
+            | "CountEarlyRejections" >> beam.ParDo(CountRejectedFn())
+        )
+    finished = {
+        **(parts or {}),
+        tail.SHARDS: written["shards"],
+        tail.ERRORS: errors,
+        tail.ANALYSIS_ROWS: written[ANALYSIS],
+        tail.LABELS: source.label_names,
+        tail.NUM_INPUTS: source.num_inputs,
+        tail.NUM_SKIPPED: source.num_skipped,
+    }
+    return finished | "FinishOutput" >> tail.FinishOutput(finalize, run_dir, generation, analysis)
