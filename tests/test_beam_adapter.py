@@ -198,8 +198,8 @@ def test_the_launch_reads_where_the_job_converts_as_beams_options_say(args):
     default local runner in its default mode."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
-    from img2tfrecord.commands.fast_start import converts_in_this_process
     from img2tfrecord.pipeline.config import LOCAL_RUNNER, LOCAL_RUNNING_MODE
+    from img2tfrecord.pipeline.fast_start import converts_in_this_process
     from img2tfrecord.pipeline.runner import pipeline_options
 
     options = pipeline_options(args)

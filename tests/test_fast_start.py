@@ -1,4 +1,4 @@
-"""The command line's fast start (commands/fast_start.py): Beam imported without its optional modules for
+"""The command line's fast start (pipeline/fast_start.py): Beam imported without its optional modules for
 a local run (the same shards, those modules importable afterwards, a library caller's process gets Beam
 whole), Beam's DoFn specs kept per class, numpy's OpenBLAS without threads of its own (in the conversion
 workers also for a library caller), and the garbage collector paused until the job starts."""
@@ -21,10 +21,10 @@ from conftest import IN_MEMORY, ROOT, cli_env, shard_digests
 from crashing import EnvironmentConverter
 
 from img2tfrecord import api
-from img2tfrecord.commands import fast_start
 from img2tfrecord.conversion.pool import BLAS_THREADS_ENV, ConversionPool
 from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import WorkItem
+from img2tfrecord.pipeline import fast_start
 
 
 def _python(code: str, *args: str) -> str:
@@ -39,7 +39,7 @@ def _python(code: str, *args: str) -> str:
 def test_beam_imports_without_its_optional_modules_which_import_as_usual_afterwards():
     code = """
 import sys
-from img2tfrecord.commands.fast_start import OPTIONAL_MODULES, import_beam_lean
+from img2tfrecord.pipeline.fast_start import OPTIONAL_MODULES, import_beam_lean
 first, second = import_beam_lean(), import_beam_lean()
 left_out = "apache_beam.typehints.pandas_type_compatibility" not in sys.modules
 absent = [m for m in OPTIONAL_MODULES if m in sys.modules]
@@ -73,7 +73,7 @@ def test_only_a_caller_that_owns_its_process_imports_beam_lean(sample_dir, tmp_p
     config = api.config_of(sample_dir, str(tmp_path / "a"), {"image_size": 16, "analyze": False})
     api.run_config(config)
     assert calls == []
-    api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), start=fast_start.start)
+    api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), own_process=True)
     assert calls == [fast_start.OPTIONAL_MODULES]
 
 

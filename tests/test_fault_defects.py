@@ -17,10 +17,10 @@ from helpers.datasets import make_images
 from img2tfrecord import api
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
 from img2tfrecord.failures import failure_of
+from img2tfrecord.pipeline.fast_start import start
 from img2tfrecord.pipeline.launch import launch
 from img2tfrecord.pipeline.lock import lock_output
 from img2tfrecord.pipeline.outputs import OutputChanged, prepare_append
-from img2tfrecord.pipeline.run import run
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import output_files
 from img2tfrecord.transforms.publish import write_atomically
@@ -73,7 +73,7 @@ def test_an_append_planned_before_another_committed_is_refused_and_the_generatio
 
     changed = r"changed while this run was starting \(another run committed generation 2"
     with pytest.raises(OutputChanged, match=changed):
-        run(stalled, BEAM)  # B goes on: refused under the lock, before it changes anything
+        start(stalled, BEAM)  # B goes on: refused under the lock, before it changes anything
 
     assert _files(out) == before
     assert not os.path.exists(os.path.join(out, output_files.LOCK_FILE))

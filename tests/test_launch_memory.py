@@ -15,7 +15,7 @@ from img2tfrecord.conversion import appends, placed_items
 from img2tfrecord.conversion.placement import Placement
 from img2tfrecord.model import ShardItem, WorkItem
 from img2tfrecord.pipeline.file_table import FileTable
-from img2tfrecord.pipeline.launch import launch, placed
+from img2tfrecord.pipeline.launch import launch, place
 from img2tfrecord.pipeline.write_placed_items import place_listing
 from img2tfrecord.schemas.ledger import LedgerEntry, LedgerFile, iter_ledger, ledger_bytes, ledger_chunks
 
@@ -28,7 +28,8 @@ def _empty_files(root: str, count: int, classes: int = 100) -> None:
 
 
 def _launched(root: str, out: str):
-    return placed(launch(api.config_of(root, out, dict(format="keep", analyze=False))))
+    launched = launch(api.config_of(root, out, dict(format="keep", analyze=False)))
+    return launched, place(launched)
 
 
 def test_a_launch_holds_well_under_100_bytes_per_input(tmp_path):
@@ -38,18 +39,18 @@ def test_a_launch_holds_well_under_100_bytes_per_input(tmp_path):
     small, large = str(tmp_path / "small"), str(tmp_path / "large")
     _empty_files(small, 200)
     _empty_files(large, count)
-    warm = _launched(small, str(tmp_path / "out"))  # the modules a launch imports, imported before measuring
-    place_listing(warm.placement, warm.listed.rejected, str(tmp_path / "run"), spread=False)
+    warm, warm_placement = _launched(small, str(tmp_path / "out"))  # the modules a launch imports, imported first
+    place_listing(warm_placement, warm.listing.items.rejected, str(tmp_path / "run"), spread=False)
     tracemalloc.start()
     try:
-        launched = _launched(large, str(tmp_path / "out"))
+        launched, placement = _launched(large, str(tmp_path / "out"))
         held, peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        placed_shards, data = place_listing(launched.placement, [], str(tmp_path / "run"), spread=False)
+        placed_shards, data = place_listing(placement, [], str(tmp_path / "run"), spread=False)
         _, writing = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(launched.entries) == count and placed_shards.num_inputs == count
+    assert len(launched.listing.entries) == count and placed_shards.num_inputs == count
     assert held / count < 100 and peak / count < 200, (held / count, peak / count)
     assert writing - held < 2**21, writing - held  # one batch of a shard's items at a time, not the shard
     data.close()

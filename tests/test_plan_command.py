@@ -350,7 +350,7 @@ def test_a_plan_without_the_analysis_loads_no_tensorflow(class_folder, tmp_path)
     code = (
         "import sys\n"
         "from img2tfrecord import cli\n"
-        "from img2tfrecord.commands.fast_start import OPTIONAL_MODULES, import_beam_lean\n"
+        "from img2tfrecord.pipeline.fast_start import OPTIONAL_MODULES, import_beam_lean\n"
         f"code = cli.main(['convert', '--input', {class_folder!r}, '--output', {str(tmp_path / 'out')!r}, "
         "'--plan', '--no-analyze', '--format', 'keep'])\n"
         "planned = 'tensorflow' in sys.modules\n"

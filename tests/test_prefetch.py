@@ -1,4 +1,4 @@
-"""The first shards converted ahead while a run starts (conversion/pool.py ``prefetch``, commands/fast_start.py
+"""The first shards converted ahead while a run starts (conversion/pool.py ``prefetch``, pipeline/fast_start.py
 ``prefetch_first_shards``): the same outputs in the same order as converted when put, whatever is put."""
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import pytest
 from crashing import CountingConverter, CrashingConverter
 from helpers.datasets import write_tree
 
-from img2tfrecord.commands import fast_start
 from img2tfrecord.conversion import pool as pool_module
 from img2tfrecord.conversion.converter import ImageConverter
 from img2tfrecord.conversion.placement import Placement
 from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool, close_started, start_early
 from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import ShardItem, WorkItem
-from img2tfrecord.pipeline import launch
+from img2tfrecord.pipeline import fast_start, launch
 from img2tfrecord.pipeline.kinds.detection import Detection
 from img2tfrecord.pipeline.kinds.folder import Folder
 from img2tfrecord.pipeline.kinds.ledger import ListedItems
@@ -145,22 +144,17 @@ class _Recorder:
         self.calls.append((shards, labels))
 
 
-def _launched(sizes_per_shard, labels=("a", "b"), config=None, kind=Folder(), **changes):
+def _launched(sizes_per_shard, labels=("a", "b"), config=None, kind=Folder()):
+    """``(launch, its placement, the placement's shards)``."""
     shards = {
         ("train", n): [ShardItem(i, f"{n}/{i}", WorkItem(f"/in/{n}/{i}", f"{n}/{i}", size)) for i, size in enumerate(s)]
         for n, s in enumerate(sizes_per_shard)
     }
-    fields = dict(
-        config=config or _config(),
-        kind=kind,
-        plan=None,
-        converter=None,
-        listed=ListedItems(),
-        labels=list(labels) if labels is not None else None,
-        placement=Placement.of_shards(shards),
+    listing = launch.Listing(
+        ledger=None, entries=(), items=ListedItems(), labels=list(labels) if labels is not None else None
     )
-    fields.update(changes)
-    return launch.Launch(**fields), shards
+    launched = launch.Launch(config=config or _config(), kind=kind, plan=None, converter=None, listing=listing)
+    return launched, Placement.of_shards(shards), shards
 
 
 @pytest.mark.parametrize(
@@ -172,9 +166,9 @@ def _launched(sizes_per_shard, labels=("a", "b"), config=None, kind=Folder(), **
     ],
 )
 def test_the_launch_converts_ahead_the_first_shards_in_placement_order_within_its_bounds(sizes, expected):
-    launched, shards = _launched(sizes)
+    launched, placement, shards = _launched(sizes)
     pool = _Recorder()
-    count = fast_start.prefetch_first_shards(launched, pool)
+    count = fast_start.prefetch_first_shards(launched, placement, pool)
     ((given, labels),) = pool.calls
     assert [len(s) for s in given] == expected and count == sum(expected)
     assert labels == ["a", "b"]  # the launch's classes, as the shard writer gets them
@@ -193,19 +187,20 @@ def _config(**changes):
 
 
 def test_the_launch_converts_nothing_ahead_where_the_writer_may_not_put_the_same_items():
-    prefetch = fast_start.prefetch_first_shards
+    def prefetch(launched, placement, unused_shards):
+        return fast_start.prefetch_first_shards(launched, placement, pool)
+
     pool = _Recorder()
-    assert prefetch(_launched([[1] * 10], config=_config(resume=True))[0], pool) == 0  # finished shards are replayed
-    assert prefetch(_launched([[1]], labels=None)[0], pool) == 0  # classes unknown
-    assert prefetch(_launched([[1]], placement=None)[0], pool) == 0  # placed in the job
-    analysed = _launched([[1]], config=_config(analyze=True))[0]
-    assert prefetch(analysed, pool) == 0  # TensorFlow is imported meanwhile
+    assert prefetch(*_launched([[1] * 10], config=_config(resume=True))) == 0  # finished shards are replayed
+    assert prefetch(*_launched([[1]], labels=None)) == 0  # classes unknown
+    analysed = _launched([[1]], config=_config(analyze=True))
+    assert prefetch(*analysed) == 0  # TensorFlow is imported meanwhile
     assert not pool.calls
-    boxes = _launched([[1] * 2], config=_config(analyze=True), kind=Detection())[0]  # detection: no analysis
-    assert prefetch(boxes, pool) == 2
+    boxes = _launched([[1] * 2], config=_config(analyze=True), kind=Detection())  # detection: no analysis
+    assert prefetch(*boxes) == 2
     pool.calls.clear()
-    appended = _launched([[1] * 3], labels=("zebra", "ant"))[0]  # the output's class order, kept by the append
-    assert prefetch(appended, pool) == 3
+    appended = _launched([[1] * 3], labels=("zebra", "ant"))  # the output's class order, kept by the append
+    assert prefetch(*appended) == 3
     assert pool.calls[0][1] == ["zebra", "ant"]
 
 
@@ -250,7 +245,7 @@ def test_a_local_run_takes_the_shards_converted_ahead_and_writes_the_same_bytes(
     monkeypatch.setattr(ConversionPool, "_take_prefetched", take)
     options = dict(processes=2, analyze=False, image_size=16, num_shards=3, seed=3)
     monkeypatch.setattr(fast_start, "PREFETCH_ITEMS", 40)  # the first shard and part of the second
-    api.run_config(api.config_of(src, str(tmp_path / "ahead"), options), start=fast_start.start)
+    api.run_config(api.config_of(src, str(tmp_path / "ahead"), options), own_process=True)
     assert placements == [1]  # placed once, at launch
     assert len(taken) == 40  # the writer took every item converted ahead
     api.convert(src, str(tmp_path / "plain"), **options)  # a library caller's run: nothing converted ahead

@@ -421,7 +421,6 @@ def test_a_local_run_converts_with_the_pool_started_before_beam_and_leaves_none_
     takes that pool instead of starting its own, and a run that ends before its writer (here: refused, the
     output is finished already) closes the pool it started. A library caller's run starts none early."""
     from img2tfrecord import api
-    from img2tfrecord.commands import fast_start
     from img2tfrecord.conversion import pool
 
     made = []
@@ -436,13 +435,13 @@ def test_a_local_run_converts_with_the_pool_started_before_beam_and_leaves_none_
     write_tree(src, {f"c{i % 2}/{i}.jpg": I.jpeg(40, 30) for i in range(12)})
     out = str(tmp_path / "out")
     config = api.config_of(src, out, dict(processes=2, analyze=False, image_size=16))
-    doc = api.run_config(config, start=fast_start.start)
+    doc = api.run_config(config, own_process=True)
     assert doc.accounting.written == 12
     assert made == [2] and not pool._STARTED and not pool._OPEN
     from img2tfrecord.errors import UsageError
 
     with pytest.raises(UsageError, match="already holds a finished conversion"):  # refused under the lock
-        api.run_config(config, start=fast_start.start)
+        api.run_config(config, own_process=True)
     assert made == [2, 2] and not pool._STARTED and not pool._OPEN
     with pytest.raises(UsageError, match="already holds a finished conversion"):
         api.convert(src, out, processes=2, analyze=False, image_size=16)

@@ -14,7 +14,7 @@ import difflib
 import io
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union, cast
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union, cast
 
 from img2tfrecord import storage
 from img2tfrecord.errors import ConversionFailed, ErrorBudgetExceeded, UsageError
@@ -48,8 +48,6 @@ if TYPE_CHECKING:
     from img2tfrecord.schemas.dataset_json import DatasetManifest
 
 BeamOptions = Union["PipelineOptions", Sequence[str], None]
-# How a launched run starts: ``pipeline.run.run`` (the command line's own is ``commands/fast_start.start``).
-Start = Callable[..., Optional["DatasetManifest"]]
 
 
 def beam_arguments(pipeline_options: BeamOptions) -> List[str]:
@@ -190,10 +188,11 @@ def run_config(
     pipeline_args: Sequence[str] = (),
     wait: bool = True,
     show_progress: bool = False,
-    start: Optional[Start] = None,
+    own_process: bool = False,
 ) -> Optional[DatasetManifest]:
     """Launch and run a checked configuration; the written manifest, or None for a dry run or ``wait=False``.
-    ``start``: how the launched run starts (default ``pipeline.run.run``).
+    An append that finds nothing new ends here, at its launch, without Beam. ``own_process``: the caller owns
+    this interpreter (the command line), so the run may start sooner (``pipeline/fast_start.py``).
 
     Raises UsageError (before any work), ErrorBudgetExceeded (with the finished ``result``),
     ConversionFailed (the runner's exception as ``__cause__``), and ``errors.Interrupted``
@@ -216,14 +215,16 @@ def run_config(
         try:
             launched = launch(config)  # before Beam is loaded: an append may find nothing to do
             staging, stage = launched.run_dir, "running"
-            if launched.nothing_new is not None and not staging_left(config.output):
+            if launched.nothing_new is not None:
                 logging.info("%s", launched.nothing_new)
-                return read_manifest(config.output)
-            if start is None:
-                from img2tfrecord.pipeline.run import run
+                if staging_left(config.output):
+                    from img2tfrecord.pipeline.run import remove_append_staging
 
-                start = run
-            return start(launched, pipeline_args, wait=wait, show_progress=show_progress)
+                    remove_append_staging(config, pipeline_args)
+                return read_manifest(config.output)
+            from img2tfrecord.pipeline.fast_start import start
+
+            return start(launched, pipeline_args, wait=wait, show_progress=show_progress, own_process=own_process)
         except AlreadyComplete as e:
             logging.info("%s", e)
             return read_manifest(config.output)

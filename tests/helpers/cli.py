@@ -46,7 +46,7 @@ def run_in_process(*args: str) -> subprocess.CompletedProcess:
     process filters out of fd 2 (``commands/quiet.py``), are not filtered here.
     """
     # This process is every test's: Beam is imported whole first, as a library caller's would be, so the
-    # CLI's lean import (commands/fast_start.py) leaves it as it is.
+    # CLI's lean import (pipeline/fast_start.py) leaves it as it is.
     import apache_beam  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import
 
     out, err = io.StringIO(), io.StringIO()

@@ -11,8 +11,8 @@ from conftest import IN_MEMORY
 
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.pipeline.config import ConvertConfig
+from img2tfrecord.pipeline.fast_start import start
 from img2tfrecord.pipeline.launch import launch
-from img2tfrecord.pipeline.run import run
 from img2tfrecord.readers import records
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas import output_files
@@ -52,7 +52,7 @@ def records_by_relpath(output: str, with_image: bool = False) -> dict:
 
 def convert_in_process(input_path, output, **options):
     config = ConvertConfig(input=input_path, output=str(output), analyze=False, **options)
-    doc = run(launch(config), list(IN_MEMORY))
+    doc = start(launch(config), list(IN_MEMORY))
     assert doc is not None
     return doc
 

@@ -12,7 +12,6 @@ from apache_beam.io.filesystems import FileSystems
 from img2tfrecord.beam.examples import INPUT_DESCRIPTION, OPTIONS, REJECTED, _to_items, record_converter
 from img2tfrecord.errors import UsageError
 from img2tfrecord.images.options import DEFAULT_DECODE_TIMEOUT_S, DEFAULT_MAX_FILE_MB, DEFAULT_MAX_PIXELS
-from img2tfrecord.model import ERRORS
 from img2tfrecord.option_values import (
     DEFAULT_QUALITY,
     TASK_DETECTION,
@@ -26,7 +25,7 @@ from img2tfrecord.option_values import (
     StoredFormat,
     TaskName,
 )
-from img2tfrecord.pipeline.build import manifest_template, shard_sinks
+from img2tfrecord.pipeline.build import GraphInput, manifest_template, shard_sinks, write_output
 from img2tfrecord.pipeline.config import ConvertConfig, config_from_options
 from img2tfrecord.pipeline.kinds.detection import AnnotationKind
 from img2tfrecord.pipeline.plan_model import digest_of, fingerprint_doc
@@ -37,7 +36,6 @@ from img2tfrecord.transforms import finish_output as tail
 from img2tfrecord.transforms.count_shards import CountShards
 from img2tfrecord.transforms.discover import DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput
-from img2tfrecord.transforms.shard_writer import ANALYSIS
 from img2tfrecord.transforms.write_shards import WriteShards
 
 OUTPUT_OPTIONS = (
@@ -141,7 +139,7 @@ class ImagesToTFRecords(beam.PTransform):
         num_shards = items | "ShardCounts" >> CountShards(
             self._converter, split_names, config.shard_size_mb, config.num_shards
         )
-        written = items | "WriteShards" >> WriteShards(
+        write = WriteShards(
             self._converter,
             shard_sinks(run_dir, config.compression, file_format=config.file_format),
             run_dir,
@@ -155,14 +153,12 @@ class ImagesToTFRecords(beam.PTransform):
         analysis = None
         if config.analyze:
             analysis = tail.Analysis(config.image, config.exact_statistics, config.sequence, split_names, self._labeled)
-        parts = {
-            tail.SHARDS: written["shards"],
-            tail.ERRORS: (written[ERRORS], parsed[REJECTED]) | "AllErrors" >> beam.Flatten(),
-            tail.ANALYSIS_ROWS: written[ANALYSIS],
-            tail.LABELS: labels,
-            tail.NUM_INPUTS: refs
-            | "InputUnits" >> beam.Map(_count_one)
-            | "CountInputs" >> beam.combiners.Count.Globally(),
-            tail.NUM_SKIPPED: refs.pipeline | "NoJunk" >> beam.Create([0], reshuffle=False),
-        }
-        return parts | "FinishOutput" >> tail.FinishOutput(finalize, run_dir, analysis=analysis)
+        # The references are the graph's input; the rest is convert's own assembly (pipeline/build.write_output).
+        source = GraphInput(
+            items=items,
+            label_names=labels,
+            rejected=(parsed[REJECTED],),
+            num_inputs=refs | "InputUnits" >> beam.Map(_count_one) | "CountInputs" >> beam.combiners.Count.Globally(),
+            num_skipped=refs.pipeline | "NoJunk" >> beam.Create([0], reshuffle=False),
+        )
+        return write_output(source, write, finalize, run_dir, analysis=analysis)

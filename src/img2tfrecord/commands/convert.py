@@ -98,10 +98,10 @@ def print_plan(config, as_json: bool, all_classes: bool = False) -> int:
 
 def run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     """``convert``; without ``--verbose`` stderr carries only img2tfrecord's own lines (``commands/quiet.py``)."""
-    from img2tfrecord.commands.fast_start import one_blas_thread, pause_collection, resume_collection
     from img2tfrecord.commands.quiet import StderrFilter
+    from img2tfrecord.pipeline.fast_start import one_blas_thread, pause_collection, resume_collection
 
-    pause_collection()  # until the job starts (commands/fast_start.py)
+    pause_collection()  # until the job starts (pipeline/fast_start.py)
     one_blas_thread()  # before numpy is imported
     # Before Beam, gRPC or TensorFlow is loaded: their C++ code writes to fd 2 as it loads.
     stderr_filter = None if ns.verbose else StderrFilter().start()
@@ -131,7 +131,6 @@ def _stop_on_sigterm() -> Dict[int, Any]:
 
 def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence[str]) -> int:
     from img2tfrecord.api import run_config
-    from img2tfrecord.commands import fast_start
     from img2tfrecord.commands.quiet import OwnLinesOnly
     from img2tfrecord.errors import ErrorBudgetExceeded
     from img2tfrecord.option_keywords import option_arguments
@@ -162,7 +161,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         return print_plan(config, ns.json, ns.all_classes)
     # The job itself enforces --max-error-rate: it writes everything, then fails.
     try:
-        doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet, start=fast_start.start)
+        doc = run_config(config, pipeline_args, wait=not ns.no_wait, show_progress=not ns.quiet, own_process=True)
     except ErrorBudgetExceeded as e:
         if e.result is not None:  # a finished output over the budget; a run that wrote no record has none
             print(format_summary(e.result, ns.all_classes))

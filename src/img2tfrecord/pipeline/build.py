@@ -11,8 +11,9 @@ committed shards + counts -> FinishOutput (the graph's tail, shared with ImagesT
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -81,11 +82,14 @@ def manifest_template(
 def build_pipeline(
     p: beam.Pipeline,
     launched: Launch,
+    processes: int = 1,
     resume: bool = False,
     after_success: Optional[Callable[[], None]] = None,
     placed: Optional[PlacedShards] = None,
 ) -> None:
-    """Add the run ``launched`` describes to pipeline ``p``; ``resume`` replays the shards a killed run finished.
+    """Add the run ``launched`` describes to pipeline ``p``; ``processes``: conversion processes per worker (the
+    run resolves them for its runner; 1: in the runner's worker); ``resume`` replays the shards a killed run
+    finished.
 
     The work items of every input but archives are those the launch listed for the input ledger the run
     writes before it starts (``pipeline/kinds/``): the input is listed once, and the ledger holds exactly
@@ -95,26 +99,29 @@ def build_pipeline(
     (``conversion/placement.py``), read by each shard's writer instead of discovered and shuffled.
     """
     config, plan, kind, append = launched.config, launched.plan, launched.kind, launched.append
-    ledger = output_files.ledger_file(plan.generation) if launched.ledger is not None else None
+    listing = launched.listing
+    ledger = output_files.ledger_file(plan.generation) if listing is not None else None
+    junk = listing.junk if listing is not None else ()
     # The class list known at launch (an append's: the output's, whose ids never change, then the new ones),
     # the one the launch converts ahead with; None: the graph discovers the classes.
-    if launched.labels is not None:
-        label_names = p | "ListedClasses" >> beam.Create([launched.labels])
+    labels = launched.labels
+    if labels is not None:
+        label_names = p | "ListedClasses" >> beam.Create([labels])
     if placed is not None:  # placed at launch: no work item crosses the graph before its shard's writer
-        if launched.labels is None:
+        if labels is None:
             raise ValueError("work items placed at launch need the classes of the same listing")
         items, rejected_early = p, []
         num_inputs = p | "PlacedInputs" >> beam.Create([placed.num_inputs])
-        num_skipped = p | "Skipped" >> JunkCount(len(launched.junk))
+        num_skipped = p | "Skipped" >> JunkCount(len(junk))
     else:
         # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).
         # A folder's files are read from its ledger; manifests are read again (the ledger holds no paths).
         reads_ledger = ledger is not None and kind.discovers_from_ledger
         ledger_path = FileSystems.join(launched.run_dir, output_files.RUN_LEDGER_FILE) if reads_ledger else None
         source = kind.source(config, plan)
-        discovered = p | kind.discover_step >> Discover(source, ledger_path, launched.junk)
+        discovered = p | kind.discover_step >> Discover(source, ledger_path, junk)
         files = discovered["files"]
-        if launched.labels is None:
+        if labels is None:
             label_names = files | "DiscoverClasses" >> DiscoverClasses(plan.input.layout)
         items = files  # what the accounting counts: images, or clips with --sequence
         if kind.sequence:
@@ -142,11 +149,11 @@ def build_pipeline(
         parts[tail.MEMBERS] = to_write | "ArchiveMembers" >> RecordArchiveMembers(
             converter, archive_root(plan), members_path
         )
-    written = to_write | "WriteShards" >> WriteShards(
+    write = WriteShards(
         converter,
         shard_sinks(launched.run_dir, config.compression, plan.generation, config.file_format, kind.sequence),
         launched.run_dir,
-        config.processes or 1,  # resolved by the run (pipeline/run.py); 1: in the runner's worker
+        processes,
         beam.pvalue.AsSingleton(label_names),
         dict(plan.sizing.num_shards),
         batch_size=1 if kind.sequence else kind.batch_size,  # a clip is many frames: one clip per task
@@ -154,15 +161,6 @@ def build_pipeline(
         faults=faults.from_environment(),  # test-only: none unless IMG2TFRECORD_FAULT is set
         placed=placed,
     )
-    # Inputs rejected before conversion (an unreadable archive, a bad manifest row, a duplicate) join the report.
-    errors = (written[ERRORS], *rejected_early) | "AllErrors" >> beam.Flatten()
-    # Counted as the shard step counts its own rejections, so the run's progress reaches its inputs.
-    if rejected_early:
-        _ = (
-            tuple(rejected_early)
-            | "EarlyRejections" >> beam.Flatten()
-            | "CountEarlyRejections" >> beam.ParDo(CountRejectedFn())
-        )
     if config.analyze and not kind.analysable:
         logging.log(kind.analysis_note_level, "%s", kind.analysis_note)
     analysis = None
@@ -193,14 +191,53 @@ def build_pipeline(
         retried=append.retried if append is not None else None,
         resolved=append.resolved if append is not None else (),
     )
-    parts.update(
-        {
-            tail.SHARDS: written["shards"],
-            tail.ERRORS: errors,
-            tail.ANALYSIS_ROWS: written[ANALYSIS],
-            tail.LABELS: label_names,
-            tail.NUM_INPUTS: num_inputs,
-            tail.NUM_SKIPPED: num_skipped,
-        }
-    )
-    _ = parts | "FinishOutput" >> tail.FinishOutput(finalize, launched.run_dir, plan.generation, analysis)
+    graph_input = GraphInput(to_write, label_names, tuple(rejected_early), num_inputs, num_skipped)
+    write_output(graph_input, write, finalize, launched.run_dir, plan.generation, analysis, parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphInput:
+    """What a graph's input gives the steps after it: the work items to write (the pipeline itself where they
+    were placed at launch: each shard's writer reads its own), the class list (one element), the rows
+    rejected before conversion, and the inputs and junk files counted (one element each)."""
+
+    items: Any
+    label_names: beam.PCollection
+    rejected: Tuple[beam.PCollection, ...]
+    num_inputs: beam.PCollection
+    num_skipped: beam.PCollection
+
+
+def write_output(
+    source: GraphInput,
+    write: WriteShards,
+    finalize: FinalizeOutput,
+    run_dir: str,
+    generation: int = 0,
+    analysis: Optional[tail.Analysis] = None,
+    parts: Optional[Dict[str, Any]] = None,
+) -> beam.PCollection:
+    """The one assembly after a graph's input, for ``convert`` and ``ImagesToTFRecords``: ``source``'s items
+    written (``write``), every rejected row joined, then the shared tail (``FinishOutput``: the analysis,
+    ``dataset.json``, ``_SUCCESS``); ``parts``: more of the tail's parts (an archive run's members). Returns
+    the manifest's one-element PCollection."""
+    written = source.items | "WriteShards" >> write
+    # Inputs rejected before conversion (an unreadable archive, a bad manifest row, a duplicate) join the report.
+    errors = (written[ERRORS], *source.rejected) | "AllErrors" >> beam.Flatten()
+    # Counted as the shard step counts its own rejections, so the run's progress reaches its inputs.
+    if source.rejected:
+        _ = (
+            source.rejected
+            | "EarlyRejections" >> beam.Flatten()
+            | "CountEarlyRejections" >> beam.ParDo(CountRejectedFn())
+        )
+    finished = {
+        **(parts or {}),
+        tail.SHARDS: written["shards"],
+        tail.ERRORS: errors,
+        tail.ANALYSIS_ROWS: written[ANALYSIS],
+        tail.LABELS: source.label_names,
+        tail.NUM_INPUTS: source.num_inputs,
+        tail.NUM_SKIPPED: source.num_skipped,
+    }
+    return finished | "FinishOutput" >> tail.FinishOutput(finalize, run_dir, generation, analysis)

@@ -33,34 +33,50 @@ from img2tfrecord.sources.layout import class_names, folder_classes
 
 
 @dataclasses.dataclass(frozen=True)
-class Launch:
-    """What a run will do.
+class Listing:
+    """What the launch listed of the input: the ledger the run records and, where the launch makes them, the
+    work items and their classes.
 
-    ``kind``, ``plan``: the input's kind and launch plan (an append's narrowed to its new inputs);
-    ``converter``: what converts its work items; ``ledger``: the listing of the input (None: the kind keeps
-    none) and ``entries`` the ledger entries the run records (an append's: those it converts);
-    ``listed``: their work items and the rows rejected making them (None: the graph discovers them);
-    ``junk``: the names the run reports as left out; ``labels``: the class list its records are labelled
-    with (None: the graph discovers it); ``append``: the next generation of a finished output;
-    ``nothing_new``: why an append converts nothing (the run then writes nothing); ``local_input``: what
-    the check of a local input folder found; ``analysed``: the run analyses its train split with
-    tf.Transform; ``fingerprint``: names the run's staging folder; ``placement``: the listed work items
-    placed in their shards (:func:`placed`; None: not yet, or the graph places them).
+    ``entries``: the ledger entries the run records (an append's: those it converts); ``junk``: the names the
+    run reports as left out; ``items``: the work items and the rows rejected making them (None: the graph
+    discovers them); ``labels``: the class list the records are labelled with (None: the graph discovers it).
+    """
+
+    ledger: InputLedger
+    entries: Sequence[LedgerEntry]
+    junk: Sequence[str] = ()
+    items: Optional[ListedItems] = None
+    labels: Optional[List[str]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """What a run will do: the input's ``kind`` and launch ``plan`` (an append's narrowed to its new inputs),
+    the ``converter`` of its work items, and three values of their own:
+
+    ``listing``: what was listed (None: the kind keeps no ledger, the graph discovers everything);
+    ``append``: what an append adds to a finished output (None: not an append; its ``nothing_new`` says why
+    the run converts nothing, decided here once); ``local_input``: what the check of a local input folder
+    found (None: not checked). Where the listed work items go is a value of its own (:func:`place`).
     """
 
     config: ConvertConfig
     kind: InputKind
     plan: Plan
     converter: Converter[Any]
-    ledger: Optional[InputLedger] = None
-    entries: Optional[Sequence[LedgerEntry]] = None
-    listed: Optional[ListedItems] = None
-    junk: Sequence[str] = ()
-    labels: Optional[List[str]] = None
+    listing: Optional[Listing] = None
     append: Optional[AppendRun] = None
-    nothing_new: Optional[str] = None
     local_input: Optional[LocalInputReport] = None
-    placement: Optional[Placement] = None
+
+    @property
+    def nothing_new(self) -> Optional[str]:
+        """Why an append converts nothing (the run then ends at its launch and writes nothing), or None."""
+        return self.append.nothing_new if self.append is not None else None
+
+    @property
+    def labels(self) -> Optional[List[str]]:
+        """The classes known at launch (None: the graph discovers them)."""
+        return self.listing.labels if self.listing is not None else None
 
     @property
     def analysed(self) -> bool:
@@ -81,8 +97,9 @@ class Launch:
     def listed_units(self) -> Tuple[Sequence[Item], List[str], List[ErrorRow]]:
         """``(work items, junk names, early error rows)`` of what the run converts, listed in this process where
         the graph would discover them (archives: most tar.gz members without their bytes)."""
-        if self.listed is not None:
-            return self.listed, sorted(self.junk), list(self.listed.rejected)
+        listing = self.listing
+        if listing is not None and listing.items is not None:
+            return listing.items, sorted(listing.junk), list(listing.items.rejected)
         if self.append is not None and not self.plan.input.units:  # an append that reads no archive
             return [], [], []
         found = discover(self.kind.source(self.config, self.plan), list_input, slim_members(4 * SAMPLE_SIZE))
@@ -106,65 +123,67 @@ def launch(config: ConvertConfig, preview: bool = False) -> Launch:
             if append.refused is not None and not preview:
                 raise PlanError(append.refusal(list_file=True))
             if append.nothing_new is not None:  # --plan shows what the run's launch check would have warned about
-                local_input = kind.check_local(append.plan) if preview else None
                 return Launch(
-                    config,
-                    kind,
-                    append.plan,
-                    converter,
-                    listed=append.listed,
+                    config=config,
+                    kind=kind,
+                    plan=append.plan,
+                    converter=converter,
+                    listing=Listing(ledger=append.ledger, entries=(), items=append.listed),
                     append=append,
-                    nothing_new=append.nothing_new,
-                    local_input=local_input,
+                    local_input=kind.check_local(append.plan) if preview else None,
                 )
             local_input = kind.check_local(append.plan)
             if not preview:
                 log_append(append)
-            entries = list(append.changes.to_convert)  # the junk was counted by the run that made the output
+            adds = Listing(
+                ledger=append.ledger,
+                entries=list(append.changes.to_convert),
+                junk=(),  # counted by the run that made the output
+                items=append.listed,
+                labels=list(append.labels),
+            )
             return Launch(
-                config,
-                kind,
-                append.plan,
-                converter,
-                append.ledger,
-                entries,
-                append.listed,
-                (),
-                list(append.labels),
-                append,
+                config=config,
+                kind=kind,
+                plan=append.plan,
+                converter=converter,
+                listing=adds,
+                append=append,
                 local_input=local_input,
             )
         local_input = kind.check_local(plan)
         if config.append:
             logging.info("append: %s holds no finished conversion yet; converting everything", config.output)
-        ledger = kind.ledger(config, plan)
-        if ledger is None:
-            return Launch(config, kind, plan, converter, local_input=local_input)
-        if not kind.places_at_launch(config):  # the graph reads the units (archives) or groups the items (--dedupe)
-            return Launch(
-                config, kind, plan, converter, ledger, ledger.entries, None, ledger.junk, local_input=local_input
-            )
-        listed = ledger.work_items(ledger.entries)
-        layout = plan.input.layout  # a class folder that cannot be listed is still a class
-        labels = sorted(set(class_names(frames_of(listed), layout)) | set(folder_classes(listed.rejected, layout)))
+        listing = _listing(config, kind, plan)
         return Launch(
-            config, kind, plan, converter, ledger, ledger.entries, listed, ledger.junk, labels, local_input=local_input
+            config=config, kind=kind, plan=plan, converter=converter, listing=listing, local_input=local_input
         )
+
+
+def _listing(config: ConvertConfig, kind: InputKind, plan: Plan) -> Optional[Listing]:
+    """What the launch lists of a whole input: its ledger and, where the launch places them, the work items
+    and their classes; None for a kind that keeps no ledger."""
+    ledger = kind.ledger(config, plan)
+    if ledger is None:
+        return None
+    if not kind.places_at_launch(config):  # the graph reads the units (archives) or groups the items (--dedupe)
+        return Listing(ledger=ledger, entries=ledger.entries, junk=ledger.junk)
+    items = ledger.work_items(ledger.entries)
+    layout = plan.input.layout  # a class folder that cannot be listed is still a class
+    labels = sorted(set(class_names(frames_of(items), layout)) | set(folder_classes(items.rejected, layout)))
+    return Listing(ledger=ledger, entries=ledger.entries, junk=ledger.junk, items=items, labels=labels)
 
 
 def launch_plan(plan: Plan, config: ConvertConfig) -> Launch:
     """A launch of an already made ``plan`` without a ledger (what the graph discovers itself)."""
     kind = kind_of(plan)
-    return Launch(config, kind, plan, kind.converter(config, plan))
+    return Launch(config=config, kind=kind, plan=plan, converter=kind.converter(config, plan))
 
 
-def placed(launched: Launch) -> Launch:
-    """``launched`` with its listed work items placed in their shards (``conversion/placement.place_all``),
-    once; as it is when they are placed already or in the graph (archives, ``--dedupe``)."""
-    if launched.placement is not None or launched.listed is None or not launched.kind.places_at_launch(launched.config):
-        return launched
-    if launched.append is not None and launched.append.refused is not None:
-        return launched
-    plan = launched.plan
-    placement = place_all(launched.converter, launched.listed, plan.sizing.num_shards)
-    return dataclasses.replace(launched, placement=placement)
+def place(launched: Launch) -> Optional[Placement]:
+    """The work items ``launched`` listed, placed in their shards (``conversion/placement.place_all``); None
+    where the graph places them (archives, ``--dedupe``, a kind without a ledger)."""
+    listing = launched.listing
+    if listing is None or listing.items is None:
+        return None
+    return place_all(launched.converter, listing.items, launched.plan.sizing.num_shards)

@@ -249,7 +249,8 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         imports.close()
         startup = launch_only(listing_seconds)
     else:
-        placed_at_launch: Sequence[Item] = placed if launched.listed is not None else []
+        listing = launched.listing
+        placed_at_launch: Sequence[Item] = placed if listing is not None and listing.items is not None else []
         startup = measure(
             dataclasses.replace(config, processes=processes), plan, listing_seconds, imports, placed_at_launch
         )

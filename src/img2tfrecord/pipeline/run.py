@@ -19,12 +19,13 @@ from apache_beam.options.pipeline_options import (
 )
 
 from img2tfrecord import progress, storage
+from img2tfrecord.conversion.placement import Placement
 from img2tfrecord.conversion.pool import close_open_pools
 from img2tfrecord.errors import STOP_SIGNALS, Interrupted
 from img2tfrecord.pipeline.append import write_ledger
 from img2tfrecord.pipeline.build import build_pipeline
 from img2tfrecord.pipeline.config import LOCAL_RUNNING_MODE, ConvertConfig
-from img2tfrecord.pipeline.launch import Launch, placed
+from img2tfrecord.pipeline.launch import Launch
 from img2tfrecord.pipeline.lock import OutputLock, OutputLocked, lock_output, release_handed
 from img2tfrecord.pipeline.output_errors import OutputNotWritable
 from img2tfrecord.pipeline.outputs import (
@@ -36,7 +37,6 @@ from img2tfrecord.pipeline.outputs import (
     prepare_output,
     remove_staging,
     remove_write_staging,
-    staging_left,
 )
 from img2tfrecord.pipeline.runner import (
     COUNTS_FROM_JOB,
@@ -61,12 +61,15 @@ from img2tfrecord.transforms.read_placed_shards import PlacedShards
 
 def run(
     launched: Launch,
+    placement: Optional[Placement] = None,
     pipeline_args: Sequence[str] = (),
     wait: bool = True,
     show_progress: bool = False,
     before_job: Optional[Callable[[], None]] = None,
 ) -> Optional[DatasetManifest]:
-    """Run the conversion ``launched`` describes (``launch.launch``); returns the written ``dataset.json``.
+    """Run the conversion ``launched`` describes (``launch.launch``; an append with something new), its listed
+    work items as ``placement`` places them (``launch.place``; None: the graph places them); returns the written
+    ``dataset.json``.
 
     Returns None for a ``--dry_run`` (the job is built and translated, nothing
     runs) and when ``wait`` is False (the job is submitted; it writes
@@ -92,23 +95,17 @@ def run(
             LOCAL_RUNNING_MODE,
         )
     config = launched.config
-    if launched.nothing_new is not None:
-        logging.info("%s", launched.nothing_new)
-        if staging_left(config.output) and not is_dry_run(options):
-            _remove_staging(config, options)
-        return read_manifest(config.output)
-    launched = placed(launched)  # the work items grouped by shard at launch (once), not in the job
-    if not config.processes:  # --processes not given: as many as the input is worth
-        config = dataclasses.replace(config, processes=default_processes(options, launched.plan))
-        launched = dataclasses.replace(launched, config=config)
+    processes = config.processes or default_processes(options, launched.plan)  # not given: as the input is worth
     placed_shards: Optional[PlacedShards] = None
     placed_data: Optional[LaunchFile] = None
-    if launched.placement is not None and launched.listed is not None:
+    listing = launched.listing
+    if placement is not None and listing is not None and listing.items is not None:
         placed_shards, placed_data = place_listing(
-            launched.placement, launched.listed.rejected, launched.run_dir, spread=not is_local_runner(options)
+            placement, listing.items.rejected, launched.run_dir, spread=not is_local_runner(options)
         )
+    job = _Job(launched, options, processes, placed_shards)
     if is_dry_run(options):  # built and translated, nothing runs: the output is neither touched nor locked
-        _execute(launched, options, placed_shards, resuming=False, wait=wait, show_progress=False)
+        _execute(job, resuming=False, wait=wait, show_progress=False)
         return None
     staging = output_files.run_folder(launched.fingerprint)
     lock = lock_output(config.output, options, config.allow_unguarded_lock)
@@ -121,11 +118,11 @@ def run(
             storage.write_bytes(
                 storage.join(launched.run_dir, output_files.RUN_STARTED_FILE), json.dumps(started).encode("utf-8")
             )
-            if launched.entries is not None:
-                write_ledger(launched.run_dir, launched.entries)
+            if listing is not None:
+                write_ledger(launched.run_dir, listing.entries)
             if placed_shards is not None and placed_data is not None:
                 placed_data.copy_to(placed_shards.path)
-            _execute(launched, options, placed_shards, resuming, wait, show_progress, lock, before_job)
+            _execute(job, resuming, wait, show_progress, lock, before_job)
         except BaseException:
             if stop.signum is None:
                 raise
@@ -138,8 +135,12 @@ def run(
     return read_manifest(config.output)
 
 
-def _remove_staging(config: ConvertConfig, options: PipelineOptions) -> None:
-    """Remove what an append that published its generation but was stopped before cleaning up left."""
+def remove_append_staging(config: ConvertConfig, pipeline_args: Sequence[str] = ()) -> None:
+    """Remove what an append that published its generation but was stopped before cleaning up left (an append
+    that finds nothing new, not with ``--dry_run``), under the output's lock."""
+    options = pipeline_options(pipeline_args)
+    if is_dry_run(options):
+        return
     lock = lock_output(config.output, options, config.allow_unguarded_lock)
     lock.acquire(take_over_stale=config.resume)
     try:
@@ -187,10 +188,19 @@ def _prepare(
     return resuming
 
 
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What the job is built from: the launch, Beam's options, the conversion processes (resolved for the
+    runner), the work items placed at launch (None: the graph places them)."""
+
+    launched: Launch
+    options: PipelineOptions
+    processes: int
+    placed: Optional[PlacedShards]
+
+
 def _execute(
-    launched: Launch,
-    options: PipelineOptions,
-    placed_shards: Optional[PlacedShards],
+    job: _Job,
     resuming: bool,
     wait: bool,
     show_progress: bool,
@@ -199,6 +209,7 @@ def _execute(
 ) -> None:
     """Build the pipeline and run it (only submit it when ``wait`` is False: the job is then handed the
     output's ``lock``, which it removes once ``_SUCCESS`` is written)."""
+    launched, options = job.launched, job.options
     config, plan = launched.config, launched.plan
     dry_run = is_dry_run(options)
     logging.info(
@@ -207,13 +218,13 @@ def _execute(
         plan.sizing.input_bytes / 1e6,
         plan.input.layout,
         plan.sizing.num_shards,
-        config.processes,
+        job.processes,
     )
     p = beam.Pipeline(options=options)
     handed = lock.hand_over() if lock is not None and not wait and not dry_run else None
     after_success = functools.partial(release_handed, config.output, handed) if handed is not None else None
     try:
-        build_pipeline(p, launched, resume=resuming, after_success=after_success, placed=placed_shards)
+        build_pipeline(p, launched, job.processes, resume=resuming, after_success=after_success, placed=job.placed)
         _run(p, launched, options, resuming, wait, show_progress, before_job)
     except BaseException:
         if lock is not None and handed is not None:  # no job was submitted (or the local one failed)

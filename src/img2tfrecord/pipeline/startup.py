@@ -29,7 +29,7 @@ from img2tfrecord.pipeline.plan_model import Plan
 _RUN_MODULES = ("img2tfrecord.pipeline.run",)
 _ANALYSIS_MODULES = ("img2tfrecord.transforms.analyze",)
 _LAUNCH_MODULES = ("img2tfrecord.pipeline.launch",)
-_LEAN_IMPORT = "img2tfrecord.commands.fast_start"  # as the command line imports Beam for a local run
+_LEAN_IMPORT = "img2tfrecord.pipeline.fast_start"  # as the command line imports Beam for a local run
 _IMPORT_TIMEOUT_S = 120.0
 PLACEMENT_SAMPLE = 20_000  # work items the placement is timed on
 
@@ -187,7 +187,7 @@ def graph_seconds(config: ConvertConfig, plan: Plan) -> float:
 
     started = time.perf_counter()
     launched = launch_plan(plan, dataclasses.replace(config, analyze=False))
-    build_pipeline(beam.Pipeline(options=PipelineOptions([])), launched)
+    build_pipeline(beam.Pipeline(options=PipelineOptions([])), launched, config.processes or 1)
     return time.perf_counter() - started
 
 
@@ -217,13 +217,12 @@ def placement_seconds(config: ConvertConfig, plan: Plan, items: Sequence[Any]) -
     if not items:
         return 0.0
     from img2tfrecord.conversion import placed_items
-    from img2tfrecord.pipeline.launch import launch_plan, placed
+    from img2tfrecord.conversion.placement import place_all
+    from img2tfrecord.pipeline.launch import launch_plan
     from img2tfrecord.pipeline.sizing import evenly_spaced
 
     sample = evenly_spaced(items, PLACEMENT_SAMPLE)
     started = time.perf_counter()
-    launched = dataclasses.replace(launch_plan(plan, config), listed=ListedItems(sample))
-    placement = placed(launched).placement
-    if placement is not None:
-        placed_items.write_blocks(io.BytesIO(), placement.streams())
+    placement = place_all(launch_plan(plan, config).converter, ListedItems(sample), plan.sizing.num_shards)
+    placed_items.write_blocks(io.BytesIO(), placement.streams())
     return (time.perf_counter() - started) * len(items) / len(sample)

@@ -1,8 +1,9 @@
-"""What the command line, owning its interpreter, does to start a local run sooner; a library caller's
+"""How a launched run starts (:func:`start`): its listed work items placed, then ``pipeline.run.run``; and what
+a caller that owns its interpreter (the command line) does to start a local run sooner. A library caller's
 process (``img2tfrecord.convert``, the PTransforms) runs plain Beam and is left as it is.
 
 * The conversion pool starts before Beam is imported, while the launch places the work items, and
-  converts the first shards' items ahead (:func:`start`): the shard writer takes the started pool
+  converts the first shards' items ahead: the shard writer takes the started pool
   (``conversion.pool.take_started``).
 * Beam is imported without the optional modules a local run never uses (:func:`import_beam_lean`).
   Beam's package imports pandas, pyarrow and its BigQuery/Pub/Sub connectors at its own import,
@@ -31,10 +32,11 @@ import types
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from img2tfrecord.pipeline.config import LOCAL_RUNNER, LOCAL_RUNNING_MODE
-from img2tfrecord.pipeline.launch import Launch, placed
+from img2tfrecord.pipeline.launch import Launch, place
 from img2tfrecord.pipeline.sizing import processes_for
 
 if TYPE_CHECKING:
+    from img2tfrecord.conversion.placement import Placement
     from img2tfrecord.conversion.pool import ConversionPool
     from img2tfrecord.schemas.dataset_json import DatasetManifest
 
@@ -45,24 +47,30 @@ PREFETCH_ITEMS = 1024
 
 
 def start(
-    launched: Launch, pipeline_args: Sequence[str] = (), wait: bool = True, show_progress: bool = False
+    launched: Launch,
+    pipeline_args: Sequence[str] = (),
+    wait: bool = True,
+    show_progress: bool = False,
+    own_process: bool = False,
 ) -> Optional[DatasetManifest]:
-    """``pipeline.run.run`` of ``launched``, started sooner: on the default local runner the pool starts and
-    converts the first shards ahead while this process places the work items and imports Beam lean."""
+    """Run ``launched`` (an append with something new, ``api.run_config`` ends the others): its listed work items
+    placed in their shards (``launch.place``), then ``pipeline.run.run``. ``own_process``: the caller owns this
+    interpreter (the command line): on the default local runner the pool starts and converts the first shards
+    ahead while this process places the work items and imports Beam lean."""
     from img2tfrecord.conversion.pool import close_started
 
-    pool = start_pool_early(launched, pipeline_args) if launched.nothing_new is None else None
+    pool = start_pool_early(launched, pipeline_args) if own_process else None
     try:
-        if launched.nothing_new is None:
-            launched = placed(launched)
-            if pool is not None:
-                prefetch_first_shards(launched, pool)
-            if converts_in_this_process(pipeline_args):
-                import_beam_lean(OPTIONAL_WITH_ANALYSIS if launched.analysed else OPTIONAL_MODULES)
-                cache_dofn_specs()
+        placement = place(launched)  # the work items grouped by shard at launch (once), not in the job
+        if pool is not None and placement is not None:
+            prefetch_first_shards(launched, placement, pool)
+        if own_process and converts_in_this_process(pipeline_args):
+            import_beam_lean(OPTIONAL_WITH_ANALYSIS if launched.analysed else OPTIONAL_MODULES)
+            cache_dofn_specs()
         from img2tfrecord.pipeline.run import run
 
-        return run(launched, pipeline_args, wait=wait, show_progress=show_progress, before_job=resume_collection)
+        before_job = resume_collection if own_process else None
+        return run(launched, placement, pipeline_args, wait=wait, show_progress=show_progress, before_job=before_job)
     finally:
         close_started()
 
@@ -102,22 +110,21 @@ def start_pool_early(launched: Launch, pipeline_args: Sequence[str]) -> Optional
     return start_early(launched.converter, processes)
 
 
-def prefetch_first_shards(launched: Launch, pool: ConversionPool) -> int:
-    """Have the early ``pool`` convert the first shards' items now, in the order their writer will queue
-    them, within ``PREFETCH_ITEMS`` and ``PREFETCH_BYTES``; the items it converts ahead (0: none).
+def prefetch_first_shards(launched: Launch, placement: Placement, pool: ConversionPool) -> int:
+    """Have the early ``pool`` convert the first shards' items of ``placement`` now, in the order their writer
+    will queue them, within ``PREFETCH_ITEMS`` and ``PREFETCH_BYTES``; the items it converts ahead (0: none).
 
-    Only for a run placed at launch (``launch.placed``) whose classes are known, and not ``--resume`` (its
+    Only for a run whose classes are known at launch, and not ``--resume`` (its
     finished shards are replayed, not converted), nor a run with the analysis (it imports TensorFlow
     meanwhile, and converting ahead then delays its job by more than it saves: performance.md). The
     shards go in placement order, the order the local runner hands them to the writer; one it hands
     later is taken then, one it never asks for is dropped.
     """
     labels = launched.labels
-    if launched.config.resume or launched.placement is None or labels is None or launched.analysed:
+    if launched.config.resume or labels is None or launched.analysed:
         return 0
     shards: List[List[Any]] = []
     count = size = 0
-    placement = launched.placement
     for key, found in placement.streams():  # each shard's items made as they are taken
         shard: List[Any] = []
         for item in (i.item for i in found):
