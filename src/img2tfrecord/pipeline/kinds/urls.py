@@ -103,7 +103,7 @@ class UrlList(InputKind):
     the workers. A .txt or .parquet always; a .csv/.tsv/.jsonl with the URL column and no ``path`` column."""
 
     name = "urls"
-    batch_size = 128  # a task's downloads overlap: more of them keep the process's requests in flight
+    batch_size = 256  # a task's downloads overlap: more of them keep the process's requests in flight
 
     def claims(self, config: ConvertConfig) -> bool:
         path = config.input
