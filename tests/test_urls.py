@@ -6,10 +6,13 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
+import time
 
 import pytest
 from helpers.cli import run_in_process
 from helpers.image_server import ImageServer
+from helpers.processes import kill_when
 
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.schemas import features as keys
@@ -187,3 +190,56 @@ def test_an_append_retries_failed_urls_only_with_retry_failed(server, tmp_path):
     urls = set(_records(out))
     assert {server.url + "/down/21.jpg", server.url + "/img/22.jpg", server.url + "/img/20.jpg"} <= urls
     assert server.hits["/missing"] == hits  # a 404 is not downloaded again
+
+
+def _shard_urls(path: str) -> list:
+    with open(path, "rb") as f:
+        return [
+            Example.FromString(bytes(r.data)).features.feature[keys.SOURCE_URL].bytes_list.value[0].decode()
+            for r in tfrecord_codec.read_records(f)
+        ]
+
+
+def test_a_sigkill_mid_download_then_resume_downloads_again_only_what_no_finished_shard_holds(server, tmp_path):
+    routes = [f"/img/{100 + i}.jpg" for i in range(240)]
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join(f"{server.url}{r}\n" for r in routes))
+    args = ["--input", str(listing), "--no-analyze", "--num-shards", "6", "--seed", "4", "--processes", "1"]
+    args += ["--download-per-host", "2"]  # a shard at a time, slow enough to be killed with downloads in flight
+    reference = str(tmp_path / "reference")
+    assert run_in_process("convert", *args, "--output", reference).returncode == 0
+    out = str(tmp_path / "out")
+    done = os.path.join(out, ".tmp-run-*", "done", "*.json")
+    before = dict(server.hits)
+
+    def downloading_after_a_shard_finished() -> bool:
+        return bool(glob.glob(done)) and sum(server.hits.values()) - sum(before.values()) < len(routes)
+
+    server.delay_s = 0.02
+    try:
+        code = kill_when(["convert", *args, "--output", out], downloading_after_a_shard_finished, "mid-download")
+        assert code == -signal.SIGKILL
+        finished = sorted(os.path.basename(p)[: -len(".json")] for p in glob.glob(done))
+        killed = dict(server.hits)
+        for _ in range(100):  # the worker processes end with their parent; their last requests land
+            time.sleep(0.05)
+            if dict(server.hits) == killed:
+                break
+            killed = dict(server.hits)
+    finally:
+        server.delay_s = 0.0
+    assert finished and sum(killed.values()) - sum(before.values()) < len(routes)
+    resumed = run_in_process("convert", *args, "--output", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    names = sorted(n for n in os.listdir(reference) if n.endswith(".tfrecord"))
+    assert names == sorted(n for n in os.listdir(out) if n.endswith(".tfrecord"))
+    for name in names:  # byte-identical to the run that was not interrupted
+        assert open(os.path.join(out, name), "rb").read() == open(os.path.join(reference, name), "rb").read(), name
+    held = set()
+    for name in finished:  # "train-00002": its shard file in the output
+        split, shard = name.rsplit("-", 1)
+        (path,) = glob.glob(os.path.join(out, f"{split}-{shard}-of-*.tfrecord"))
+        held.update(_shard_urls(path))
+    again = {r: server.hits[r] - killed.get(r, 0) for r in routes}
+    assert held and all(again[url[len(server.url) :]] == 0 for url in held)  # finished shards: not downloaded again
+    assert sum(again.values()) == len(routes) - len(held)  # the rest: once each
