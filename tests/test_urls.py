@@ -243,3 +243,18 @@ def test_a_sigkill_mid_download_then_resume_downloads_again_only_what_no_finishe
     again = {r: server.hits[r] - killed.get(r, 0) for r in routes}
     assert held and all(again[url[len(server.url) :]] == 0 for url in held)  # finished shards: not downloaded again
     assert sum(again.values()) == len(routes) - len(held)  # the rest: once each
+
+
+def test_plan_samples_a_few_urls_shows_their_reasons_and_writes_nothing(server, tmp_path):
+    routes = ["/img/30.jpg", "/img/31.jpg", "/missing", "/forbidden", "/html", "/optout/noai"]
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join(f"{server.url}{r}\n" for r in routes))
+    before = dict(server.hits)
+    out = str(tmp_path / "out")
+    proc = run_in_process("convert", "--input", str(listing), "--output", out, "--no-analyze", "--plan")
+    assert proc.returncode == 0, proc.stderr
+    assert not os.path.exists(out)
+    for reason in (downloads.HTTP_404, downloads.HTTP_STATUS, downloads.NOT_AN_IMAGE, downloads.OPTED_OUT):
+        assert f"{reason} 1" in proc.stdout, (reason, proc.stdout)
+    sampled = {r: server.hits[r] - before.get(r, 0) for r in routes}
+    assert all(1 <= n <= 2 for n in sampled.values()), sampled  # a few requests each, bounded
