@@ -15,9 +15,11 @@ from helpers.image_server import ImageServer
 from helpers.processes import kill_when
 
 from img2tfrecord import tfrecord_codec
+from img2tfrecord.readers import datasource
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.example_proto import Example
 from img2tfrecord.sources import downloads, url_lists
+from img2tfrecord.verification.output_checks import verify
 
 FAST = downloads.DownloadOptions(timeout_s=0.5, retries=2, backoff_s=0.01, max_wait_s=0.05)
 
@@ -258,3 +260,41 @@ def test_plan_samples_a_few_urls_shows_their_reasons_and_writes_nothing(server, 
         assert f"{reason} 1" in proc.stdout, (reason, proc.stdout)
     sampled = {r: server.hits[r] - before.get(r, 0) for r in routes}
     assert all(1 <= n <= 2 for n in sampled.values()), sampled  # a few requests each, bounded
+
+
+def test_captions_and_urls_are_in_the_feature_spec_and_read_back(server, tmp_path):
+    listing = tmp_path / "urls.csv"
+    _write_list(listing, server, ["/img/40.jpg", "/img/41.jpg"])
+    out = str(tmp_path / "out")
+    assert run_in_process("convert", "--input", str(listing), "--output", out, "--no-analyze").returncode == 0
+    spec = json.loads(open(os.path.join(out, "dataset.json")).read())["feature_spec"]
+    assert spec[keys.IMAGE_TEXT]["dtype"] == spec[keys.SOURCE_URL]["dtype"] == "string"
+    assert verify(out).ok
+    rows = {r[keys.SOURCE_URL]: r[keys.IMAGE_TEXT] for r in datasource.SplitDataSource(out, "train", decode=False)}
+    assert rows == {
+        f"{server.url}/img/40.jpg".encode(): b"caption 0",
+        f"{server.url}/img/41.jpg".encode(): b"caption 1",
+    }
+
+
+@pytest.mark.parametrize("file_format", ["webdataset", "parquet"])
+def test_the_caption_is_a_txt_member_or_a_text_column(server, tmp_path, file_format):
+    listing = tmp_path / "urls.csv"
+    _write_list(listing, server, ["/img/50.jpg"])
+    out = str(tmp_path / "out")
+    args = ("--input", str(listing), "--output", out, "--no-analyze", "--file-format", file_format)
+    assert run_in_process("convert", *args).returncode == 0
+    (shard,) = [os.path.join(out, n) for n in os.listdir(out) if n.startswith("train-")]
+    if file_format == "webdataset":
+        import tarfile
+
+        with tarfile.open(shard) as tar:
+            (member,) = [m for m in tar.getmembers() if m.name.endswith(".txt")]
+            assert tar.extractfile(member).read() == b"caption 0"
+    else:
+        import pyarrow.parquet as pq
+
+        assert pq.read_table(shard).column("text").to_pylist() == ["caption 0"]
+    assert verify(out).ok
+    (row,) = datasource.SplitDataSource(out, "train", decode=False)
+    assert row[keys.IMAGE_TEXT] == b"caption 0"

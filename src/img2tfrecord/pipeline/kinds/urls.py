@@ -8,7 +8,7 @@ import hashlib
 import heapq
 import json
 from array import array
-from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from img2tfrecord.conversion.appends import TRANSIENT_REASONS
 from img2tfrecord.conversion.converter import Converter
@@ -21,6 +21,7 @@ from img2tfrecord.pipeline.kinds.ledger import InputLedger, ListedItems
 from img2tfrecord.pipeline.listing import file_pattern, list_input
 from img2tfrecord.pipeline.plan_model import InputPlan, Plan, PlanError
 from img2tfrecord.pipeline.sizing import sized
+from img2tfrecord.schemas import features
 from img2tfrecord.schemas.ledger import LedgerEntry, row_text
 from img2tfrecord.sources import downloads, url_lists
 from img2tfrecord.sources import layout as layouts
@@ -140,6 +141,11 @@ class UrlList(InputKind):
             sums_split,
             config.exact_statistics,
         )
+
+    def feature_spec(self, config: ConvertConfig, plan: Plan) -> Optional[Dict[str, Dict[str, Any]]]:
+        _, _, found = list_files(config)
+        caption = list_columns(config, found).caption is not None
+        return features.feature_spec_json(labeled=plan.input.labeled, url=True, caption=caption)
 
     def class_noun(self, plan: Plan) -> str:
         return "label(s)"
