@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -249,15 +250,20 @@ def test_a_sigkill_mid_download_then_resume_downloads_again_only_what_no_finishe
 
 def test_plan_samples_a_few_urls_shows_their_reasons_and_writes_nothing(server, tmp_path):
     routes = ["/img/30.jpg", "/img/31.jpg", "/missing", "/forbidden", "/html", "/optout/noai"]
+    with socket.socket() as s:  # a port nothing listens on: refused, not a time-out
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
     listing = tmp_path / "urls.txt"
-    listing.write_text("".join(f"{server.url}{r}\n" for r in routes))
+    listing.write_text("".join(f"{server.url}{r}\n" for r in routes) + f"http://127.0.0.1:{closed}/a.jpg\n")
     before = dict(server.hits)
     out = str(tmp_path / "out")
     proc = run_in_process("convert", "--input", str(listing), "--output", out, "--no-analyze", "--plan")
     assert proc.returncode == 0, proc.stderr
     assert not os.path.exists(out)
-    for reason in (downloads.HTTP_404, downloads.HTTP_STATUS, downloads.NOT_AN_IMAGE, downloads.OPTED_OUT):
+    reasons = (downloads.HTTP_404, downloads.HTTP_STATUS, downloads.NOT_AN_IMAGE, downloads.OPTED_OUT)
+    for reason in (*reasons, downloads.CONNECTION):
         assert f"{reason} 1" in proc.stdout, (reason, proc.stdout)
+    assert "not image names" not in proc.stdout  # a URL's name says nothing: its content decides
     sampled = {r: server.hits[r] - before.get(r, 0) for r in routes}
     assert all(1 <= n <= 2 for n in sampled.values()), sampled  # a few requests each, bounded
 

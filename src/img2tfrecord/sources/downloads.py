@@ -181,6 +181,8 @@ class Downloader:
             response = self._http.request(
                 "GET", url, preload_content=False, redirect=False, retries=False, timeout=self._timeout
             )
+        except urllib3.exceptions.NewConnectionError as e:  # a subclass of the time-out error: refused first
+            raise _Retry(DownloadError(CONNECTION, f"connection failed: {type(e).__name__}")) from None
         except urllib3.exceptions.TimeoutError as e:
             raise _Retry(DownloadError(TIMEOUT, f"timed out: {e}")) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:

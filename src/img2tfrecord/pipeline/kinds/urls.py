@@ -6,7 +6,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 import heapq
-import json
 from array import array
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
@@ -187,12 +186,13 @@ class UrlLedger(InputLedger):
         return WorkItem(entry.relpath, entry.relpath, 0, row=RowPlacement(None, label))
 
 
-_SEP = "\0"  # between a row's key, its order and the JSON of the rest: no URL holds it
+_SEP = "\0"  # between a row's fields: no URL, label or JSON text holds it (a caption may: it comes last)
+_CAPTION = "c"  # before a caption that is given (none: an empty field)
 
 
 class UrlTable(Sequence[LedgerEntry]):
     """The rows of URL lists as ledger entries sorted by key, held as one bytes value per row (``URL NUL order
-    NUL [label, caption, extra]``); a repeated URL's rows apart (few), keyed ``list:line``. A row's entry and
+    NUL label NUL extra NUL c+caption``); a repeated URL's rows apart (few), keyed ``list:line``. A row's entry and
     work item are made as they are read."""
 
     def __init__(self, paths: Sequence[str], cols: url_lists.Columns):
@@ -203,8 +203,9 @@ class UrlTable(Sequence[LedgerEntry]):
         for path in paths:
             starts.append(len(rows))
             for row in url_lists.url_rows(path, cols):
-                rest = json.dumps([row.label, row.caption, row.extra], ensure_ascii=False)
-                rows.append(f"{row.url}{_SEP}{len(rows):012x}{_SEP}{rest}".encode("utf-8", "surrogateescape"))
+                caption = "" if row.caption is None else _CAPTION + row.caption
+                fields = (row.url, f"{len(rows):012x}", row.label or "", row.extra, caption)
+                rows.append(_SEP.join(fields).encode("utf-8", "surrogateescape"))
                 lines.append(row.line)
         rows.sort()  # by URL, then by order: a URL's first row first
         kept: List[bytes] = []
@@ -237,9 +238,10 @@ class UrlTable(Sequence[LedgerEntry]):
             return self.entry(range(len(self._rows))[index])
         return list(self)[index]  # repeats are rare: read in order
 
-    def _split(self, index: int) -> Tuple[str, list]:
-        url, _, rest = self._rows[index].decode("utf-8", "surrogateescape").split(_SEP, 2)
-        return url, json.loads(rest)
+    def _split(self, index: int) -> Tuple[str, Tuple[Optional[str], Optional[str], str]]:
+        """``(URL, (label, caption, extra))`` of the row at ``index``."""
+        url, _, label, extra, caption = self._rows[index].decode("utf-8", "surrogateescape").split(_SEP, 4)
+        return url, (label or None, caption[1:] if caption else None, extra)
 
     def entry(self, index: int) -> LedgerEntry:
         url, (label, _, _) = self._split(index)
