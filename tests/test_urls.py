@@ -6,15 +6,21 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
+import socket
+import time
 
 import pytest
 from helpers.cli import run_in_process
 from helpers.image_server import ImageServer
+from helpers.processes import kill_when
 
 from img2tfrecord import tfrecord_codec
+from img2tfrecord.readers import datasource
 from img2tfrecord.schemas import features as keys
 from img2tfrecord.schemas.example_proto import Example
 from img2tfrecord.sources import downloads, url_lists
+from img2tfrecord.verification.output_checks import verify
 
 FAST = downloads.DownloadOptions(timeout_s=0.5, retries=2, backoff_s=0.01, max_wait_s=0.05)
 
@@ -187,3 +193,114 @@ def test_an_append_retries_failed_urls_only_with_retry_failed(server, tmp_path):
     urls = set(_records(out))
     assert {server.url + "/down/21.jpg", server.url + "/img/22.jpg", server.url + "/img/20.jpg"} <= urls
     assert server.hits["/missing"] == hits  # a 404 is not downloaded again
+
+
+def _shard_urls(path: str) -> list:
+    with open(path, "rb") as f:
+        return [
+            Example.FromString(bytes(r.data)).features.feature[keys.SOURCE_URL].bytes_list.value[0].decode()
+            for r in tfrecord_codec.read_records(f)
+        ]
+
+
+def test_a_sigkill_mid_download_then_resume_downloads_again_only_what_no_finished_shard_holds(server, tmp_path):
+    routes = [f"/img/{100 + i}.jpg" for i in range(240)]
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join(f"{server.url}{r}\n" for r in routes))
+    args = ["--input", str(listing), "--no-analyze", "--num-shards", "6", "--seed", "4", "--processes", "1"]
+    args += ["--download-per-host", "2"]  # a shard at a time, slow enough to be killed with downloads in flight
+    reference = str(tmp_path / "reference")
+    assert run_in_process("convert", *args, "--output", reference).returncode == 0
+    out = str(tmp_path / "out")
+    done = os.path.join(out, ".tmp-run-*", "done", "*.json")
+    before = dict(server.hits)
+
+    def downloading_after_a_shard_finished() -> bool:
+        return bool(glob.glob(done)) and sum(server.hits.values()) - sum(before.values()) < len(routes)
+
+    server.delay_s = 0.02
+    try:
+        code = kill_when(["convert", *args, "--output", out], downloading_after_a_shard_finished, "mid-download")
+        assert code == -signal.SIGKILL
+        finished = sorted(os.path.basename(p)[: -len(".json")] for p in glob.glob(done))
+        killed = dict(server.hits)
+        for _ in range(100):  # the worker processes end with their parent; their last requests land
+            time.sleep(0.05)
+            if dict(server.hits) == killed:
+                break
+            killed = dict(server.hits)
+    finally:
+        server.delay_s = 0.0
+    assert finished and sum(killed.values()) - sum(before.values()) < len(routes)
+    resumed = run_in_process("convert", *args, "--output", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    names = sorted(n for n in os.listdir(reference) if n.endswith(".tfrecord"))
+    assert names == sorted(n for n in os.listdir(out) if n.endswith(".tfrecord"))
+    for name in names:  # byte-identical to the run that was not interrupted
+        assert open(os.path.join(out, name), "rb").read() == open(os.path.join(reference, name), "rb").read(), name
+    held = set()
+    for name in finished:  # "train-00002": its shard file in the output
+        split, shard = name.rsplit("-", 1)
+        (path,) = glob.glob(os.path.join(out, f"{split}-{shard}-of-*.tfrecord"))
+        held.update(_shard_urls(path))
+    again = {r: server.hits[r] - killed.get(r, 0) for r in routes}
+    assert held and all(again[url[len(server.url) :]] == 0 for url in held)  # finished shards: not downloaded again
+    assert sum(again.values()) == len(routes) - len(held)  # the rest: once each
+
+
+def test_plan_samples_a_few_urls_shows_their_reasons_and_writes_nothing(server, tmp_path):
+    routes = ["/img/30.jpg", "/img/31.jpg", "/missing", "/forbidden", "/html", "/optout/noai"]
+    with socket.socket() as s:  # a port nothing listens on: refused, not a time-out
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join(f"{server.url}{r}\n" for r in routes) + f"http://127.0.0.1:{closed}/a.jpg\n")
+    before = dict(server.hits)
+    out = str(tmp_path / "out")
+    proc = run_in_process("convert", "--input", str(listing), "--output", out, "--no-analyze", "--plan")
+    assert proc.returncode == 0, proc.stderr
+    assert not os.path.exists(out)
+    reasons = (downloads.HTTP_404, downloads.HTTP_STATUS, downloads.NOT_AN_IMAGE, downloads.OPTED_OUT)
+    for reason in (*reasons, downloads.CONNECTION):
+        assert f"{reason} 1" in proc.stdout, (reason, proc.stdout)
+    assert "not image names" not in proc.stdout  # a URL's name says nothing: its content decides
+    sampled = {r: server.hits[r] - before.get(r, 0) for r in routes}
+    assert all(1 <= n <= 2 for n in sampled.values()), sampled  # a few requests each, bounded
+
+
+def test_captions_and_urls_are_in_the_feature_spec_and_read_back(server, tmp_path):
+    listing = tmp_path / "urls.csv"
+    _write_list(listing, server, ["/img/40.jpg", "/img/41.jpg"])
+    out = str(tmp_path / "out")
+    assert run_in_process("convert", "--input", str(listing), "--output", out, "--no-analyze").returncode == 0
+    spec = json.loads(open(os.path.join(out, "dataset.json")).read())["feature_spec"]
+    assert spec[keys.IMAGE_TEXT]["dtype"] == spec[keys.SOURCE_URL]["dtype"] == "string"
+    assert verify(out).ok
+    rows = {r[keys.SOURCE_URL]: r[keys.IMAGE_TEXT] for r in datasource.SplitDataSource(out, "train", decode=False)}
+    assert rows == {
+        f"{server.url}/img/40.jpg".encode(): b"caption 0",
+        f"{server.url}/img/41.jpg".encode(): b"caption 1",
+    }
+
+
+@pytest.mark.parametrize("file_format", ["webdataset", "parquet"])
+def test_the_caption_is_a_txt_member_or_a_text_column(server, tmp_path, file_format):
+    listing = tmp_path / "urls.csv"
+    _write_list(listing, server, ["/img/50.jpg"])
+    out = str(tmp_path / "out")
+    args = ("--input", str(listing), "--output", out, "--no-analyze", "--file-format", file_format)
+    assert run_in_process("convert", *args).returncode == 0
+    (shard,) = [os.path.join(out, n) for n in os.listdir(out) if n.startswith("train-")]
+    if file_format == "webdataset":
+        import tarfile
+
+        with tarfile.open(shard) as tar:
+            (member,) = [m for m in tar.getmembers() if m.name.endswith(".txt")]
+            assert tar.extractfile(member).read() == b"caption 0"
+    else:
+        import pyarrow.parquet as pq
+
+        assert pq.read_table(shard).column("text").to_pylist() == ["caption 0"]
+    assert verify(out).ok
+    (row,) = datasource.SplitDataSource(out, "train", decode=False)
+    assert row[keys.IMAGE_TEXT] == b"caption 0"

@@ -422,7 +422,7 @@ CONVERT_OPTIONS: Tuple[Option, ...] = (
         "([politeness](url-datasets.md#politeness))",
         type=positive(int),
         metavar="N",
-        doc_default="16",
+        doc_default="32",
         help="URL lists: requests in flight at once to one host, per conversion process",
         template=Template("Downloads per host", "URL lists: requests in flight at once to one host per process."),
     ),

@@ -40,6 +40,21 @@ def jpeg_bytes(n: int, size: int = 48) -> bytes:
     return out.getvalue()
 
 
+class _NoSignalWriter(io.RawIOBase):
+    """Writes to a socket without SIGPIPE when the client is gone (MSG_NOSIGNAL): a conversion running in the
+    test's own process treats a SIGPIPE as its output pipe closed."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._sock.sendall(data, socket.MSG_NOSIGNAL)
+        return len(data)
+
+
 class ImageServer:
     def __init__(self, delay_s: float = 0.0, slow_s: float = 3.0, limited_times: int = 1):
         self.delay_s = delay_s
@@ -58,6 +73,10 @@ class ImageServer:
 
             def log_message(self, *args):
                 pass
+
+            def setup(self):
+                super().setup()
+                self.wfile = _NoSignalWriter(self.connection)
 
             def do_GET(self):
                 server._answer(self)

@@ -57,10 +57,17 @@ def shard_sinks(
 
 
 def manifest_template(
-    config: ConvertConfig, input_name: str, task: str, sequence: bool, labeled: bool, fingerprint: str
+    config: ConvertConfig,
+    input_name: str,
+    task: str,
+    sequence: bool,
+    labeled: bool,
+    fingerprint: str,
+    feature_spec: Optional[Dict[str, Dict[str, Any]]] = None,
 ) -> DatasetManifest:
     """``dataset.json``'s fields known before a run (tool, image libraries, input, options, task, record type);
-    ``FinalizeOutput`` fills in the rest. ``input_name``: what the output records as its input."""
+    ``FinalizeOutput`` fills in the rest. ``input_name``: what the output records as its input; ``feature_spec``:
+    the records' spec when not the task's (URL lists)."""
     return DatasetManifest(
         tool_version=img2tfrecord.__version__,
         image_libraries=image_library_versions(),
@@ -76,6 +83,7 @@ def manifest_template(
         task=Task(task),
         labeled=labeled,
         run_fingerprint=fingerprint,
+        feature_spec=feature_spec,
     )
 
 
@@ -173,9 +181,13 @@ def build_pipeline(
             plan.input.labeled,
             base=append.analysis_base if append is not None else None,
             base_exact=append.base_exact if append is not None else True,
+            record_spec=kind.feature_spec(config, plan),
         )
     input_name = input_paths.absolute_input(config.input)  # an append started from another folder names the same input
-    template = manifest_template(config, input_name, kind.task, kind.sequence, plan.input.labeled, launched.fingerprint)
+    spec = kind.feature_spec(config, plan)
+    template = manifest_template(
+        config, input_name, kind.task, kind.sequence, plan.input.labeled, launched.fingerprint, spec
+    )
     finalize = FinalizeOutput(
         config.output,
         template,

@@ -107,7 +107,7 @@ def start_pool_early(launched: Launch, pipeline_args: Sequence[str]) -> Optional
         return None
     from img2tfrecord.conversion.pool import start_early
 
-    return start_early(launched.converter, processes)
+    return start_early(launched.converter, processes, launched.kind.batch_size)  # as the shard writer's, or not taken
 
 
 def prefetch_first_shards(launched: Launch, placement: Placement, pool: ConversionPool) -> int:

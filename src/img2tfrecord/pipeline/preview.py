@@ -69,6 +69,9 @@ class _SplitTally:
     bytes: float = 0.0
 
 
+_DOWNLOADED = ("http://", "https://")  # a URL list's entries: the downloaded content decides, not the name
+
+
 def _missing_local_file(item: Item) -> bool:
     """A local file a manifest row or annotation names that does not exist (a stat, not a read)."""
     return (
@@ -277,7 +280,12 @@ def _plan_run(config: ConvertConfig, processes: int, imports: ImportTimer) -> Ru
         skipped=_listed(junk),
         rejected=Rejected(len(rejected), dict(sorted(by_reason.items())), rejected[:EXAMPLES]),
         not_image_names=_listed(
-            [layouts.printable(f.relpath) for item in placed for f in frames(item) if not looks_like_image(f.relpath)]
+            [
+                layouts.printable(f.relpath)
+                for item in placed
+                for f in frames(item)
+                if not looks_like_image(f.relpath) and not f.path.startswith(_DOWNLOADED)
+            ]
         ),
         size_ratio=round(plan.sizing.size_ratio, 4),
         estimated_bytes=int(sum(info.bytes for info in splits.values())),

@@ -123,20 +123,26 @@ OBJECT_FEATURES: Dict[str, tuple] = {
     OBJECT_IS_CROWD: ("int64", "1 for a COCO crowd box"),
     OBJECT_AREA: ("float", "area of each object in stored pixels (COCO's area scaled, else the box's)"),
 }
+# A URL list's records: the URL always, the caption when the list has a caption column.
+URL_FEATURES: Dict[str, tuple] = {
+    SOURCE_URL: ("string", "the URL the image was downloaded from (a URL list's row)"),
+    IMAGE_TEXT: ("string", "the image's caption: the URL list's caption column"),
+}
 FIXED_LEN = "FixedLenFeature"
 VAR_LEN = "VarLenFeature"  # a list of any length: one value per object of a detection record
 FIXED_LEN_SEQUENCE = "FixedLenSequenceFeature"  # a feature list of scalars: one value per step
 
 
 def feature_spec_json(
-    labeled: bool = True, sequence: bool = False, detection: bool = False
+    labeled: bool = True, sequence: bool = False, detection: bool = False, url: bool = False, caption: bool = False
 ) -> Dict[str, Dict[str, Any]]:
     """The parsing spec in a JSON-serialisable form, as stored in ``dataset.json``.
 
     ``sequence``: the spec of SequenceExample records, context features with
     kind FixedLenFeature and feature lists with kind FixedLenSequenceFeature.
     ``detection``: the spec of detection records, the object lists with kind
-    VarLenFeature. ``labeled=False`` leaves out the label features.
+    VarLenFeature. ``labeled=False`` leaves out the label features. ``url``: a URL list's records, with
+    their source URL (and ``caption``: their caption).
     """
     if detection:
         spec = {
@@ -154,6 +160,9 @@ def feature_spec_json(
     if sequence:
         for key, (dtype, desc) in SEQUENCE_FEATURES.items():
             spec[key] = {"kind": FIXED_LEN_SEQUENCE, "shape": [], "dtype": dtype, "description": desc}
+    for key, (dtype, desc) in URL_FEATURES.items():
+        if url and (caption or key != IMAGE_TEXT):
+            spec[key] = {"kind": FIXED_LEN, "shape": [], "dtype": dtype, "description": desc}
     return spec
 
 

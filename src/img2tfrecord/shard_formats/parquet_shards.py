@@ -2,7 +2,8 @@
 
 A row holds ``image`` (``{bytes, path}``: the stored image and its input path, ``datasets``' ``Image``),
 ``label`` (int64, a ``ClassLabel`` with the class names), ``label_name``, ``path`` (the input path),
-``sha256`` (of the input file's bytes), ``format``, ``height``, ``width``, ``channels``, and
+``sha256`` (of the input file's bytes), ``format``, ``height``, ``width``, ``channels``, ``text`` (a URL
+list's caption), and
 ``other_features``: every other feature of the record as JSON (``webdataset_samples``' encoding),
 ``{}`` for most records. A feature goes to its column only when it holds one value of the column's
 type; otherwise it stays in ``other_features``, so :func:`record_from_row` rebuilds the record the
@@ -42,6 +43,7 @@ COLUMNS: Dict[str, Tuple[str, str]] = {
     "height": (keys.IMAGE_HEIGHT, "int"),
     "width": (keys.IMAGE_WIDTH, "int"),
     "channels": (keys.IMAGE_CHANNELS, "int"),
+    "text": (keys.IMAGE_TEXT, "text"),  # a URL list's caption (null for other records)
 }
 _IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 SCHEMA = pa.schema(

@@ -5,6 +5,7 @@ A sample of key ``KEY`` (no dots: WebDataset splits a member name at its first d
 * ``KEY.jpg`` / ``KEY.png`` / ``KEY.raw``: ``image/encoded`` as stored (its extension from ``image/format``);
   a ``--sequence`` clip has one ``KEY.NNNNN.<ext>`` member per frame, in order;
 * ``KEY.cls``: the label id (``image/class/label``) in decimal, for labeled records;
+* ``KEY.txt``: the caption (``image/text``, a URL list's) as UTF-8 text, for records that have one;
 * ``KEY.json``: every other feature of the record under its feature key (``schemas/features.py``): a
   feature of one value as that value, an object list of a detection record or a feature of several
   values as a list; bytes as UTF-8 text (``{"base64": ...}`` for bytes that are not UTF-8).
@@ -25,6 +26,7 @@ from img2tfrecord.schemas.example_proto import Example, SequenceExample
 
 LABEL = "cls"  # the label id
 JSON = "json"  # every other feature
+TEXT = "txt"  # the caption, also in .json
 IMAGE_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "raw"}  # image/format -> extension
 _LIST_FEATURES = frozenset(keys.OBJECT_FEATURES)  # always lists, even of one value
 # The kind of an empty list in a feature the schema declares (an image without boxes).
@@ -119,6 +121,13 @@ def _label_member(feature_map: Any) -> List[Tuple[str, bytes]]:
     return [(LABEL, str(labels[0]).encode("ascii"))] if len(labels) == 1 else []
 
 
+def _text_member(feature_map: Any) -> List[Tuple[str, bytes]]:
+    if keys.IMAGE_TEXT not in feature_map:
+        return []
+    texts = feature_map[keys.IMAGE_TEXT].bytes_list.value
+    return [(TEXT, texts[0])] if len(texts) == 1 else []
+
+
 def _format_of(feature_map: Any) -> Optional[str]:
     found = feature_map[keys.IMAGE_FORMAT].bytes_list.value if keys.IMAGE_FORMAT in feature_map else []
     return found[0].decode("utf-8", "replace") if len(found) == 1 else None
@@ -153,7 +162,7 @@ def sample_members(record: bytes, sequence: bool = False) -> List[Tuple[str, byt
             raise SampleError(f"{keys.IMAGE_ENCODED} holds {len(images)} values, not one image")
         members.append((image_extension(_format_of(feature)), images[0]))
     doc = _json_features(feature, (keys.IMAGE_ENCODED,))
-    return members + _label_member(feature) + [(JSON, _dumps(doc))]
+    return members + _label_member(feature) + _text_member(feature) + [(JSON, _dumps(doc))]
 
 
 def _dumps(doc: Mapping[str, Any]) -> bytes:
@@ -187,7 +196,11 @@ def record_from_members(members: Mapping[str, bytes], sequence: bool = False) ->
     if not isinstance(doc, dict):
         raise SampleError(f".{JSON} member is not a JSON object")
     check_label_member(members, doc)
-    images = {ext: data for ext, data in members.items() if ext not in (JSON, LABEL)}
+    if TEXT in members:
+        text = doc.get(keys.IMAGE_TEXT)
+        if not isinstance(text, str) or members[TEXT] != text.encode("utf-8"):
+            raise SampleError(f".{TEXT} member is not the caption .{JSON} holds")
+    images = {ext: data for ext, data in members.items() if ext not in (JSON, LABEL, TEXT)}
     if sequence:
         clip = SequenceExample()
         _set_features(clip.context.feature, doc)

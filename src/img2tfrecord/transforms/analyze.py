@@ -352,8 +352,10 @@ class AnalyzeTrainSplit(beam.PTransform):
         spec_json: Optional[Mapping[str, Any]] = None,
         exact: bool = True,
         base: Optional[RunTotals] = None,
+        record_spec: Optional[Mapping[str, Any]] = None,
     ):
         super().__init__()
+        self._record_spec = record_spec or spec_json
         self._base = base
         self._output_dir = output_dir
         self._label_names = label_names
@@ -363,7 +365,7 @@ class AnalyzeTrainSplit(beam.PTransform):
         self._exact = exact
 
     def expand(self, examples):
-        schema = raw_schema(self._spec_json)
+        schema = raw_schema(self._record_spec)
         source = tfxio.TFExampleBeamRecord(
             physical_format="tfrecord", schema=analysis_schema(self._spec_json, self._spec.channels)
         )
@@ -401,6 +403,7 @@ def analyze_train_split(
     base_exact: bool = True,
     exact_statistics: bool = False,
     sequence: bool = False,
+    record_spec: Optional[Mapping[str, Any]] = None,
 ) -> Optional[beam.PCollection]:
     """The statistics PCollection of a run, or None (logged) when there is nothing to analyse.
 
@@ -410,7 +413,8 @@ def analyze_train_split(
     run's staging folder, which the transform is published into (``FinalizeOutput`` moves it into the output);
     ``labeled``: the records carry labels; ``base``: the totals of an append's earlier generations
     (``base_exact``: theirs are exact), which the statistics and the exported transform then cover too;
-    ``exact_statistics``: ``--exact-statistics``; ``sequence``: the records are ``--sequence`` clips (not analysed).
+    ``exact_statistics``: ``--exact-statistics``; ``sequence``: the records are ``--sequence`` clips (not analysed);
+    ``record_spec``: the records' feature spec, for the written schema, when it is more than the analysed one.
     """
     split_names = list(split_names)
     if sequence:
@@ -444,4 +448,5 @@ def analyze_train_split(
         spec_json,
         exact=(exact_statistics or image.format in LOSSLESS_FORMATS) and base_exact,
         base=base,
+        record_spec=record_spec,
     )

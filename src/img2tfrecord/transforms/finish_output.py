@@ -31,7 +31,8 @@ SHARDS, ERRORS, ANALYSIS_ROWS, LABELS, NUM_INPUTS, NUM_SKIPPED, MEMBERS = (
 class Analysis:
     """The tf.Transform analysis of a run's train split: its image options (``--exact-statistics``, ``--sequence``)
     and splits, whether its records carry labels, and an append's totals of the generations before it
-    (``base_exact``: those are exact)."""
+    (``base_exact``: those are exact); ``record_spec``: the records' spec for the written schema when they
+    carry more than the task's features (a URL list's URL and caption)."""
 
     image: ImageOptions
     exact_statistics: bool
@@ -40,6 +41,7 @@ class Analysis:
     labeled: bool
     base: Optional[RunTotals] = None
     base_exact: bool = True
+    record_spec: Optional[Dict[str, Dict[str, Any]]] = None  # dataset.json's feature spec when not the task's
 
 
 def _reason(row) -> str:
@@ -81,6 +83,7 @@ class FinishOutput(beam.PTransform):
                 base_exact=analysis.base_exact,
                 exact_statistics=analysis.exact_statistics,
                 sequence=analysis.sequence,
+                record_spec=analysis.record_spec,
             )
             if statistics is not None:  # FinalizeOutput waits for the exported transform
                 side["statistics"] = beam.pvalue.AsSingleton(statistics)

@@ -4,7 +4,7 @@ and one line in the table of ``kinds/__init__.py``, the only place that asks whi
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT, Splits
 from img2tfrecord.option_values import TASK_CLASSIFICATION
@@ -83,6 +83,10 @@ class InputKind:
     def units(self, items: Sequence[Any], layout: str) -> Sequence[Any]:
         """What one record is made of, from the listed files: the files themselves, or clips of them."""
         return items
+
+    def feature_spec(self, config: ConvertConfig, plan: Plan) -> Optional[Dict[str, Dict[str, Any]]]:
+        """``dataset.json``'s feature spec of the records, when this kind's differ from the task's (None)."""
+        return None
 
     def class_noun(self, plan: Plan) -> str:
         """What a class is called in messages: class folder(s), label(s), class(es) of objects."""
