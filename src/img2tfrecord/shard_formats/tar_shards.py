@@ -38,12 +38,17 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+def _octal(number: int, width: int) -> bytes:
+    """A ustar number field: ``width - 1`` octal digits and a NUL."""
+    return b"%0*o\0" % (width - 1, number)
+
+
 # The fields of a member's ustar header around its name and size, as ``tarfile.TarInfo.tobuf`` writes
 # them for :func:`_member`: mode, uid, gid | mtime, the checksum as spaces, a regular file, no link name,
 # the ustar magic, empty user and group names, no device numbers, no prefix, the block's padding.
-_BEFORE_SIZE = tarfile.itn(_MODE, 8, tarfile.USTAR_FORMAT) + 2 * tarfile.itn(0, 8, tarfile.USTAR_FORMAT)
+_BEFORE_SIZE = _octal(_MODE, 8) + 2 * _octal(0, 8)
 _AFTER_SIZE = (
-    tarfile.itn(_MTIME, 12, tarfile.USTAR_FORMAT)
+    _octal(_MTIME, 12)
     + b" " * 8
     + tarfile.REGTYPE
     + _NUL * 100
@@ -61,7 +66,7 @@ def member_header(name: str, size: int) -> bytes:
     encoded = name.encode("utf-8")
     if len(encoded) > _NAME_LENGTH or not 0 <= size < _MAX_SIZE:  # a prefix field, or tarfile's refusal
         return _member(name, size).tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
-    size_field = b"%011o\0" % size
+    size_field = _octal(size, 12)
     checksum = _FIXED_SUM + sum(encoded) + sum(size_field)  # the checksum field counted as spaces
     return b"".join(
         (
