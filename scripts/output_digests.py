@@ -260,7 +260,10 @@ def write_all_inputs(folder: str) -> Dict[str, str]:
         "hostile": write_hostile(os.path.join(folder, "hostile")),
         "duplicates": write_duplicates(os.path.join(folder, "duplicates")),
         "mostly_broken": write_mostly_broken(os.path.join(folder, "mostly_broken")),
+        # one folder per append variant: the append steps change their input
         "append_folder": write_append_folder(os.path.join(folder, "append_folder")),
+        "append_folder_ar": write_append_folder(os.path.join(folder, "append_folder_ar")),
+        "append_folder_wds": write_append_folder(os.path.join(folder, "append_folder_wds")),
         "append_manifest": write_append_manifest(os.path.join(folder, "append_manifest")),
     }
     found["classes_glob"] = os.path.join(found["classes"], "*", "*.jpg")
@@ -381,12 +384,15 @@ VARIANTS: Tuple[Variant, ...] = (
     Variant("webdataset-sequence", "clips_folder", ("--sequence", "--file-format", "webdataset")),
     Variant(
         "append-array-record",
-        "append_folder",
+        "append_folder_ar",
         ("--image-size", "32", "--file-format", "array_record"),
         steps=APPEND_STEPS,
     ),
     Variant(
-        "append-webdataset", "append_folder", ("--image-size", "32", "--file-format", "webdataset"), steps=APPEND_STEPS
+        "append-webdataset",
+        "append_folder_wds",
+        ("--image-size", "32", "--file-format", "webdataset"),
+        steps=APPEND_STEPS,
     ),
     Variant(
         "append-manifest",

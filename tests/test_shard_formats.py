@@ -115,6 +115,15 @@ def test_a_tar_shard_reads_back_its_records_in_order_and_by_its_index_lines():
     assert [r.data for r in tar_shards.read_records(io.BytesIO(clips), sequence=True)] == [RECORDS["clip"][0]] * 2
 
 
+@pytest.mark.parametrize(
+    "name", ["a.jpg", "train-000003-000012.00001.png", "x" * 100, "d" * 20 + "/" + "y" * 90, "é.json"]
+)
+@pytest.mark.parametrize("size", [0, 1, 511, 512, 12_345, 8**11 - 1])
+def test_a_member_header_is_the_one_tarfile_writes(name, size):
+    expected = tar_shards._member(name, size).tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
+    assert tar_shards.member_header(name, size) == expected
+
+
 def test_a_cut_tar_shard_is_a_record_error_naming_the_record():
     data, entries = _tar([RECORDS["classification"][0]] * 3)
     cut = entries[2][0] + 700  # inside the third sample's image

@@ -97,7 +97,7 @@ class ImagesToTFRecords(beam.PTransform):
         num_shards: Optional[int] = None,
         shard_size_mb: Optional[float] = None,
         compression: CompressionName = "none",
-        file_format: FileFormatName = "tfrecord",
+        file_format: FileFormatName = output_files.DEFAULT_FILE_FORMAT,
         max_error_rate: Optional[float] = None,
         analyze: bool = True,
         exact_statistics: bool = False,

@@ -26,7 +26,6 @@ from img2tfrecord.schemas.dataset_json import Compression, DatasetManifest, Shar
 
 DATASET_INFO_FILE = output_files.TFDS_DATASET_INFO_FILE
 FEATURES_FILE = output_files.TFDS_FEATURES_FILE
-SPLIT_FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"  # TFDS' spelling of output_files.shard_file_name
 # TFDS's name of each file format it reads (its FileFormat values), and the suffix of our shards in it.
 TFDS_FILE_FORMATS = {a.name: a.tfds_name for a in shard_formats.ADAPTERS if a.tfds_name}
 _TFDS_DEFAULT = TFDS_FILE_FORMATS[output_files.DEFAULT_FILE_FORMAT]

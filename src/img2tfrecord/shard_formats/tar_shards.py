@@ -19,6 +19,7 @@ from img2tfrecord.tfrecord_codec import IndexEntry, Record, RecordError, Truncat
 _MODE = 0o444
 _MTIME = 0  # the same bytes on every run
 _NUL = b"\0"
+_OWN_WRITE = 64 << 10  # a member this large is written on its own (small ones are joined)
 
 
 def sample_key(shard_stem: str, index: int) -> str:
@@ -37,11 +38,54 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+def _octal(number: int, width: int) -> bytes:
+    """A ustar number field: ``width - 1`` octal digits and a NUL."""
+    return b"%0*o\0" % (width - 1, number)
+
+
+# The fields of a member's ustar header around its name and size, as ``tarfile.TarInfo.tobuf`` writes
+# them for :func:`_member`: mode, uid, gid | mtime, the checksum as spaces, a regular file, no link name,
+# the ustar magic, empty user and group names, no device numbers, no prefix, the block's padding.
+_BEFORE_SIZE = _octal(_MODE, 8) + 2 * _octal(0, 8)
+_AFTER_SIZE = (
+    _octal(_MTIME, 12)
+    + b" " * 8
+    + tarfile.REGTYPE
+    + _NUL * 100
+    + tarfile.POSIX_MAGIC
+    + _NUL * (32 + 32 + 8 + 8 + 155 + 12)
+)
+_FIXED_SUM = sum(_BEFORE_SIZE) + sum(_AFTER_SIZE)
+_NAME_LENGTH = 100
+_MAX_SIZE = 8**11  # what 11 octal digits hold
+
+
+def member_header(name: str, size: int) -> bytes:
+    """The ustar header of a member ``name`` of ``size`` bytes: ``_member(name, size).tobuf(USTAR)``'s
+    bytes, built directly (``tobuf`` costs more than the rest of a small sample's writing)."""
+    encoded = name.encode("utf-8")
+    if len(encoded) > _NAME_LENGTH or not 0 <= size < _MAX_SIZE:  # a prefix field, or tarfile's refusal
+        return _member(name, size).tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
+    size_field = _octal(size, 12)
+    checksum = _FIXED_SUM + sum(encoded) + sum(size_field)  # the checksum field counted as spaces
+    return b"".join(
+        (
+            encoded,
+            _NUL * (_NAME_LENGTH - len(encoded)),
+            _BEFORE_SIZE,
+            size_field,
+            _AFTER_SIZE[:12],
+            b"%06o\0" % checksum,  # 7 of the field's 8 bytes, as tarfile writes it
+            _AFTER_SIZE[19:],
+        )
+    )
+
+
 class TarShardWriter:
     """Records written as samples into the tar stream ``stream`` (any binary file object; not closed).
 
-    Each member is its header (``tarfile.TarInfo.tobuf``), its data in one write and the padding to the
-    next block; ``close`` ends the archive as ``tarfile`` does (two zero blocks, padded to a record).
+    Each member is its ustar header (:func:`member_header`), its data and the padding to the next
+    block; ``close`` ends the archive as ``tarfile`` does (two zero blocks, padded to a record).
     """
 
     def __init__(self, stream: BinaryIO, shard_stem: str, sequence: bool = False):
@@ -58,13 +102,23 @@ class TarShardWriter:
         self._offset += len(data)
 
     def write(self, record: bytes) -> IndexEntry:
-        """Write the sample of ``record``; -> its ``(offset, length)`` in the tar file."""
+        """Write the sample of ``record``; -> its ``(offset, length)`` in the tar file.
+
+        Members under :data:`_OWN_WRITE` bytes are joined with the headers and padding into one write
+        (a photo's whole sample); a larger image is written as it is, never copied."""
         key = sample_key(self._stem, self._count)
         start = self._offset
+        pending: List[bytes] = []
         for extension, data in webdataset_samples.sample_members(record, self._sequence):
-            self._write(_member(f"{key}.{extension}", len(data)).tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict"))
-            self._write(data)
-            self._write(_NUL * (-len(data) % tarfile.BLOCKSIZE))
+            pending.append(member_header(f"{key}.{extension}", len(data)))
+            if len(data) >= _OWN_WRITE:
+                self._write(b"".join(pending))
+                self._write(data)
+                pending = []
+            else:
+                pending.append(data)
+            pending.append(_NUL * (-len(data) % tarfile.BLOCKSIZE))
+        self._write(b"".join(pending))
         self._count += 1
         return start, self._offset - start
 

@@ -75,11 +75,13 @@ def _json_features(feature_map: Any, skip: Sequence[str]) -> Dict[str, Any]:
         if kind is None:
             out[key] = None
             continue
-        values = list(getattr(feature, kind).value)
+        stored = getattr(feature, kind).value
         if kind == "bytes_list":
-            values = [_text(v) for v in values]
+            values = [_text(v) for v in stored]
         elif kind == "float_list":
-            values = [float(v) for v in values]
+            values = [float(v) for v in stored]
+        else:
+            values = list(stored)
         out[key] = values[0] if len(values) == 1 and key not in _LIST_FEATURES else values
     return out
 
