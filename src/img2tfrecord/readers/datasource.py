@@ -223,6 +223,7 @@ class SplitDataSource:
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._own = shard_formats.adapter(self.info.file_format)  # the table's, by name: not pickled
         self._reset()
 
     def __repr__(self) -> str:
