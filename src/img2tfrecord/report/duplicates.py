@@ -229,9 +229,16 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
     in_near = (content_value >= 0) & (near_value[np.maximum(content_value, 0)] if len(values) else False)
     del near_value
     involved = np.flatnonzero((sizes >= 2) | in_near)
-    ordered = np.array(
-        sorted(involved.tolist(), key=lambda c: _content_key(table, order[starts[c] : ends[c]])), dtype=small
-    )
+    if table.sha_text is None:
+        # Contents are numbered in digest order, which is their sha256 text's: a stable sort by first file
+        # name alone gives the (file name, sha256) order, with one string held per content instead of two.
+        ordered = np.array(
+            sorted(involved.tolist(), key=lambda c: _first_name(table, order[starts[c] : ends[c]])), dtype=small
+        )
+    else:
+        ordered = np.array(
+            sorted(involved.tolist(), key=lambda c: _content_key(table, order[starts[c] : ends[c]])), dtype=small
+        )
     del involved
 
     def content(c: int, distance: int = 0) -> Content:
@@ -275,18 +282,26 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
         len(near_contents), k
     )
     del row_slot, mine
-    per_value = np.zeros((len(near), k))
-    squares = np.zeros((len(near), k, k))
-    for s in range(k):
-        per_value[:, s] = np.bincount(content_rank, weights=counts[:, s], minlength=len(near))
-        for t in range(k):
-            squares[:, s, t] = np.bincount(content_rank, weights=counts[:, s] * counts[:, t], minlength=len(near))
-    del counts
-    within = _within_many(per_value, squares)  # (values, k, k)
-    del squares
     by_rank = np.argsort(content_rank, kind="stable")  # positions in near_contents, by hash, each in order
     rank_starts = np.searchsorted(content_rank[by_rank], np.arange(len(near) + 1))
-    del content_rank
+    per_value = np.zeros((len(near), k))
+    for s in range(k):
+        per_value[:, s] = np.bincount(content_rank, weights=counts[:, s], minlength=len(near))
+    multi = np.flatnonzero(np.diff(rank_starts) > 1)  # hashes of two contents or more: pairs among them
+    multi_of_rank = np.full(len(near), -1, dtype=np.int64)
+    multi_of_rank[multi] = np.arange(len(multi))
+    in_multi = multi_of_rank[content_rank]
+    del content_rank, multi_of_rank
+    mine = np.flatnonzero(in_multi >= 0)
+    squares = np.zeros((len(multi), k, k))
+    for s in range(k):
+        for t in range(k):
+            squares[:, s, t] = np.bincount(
+                in_multi[mine], weights=counts[mine, s] * counts[mine, t], minlength=len(multi)
+            )
+    del counts, in_multi, mine
+    within = _within_many(per_value[multi], squares)  # (len(multi), k, k)
+    del squares
 
     exhausted = np.zeros(len(near), dtype=bool)
     group_of_value = np.full(len(near), -1, dtype=np.int64)
@@ -331,14 +346,12 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
     del ranked_values, exhausted
 
     found.near_pairs = _as_pairs(_between(between) + within.sum(axis=0), splits)
-    grouped = np.flatnonzero(group_of_value >= 0)
     group_within = np.zeros((len(leaders), k, k))
     for s in range(k):
-        for t in range(k):
-            group_within[:, s, t] = np.bincount(
-                group_of_value[grouped], weights=within[grouped, s, t], minlength=len(leaders)
-            )
-    del within
+        for t in range(k):  # a hash of two contents always is in a group
+            group_within[:, s, t] = np.bincount(group_of_value[multi], weights=within[:, s, t], minlength=len(leaders))
+    del within, multi
+    grouped = np.flatnonzero(group_of_value >= 0)
     members_by_group = grouped[np.argsort(group_of_value[grouped], kind="stable")]
     member_starts = np.searchsorted(group_of_value[members_by_group], np.arange(len(leaders) + 1))
     del grouped, group_of_value
@@ -360,6 +373,15 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
 
 def _content_key(table: RecordTable, rows: np.ndarray) -> Tuple[str, str]:
     """(first file name, sha256) of a content: its records in split order, then by file name, shard, index."""
+    return _first_name(table, rows), table.digest_text(_first_row(table, rows))
+
+
+def _first_name(table: RecordTable, rows: np.ndarray) -> str:
+    return table.filename(_first_row(table, rows))
+
+
+def _first_row(table: RecordTable, rows: np.ndarray) -> int:
+    """The row of a content's first record: in split order, then by file name, shard, index."""
     if len(rows) == 1:
         row = int(rows[0])
     else:
@@ -372,7 +394,7 @@ def _content_key(table: RecordTable, rows: np.ndarray) -> Tuple[str, str]:
                 int(table.index[r]),
             ),
         )
-    return table.filename(row), table.digest_text(row)
+    return row
 
 
 def _sort_records(items: List[Located]) -> List[Located]:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _BATCH = 1 << 15  # queries per faiss call, at most
 _FIRST_BATCH = 1 << 10  # queries of the first call, before the results per query are known
 _MIN_BATCH = 16  # queries per faiss call, at least
-_RESULTS = 1 << 20  # results per faiss call aimed at: bounds one call's memory whatever the neighbours per hash
+_RESULTS = 1 << 18  # results per faiss call aimed at: bounds one call's memory whatever the neighbours per hash
 _LOOKUP_COST = 20.0  # one hash-table lookup, in candidate comparisons (measured: about 170 ns against 8 ns)
 _MAX_BLOCK_BITS = 32
 
