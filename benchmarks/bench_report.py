@@ -184,24 +184,13 @@ def _cli(*args: str) -> list:
 SPLITS = "train=0.8,validation=0.1,test=0.1"  # planted copies land in different splits: leakage to find
 
 
-def measure(
-    workdir: str, size: int, classes: int, seed: int, splits: str = SPLITS, kind: str = "imagenet", share: float = 0.96
-) -> dict:
-    """Write (or reuse) the corpus of ``size`` images, convert it, report on it; the figures of both commands."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=package_dir())
-    started = time.perf_counter()
-    if kind == "frames":
-        made = frames(os.path.join(workdir, f"frames-{share}-{size}"), size, classes, seed, share)
-    else:
-        made = corpus.imagenet_shaped(os.path.join(workdir, f"corpus-{size}"), size, classes, seed)
-    corpus_seconds = time.perf_counter() - started
-    records = os.path.join(workdir, f"records-{kind}-{size}")
-    load_before = _load()
-    convert_s, convert_mb = peak_tree_rss(
+def _convert(root: str, records: str, splits: str, env: dict) -> tuple:
+    """(seconds, peak summed RSS MB) of ``convert --format keep --no-analyze`` of ``root`` into ``records``."""
+    return peak_tree_rss(
         _cli(
             "convert",
             "--input",
-            made.root,
+            root,
             "--output",
             records,
             "--splits",
@@ -214,6 +203,32 @@ def measure(
         ),
         env,
     )
+
+
+def measure(
+    workdir: str,
+    size: int,
+    classes: int,
+    seed: int,
+    splits: str = SPLITS,
+    kind: str = "imagenet",
+    share: float = 0.96,
+    report_only: bool = False,
+) -> dict:
+    """Write (or reuse) the corpus of ``size`` images, convert it, report on it; the figures of both commands."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=package_dir())
+    started = time.perf_counter()
+    if kind == "frames":
+        made = frames(os.path.join(workdir, f"frames-{share}-{size}"), size, classes, seed, share)
+    else:
+        made = corpus.imagenet_shaped(os.path.join(workdir, f"corpus-{size}"), size, classes, seed)
+    corpus_seconds = time.perf_counter() - started
+    records = os.path.join(workdir, f"records-{kind}-{size}")
+    load_before = _load()
+    if report_only and os.path.exists(os.path.join(records, "_SUCCESS")):
+        convert_s, convert_mb = float("nan"), float("nan")
+    else:
+        convert_s, convert_mb = _convert(made.root, records, splits, env)
     pages = os.path.join(workdir, f"report-{kind}-{size}") + os.sep
     report_s, report_mb, report_pss_mb = peak_tree_memory(_cli("report", records, "--output", pages), env)
     load_after = _load()
@@ -229,11 +244,11 @@ def measure(
         "planted_near": made.near,
         "records": document["read"]["records"],
         "convert_seconds": round(convert_s, 1),
-        "convert_peak_tree_mb": round(convert_mb),
+        "convert_peak_tree_mb": round(convert_mb, 0),  # NaN with --report-only
         "report_seconds": round(report_s, 1),
         "report_peak_tree_mb": round(report_mb),
         "report_peak_tree_pss_mb": round(report_pss_mb),
-        "report_over_convert": round(report_s / convert_s, 3),
+        "report_over_convert": round(report_s / convert_s, 3) if convert_s == convert_s else None,
         "read_seconds": document["read"]["seconds"],
         "duplicate_search_seconds": document["read"]["duplicate_search_seconds"],
         "page_mb": round(os.path.getsize(os.path.join(pages, "report.html")) / 1e6, 2),
@@ -260,6 +275,9 @@ def main(argv=None) -> None:
     parser.add_argument("--splits", default=SPLITS, help=f"convert's --splits (default {SPLITS})")
     parser.add_argument("--workdir", default=None, help="keep corpora and outputs here (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument(
+        "--report-only", action="store_true", help="reuse a converted output already in --workdir (no convert figures)"
+    )
     args = parser.parse_args(argv)
     sizes = sorted(int(n) for n in args.sizes.split(","))
     work = args.workdir or tempfile.mkdtemp(prefix="bench_report-")
@@ -267,7 +285,9 @@ def main(argv=None) -> None:
     rows = []
     try:
         for size in sizes:
-            row = measure(work, size, args.classes, args.seed, args.splits, args.corpus, args.duplicate_share)
+            row = measure(
+                work, size, args.classes, args.seed, args.splits, args.corpus, args.duplicate_share, args.report_only
+            )
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
