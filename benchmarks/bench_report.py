@@ -248,7 +248,7 @@ def measure(
         "report_seconds": round(report_s, 1),
         "report_peak_tree_mb": round(report_mb),
         "report_peak_tree_pss_mb": round(report_pss_mb),
-        "report_over_convert": round(report_s / convert_s, 3) if convert_s == convert_s else None,
+        "report_over_convert": round(report_s / convert_s, 3),  # NaN with --report-only
         "read_seconds": document["read"]["seconds"],
         "duplicate_search_seconds": document["read"]["duplicate_search_seconds"],
         "page_mb": round(os.path.getsize(os.path.join(pages, "report.html")) / 1e6, 2),

@@ -223,7 +223,8 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
     content_value[decoded] = value_of
     multiplicity = np.bincount(value_of, minlength=len(values)).astype(small)
     del decoded, value_of
-    near_value = (multiplicity >= 2) | near_search.has_near(values, max_distance)
+    per_query = near_search.found_per_table(values, max_distance)
+    near_value = (multiplicity >= 2) | (per_query > 1)
 
     # Only contents in some group need their first file name: the rule's order.
     in_near = (content_value >= 0) & (near_value[np.maximum(content_value, 0)] if len(values) else False)
@@ -310,7 +311,7 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
     group_between = np.zeros((0, k, k))
     ranked_values = values[near]
     done = 0
-    for stop, first, second in near_search.later_neighbours(ranked_values, max_distance):
+    for stop, first, second in near_search.later_neighbours(ranked_values, max_distance, per_query=per_query[near]):
         # Every pair whose first hash ranks below stop is here: the hashes done..stop-1 take their turns.
         by_first = np.argsort(first, kind="stable")
         later = second[by_first]
@@ -343,7 +344,7 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
                 group[same], per_value[first[same]], per_value[second[same]], len(leaders)
             )
         del first, second, group, same
-    del ranked_values, exhausted
+    del ranked_values, exhausted, per_query
 
     found.near_pairs = _as_pairs(_between(between) + within.sum(axis=0), splits)
     group_within = np.zeros((len(leaders), k, k))

@@ -88,7 +88,7 @@ class _Batches:
 
     def seen(self, queries: int, results: int) -> None:
         per_query = max(results, 1) / max(queries, 1)
-        self.size = int(min(_BATCH, max(_MIN_BATCH, _RESULTS / per_query)))
+        self.size = int(min(_BATCH, 2 * queries, max(_MIN_BATCH, _RESULTS / per_query)))  # at most doubling
 
 
 def _indexes(values: np.ndarray, chosen: Plan) -> Iterator[Tuple[int, np.ndarray, object]]:
@@ -112,16 +112,18 @@ def _checked_plan(values: np.ndarray, max_distance: int, chosen: Optional[Plan])
     return chosen
 
 
-def has_near(values: np.ndarray, max_distance: int, chosen: Optional[Plan] = None) -> np.ndarray:
-    """Per hash of ``values`` (uint64, distinct), whether another one is at most ``max_distance`` bits away.
-    One table at a time and no pair kept: the memory is the tables' and one batch's results."""
+def found_per_table(values: np.ndarray, max_distance: int, chosen: Optional[Plan] = None) -> np.ndarray:
+    """Per hash of ``values`` (uint64, distinct), the most hashes one table finds within ``max_distance``
+    bits of it, itself included (uint32): above 1 when another hash is that close, and the number of results
+    that hash adds to a faiss call of :func:`later_neighbours` over the same or a subset holding its neighbours.
+    One table at a time and no pair kept: the memory is a table's and one call's results."""
     import numpy as np
 
     values = np.asarray(values, dtype=np.uint64)
     chosen = _checked_plan(values, max_distance, chosen)
-    flags = np.zeros(len(values), dtype=bool)
+    most = np.ones(len(values), dtype=np.uint32)
     if len(values) < 2:
-        return flags
+        return most
     batches = _Batches()
     for _, codes, index in _indexes(values, chosen):
         start = 0
@@ -129,13 +131,11 @@ def has_near(values: np.ndarray, max_distance: int, chosen: Optional[Plan] = Non
             stop = min(len(values), start + batches.size)
             lims, found = _range_search(index, codes[start:stop], max_distance + 1)  # distance < radius
             batches.seen(stop - start, len(found))
-            first = np.repeat(np.arange(start, stop, dtype=np.int64), np.diff(lims).astype(np.int64))
-            other = found != first
-            flags[first[other]] = True
-            del first, other, found, lims
+            np.maximum(most[start:stop], np.diff(lims).astype(np.uint32), out=most[start:stop])
+            del found, lims
             start = stop
         del index
-    return flags
+    return most
 
 
 def near_pair_batches(
@@ -153,13 +153,15 @@ def near_pair_batches(
 
 
 def later_neighbours(
-    values: np.ndarray, max_distance: int, chosen: Optional[Plan] = None
+    values: np.ndarray, max_distance: int, chosen: Optional[Plan] = None, per_query: Optional[np.ndarray] = None
 ) -> Iterator[Tuple[int, np.ndarray, np.ndarray]]:
     """``(stop, first, second)``: the pairs of positions ``first < second`` whose hashes (``values``, uint64)
     are at most ``max_distance`` bits apart, by ranges of ``first``: each batch holds every pair whose
     ``first`` is at least the previous batch's ``stop`` (0 for the first) and below its own, so a caller may
     act on the positions below ``stop`` once it is seen. Every table is held meanwhile, and each batch
-    comes from faiss calls of about :data:`_RESULTS` results: never every pair at once."""
+    comes from faiss calls of about :data:`_RESULTS` results: never every pair at once. ``per_query``
+    (:func:`found_per_table` of each hash) sizes the calls exactly; without it they are sized by the
+    results per query of the call before."""
     import numpy as np
 
     values = np.asarray(values, dtype=np.uint64)
@@ -172,8 +174,14 @@ def later_neighbours(
     tables = list(_indexes(values, chosen))
     batches = _Batches()
     start = 0
+    total = None if per_query is None else np.cumsum(per_query, dtype=np.int64)
     while start < len(values):
-        stop = min(len(values), start + batches.size)
+        if total is None:
+            stop = min(len(values), start + batches.size)
+        else:  # the queries whose results add up to _RESULTS, one at least
+            before = int(total[start - 1]) if start else 0
+            stop = int(np.searchsorted(total, before + _RESULTS, side="right"))
+            stop = min(len(values), start + _BATCH, max(start + 1, stop))
         parts_first, parts_second = [], []
         results = 0
         for table, codes, index in tables:
