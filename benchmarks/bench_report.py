@@ -16,6 +16,12 @@ most frames hash apart by a few bits, some alike) make
 ``--duplicate-share`` (default 0.96) of the images, the rest are distinct.
 The report's peak memory should not depend on that share.
 
+``--search-only`` measures the duplicate search alone, in process: for each
+size, a table of that many records with random hashes (distinct) and one
+with ``--duplicate-share`` of them in groups of 5 to 65 hashes within 3 bits
+of their group's base, each searched in a fresh process; the figure is the
+process's peak RSS above the table's (no corpus is written; a minute or two).
+
 Peak memory is sampled twice per tick: the summed RSS of the tree (shared
 pages counted once per process) and the summed PSS (``/proc/<pid>/smaps_rollup``,
 shared pages split between the processes sharing them: counted once overall).
@@ -23,6 +29,7 @@ shared pages split between the processes sharing them: counted once overall).
     .venv/bin/python benchmarks/bench_report.py                         # 50,000 and 200,000 images
     .venv/bin/python benchmarks/bench_report.py --sizes 1280000 --workdir /data/bench
     .venv/bin/python benchmarks/bench_report.py --corpus frames --sizes 20000,80000
+    .venv/bin/python benchmarks/bench_report.py --search-only --sizes 50000,200000
 
 Corpora and outputs stay in ``--workdir`` (default a temporary folder, removed
 unless ``--keep``); a corpus already there is not written again. Prints a table
@@ -205,6 +212,104 @@ def _convert(root: str, records: str, splits: str, env: dict) -> tuple:
     )
 
 
+def _synthetic_table(n: int, share: float, seed: int = 0):
+    """A record table of ``n`` records in 3 splits, ``share`` of them in near-duplicate hash groups."""
+    import random
+
+    import numpy as np
+
+    from img2tfrecord.report import record_table
+    from img2tfrecord.report.shard_scan import ShardColumns
+
+    rng, draw = np.random.default_rng(seed), random.Random(seed)
+    hashes, i = np.empty(n, np.uint64), 0
+    while i < n:
+        size = min(n - i, draw.randint(*FRAMES_GROUP_SIZES)) if draw.random() < share else 1
+        flips = np.zeros(size, np.uint64)
+        for _ in range(3):
+            use = rng.random(size) < 0.5
+            flips[use] |= np.uint64(1) << rng.integers(0, 64, size).astype(np.uint64)[use]
+        hashes[i : i + size] = rng.integers(0, 2**63, dtype=np.uint64) ^ flips
+        i += size
+    splits, classes = ["train", "validation", "test"], tuple(f"c{c}" for c in range(1000))
+    builder = record_table.TableBuilder(splits, classes)
+    for start in range(0, n, 2000):
+        m = min(2000, n - start)
+        names = [f"n{(start + j) % 1000:08d}/img_{start + j}.JPEG".encode() for j in range(m)]
+        columns = ShardColumns(
+            np.arange(m, dtype=np.int32),
+            np.arange(m, dtype=np.int64) * 1000,
+            rng.integers(0, 1000, m).astype(np.int32),
+            rng.integers(0, 256, (m, 32), dtype=np.uint8),
+            hashes[start : start + m],
+            np.ones(m, bool),
+            b"".join(names),
+            np.cumsum([len(x) for x in names]).astype(np.int64),
+            classes,
+        )
+        builder.add(f"shard-{start // 2000:05d}", splits[(start // 2000) % 3], columns)
+    return builder.build()
+
+
+def _search_child(n: int, share: float) -> None:
+    """Print the figures of one in-process search (run in a fresh process)."""
+    import resource
+
+    from img2tfrecord.report import duplicates, group_lines
+
+    table = _synthetic_table(n, share)
+    with open("/proc/self/statm") as f:
+        before = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    resource.getrusage(resource.RUSAGE_SELF)
+    top = group_lines.TopGroups(100, 12, 4)
+    lines = [0]
+
+    def emit(group) -> None:
+        lines[0] += len(json.dumps(group_lines.group_json(group)))
+        top.offer(group)
+
+    started = time.perf_counter()
+    found = duplicates.search(table, 6, emit)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row = {
+        "records": n,
+        "duplicate_share": share,
+        "grouped_records": found.near.records + found.exact.records,
+        "near_groups": found.near.groups,
+        "table_mb": round(before),
+        "peak_mb": round(peak),
+        "search_mb": round(peak - before),
+        "search_seconds": round(seconds, 1),
+    }
+    print(json.dumps(row), flush=True)
+
+
+def search_only(sizes: list, share: float) -> list:
+    """The duplicate search's own peak memory, distinct and with ``share`` in groups, one process each."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=package_dir())
+    rows = []
+    for n in sizes:
+        for s in (0.0, share):
+            out = subprocess.run(
+                [sys.executable, __file__, "--search-child", f"{n},{s}"], env=env, check=True, capture_output=True
+            )
+            rows.append(json.loads(out.stdout.decode().strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), flush=True)
+    for s in (0.0, share):
+        same = [r for r in rows if r["duplicate_share"] == s]
+        if len(same) > 1:
+            small, large = same[0], same[-1]
+            kb = (large["search_mb"] - small["search_mb"]) * 1024 / (large["records"] - small["records"])
+            print(
+                f"share {s}: search memory {small['search_mb']} -> {large['search_mb']} MB, "
+                f"{kb:.3f} KB per added record"
+            )
+    return rows
+
+
 def measure(
     workdir: str,
     size: int,
@@ -278,8 +383,20 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--report-only", action="store_true", help="reuse a converted output already in --workdir (no convert figures)"
     )
+    parser.add_argument("--search-only", action="store_true", help="the duplicate search alone, in process")
+    parser.add_argument("--search-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sizes = sorted(int(n) for n in args.sizes.split(","))
+    if args.search_child:
+        n, share = args.search_child.split(",")
+        _search_child(int(n), float(share))
+        return
+    if args.search_only:
+        rows = search_only(sizes, args.duplicate_share)
+        save_result(
+            "bench_report_search", {"time": datetime.datetime.now().isoformat(timespec="seconds"), "rows": rows}
+        )
+        return
     work = args.workdir or tempfile.mkdtemp(prefix="bench_report-")
     os.makedirs(work, exist_ok=True)
     rows = []
