@@ -21,10 +21,12 @@ group to a callback as it is formed (exact groups in content order, then
 near groups in the order of their first content), keeping none: only the
 records that are in some group are ever turned into Python values. Contents
 with equal hashes are searched once (their pairs counted by multiplication),
-and the pairs of distinct hashes come from :mod:`.near_search`. Because a
-content's neighbours before it in that order are always grouped already when
-its turn comes, taking the distinct hashes in the order of their first
-content gives the groups the rule gives.
+and the pairs of distinct hashes come from :mod:`.near_search`, a range of
+hashes at a time, in the order of their first content: never all at once
+(they grow with the square of a group's size). Because a content's neighbours
+before it in that order are always grouped already when its turn comes, its
+later neighbours decide its turn, and each range's pairs are folded into the
+groups' counts once its turns are taken.
 """
 
 from __future__ import annotations
