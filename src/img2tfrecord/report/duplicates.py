@@ -21,10 +21,12 @@ group to a callback as it is formed (exact groups in content order, then
 near groups in the order of their first content), keeping none: only the
 records that are in some group are ever turned into Python values. Contents
 with equal hashes are searched once (their pairs counted by multiplication),
-and the pairs of distinct hashes come from :mod:`.near_search`. Because a
-content's neighbours before it in that order are always grouped already when
-its turn comes, taking the distinct hashes in the order of their first
-content gives the groups the rule gives.
+and the pairs of distinct hashes come from :mod:`.near_search`, a range of
+hashes at a time, in the order of their first content: never all at once
+(they grow with the square of a group's size). Because a content's neighbours
+before it in that order are always grouped already when its turn comes, its
+later neighbours decide its turn, and each range's pairs are folded into the
+groups' counts once its turns are taken.
 """
 
 from __future__ import annotations
@@ -168,6 +170,16 @@ def _within(total: np.ndarray, squares: np.ndarray) -> np.ndarray:
     return np.triu(outer, 1) + np.diag(np.diag(outer) / 2)
 
 
+def _within_many(totals: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """:func:`_within` of many sets of record sets at once: ``totals`` (m, k), ``squares`` (m, k, k)."""
+    import numpy as np
+
+    outer = totals[:, :, None] * totals[:, None, :] - squares
+    k = totals.shape[1]
+    upper = np.triu(np.ones((k, k), dtype=bool), 1)
+    return outer * upper + outer * np.eye(k) / 2
+
+
 def _one_content_pairs(counts: np.ndarray) -> np.ndarray:
     """Every pair of records of one content, from its split counts."""
     import numpy as np
@@ -204,7 +216,8 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
     first_row = order[starts]
     sizes = ends - starts
 
-    # Distinct hashes of the contents that decoded, and the pairs of them within the distance.
+    # Distinct hashes of the contents that decoded, and which of them have another within the distance
+    # (no pair kept: the pairs come again, a range of hashes at a time, while the groups are formed).
     content_value = np.full(len(starts), -1, dtype=small)
     decoded = np.flatnonzero(table.hashed[first_row])
     values, value_of = np.unique(table.dhash[first_row[decoded]], return_inverse=True)
@@ -212,19 +225,24 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
     content_value[decoded] = value_of
     multiplicity = np.bincount(value_of, minlength=len(values)).astype(small)
     del decoded, value_of
-    batches = list(near_search.near_pair_batches(values, max_distance))
-    pa = np.concatenate([b[0] for b in batches]) if batches else np.zeros(0, dtype=np.int64)
-    pb = np.concatenate([b[1] for b in batches]) if batches else np.zeros(0, dtype=np.int64)
-    del batches
-    near_value = multiplicity >= 2
-    near_value[pa] = True
-    near_value[pb] = True
+    per_query = near_search.found_per_table(values, max_distance)
+    near_value = (multiplicity >= 2) | (per_query > 1)
 
     # Only contents in some group need their first file name: the rule's order.
     in_near = (content_value >= 0) & (near_value[np.maximum(content_value, 0)] if len(values) else False)
+    del near_value
     involved = np.flatnonzero((sizes >= 2) | in_near)
-    ordered = sorted(involved.tolist(), key=lambda c: _content_key(table, order[starts[c] : ends[c]]))
-    position = {c: i for i, c in enumerate(ordered)}
+    if table.sha_text is None:
+        # Contents are numbered in digest order, which is their sha256 text's: a stable sort by first file
+        # name alone gives the (file name, sha256) order, with one string held per content instead of two.
+        ordered = np.array(
+            sorted(involved.tolist(), key=lambda c: _first_name(table, order[starts[c] : ends[c]])), dtype=small
+        )
+    else:
+        ordered = np.array(
+            sorted(involved.tolist(), key=lambda c: _content_key(table, order[starts[c] : ends[c]])), dtype=small
+        )
+    del involved
 
     def content(c: int, distance: int = 0) -> Content:
         rows = order[starts[c] : ends[c]]
@@ -235,7 +253,7 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
         return np.bincount(table.split_ids(order[starts[c] : ends[c]]), minlength=k)
 
     exact_total = np.zeros((k, k))
-    for c in ordered:
+    for c in ordered.tolist():
         if sizes[c] >= 2:
             pairs = _one_content_pairs(split_counts(c))
             exact_total += pairs
@@ -244,58 +262,111 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
             emit(group)
     found.exact_pairs = _as_pairs(exact_total, splits)
 
-    # Near groups, over the distinct hashes in some group (numbered anew, in the order of their first content).
-    del content_of_row
-    contents_of: Dict[int, List[int]] = {}  # value -> its contents, in order
-    for c in ordered:
-        if in_near[c]:
-            contents_of.setdefault(int(content_value[c]), []).append(c)
-    near = list(contents_of)  # near[i]: the value numbered i
+    # Near groups, over the distinct hashes in some group, numbered anew in the order of their first content
+    # ("ranks"); near_contents are the contents of those hashes, in order.
+    near_contents = ordered[in_near[ordered]]
+    del ordered, in_near
+    content_hash = content_value[near_contents].astype(np.int64)
+    _, first_at = np.unique(content_hash, return_index=True)
+    near = content_hash[np.sort(first_at)]  # near[i]: the hash numbered i
+    del first_at
     renumber = np.full(len(values), -1, dtype=np.int64)
     renumber[near] = np.arange(len(near))
-    pa, pb = renumber[pa], renumber[pb]  # every value of a pair is in some group
-    counts = [[split_counts(c) for c in contents_of[v]] for v in near]
-    per_value = np.array([np.sum(x, axis=0) for x in counts], dtype=np.float64).reshape(len(near), k)
-    neighbours = _adjacency(pa, pb, len(near))
+    content_rank = renumber[content_hash]
+    del renumber, content_hash
+    # Split counts per near content (rows of other contents left out), per hash, and per hash the pairs of its
+    # contents' records (records of one content are an exact group's pairs, not a near one's).
+    slot = np.full(len(starts), -1, dtype=np.int64)
+    slot[near_contents] = np.arange(len(near_contents))
+    row_slot = slot[content_of_row]
+    del slot, content_of_row
+    mine = np.flatnonzero(row_slot >= 0)
+    counts = np.bincount(row_slot[mine] * k + table.split_ids(mine), minlength=len(near_contents) * k).reshape(
+        len(near_contents), k
+    )
+    del row_slot, mine
+    by_rank = np.argsort(content_rank, kind="stable")  # positions in near_contents, by hash, each in order
+    rank_starts = np.searchsorted(content_rank[by_rank], np.arange(len(near) + 1))
+    per_value = np.zeros((len(near), k))
+    for s in range(k):
+        per_value[:, s] = np.bincount(content_rank, weights=counts[:, s], minlength=len(near))
+    multi = np.flatnonzero(np.diff(rank_starts) > 1)  # hashes of two contents or more: pairs among them
+    multi_of_rank = np.full(len(near), -1, dtype=np.int64)
+    multi_of_rank[multi] = np.arange(len(multi))
+    in_multi = multi_of_rank[content_rank]
+    del content_rank, multi_of_rank
+    mine = np.flatnonzero(in_multi >= 0)
+    squares = np.zeros((len(multi), k, k))
+    for s in range(k):
+        for t in range(k):
+            squares[:, s, t] = np.bincount(
+                in_multi[mine], weights=counts[mine, s] * counts[mine, t], minlength=len(multi)
+            )
+    del counts, in_multi, mine
+    within = _within_many(per_value[multi], squares)  # (len(multi), k, k)
+    del squares
+
     exhausted = np.zeros(len(near), dtype=bool)
     group_of_value = np.full(len(near), -1, dtype=np.int64)
-    leaders: List[Tuple[int, List[int]]] = []
-    for value in range(len(near)):  # in the order of first contents
-        if exhausted[value]:
-            continue
-        others = neighbours[1][neighbours[0][value] : neighbours[0][value + 1]]
-        others = others[~exhausted[others]]
-        if not len(others) and multiplicity[near[value]] < 2:
-            continue
-        members = [value, *others.tolist()]
-        exhausted[members] = True
-        group_of_value[members] = len(leaders)
-        leaders.append((value, members))
+    leaders: List[int] = []
+    between = np.zeros((k, k))
+    group_between = np.zeros((0, k, k))
+    ranked_values = values[near]
+    done = 0
+    for stop, first, second in near_search.later_neighbours(ranked_values, max_distance, per_query=per_query[near]):
+        # Every pair whose first hash ranks below stop is here: the hashes done..stop-1 take their turns.
+        by_first = np.argsort(first, kind="stable")
+        later = second[by_first]
+        bounds = np.searchsorted(first[by_first], np.arange(done, stop + 1))
+        del by_first
+        for value in range(done, stop):  # in the order of first contents
+            if exhausted[value]:
+                continue
+            # Its earlier neighbours are in groups already: had one not been, it would have led this one.
+            others = later[bounds[value - done] : bounds[value - done + 1]]
+            others = others[~exhausted[others]]
+            if not len(others) and multiplicity[near[value]] < 2:
+                continue
+            exhausted[value] = True
+            exhausted[others] = True
+            group_of_value[value] = group_of_value[others] = len(leaders)
+            leaders.append(value)
+        del later, bounds
+        done = stop
+        # The pairs' counts: every group a pair's first hash can be in is formed, with all its members.
+        between += per_value[first].T @ per_value[second]
+        group = group_of_value[first]
+        same = (group >= 0) & (group == group_of_value[second])
+        if len(group_between) < len(leaders):
+            grown = np.zeros((max(len(leaders), 2 * len(group_between)), k, k))
+            grown[: len(group_between)] = group_between
+            group_between = grown
+        if same.any():
+            group_between[: len(leaders)] += _grouped_outer(
+                group[same], per_value[first[same]], per_value[second[same]], len(leaders)
+            )
+        del first, second, group, same
+    del ranked_values, exhausted, per_query
 
-    between = per_value[pa].T @ per_value[pb]
-    same = (group_of_value[pa] >= 0) & (group_of_value[pa] == group_of_value[pb])
-    group_between = _grouped_outer(group_of_value[pa[same]], per_value[pa[same]], per_value[pb[same]], len(leaders))
-    near_total = _between(between)
-    within_of: Dict[int, np.ndarray] = {}
-    for value, value_counts in enumerate(counts):
-        if len(value_counts) > 1:
-            squares = np.zeros((k, k))
-            for x in value_counts:
-                squares += np.outer(x, x)
-            within_of[value] = _within(per_value[value], squares)
-            near_total += within_of[value]
-    found.near_pairs = _as_pairs(near_total, splits)
+    found.near_pairs = _as_pairs(_between(between) + within.sum(axis=0), splits)
+    group_within = np.zeros((len(leaders), k, k))
+    for s in range(k):
+        for t in range(k):  # a hash of two contents always is in a group
+            group_within[:, s, t] = np.bincount(group_of_value[multi], weights=within[:, s, t], minlength=len(leaders))
+    del within, multi
+    grouped = np.flatnonzero(group_of_value >= 0)
+    members_by_group = grouped[np.argsort(group_of_value[grouped], kind="stable")]
+    member_starts = np.searchsorted(group_of_value[members_by_group], np.arange(len(leaders) + 1))
+    del grouped, group_of_value
 
-    for g, (leader, members) in enumerate(leaders):
-        pairs = _between(group_between[g])
-        for value in members:
-            if value in within_of:
-                pairs += within_of[value]
-        member_contents = sorted((c for value in members for c in contents_of[near[value]]), key=position.__getitem__)
-        first = values[near[leader]]
+    for g, leader in enumerate(leaders):
+        pairs = _between(group_between[g]) + group_within[g]
+        members = members_by_group[member_starts[g] : member_starts[g + 1]]
+        slots = np.sort(np.concatenate([by_rank[rank_starts[v] : rank_starts[v + 1]] for v in members]))
+        first_hash = values[near[leader]]
         group = Group(
             NEAR,
-            [content(c, int(first ^ values[content_value[c]]).bit_count()) for c in member_contents],
+            [content(c, int(first_hash ^ values[content_value[c]]).bit_count()) for c in near_contents[slots].tolist()],
             _as_pairs(pairs, splits),
         )
         found.near.count(group)
@@ -305,6 +376,15 @@ def search(table: RecordTable, max_distance: int, emit: Callable[[Group], None])
 
 def _content_key(table: RecordTable, rows: np.ndarray) -> Tuple[str, str]:
     """(first file name, sha256) of a content: its records in split order, then by file name, shard, index."""
+    return _first_name(table, rows), table.digest_text(_first_row(table, rows))
+
+
+def _first_name(table: RecordTable, rows: np.ndarray) -> str:
+    return table.filename(_first_row(table, rows))
+
+
+def _first_row(table: RecordTable, rows: np.ndarray) -> int:
+    """The row of a content's first record: in split order, then by file name, shard, index."""
     if len(rows) == 1:
         row = int(rows[0])
     else:
@@ -317,23 +397,12 @@ def _content_key(table: RecordTable, rows: np.ndarray) -> Tuple[str, str]:
                 int(table.index[r]),
             ),
         )
-    return table.filename(row), table.digest_text(row)
+    return row
 
 
 def _sort_records(items: List[Located]) -> List[Located]:
     rank = {s: i for i, s in enumerate(split_order({r.split for r in items}))}
     return sorted(items, key=lambda r: (rank[r.split], r.filename, r.shard, r.index))
-
-
-def _adjacency(first: np.ndarray, second: np.ndarray, count: int) -> Tuple[np.ndarray, np.ndarray]:
-    """(starts, neighbours): the neighbours of ``v`` are ``neighbours[starts[v]:starts[v + 1]]``."""
-    import numpy as np
-
-    source = np.concatenate([first, second])
-    target = np.concatenate([second, first])
-    order = np.argsort(source, kind="stable")
-    starts = np.searchsorted(source[order], np.arange(count + 1))
-    return starts, target[order]
 
 
 def _grouped_outer(group: np.ndarray, left: np.ndarray, right: np.ndarray, groups: int) -> np.ndarray:
