@@ -171,7 +171,7 @@ def _stop_executor(executor: concurrent.futures.ProcessPoolExecutor, grace_s: fl
         process.join(max(0.0, deadline - time.monotonic()))
     alive = [process for process in processes if process.is_alive()]
     if alive:
-        logging.info("stopping %d conversion worker process(es) that did not exit by themselves", len(alive))
+        logging.debug("stopping %d conversion worker process(es) that did not exit by themselves", len(alive))
     for process in alive:
         with contextlib.suppress(OSError, ValueError):
             process.kill()
