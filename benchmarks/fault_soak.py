@@ -369,7 +369,8 @@ def _strike(r: Round, rng: random.Random, main: Proc, out: str, second: Optional
                 r.notes.append("no child process at the moment")
                 return
             pid, cmdline = rng.choice(kids)
-            what = "filter" if "quiet" in cmdline or "stderr" in cmdline else cmdline.split()[-1][:40]
+            words = cmdline.split() or ["(exited)"]  # a child that exits as it is picked has no command line
+            what = "filter" if "quiet" in cmdline or "stderr" in cmdline else words[-1][:40]
             r.notes.append(f"child {pid} ({what})")
         if sig_name == "SIGSTOP":
             if _signal(pid, signal.SIGSTOP):

@@ -165,6 +165,7 @@ def _stop_executor(executor: concurrent.futures.ProcessPoolExecutor, grace_s: fl
     and exit, then those still alive are killed (SIGKILL: they ignore SIGTERM) and reaped, so that the
     executor's manager thread, which the interpreter joins at exit, ends too."""
     processes = list((getattr(executor, "_processes", None) or {}).values())
+    manager = getattr(executor, "_executor_manager_thread", None)
     executor.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + grace_s
     for process in processes:
@@ -177,6 +178,8 @@ def _stop_executor(executor: concurrent.futures.ProcessPoolExecutor, grace_s: fl
             process.kill()
     for process in alive:
         process.join(CLOSE_GRACE_S)
+    if manager is not None:  # it reaps the workers too: once it ends, none is left as a child of this process
+        manager.join(CLOSE_GRACE_S)
 
 
 class _Batch(NamedTuple):
