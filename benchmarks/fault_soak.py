@@ -651,6 +651,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--bound", type=float, default=120.0, help="seconds any process may take")
     p.add_argument("--work", help="working folder (default: a new temporary one, removed at the end)")
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--minutes", type=float, help="start no round after this long (the figures cover those played)")
     ns = p.parse_args(argv)
 
     work = ns.work or tempfile.mkdtemp(prefix="fault-soak-")
@@ -671,7 +672,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     landed: collections.Counter = collections.Counter()  # the fault struck (the run had not ended, ...)
     failing: List[Round] = []
     longest = (0.0, "")
+    played = 0
     for i, seed in enumerate(seeds):
+        if ns.minutes and (time.monotonic() - started) / 60 > ns.minutes:
+            break
+        played += 1
         r = play(s, seed, os.path.join(work, "logs"))
         faults[r.fault] += 1
         missed = any(n.startswith(("the run ended", "no child", "no staged")) for n in r.notes)
@@ -694,7 +699,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             failing.append(r)
             print(f"    re-run: python benchmarks/fault_soak.py --round-seed {seed}", flush=True)
     minutes = (time.monotonic() - started) / 60
-    print(f"\nrounds: {len(seeds)} in {minutes:.1f} min")
+    print(f"\nrounds: {played} of {len(seeds)} in {minutes:.1f} min")
     print("run kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     print("faults (struck/drawn): " + ", ".join(f"{k} {landed[k]}/{n}" for k, n in sorted(faults.items())))
     print(f"invariant violations: {sum(violations.values())}")
@@ -707,7 +712,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(ns.json, "w", encoding="utf-8") as f:
             json.dump(
                 {
-                    "rounds": len(seeds),
+                    "rounds": played,
                     "kinds": kinds,
                     "faults": faults,
                     "faults_struck": landed,
