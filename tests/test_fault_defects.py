@@ -206,3 +206,34 @@ def test_a_stop_signal_after_the_command_finished_exits_with_the_commands_code(m
         for signum, handler in saved.items():
             signal.signal(signum, handler)
     assert exits == [0]  # not -15: the output was published and the summary printed
+
+
+def test_a_staged_ledger_damaged_during_the_run_is_never_published(tmp_path):
+    from img2tfrecord.pipeline.append import write_ledger
+    from img2tfrecord.schemas.ledger import LedgerEntry
+    from img2tfrecord.transforms.finalize import _check_staged_ledger
+
+    path = write_ledger(str(tmp_path), [LedgerEntry(f"c/{i:04d}.jpg", 100 + i, 1.5, "") for i in range(200)])
+    _check_staged_ledger(path)  # whole: published
+    data = open(path, "rb").read()
+    for damaged in (data[: len(data) // 2], data[:-12] + bytes(b ^ 0x55 for b in data[-12:])):
+        with open(path, "wb") as f:
+            f.write(damaged)
+        with pytest.raises(ValueError, match="ledger was damaged in its staging folder"):
+            _check_staged_ledger(path)
+
+
+def test_a_report_stopped_by_a_full_disk_leaves_no_file_and_raises_once(full_disk):
+    from img2tfrecord.report.outputs import ReportFiles, report_paths
+
+    (full_disk / "filler").unlink()  # room for the open files, not for what is written into them
+    with open(full_disk / "filler", "wb") as f:
+        f.write(b"\0" * (60 << 10))
+    with pytest.raises(OSError):
+        with ReportFiles(report_paths(str(full_disk / "report") + "/")) as files:
+            files.open_lines()
+            kind = next(iter(files.paths.lines))
+            for i in range(5000):  # buffered: the disk fills on a flush, or at the close
+                files.line(kind, {"i": i, "pad": "x" * 64})
+            raise OSError("the report's own write failed first")
+    assert sorted(os.listdir(full_disk / "report")) == []

@@ -107,7 +107,14 @@ class ReportFiles:
         self._temps = []
 
     def discard(self) -> None:
-        self._close()
+        """Remove every temporary file; never raises (the full disk that failed the report fails its last
+        flush too)."""
+        for f in self._lines.values():
+            try:
+                f.close()
+            except OSError:
+                pass
+        self._lines = {}
         for temp, _ in self._temps:
             try:
                 os.remove(temp)

@@ -18,6 +18,7 @@ import json
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord import faults, shard_formats
@@ -28,6 +29,7 @@ from img2tfrecord.schemas import dataset_json, output_files, shard_patterns, tfd
 from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas.dataset_json import Accounting, DatasetManifest, ShardInfo, SplitInfo
 from img2tfrecord.schemas.generations import Generation, Withdrawal
+from img2tfrecord.schemas.ledger import iter_ledger
 from img2tfrecord.transforms.publish import Publication, analysis_files
 
 
@@ -50,6 +52,19 @@ class WriteErrorReport(beam.PTransform):
             | "ToJson" >> beam.Map(error_json)
             | "WriteErrors" >> beam.io.WriteToText(self._path, shard_name_template="", num_shards=1)
         )
+
+
+def _check_staged_ledger(path: str) -> None:
+    """ValueError naming ``path`` when the run's ledger, written at its launch, no longer reads whole (damaged
+    inside the staging folder): it is never published so; ``--resume`` writes it anew from the input."""
+    if not FileSystems.exists(path):  # a retried publication moved it already
+        return
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            for _ in iter_ledger(f.read(), path):
+                pass
+    except ValueError as e:
+        raise ValueError(f"the run's ledger was damaged in its staging folder: {e}") from None
 
 
 def no_records_written(inputs: int, rejected: int) -> str:
@@ -254,7 +269,9 @@ class FinalizeOutput(beam.DoFn):
                 else:
                     publication.move(join(committed, name), name)
         if self._ledger is not None:
-            publication.move(join(self._run_dir, output_files.RUN_LEDGER_FILE), self._ledger)
+            staged = join(self._run_dir, output_files.RUN_LEDGER_FILE)
+            _check_staged_ledger(staged)
+            publication.move(staged, self._ledger)
         if self._members is not None:
             publication.move(join(self._run_dir, output_files.RUN_MEMBERS_FILE), self._members)
         for name, text in self._metadata_files(doc).items():
