@@ -207,3 +207,31 @@ def test_the_launch_reads_where_the_job_converts_as_beams_options_say(args):
     mode = options.view_as(DirectOptions).direct_running_mode
     here = runner == LOCAL_RUNNER and mode == LOCAL_RUNNING_MODE
     assert converts_in_this_process(args) == here, (args, runner, mode, BEAM)
+
+
+def test_run_options_keep_their_views_and_read_and_copy_as_beams_own():
+    """``RunOptions`` keeps one view per options class: a value set through one view is read through every
+    view and the options, copies and pickles carry the values and no kept view, as Beam's options do."""
+    import copy
+    import pickle
+
+    from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
+
+    from img2tfrecord.pipeline.runner import RunOptions, pipeline_options
+
+    args = ["--runner=PrismRunner", "--temp_location=/tmp/t", "--unknown_flag=1"]
+    options = pipeline_options(args)
+    assert isinstance(options, RunOptions)
+    assert options.view_as(StandardOptions) is options.view_as(StandardOptions)
+    options.view_as(SetupOptions).save_main_session = True
+    assert options.view_as(SetupOptions).save_main_session is True
+    options.view_as(StandardOptions).runner = "DirectRunner"
+    for twin in (copy.deepcopy(options), pickle.loads(pickle.dumps(options))):
+        assert "_views" not in twin.__dict__
+        assert twin.view_as(StandardOptions).runner == "DirectRunner"
+        assert twin.view_as(SetupOptions).save_main_session is True
+    plain = PipelineOptions(args)
+    plain.view_as(SetupOptions).save_main_session = True
+    plain.view_as(StandardOptions).runner = "DirectRunner"
+    keep = dict(retain_unknown_options=True)
+    assert options.get_all_options(**keep) == plain.get_all_options(**keep)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from typing import Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Type, TypeVar
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (
@@ -25,9 +25,33 @@ from img2tfrecord.pipeline.sizing import processes_for
 from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE
 
 
+_View = TypeVar("_View", bound=PipelineOptions)
+
+
+class RunOptions(PipelineOptions):
+    """Beam's options whose views are made once per options class.
+
+    Beam asks for a view on every transform applied and every type check, and each new view parses every
+    registered option again: about a quarter of a small local run's CPU. A view shares the options' values,
+    so a kept one reads and writes what a new one would; the kept views are not pickled or copied.
+    """
+
+    def view_as(self, cls: Type[_View]) -> _View:
+        views = self.__dict__.setdefault("_views", {})
+        view = views.get(cls)
+        if view is None:
+            view = views[cls] = super().view_as(cls)
+        return view
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(super().__getstate__())
+        state.pop("_views", None)
+        return state
+
+
 def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
     """Beam options from the pass-through args, with the local runner as the default runner."""
-    options = PipelineOptions(list(pipeline_args))
+    options = RunOptions(list(pipeline_args))
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = LOCAL_RUNNER

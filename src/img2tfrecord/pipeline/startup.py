@@ -180,14 +180,14 @@ def keep_import_seconds(key: Tuple[bool, bool], seconds: float) -> None:
 def graph_seconds(config: ConvertConfig, plan: Plan) -> float:
     """Wall seconds of building (not running) the Beam graph of ``config`` without the analysis."""
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from img2tfrecord.pipeline.build import build_pipeline
     from img2tfrecord.pipeline.launch import launch_plan
+    from img2tfrecord.pipeline.runner import RunOptions
 
     started = time.perf_counter()
     launched = launch_plan(plan, dataclasses.replace(config, analyze=False))
-    build_pipeline(beam.Pipeline(options=PipelineOptions([])), launched, config.processes or 1)
+    build_pipeline(beam.Pipeline(options=RunOptions([])), launched, config.processes or 1)
     return time.perf_counter() - started
 
 
