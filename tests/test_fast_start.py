@@ -1,6 +1,6 @@
 """The command line's fast start (pipeline/fast_start.py): Beam imported without its optional modules for
 a local run (the same shards, those modules importable afterwards, a library caller's process gets Beam
-whole), Beam's DoFn specs kept per class, numpy's OpenBLAS without threads of its own (in the conversion
+whole), S3's and Azure's filesystems loaded with their first path, Beam's DoFn specs kept per class, numpy's OpenBLAS without threads of its own (in the conversion
 workers also for a library caller), and the garbage collector paused until the job starts."""
 
 from __future__ import annotations
@@ -51,6 +51,23 @@ import pandas
 print(first, second, left_out, absent, pandas.DataFrame({"a": [1]}).shape)
 """
     assert _python(code) == "True False True [] (1, 1)"
+
+
+def test_the_commands_process_loads_s3_and_azure_filesystems_with_their_first_path():
+    code = """
+import sys
+from img2tfrecord.beam_filesystem_fixes import defer_object_stores
+defer_object_stores()
+import apache_beam
+from apache_beam.io.filesystems import FileSystems
+from img2tfrecord import storage
+loaded = [m for m in ("boto3", "azure.storage.blob", "apache_beam.io.aws.s3filesystem") if m in sys.modules]
+storage.beam_filesystems()
+found = [type(FileSystems.get_filesystem(p)).__name__ for p in ("s3://b/k", "azfs://a/c/b", "/tmp/x")]
+from apache_beam.io.aws.clients.s3 import boto3_client
+print(loaded, found, boto3_client.Client.__init__.__name__)
+"""
+    assert _python(code) == "[] ['S3FileSystem', 'BlobStorageFileSystem', 'LocalFileSystem'] shared_client_init"
 
 
 def test_a_cli_run_on_the_local_runner_writes_the_same_shards_without_beams_optional_modules(sample_dir, tmp_path):

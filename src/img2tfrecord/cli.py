@@ -49,6 +49,9 @@ def build_parser() -> Tuple[argparse.ArgumentParser, List[str]]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from img2tfrecord.beam_filesystem_fixes import defer_object_stores
+
+    defer_object_stores()  # before Beam loads: S3's and Azure's SDKs load with their first path
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, convert_options = build_parser()
     if argv and argv[0] == "convert":

@@ -9,6 +9,8 @@ process (``img2tfrecord.convert``, the PTransforms) runs plain Beam and is left 
   Beam's package imports pandas, pyarrow and its BigQuery/Pub/Sub connectors at its own import,
   each inside ``try: ... except ImportError`` so that they stay optional: a third of its import
   (a run with the analysis leaves out the connectors only).
+* S3's and Azure's filesystems (boto3, the Azure SDK) load with the first path of theirs, not with
+  Beam (``beam_filesystem_fixes.defer_object_stores``, from ``cli.main``).
 * Beam's answer to "which state and timer specs does this DoFn use" is kept per DoFn class
   (:func:`cache_dofn_specs`): Beam asks it several times per transform as it builds, translates and
   runs the graph, each time taking the signature of every method of the DoFn.

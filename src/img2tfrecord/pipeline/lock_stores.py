@@ -484,7 +484,7 @@ def store_for(output_dir: str, pipeline_options: Any = None, unguarded: bool = F
 
         from img2tfrecord import beam_filesystem_fixes
 
-        beam_filesystem_fixes.apply()
+        beam_filesystem_fixes.object_store("s3")
         return S3Store(lock_path, boto3_client.Client(pipeline_options).client, unguarded)
     if output_dir.startswith("azfs://"):
         from apache_beam.io.azure.blobstorageio import BlobStorageIO
