@@ -1,7 +1,8 @@
 """The command line's fast start (pipeline/fast_start.py): Beam imported without its optional modules for
 a local run (the same shards, those modules importable afterwards, a library caller's process gets Beam
-whole), S3's and Azure's filesystems loaded with their first path, Beam's DoFn specs kept per class, numpy's OpenBLAS without threads of its own (in the conversion
-workers also for a library caller), and the garbage collector paused until the job starts."""
+whole), S3's and Azure's filesystems loaded with their first path, Beam's DoFn specs kept per class,
+numpy's OpenBLAS without threads of its own (in the conversion workers also for a library caller), and the
+garbage collector paused until the job starts."""
 
 from __future__ import annotations
 

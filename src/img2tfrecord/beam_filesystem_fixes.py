@@ -84,6 +84,7 @@ def object_store(scheme: str) -> None:
             _fix_s3() if scheme == "s3" else _fix_azure()
         _ready.add(scheme)
 
+
 _SETTINGS = (
     "s3_access_key_id",
     "s3_secret_access_key",

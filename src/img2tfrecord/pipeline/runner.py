@@ -24,7 +24,6 @@ from img2tfrecord.pipeline.plan_model import Plan
 from img2tfrecord.pipeline.sizing import processes_for
 from img2tfrecord.transforms.counters import BYTES_WRITTEN, IMAGES_REJECTED, IMAGES_WRITTEN, NAMESPACE
 
-
 _View = TypeVar("_View", bound=PipelineOptions)
 
 
