@@ -9,8 +9,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
-from typing import List, Set
+from typing import List, Set, Tuple
 
 import pytest
 from conftest import ROOT, cli_command, cli_env
@@ -44,11 +45,13 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _kill_and_watch(args: List[str], marker: str, phase: str) -> Set[int]:
+def _kill_and_watch(args: List[str], marker: str, phase: str) -> Tuple[Set[int], str]:
     """Start ``img2tfrecord ARGS`` paused at ``phase``, SIGKILL it there; -> its children still running
-    ``_GONE_WITHIN_S`` later (every child it had then)."""
+    ``_GONE_WITHIN_S`` later (every child it had then), and what reached stderr once they all closed it."""
     env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
     proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err: List[bytes] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
     try:
         deadline = time.monotonic() + 180
         while not os.path.exists(marker):
@@ -62,20 +65,23 @@ def _kill_and_watch(args: List[str], marker: str, phase: str) -> Set[int]:
         deadline = time.monotonic() + _GONE_WITHIN_S
         while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.05)
-        return {pid for pid in workers if _running(pid)}
+        left = {pid for pid in workers if _running(pid)}
+        reader.start()
+        reader.join(timeout=30)
+        return left, b"".join(err).decode(errors="replace")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        proc.stderr.close()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_killed_report_leaves_no_worker_running(converted_sample, tmp_path):
     marker = str(tmp_path / "paused")
     args = ["report", converted_sample, "--output", str(tmp_path / "report.html"), "--processes", "2"]
-    left = _kill_and_watch(args, marker, "scanning")
+    left, stderr = _kill_and_watch(args, marker, "scanning")
     assert not left, f"worker(s) {sorted(left)} outlived the killed report"
+    assert "leaked" not in stderr and "Traceback" not in stderr, stderr
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -83,8 +89,9 @@ def test_a_killed_convert_leaves_no_conversion_worker_running(sample_dir, tmp_pa
     marker = str(tmp_path / "paused")
     args = ["convert", "--input", sample_dir, "--output", str(tmp_path / "out"), "--no-analyze"]
     args += ["--processes", "2", "--num-shards", "4"]  # paused once a shard is finished and the next half written
-    left = _kill_and_watch(args, marker, "converting")
+    left, stderr = _kill_and_watch(args, marker, "converting")
     assert not left, f"worker(s) {sorted(left)} outlived the killed convert"
+    assert "leaked" not in stderr and "Traceback" not in stderr, stderr
 
 
 _THREAD_STARTS_A_WORKER = textwrap.dedent(

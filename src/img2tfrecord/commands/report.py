@@ -295,7 +295,15 @@ def _error(message: str, code: int = EXIT_USAGE) -> int:
 
 
 def run(ns: argparse.Namespace) -> int:
-    """Run ``report``; returns the exit code."""
+    """Run ``report``; returns the exit code. Its worker pool's resource tracker writes to fd 2 through the
+    command's filter (``commands/quiet.py``): a report killed outright leaves no "leaked semaphore" warning."""
+    from img2tfrecord.commands.quiet import StderrFilter
+
+    with StderrFilter():
+        return _run(ns)
+
+
+def _run(ns: argparse.Namespace) -> int:
     from img2tfrecord.report import html_page, outputs
 
     directory = ns.directory.rstrip("/") if storage.is_remote(ns.directory) else ns.directory
