@@ -127,7 +127,10 @@ def record_from_row(row: Dict[str, Any]) -> bytes:
 
 
 class ParquetShardWriter:
-    """Records as rows into the stream ``stream`` (not closed), one row group per :data:`ROW_GROUP_ROWS` rows."""
+    """Records as rows into the stream ``stream`` (not closed), one row group per :data:`ROW_GROUP_ROWS` rows.
+
+    The rows are buffered column by column and each column becomes one Arrow array: no dict per row.
+    """
 
     def __init__(self, stream: BinaryIO, class_names: Sequence[str] = ()):
         self._schema = schema_for(class_names)
@@ -139,22 +142,33 @@ class ParquetShardWriter:
             use_dictionary=[c for c in COLUMNS if c != "sha256"],
             write_statistics=[c for c in COLUMNS if c in (LABEL, "height", "width", "channels")],
         )
-        self._rows: List[Dict[str, Any]] = []
+        self._columns: Dict[str, List[Any]] = {name: [] for name in SCHEMA.names}
         self._bytes = 0
 
     def write(self, record: bytes) -> None:
-        row = row_of(record)
-        self._rows.append(row)
+        for name, value in row_of(record).items():
+            self._columns[name].append(value)
         self._bytes += len(record)
-        if len(self._rows) >= ROW_GROUP_ROWS or self._bytes >= ROW_GROUP_BYTES:
+        if len(self._columns[OTHER]) >= ROW_GROUP_ROWS or self._bytes >= ROW_GROUP_BYTES:
             self._flush()
 
     def _flush(self) -> None:
-        if self._rows:
-            self._writer.write_table(
-                pa.Table.from_pylist(self._rows, schema=self._schema), row_group_size=len(self._rows)
-            )
-            self._rows, self._bytes = [], 0
+        rows = len(self._columns[OTHER])
+        if not rows:
+            return
+        images = self._columns[IMAGE]
+        image = pa.StructArray.from_arrays(
+            [
+                pa.array([i["bytes"] if i is not None else None for i in images], pa.binary()),
+                pa.array([i["path"] if i is not None else None for i in images], pa.string()),
+            ],
+            fields=list(_IMAGE_TYPE),
+            mask=pa.array([i is None for i in images], pa.bool_()),
+        )
+        arrays = [image] + [pa.array(self._columns[f.name], f.type) for f in list(self._schema)[1:]]
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema), row_group_size=rows)
+        self._columns = {name: [] for name in SCHEMA.names}
+        self._bytes = 0
 
     def close(self) -> None:
         self._flush()
