@@ -11,7 +11,6 @@ from img2tfrecord.conversion.seeded_hashes import DEFAULT_SPLIT, Splits
 from img2tfrecord.errors import UsageError
 from img2tfrecord.images.options import DEFAULT_DECODE_TIMEOUT_S, DEFAULT_MAX_FILE_MB, DEFAULT_MAX_PIXELS
 from img2tfrecord.model import ERRORS, DetectionRecord, Record, WorkItem
-from img2tfrecord.option_keywords import check_values
 from img2tfrecord.option_values import (
     DEFAULT_QUALITY,
     TASK_DETECTION,
@@ -23,7 +22,7 @@ from img2tfrecord.option_values import (
     StoredFormat,
     TaskName,
 )
-from img2tfrecord.pipeline.config import ConvertConfig, image_options, run_splits_of
+from img2tfrecord.pipeline.config import ConvertConfig, config_from_options
 from img2tfrecord.schemas import transformed as names
 from img2tfrecord.sources.layout import LAYOUT_DETECTION, LAYOUT_MANIFEST
 from img2tfrecord.sources.references import reference_item
@@ -136,27 +135,9 @@ class ImagesToExamples(beam.PTransform):
         require_boxes: bool = False,
     ):
         super().__init__()
-        check_values(locals())
-        config = ConvertConfig(
-            input=root or INPUT_DESCRIPTION,
-            output="",
-            image=image_options(
-                image_size=image_size,
-                resize=resize,
-                resample=resample,
-                channels=channels,
-                format=format,
-                quality=quality,
-                max_pixels=max_pixels,
-                max_file_mb=max_file_mb,
-                decode_timeout_s=decode_timeout_s,
-            ),
-            splits=run_splits_of(splits),
-            seed=seed,
-            task=task,
-            require_boxes=require_boxes,
-            analyze=False,
-        )
+        given = locals()
+        options = {name: given[name] for name in OPTIONS}
+        config = config_from_options(root or INPUT_DESCRIPTION, None, **options, analyze=False)
         self._converter, _ = record_converter(config)
         self._root = root
         self._labeled = labeled

@@ -108,7 +108,7 @@ class ConvertConfig:
 
 def config_from_options(
     input: str,
-    output: str,
+    output: Optional[str],
     *,
     # convert()'s options, in options.py's order, each with the declared default (tests/test_typed_api.py).
     image_size: Optional[ImageSize] = None,
@@ -153,10 +153,10 @@ def config_from_options(
 ) -> ConvertConfig:
     """The run's configuration from ``convert``'s options (the Python API's keywords, or the command line's parsed
     flags: ``option_keywords.option_arguments``); UsageError for a value its flag would refuse or a combination
-    that cannot run."""
+    that cannot run. ``output`` None: records handed on, no output folder (``beam.examples.ImagesToExamples``)."""
     check_values(locals())
     run_splits = run_splits_of(splits)
-    if input.rstrip("/") == output.rstrip("/"):
+    if output is not None and input.rstrip("/") == output.rstrip("/"):
         raise UsageError("--output must differ from --input")
     if resume and overwrite:
         raise UsageError("--resume keeps what an interrupted run finished, --overwrite replaces it: give one")
@@ -194,16 +194,18 @@ def config_from_options(
         opt_out=opt_out,
         retry_failed=retry_failed,
     )
-    if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
+    if output is None:
+        output = ""
+    elif "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file: give a folder (it is created if missing)")
-    if output_inside_input(input, output):
+    if output and output_inside_input(input, output):
         raise UsageError(
             f"--output {output} is inside --input {input}: a later run over the input would read the "
             f"output as a class; give an --output outside the input, e.g. {_sibling_output(input)}"
         )
     return ConvertConfig(
         input=input,
-        output=output.rstrip("/") if "://" in output else os.path.abspath(output),
+        output=output.rstrip("/") if "://" in output else os.path.abspath(output) if output else "",
         image=image_options(
             image_size=image_size,
             resize=resize,
