@@ -23,6 +23,7 @@ from img2tfrecord.pipeline.lock import lock_output
 from img2tfrecord.pipeline.outputs import OutputChanged, prepare_append
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.schemas import output_files
+from img2tfrecord.transforms import done_files
 from img2tfrecord.transforms.publish import write_atomically
 from img2tfrecord.verification.output_checks import verify
 
@@ -96,7 +97,7 @@ def test_an_append_never_deletes_a_file_a_committed_manifest_lists(appended_twic
     assert _files(out) == before and verify(str(out)).ok
 
 
-@pytest.mark.parametrize("damage", ["truncated", "same_size", "deleted_index"])
+@pytest.mark.parametrize("damage", ["truncated", "same_size", "deleted_index", "truncated_index"])
 def test_resume_converts_a_damaged_kept_shard_again_and_finishes_byte_identical(tmp_path, monkeypatch, damage):
     src = tmp_path / "in"
     make_images(str(src), classes=2, per_class=8, size=(40, 30))
@@ -115,6 +116,9 @@ def test_resume_converts_a_damaged_kept_shard_again_and_finishes_byte_identical(
         shard.write_bytes(data[: len(data) // 2])
     elif damage == "same_size":
         shard.write_bytes(data[:-10] + bytes(b ^ 0xFF for b in data[-10:]))
+    elif damage == "truncated_index":
+        index = committed / output_files.index_file(shard.name)
+        index.write_bytes(index.read_bytes()[:-3])
     else:
         (committed / output_files.index_file(shard.name)).unlink()
 
@@ -123,6 +127,31 @@ def test_resume_converts_a_damaged_kept_shard_again_and_finishes_byte_identical(
     assert doc is not None and verify(str(out)).ok
     assert shard_digests(str(out)) == shard_digests(str(clean))
     assert not [p for p in out.iterdir() if p.name.startswith(output_files.TEMP_PREFIXES)]
+
+
+def test_a_staged_index_damaged_before_its_commit_fails_the_run_and_resume_writes_it_again(tmp_path, monkeypatch):
+    """An index changed in the staging folder is never committed: the commit checks it against the digest its
+    writer recorded, and ``--resume`` converts its shard again."""
+    src, clean, out = tmp_path / "in", tmp_path / "clean", tmp_path / "out"
+    make_images(str(src), classes=2, per_class=8, size=(40, 30))
+    _convert(src, clean)
+    monkeypatch.setenv("IMG2TFRECORD_FAULT", "fail:committing:error")  # the first split committed, then a stop
+    with pytest.raises(ConversionFailed):
+        _convert(src, out)
+    monkeypatch.delenv("IMG2TFRECORD_FAULT")
+    (run_dir,) = [p for p in out.iterdir() if p.name.startswith(output_files.RUN_FOLDER_PREFIX)]
+    staged = sorted((run_dir / output_files.INDEX_DIR).iterdir())
+    assert staged, "no index waits for its commit"
+    staged[0].write_bytes(staged[0].read_bytes()[:-3])
+    result = done_files.parse_done(
+        done_files.read_whole(str(run_dir / output_files.RUN_DONE_DIR / f"{staged[0].stem}.json"))
+    )[0]
+    assert done_files.index_damage(str(staged[0]), result) == "its index file differs from the one its writer wrote"
+
+    doc = _convert(src, out, resume=True)  # one --resume finishes it
+
+    assert doc is not None and verify(str(out)).ok
+    assert shard_digests(str(out)) == shard_digests(str(clean))
 
 
 def test_a_run_that_writes_no_record_publishes_only_its_error_report_and_the_next_run_goes_on(tmp_path):

@@ -219,6 +219,7 @@ class ShardResult(NamedTuple):
     index_path: Optional[str]  # the index's temp path; None for gzip shards
     box_counts: ClassCounts = ()  # detection: boxes written per class
     dropped_boxes: ReasonCounts = ()  # detection: boxes left out per reason
+    index_sha256: str = ""  # of the index file as written ("" when none, or from an older done file)
 
 
 class CommittedShard(NamedTuple):

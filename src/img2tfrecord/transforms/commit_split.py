@@ -9,6 +9,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from img2tfrecord.model import CommittedShard, ShardResult
 from img2tfrecord.schemas import output_files
+from img2tfrecord.transforms import done_files
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.shard_writer import NO_FAULTS, WriteFaults
 
@@ -61,6 +62,9 @@ class CommitSplitFn(beam.DoFn):
                 index = output_files.index_file(sink.final_name(r.shard))
                 final_index = FileSystems.join(sink.output_dir, index)
                 if FileSystems.exists(r.index_path):
+                    damage = done_files.index_damage(r.index_path, r)
+                    if damage is not None:
+                        raise OSError(f"{r.index_path}: {damage} (changed in the staging folder)")
                     if FileSystems.exists(final_index):
                         FileSystems.delete([final_index])
                     _rename_into(r.index_path, final_index)

@@ -87,3 +87,15 @@ def kept_shard_damage(path: str, result: ShardResult) -> Optional[str]:
     except Exception as e:  # pylint: disable=broad-except  # unreadable: as damaged as can be
         return f"cannot be read ({type(e).__name__}: {e})"
     return None
+
+
+def index_damage(path: str, result: ShardResult) -> Optional[str]:
+    """Why the index file ``path`` is not the one ``result``'s writer wrote (its sha256), or None."""
+    if not result.index_sha256:
+        return None
+    try:
+        if hashlib.sha256(read_whole(path)).hexdigest() != result.index_sha256:
+            return "its index file differs from the one its writer wrote"
+    except Exception as e:  # pylint: disable=broad-except  # unreadable: as damaged as can be
+        return f"its index file cannot be read ({type(e).__name__}: {e})"
+    return None

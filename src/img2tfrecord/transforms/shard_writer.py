@@ -8,6 +8,7 @@ paths of the shard and its index) as a done file in the run folder; a
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 from typing import Any, Deque, Dict, Iterator, List, Optional, Protocol, Tuple
 
@@ -131,10 +132,12 @@ class _ShardJob:
     def finish(self) -> ShardResult:
         written = self._file.close()
         self._count_bytes()
-        index_path = None
+        index_path, index_sha256 = None, ""
         if self.sink.indexed:
             index_path = done_files.index_temp_path(self.run_dir, self.sink.split, self.shard)
-            done_files.write_whole(index_path, tfrecord_codec.index_text(self._offsets).encode("ascii"))
+            index = tfrecord_codec.index_text(self._offsets).encode("ascii")
+            done_files.write_whole(index_path, index)
+            index_sha256 = hashlib.sha256(index).hexdigest()
         result = ShardResult(
             split=self.sink.split,
             shard=self.shard,
@@ -146,6 +149,7 @@ class _ShardJob:
             index_path=index_path,
             box_counts=tuple(sorted(self._boxes.items(), key=lambda kv: kv[0] or "")),
             dropped_boxes=tuple(sorted(self._dropped.items())),
+            index_sha256=index_sha256,
         )
         done = done_files.done_path(self.run_dir, self.sink.split, self.shard)
         done_files.write_whole(done, done_files.done_json(result, self.errors, self.analysis))
@@ -274,8 +278,9 @@ class WriteShardsFn(beam.DoFn):
         damage = done_files.kept_shard_damage(kept[0], result)
         if damage is None and result.index_path:
             final_index = FileSystems.join(sink.output_dir, output_files.index_file(sink.final_name(shard)))
-            if not FileSystems.exists(result.index_path) and not FileSystems.exists(final_index):
-                damage = "its index file is missing"
+            index = [p for p in (result.index_path, final_index) if FileSystems.exists(p)]
+            damage = done_files.index_damage(index[0], result) if index else "its index file is missing"
+            kept += index
         if damage is not None:
             return self._convert_again(path, kept, f"{kept[0]}: {damage}")
         beam.metrics.Metrics.counter(NAMESPACE, SHARDS_RESUMED).inc()
