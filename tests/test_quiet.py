@@ -91,6 +91,20 @@ def test_every_other_byte_passes_unchanged_in_order():
     assert _copy([data]) == kept
 
 
+def test_a_relaunched_resource_trackers_tracebacks_are_left_out_and_every_other_traceback_kept():
+    tracker = (
+        b"Traceback (most recent call last):\n"
+        b'  File "/usr/lib/python3.11/multiprocessing/resource_tracker.py", line 239, in main\n'
+        b"    cache[rtype].remove(name)\n"
+        b"KeyError: '/mp-eh_wa3my'\n"
+    )
+    other = b'Traceback (most recent call last):\n  File "/x/run.py", line 3, in f\n    boom()\nValueError: real\n'
+    data = b"before\n" + tracker + other + tracker + b"after\n" + b"Traceback (most recent call last):\n"
+    kept = b"before\n" + other + b"after\n" + b"Traceback (most recent call last):\n"
+    assert _copy([data]) == kept
+    assert _copy([data[i : i + 5] for i in range(0, len(data), 5)]) == kept  # lines arrive in pieces
+
+
 def test_an_unfinished_line_is_passed_on_after_a_moment_and_the_rest_of_it_follows():
     head = STARTUP[1][:40]  # looks like noise, but the rest comes too late to judge the line
     out = _copy([b"Proceed? ", head, STARTUP[1][40:] + b"\n" + STARTUP[2] + b"\n"], pause_s=0.3)

@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from typing import Dict, List, Optional
 
 from img2tfrecord.errors import STOP_SIGNALS
@@ -53,6 +54,11 @@ NOISE = (
     re.compile(rb".*resource_tracker\.py:\d+: UserWarning: resource_tracker: There appear to be \d+ leaked .*"),
     re.compile(rb" +warnings\.warn\('resource_tracker: There appear to be %d '"),
 )
+# A relaunched resource tracker (its predecessor was killed) prints a KeyError traceback for each semaphore
+# the predecessor registered: the pools release those themselves. Such a traceback is left out whole.
+TRACEBACK_HEAD = b"Traceback (most recent call last):"
+TRACKER_FRAME = re.compile(rb'  File ".*[/\\]multiprocessing[/\\]resource_tracker\.py", line \d+, in main')
+TRACKER_RELAUNCHED = "resource_tracker: process died unexpectedly"  # the launcher's own warning then
 _PARTIAL_WAIT_S = 0.1  # an unfinished line is passed on after this long without more bytes
 # Exceptions a job raises on purpose and the command reports as one line of its own (``convert``'s
 # error budget): a runner's log of them, with the job's traceback, is left out.
@@ -106,7 +112,8 @@ def reported_by_command(record: logging.LogRecord) -> bool:
 
 
 def copy_without_noise(src: int, dst: int) -> None:
-    """Copy ``src`` to ``dst`` until end of file, leaving out :func:`is_noise` lines.
+    """Copy ``src`` to ``dst`` until end of file, leaving out :func:`is_noise` lines and a relaunched resource
+    tracker's tracebacks (:data:`TRACKER_FRAME`).
 
     A line still unfinished when no bytes have come for a moment is passed
     on as it is (with the rest of it when it comes), so a prompt or a
@@ -114,22 +121,36 @@ def copy_without_noise(src: int, dst: int) -> None:
     """
     pending = b""
     passing = False  # the head of the current line was already passed on
+    held = b""  # a traceback's first line, until the next line tells whose traceback it is
+    dropping = False  # inside a resource tracker's traceback
     writable = True
     while True:
         if pending and not select.select([src], [], [], _PARTIAL_WAIT_S)[0]:
-            out, pending, passing = pending, b"", True
+            out, pending, held, passing = held + pending, b"", b"", True
         else:
             data = os.read(src, 65536)
             if not data:
-                out, pending = (b"" if not passing and is_noise(pending) else pending), b""
+                out, pending = held + (b"" if not passing and is_noise(pending) else pending), b""
                 writable = _write(dst, out) if writable else False
                 return
             lines = (pending + data).split(b"\n")
             pending = lines.pop()
             kept: List[bytes] = []
             for line in lines:
-                if passing or not is_noise(line):
+                whole = line.rstrip(b"\r")
+                if passing:
                     kept.append(line + b"\n")
+                elif dropping:
+                    dropping = whole.startswith(b" ")  # the exception's own line ends the traceback
+                elif held and TRACKER_FRAME.fullmatch(whole):
+                    held, dropping = b"", True
+                else:
+                    kept.append(held)
+                    held = b""
+                    if whole == TRACEBACK_HEAD:
+                        held = line + b"\n"
+                    elif not is_noise(line):
+                        kept.append(line + b"\n")
                 passing = False
             out = b"".join(kept)
         if writable:
@@ -186,6 +207,7 @@ class StderrFilter:
         finally:
             os.close(read_end)
         os.dup2(write_end, 2)  # inherited by the processes started from now on
+        warnings.filterwarnings("ignore", message=TRACKER_RELAUNCHED, category=UserWarning)
         self._saved, self._pipe = saved, write_end
         self._old_stderr = sys.stderr
         sys.stderr = io.TextIOWrapper(
