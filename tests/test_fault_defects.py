@@ -154,6 +154,20 @@ def test_a_staged_index_damaged_before_its_commit_fails_the_run_and_resume_write
     assert shard_digests(str(out)) == shard_digests(str(clean))
 
 
+def test_a_committed_shard_changed_before_its_publication_is_never_published(tmp_path):
+    from img2tfrecord.model import CommittedShard
+    from img2tfrecord.transforms.finalize import _check_committed_sizes
+
+    def shard(name: str, size: int) -> CommittedShard:
+        return CommittedShard("train", name, 1, size, "", None, ())
+
+    (tmp_path / "a.tfrecord").write_bytes(b"x" * 12)
+    (tmp_path / "b.tfrecord").write_bytes(b"x" * 5)  # cut short after its commit
+    _check_committed_sizes(str(tmp_path), [shard("a.tfrecord", 12), shard("gone.tfrecord", 9)])
+    with pytest.raises(OSError, match=r"b.tfrecord: 5 bytes, but its writer wrote 8 \(changed in the staging folder\)"):
+        _check_committed_sizes(str(tmp_path), [shard("a.tfrecord", 12), shard("b.tfrecord", 8)])
+
+
 def test_a_run_that_writes_no_record_publishes_only_its_error_report_and_the_next_run_goes_on(tmp_path):
     src, out = tmp_path / "in", tmp_path / "out"
     for name in ("a/one.jpg", "b/two.jpg"):

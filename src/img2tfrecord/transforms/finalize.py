@@ -67,6 +67,19 @@ def _check_staged_ledger(path: str) -> None:
         raise ValueError(f"the run's ledger was damaged in its staging folder: {e}") from None
 
 
+def _check_committed_sizes(committed: str, shards: List[CommittedShard]) -> None:
+    """OSError naming the first committed shard whose size is not what its writer wrote (changed inside the
+    staging folder since its commit): it is never published so; ``--resume`` checks it whole and converts it
+    again. A shard moved already by a retried publication is not there to check."""
+    paths = [FileSystems.join(committed, c.file) for c in shards]
+    sizes = {m.path: m.size_in_bytes for found in FileSystems.match(paths) for m in found.metadata_list}
+    for c, path in zip(shards, paths):
+        if path in sizes and sizes[path] != c.num_bytes:
+            raise OSError(
+                f"{path}: {sizes[path]} bytes, but its writer wrote {c.num_bytes} (changed in the staging folder)"
+            )
+
+
 def no_records_written(inputs: int, rejected: int) -> str:
     """The message of a run that wrote no record: past any error budget, and not a dataset."""
     found = f"{rejected} of {inputs} inputs rejected" if inputs else "no inputs"
@@ -258,6 +271,7 @@ class FinalizeOutput(beam.DoFn):
         output, then write ``labels.txt``, the TFDS metadata and ``dataset.json``."""
         join = FileSystems.join
         committed = join(self._run_dir, output_files.RUN_COMMITTED_DIR)
+        _check_committed_sizes(committed, shards)
         for name in [c.file for c in shards] + [c.index_file for c in shards if c.index_file]:
             publication.move(join(committed, name), name)
         errors = output_files.errors_file(self._generation)
