@@ -53,9 +53,9 @@ def run_in_process(*args: str) -> subprocess.CompletedProcess:
     with contextlib.ExitStack() as stack:
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(err))
+        stack.enter_context(mock.patch.object(quiet.StderrFilter, "start", lambda self: self))  # fd 2 is a process's
         if args[:1] == ("convert",):
             stack.enter_context(_command_logging(args, err))
-            stack.enter_context(mock.patch.object(quiet.StderrFilter, "start", lambda self: self))
         try:
             code = cli.main(list(args))
         except SystemExit as e:
