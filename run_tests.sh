@@ -36,6 +36,6 @@ if [ ! -x .test-tools/node_modules/.bin/azurite-blob ] && command -v npm >/dev/n
     echo "could not install azurite (see /tmp/img2tfrecord-azurite-install.log): the Azure tests will be skipped" >&2
   fi
 fi
-# Three pytest workers (pytest-xdist) on two cores: an end-to-end test also waits on the processes it
-# starts, and a third worker fills those waits. IMG2TFRECORD_TEST_WORKERS=0 runs in one process.
-exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-3}" tests "$@"
+# Two pytest workers (pytest-xdist) on two cores: a third one costs more CPU (its own collection, contention)
+# than it fills (docs/development.md). IMG2TFRECORD_TEST_WORKERS=0 runs in one process.
+exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests "$@"
