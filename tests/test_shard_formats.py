@@ -183,3 +183,34 @@ def test_file_format_flags_are_checked_before_any_work():
             api.config_of("in", "/tmp/x-out", {"file_format": file_format, "compression": "gzip"})
     config = api.config_of("in", "/tmp/x-out", {"file_format": "webdataset"})
     assert config.file_format == "webdataset" and config.options_json()["file_format"] == "webdataset"
+
+
+@pytest.mark.parametrize("name", [n for n, (_, sequence) in RECORDS.items() if not sequence])
+def test_a_parquet_row_taken_without_parsing_the_image_is_the_row_of_the_parsed_record(name):
+    """The writer takes the image out of the serialized record (``_split_image``) instead of parsing it: the
+    row is the one the parsed record gives, and it gives the record back byte for byte."""
+    from img2tfrecord.schemas.example_proto import Example
+    from img2tfrecord.shard_formats import parquet_shards
+
+    record = RECORDS[name][0]
+    assert parquet_shards._split_image(record) is not None
+    row = parquet_shards.row_of(record)
+    parsed = parquet_shards._row(Example.FromString(record).features.feature, None)
+    assert {**row, "image": dict(row["image"], bytes=bytes(row["image"]["bytes"]))} == parsed
+    assert parquet_shards.record_from_row(parsed) == record
+
+
+def test_a_record_laid_out_otherwise_is_parsed_whole_for_its_parquet_row():
+    from img2tfrecord.schemas.example_proto import Example
+    from img2tfrecord.shard_formats import parquet_shards
+
+    two = Example.FromString(RECORDS["classification"][0])
+    two.features.feature["image/encoded"].bytes_list.value.append(b"another")
+    none = Example.FromString(RECORDS["classification"][0])
+    del none.features.feature["image/encoded"]
+    for example in (two, none):
+        record = example.SerializeToString(deterministic=True)
+        assert parquet_shards._split_image(record) is None
+        assert parquet_shards.record_from_row(parquet_shards.row_of(record)) == record
+    for cut in (b"", b"\x0a", b"\x0a\x05\x0a\x03", RECORDS["classification"][0][:-4], b"\x12\x00"):
+        assert parquet_shards._split_image(cut) is None

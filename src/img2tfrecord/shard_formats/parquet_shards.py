@@ -17,6 +17,7 @@ shards get no index file, and a record is read by its number. No Beam and no Ten
 
 from __future__ import annotations
 
+import array
 import json
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -24,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from img2tfrecord.schemas import features as keys
-from img2tfrecord.schemas.example_proto import Example
+from img2tfrecord.schemas.example_proto import Example, Features
 from img2tfrecord.shard_formats import webdataset_samples
 from img2tfrecord.tfrecord_codec import Record, RecordError, TruncatedRecordError
 
@@ -70,7 +71,15 @@ def schema_for(class_names: Sequence[str]) -> pa.Schema:
 
 def row_of(record: bytes) -> Dict[str, Any]:
     """The row of a serialized Example (ValueError for bytes that are not one)."""
-    feature = Example.FromString(record).features.feature
+    split = _split_image(record)
+    if split is not None:  # the image stays a view of the record: parsed and copied once, into its column
+        rest, image = split
+        return _row(Features.FromString(rest).feature, image)
+    return _row(Example.FromString(record).features.feature, None)
+
+
+def _row(feature: Any, image: Any) -> Dict[str, Any]:
+    """The row of a record's feature map; ``image``: its image's bytes taken out of the map beforehand."""
     row: Dict[str, Any] = {name: None for name in COLUMNS}
     placed = set()
     for name, (key, kind) in COLUMNS.items():
@@ -86,18 +95,74 @@ def row_of(record: bytes) -> Dict[str, Any]:
             except UnicodeDecodeError:
                 continue
             placed.add(key)
-    image = None
-    if keys.IMAGE_ENCODED in feature:
+    if image is None and keys.IMAGE_ENCODED in feature:
         entry = feature[keys.IMAGE_ENCODED]
         if entry.WhichOneof("kind") == "bytes_list" and len(entry.bytes_list.value) == 1:
-            image = {"bytes": entry.bytes_list.value[0], "path": row["path"]}
+            image = entry.bytes_list.value[0]
             placed.add(keys.IMAGE_ENCODED)
-    row[IMAGE] = image
+    row[IMAGE] = None if image is None else {"bytes": image, "path": row["path"]}
     rest = {k: feature[k] for k in feature if k not in placed}
     row[OTHER] = json.dumps(
         webdataset_samples.json_features(rest, ()), ensure_ascii=False, separators=(",", ":"), sort_keys=True
     )
     return row
+
+
+_IMAGE_KEY = keys.IMAGE_ENCODED.encode("utf-8")
+
+
+def _varint(data: bytes, pos: int) -> Tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint longer than 10 bytes")
+
+
+def _length_delimited(data: bytes, pos: int, end: int, tag: int) -> Tuple[int, int]:
+    """``(start, end)`` of the field with the one-byte ``tag`` at ``pos`` (a length-delimited field); ValueError
+    when another field is there or it runs past ``end``."""
+    if pos >= end or data[pos] != tag:
+        raise ValueError("not the expected field")
+    length, start = _varint(data, pos + 1)
+    if start + length > end:
+        raise ValueError("a field runs past its message")
+    return start, start + length
+
+
+def _split_image(record: bytes) -> Optional[Tuple[bytes, memoryview]]:
+    """``(the record's Features without its image entry, the image as a view of record)`` for an Example laid
+    out as one Features field whose ``image/encoded`` entry holds one bytes value; None otherwise (the
+    record is then parsed whole)."""
+    try:
+        start, end = _length_delimited(record, 0, len(record), 0x0A)  # Example.features
+        if end != len(record):
+            return None
+        found: Optional[Tuple[int, int, int, int]] = None
+        pos = start
+        while pos < end:
+            entry_start, entry_end = _length_delimited(record, pos, end, 0x0A)  # a map entry
+            key_start, key_end = _length_delimited(record, entry_start, entry_end, 0x0A)
+            if record[key_start:key_end] == _IMAGE_KEY:
+                if found is not None:
+                    return None
+                value = _length_delimited(record, key_end, entry_end, 0x12)  # Feature
+                values = _length_delimited(record, value[0], value[1], 0x0A)  # bytes_list
+                image = _length_delimited(record, values[0], values[1], 0x0A)  # its one value
+                if value[1] != entry_end or values[1] != value[1] or image[1] != values[1]:
+                    return None
+                found = (pos, entry_end, image[0], image[1])
+            pos = entry_end
+    except (ValueError, IndexError):
+        return None
+    if found is None:
+        return None
+    return record[start : found[0]] + record[found[1] : end], memoryview(record)[found[2] : found[3]]
 
 
 def record_from_row(row: Dict[str, Any]) -> bytes:
@@ -159,7 +224,7 @@ class ParquetShardWriter:
         images = self._columns[IMAGE]
         image = pa.StructArray.from_arrays(
             [
-                pa.array([i["bytes"] if i is not None else None for i in images], pa.binary()),
+                _binary_array([i["bytes"] if i is not None else None for i in images]),
                 pa.array([i["path"] if i is not None else None for i in images], pa.string()),
             ],
             fields=list(_IMAGE_TYPE),
@@ -173,6 +238,19 @@ class ParquetShardWriter:
     def close(self) -> None:
         self._flush()
         self._writer.close()
+
+
+def _binary_array(values: List[Any]) -> pa.Array:
+    """A binary array of bytes-like ``values`` (None: null), their bytes copied once, into one buffer."""
+    offsets = array.array("i", [0])
+    for value in values:
+        offsets.append(offsets[-1] + (len(value) if value is not None else 0))
+    nulls = sum(value is None for value in values)
+    validity = pa.array([value is not None for value in values], pa.bool_()).buffers()[1] if nulls else None
+    data = b"".join(value for value in values if value is not None)
+    return pa.Array.from_buffers(
+        pa.binary(), len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls
+    )
 
 
 def _rows(table: pa.Table) -> List[Dict[str, Any]]:
