@@ -240,3 +240,19 @@ def test_a_second_run_is_refused_and_a_killed_run_resumes_to_the_same_bytes(stor
     assert "finished shard(s) kept" in resumed.stderr, resumed.stderr[-2000:]
     assert shard_digests(out) == shard_digests(reference)
     assert storage.exists(storage.join(out, output_files.SUCCESS_FILE))
+
+
+def test_an_s3_input_without_credentials_is_one_line_and_exit_2_at_once(tmp_path, monkeypatch):
+    """No credentials anywhere: boto3 fails before any request; the run says so in one line at once (Beam
+    would retry that error for minutes, as it retries a server's)."""
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    started = time.monotonic()
+    done = run_in_process("convert", "--input", "s3://a-bucket/images", "--output", str(tmp_path / "out"))
+    assert time.monotonic() - started < 60
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert "Unable to locate credentials" in lines[0], lines

@@ -5,6 +5,9 @@ S3 (``apache_beam.io.aws``):
 * Every file operation builds a new boto3 session and client, which loads
   botocore's service model again (about 0.7 s each): clients are shared per
   connection settings (the options and the ``AWS_*`` environment they are read with).
+* An error raised before any request (no credentials at all) carries no HTTP
+  code, which Beam's retry takes for a server error: retried for minutes.
+  It gets a client error's code (401) and fails at once.
 * A file closed with nothing written ends a multipart upload with no part,
   which S3 refuses (``MalformedXML``): the upload is aborted and an empty
   object put instead.
@@ -84,6 +87,10 @@ def object_store(scheme: str) -> None:
             _fix_s3() if scheme == "s3" else _fix_azure()
         _ready.add(scheme)
 
+
+# botocore's errors raised before any request (no credentials anywhere): Beam would retry them for minutes as
+# it retries a server's 5xx; they are given a client error's code, so they fail at once.
+_NOT_RETRIED = ("NoCredentialsError", "PartialCredentialsError", "NoRegionError")
 
 _SETTINGS = (
     "s3_access_key_id",
@@ -186,5 +193,14 @@ def _fix_s3() -> None:
         raw.abort_multipart_upload(Bucket=self._bucket, Key=self._name, UploadId=self.upload_id)
         raw.put_object(Bucket=self._bucket, Key=self._name, Body=b"", ContentType=self._mime_type)
 
+    original_code = boto3_client.get_http_error_code
+
+    def http_error_code(exc: Exception) -> Any:
+        code = original_code(exc)
+        if code is None and type(exc).__name__ in _NOT_RETRIED:  # botocore's: no answer, yet final
+            return 401
+        return code
+
+    boto3_client.get_http_error_code = http_error_code
     boto3_client.Client.__init__ = shared_client_init  # type: ignore[method-assign]
     s3io.S3Uploader.finish = finish  # type: ignore[method-assign]
