@@ -256,3 +256,11 @@ def test_an_s3_input_without_credentials_is_one_line_and_exit_2_at_once(tmp_path
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
     assert "Unable to locate credentials" in lines[0], lines
+
+
+def test_an_azfs_input_without_an_account_says_what_to_give(tmp_path, monkeypatch):
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+    done = run_in_process("convert", "--input", "azfs://account/container/images", "--output", str(tmp_path / "out"))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert "no Azure Blob Storage account given: set AZURE_STORAGE_CONNECTION_STRING" in lines[0], lines

@@ -16,6 +16,8 @@ Azure Blob Storage (``apache_beam.io.azure``):
 
 * ``exists`` of a missing blob raises instead of answering False (the 404
   reaches it as Beam's own ``BlobStorageError``, which it does not catch).
+* Without a connection string or an endpoint, the Azure SDK's "Account URL must
+  be a string" is all a user sees: it is said what to give instead.
 
 Loading, in the command's processes (:func:`defer_object_stores`):
 
@@ -142,7 +144,21 @@ def _fix_azure() -> None:
                 return False
             raise
 
+    original_init = blobstorageio.BlobStorageIO.__init__
+
+    def init(self: Any, client: Any = None, pipeline_options: Any = None) -> None:
+        try:
+            original_init(self, client, pipeline_options)
+        except ValueError as e:
+            if "Account URL" not in str(e):
+                raise
+            raise ValueError(
+                "no Azure Blob Storage account given: set AZURE_STORAGE_CONNECTION_STRING, or give "
+                "--azure_connection_string or --blob_service_endpoint"
+            ) from None
+
     blobstorageio.BlobStorageIO.exists = exists  # type: ignore[method-assign]
+    blobstorageio.BlobStorageIO.__init__ = init  # type: ignore[method-assign]
 
 
 def _fix_s3() -> None:
