@@ -6,8 +6,11 @@ so every runtime dependency of the pipeline belongs in ``install_requires``.
 
 import os
 import re
+import shutil
+import tempfile
 
 import setuptools
+from setuptools.command.sdist import sdist as _sdist
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -28,7 +31,28 @@ def _long_description() -> str:
         return f.read()
 
 
+class _PrivateTreeSdist(_sdist):
+    """``sdist`` whose release tree is built in a private temporary folder, not in the checkout: two builds in
+    one checkout at once (Beam stages the package of each Dataflow job it translates) never remove each
+    other's tree. The archive is the same."""
+
+    def run(self) -> None:
+        self._private = tempfile.mkdtemp(prefix="img2tfrecord-sdist-")
+        self.keep_temp = True  # the private folder goes below, not a tree in the checkout
+        try:
+            super().run()
+        finally:
+            shutil.rmtree(self._private, ignore_errors=True)
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(os.path.join(self._private, base_dir), files)
+
+    def make_archive(self, base_name, format, root_dir=None, base_dir=None, owner=None, group=None):
+        return super().make_archive(base_name, format, self._private, base_dir, owner=owner, group=group)
+
+
 setuptools.setup(
+    cmdclass={"sdist": _PrivateTreeSdist},
     name="img2tfrecord",
     version=_version(),
     description="Convert image datasets into sharded TFRecord files with an Apache Beam pipeline.",
