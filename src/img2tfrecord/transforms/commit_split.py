@@ -88,9 +88,8 @@ class CommitSplitFn(beam.DoFn):
         _make_folder(sink.output_dir)
         sink.commit([r.temp_path for r in ordered])
         self._faults.split_committed()
-        paths = [FileSystems.join(sink.output_dir, c.file) for c in committed]
-        sizes = {m.path: m.size_in_bytes for result in FileSystems.match(paths) for m in result.metadata_list}
-        for c, path in zip(committed, paths):
-            if sizes.get(path) != c.num_bytes:
-                raise OSError(f"{path}: {sizes.get(path)} bytes after the commit, but its writer wrote {c.num_bytes}")
+        wrong = done_files.wrong_size(sink.output_dir, committed)
+        if wrong is not None:
+            shard, path, size = wrong
+            raise OSError(f"{path}: {size} bytes after the commit, but its writer wrote {shard.num_bytes}")
         yield from committed

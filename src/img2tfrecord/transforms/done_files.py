@@ -12,12 +12,12 @@ import base64
 import hashlib
 import json
 import uuid
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from img2tfrecord.model import ShardResult
+from img2tfrecord.model import CommittedShard, ShardResult
 from img2tfrecord.schemas import output_files
 
 
@@ -69,6 +69,19 @@ def parse_done(data: bytes) -> Tuple[ShardResult, List[Dict[str, str]], List[byt
         list(doc["errors"]),
         [base64.b64decode(row) for row in doc["analysis"]],
     )
+
+
+def wrong_size(
+    folder: str, shards: Sequence[CommittedShard], missing_ok: bool = False
+) -> Optional[Tuple[CommittedShard, str, Any]]:
+    """``(shard, path, size found)`` of the first shard under ``folder`` whose size is not the one its writer wrote
+    (size None: missing, unless ``missing_ok``); None when all are. One listing for all of them."""
+    paths = [FileSystems.join(folder, c.file) for c in shards]
+    sizes = {m.path: m.size_in_bytes for found in FileSystems.match(paths) for m in found.metadata_list}
+    for c, path in zip(shards, paths):
+        if sizes.get(path) != c.num_bytes and not (missing_ok and path not in sizes):
+            return c, path, sizes.get(path)
+    return None
 
 
 def kept_shard_damage(path: str, result: ShardResult) -> Optional[str]:

@@ -30,6 +30,7 @@ from img2tfrecord.schemas import labels as label_map
 from img2tfrecord.schemas.dataset_json import Accounting, DatasetManifest, ShardInfo, SplitInfo
 from img2tfrecord.schemas.generations import Generation, Withdrawal
 from img2tfrecord.schemas.ledger import iter_ledger
+from img2tfrecord.transforms.done_files import wrong_size
 from img2tfrecord.transforms.publish import Publication, analysis_files
 
 
@@ -71,13 +72,10 @@ def _check_committed_sizes(committed: str, shards: List[CommittedShard]) -> None
     """OSError naming the first committed shard whose size is not what its writer wrote (changed inside the
     staging folder since its commit): it is never published so; ``--resume`` checks it whole and converts it
     again. A shard moved already by a retried publication is not there to check."""
-    paths = [FileSystems.join(committed, c.file) for c in shards]
-    sizes = {m.path: m.size_in_bytes for found in FileSystems.match(paths) for m in found.metadata_list}
-    for c, path in zip(shards, paths):
-        if path in sizes and sizes[path] != c.num_bytes:
-            raise OSError(
-                f"{path}: {sizes[path]} bytes, but its writer wrote {c.num_bytes} (changed in the staging folder)"
-            )
+    wrong = wrong_size(committed, shards, missing_ok=True)
+    if wrong is not None:
+        shard, path, size = wrong
+        raise OSError(f"{path}: {size} bytes, but its writer wrote {shard.num_bytes} (changed in the staging folder)")
 
 
 def no_records_written(inputs: int, rejected: int) -> str:
