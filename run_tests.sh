@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/venv.sh
+# The CLI processes and conversion workers the tests start each import the package: let Python keep its
+# compiled modules (an environment with PYTHONDONTWRITEBYTECODE set would compile them in every process).
+unset PYTHONDONTWRITEBYTECODE
 
 quick=0
 if [ "${1:-}" = "--quick" ]; then

@@ -54,21 +54,37 @@ print(first, second, left_out, absent, pandas.DataFrame({"a": [1]}).shape)
     assert _python(code) == "True False True [] (1, 1)"
 
 
-def test_the_commands_process_loads_s3_and_azure_filesystems_with_their_first_path():
+def test_the_commands_process_loads_s3_azure_and_gcs_filesystems_with_their_first_path():
+    code = """
+import sys
+from img2tfrecord.beam_filesystem_fixes import defer_object_stores
+from img2tfrecord.pipeline.fast_start import import_beam_lean
+defer_object_stores()
+import_beam_lean()  # as the command imports Beam
+from apache_beam.io.filesystems import FileSystems
+from img2tfrecord import storage
+deferred = ("boto3", "azure.storage.blob", "apache_beam.io.aws.s3filesystem", "google.cloud.storage")
+loaded = [m for m in deferred if m in sys.modules]
+storage.beam_filesystems()
+found = [type(FileSystems.get_filesystem(p)).__name__ for p in ("s3://b/k", "azfs://a/c/b", "gs://b/o", "/tmp/x")]
+from apache_beam.io.aws.clients.s3 import boto3_client
+print(loaded, found, boto3_client.Client.__init__.__name__)
+"""
+    found = "['S3FileSystem', 'BlobStorageFileSystem', 'GCSFileSystem', 'LocalFileSystem']"
+    assert _python(code) == f"[] {found} shared_client_init"
+
+
+def test_a_deferred_cloud_storage_filesystem_imports_by_name_as_dataflows_client_does():
     code = """
 import sys
 from img2tfrecord.beam_filesystem_fixes import defer_object_stores
 defer_object_stores()
-import apache_beam
 from apache_beam.io.filesystems import FileSystems
-from img2tfrecord import storage
-loaded = [m for m in ("boto3", "azure.storage.blob", "apache_beam.io.aws.s3filesystem") if m in sys.modules]
-storage.beam_filesystems()
-found = [type(FileSystems.get_filesystem(p)).__name__ for p in ("s3://b/k", "azfs://a/c/b", "/tmp/x")]
-from apache_beam.io.aws.clients.s3 import boto3_client
-print(loaded, found, boto3_client.Client.__init__.__name__)
+before = "apache_beam.io.gcp.gcsfilesystem" in sys.modules
+from apache_beam.runners.dataflow.internal import apiclient
+print(before, apiclient.GCSFileSystem.scheme(), type(FileSystems.get_filesystem("gs://b/o")).__name__)
 """
-    assert _python(code) == "[] ['S3FileSystem', 'BlobStorageFileSystem', 'LocalFileSystem'] shared_client_init"
+    assert _python(code) == "False gs GCSFileSystem"
 
 
 def test_a_cli_run_on_the_local_runner_writes_the_same_shards_without_beams_optional_modules(sample_dir, tmp_path):

@@ -6,7 +6,8 @@ the output but the run's staging folder (the stages before the launch wrote anyt
 lock released, no worker process left, and ``--resume`` after the fault is gone finishing with the bytes of an
 undisturbed run (resumed once per stage: a full disk and a denied write stop the run where the exception
 does). A failure runs the command in this process (the boundary is the point); a signal runs it as a
-process. docs/troubleshooting.md has the same matrix as a table.
+process. The stages the conversion pool is open in run with two worker processes, the others in one.
+docs/troubleshooting.md has the same matrix as a table.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ from img2tfrecord.schemas import output_files
 pytestmark = pytest.mark.e2e
 
 ARGS = ("--image-size", "16", "--splits", "train=0.5,test=0.5", "--num-shards", "2", "--seed", "1")
-ARGS += ("--processes", "2", "--runner=FnApiRunner", "--direct_running_mode=in_memory")
+ARGS += ("--runner=FnApiRunner", "--direct_running_mode=in_memory")
+# The stages a conversion pool is open in (started at the launch, closed once the shards are written) run with
+# two worker processes, so that their closing is checked; the later stages run in one process, as the same bytes.
+POOL_STAGES = ("listing", "worker", "writing", "converting")
 STAGE_WORDS = {
     "listing": "listing the input",
     "worker": "converting and writing shards",
@@ -55,8 +59,9 @@ def _write_input(root: str) -> None:
     write_tree(root, {f"c{i % 2}/{i:02d}.jpg": I.jpeg(20 + i % 5, 14) for i in range(16)})
 
 
-def _options(analyze: bool):
-    return ARGS if analyze else (*ARGS, "--no-analyze")
+def _options(analyze: bool, stage: str = "worker"):
+    processes = ("--processes", "2" if stage in POOL_STAGES else "1")
+    return (*ARGS, *processes) if analyze else (*ARGS, *processes, "--no-analyze")
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +104,8 @@ def _outside_staging(out: str):
     return sorted(n for n in os.listdir(out) if not n.startswith(output_files.RUN_FOLDER_PREFIX))
 
 
-def _resume_matches(input_dir: str, out: str, reference: str, analyze: bool) -> None:
-    resumed = run_in_process("convert", "--input", input_dir, "--output", out, *_options(analyze), "--resume")
+def _resume_matches(input_dir: str, out: str, reference: str, analyze: bool, stage: str) -> None:
+    resumed = run_in_process("convert", "--input", input_dir, "--output", out, *_options(analyze, stage), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _digests(out) == _digests(reference)
     assert _comparable(out) == _comparable(reference)
@@ -123,7 +128,7 @@ def test_a_failure_at_a_stage_is_one_line_exit_1_and_resume_finishes_it(inputs, 
     out = str(tmp_path / "out")
     monkeypatch.setenv(faults.ENV, f"fail:{stage}:{error}")
     before = set(multiprocessing.active_children())
-    failed = run_in_process("convert", "--input", input_dir, "--output", out, *_options(analyze))
+    failed = run_in_process("convert", "--input", input_dir, "--output", out, *_options(analyze, stage))
     lines = failed.stderr.strip().splitlines()
     assert failed.returncode == 1, failed.stderr[-3000:]
     assert len(lines) <= 3 and "Traceback" not in failed.stderr, failed.stderr
@@ -134,7 +139,7 @@ def test_a_failure_at_a_stage_is_one_line_exit_1_and_resume_finishes_it(inputs, 
     assert set(multiprocessing.active_children()) <= before and not pool_module._OPEN
     monkeypatch.delenv(faults.ENV)
     if error == "error":  # the three faults stop the run at the same point and so leave the same output
-        _resume_matches(input_dir, out, references[analyze], analyze)
+        _resume_matches(input_dir, out, references[analyze], analyze, stage)
 
 
 def test_a_killed_conversion_worker_is_replaced_and_the_run_writes_the_same_bytes(inputs, tmp_path, monkeypatch):
@@ -153,7 +158,7 @@ def test_a_failing_heartbeat_is_one_warning_and_the_run_finishes(inputs, tmp_pat
     input_dir, references = inputs
     out = str(tmp_path / "out")
     monkeypatch.setenv(faults.ENV, f"fail:heartbeat:{error}")
-    done = run_in_process("convert", "--input", input_dir, "--output", out, *_options(False))
+    done = run_in_process("convert", "--input", input_dir, "--output", out, *_options(False, "heartbeat"))
     assert done.returncode == 0, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
     assert len(warnings) == 1 and "could not refresh the lock" in warnings[0], done.stderr
@@ -223,7 +228,7 @@ def test_a_signal_at_a_stage_leaves_an_output_resume_finishes(inputs, tmp_path, 
     input_dir, references = inputs
     analyze = phase == "analysis"
     out = str(tmp_path / "out")
-    args = ("convert", "--input", input_dir, "--output", out, *_options(analyze))
+    args = ("convert", "--input", input_dir, "--output", out, *_options(analyze, phase))
     marker = str(tmp_path / "paused")
     done = _signalled(args, marker, phase, signum)
     if signum != signal.SIGKILL:
@@ -242,5 +247,5 @@ def test_a_signal_at_a_stage_leaves_an_output_resume_finishes(inputs, tmp_path, 
     while _processes_of(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_of(marker) == [], "a process of the run outlived it"
-    _resume_matches(input_dir, out, references[analyze], analyze)
+    _resume_matches(input_dir, out, references[analyze], analyze, phase)
     shutil.rmtree(out)

@@ -21,10 +21,12 @@ Azure Blob Storage (``apache_beam.io.azure``):
 
 Loading, in the command's processes (:func:`defer_object_stores`):
 
-* Beam imports its S3 and Azure filesystems with its other filesystems, and
-  with them boto3 and the Azure SDK: about 0.35 s of CPU at every start, for
-  the runs that never touch ``s3://`` or ``azfs://``. There they load when a
-  path of theirs is first opened (:func:`object_store`).
+* Beam imports its S3, Azure and Cloud Storage filesystems with its other
+  filesystems, and with them boto3, the Azure SDK and the Cloud Storage client:
+  about 0.5 s of CPU at every start, for the runs that never touch ``s3://``,
+  ``azfs://`` or ``gs://``. There they load when a path of theirs is first
+  opened (:func:`object_store`); Cloud Storage's also when another of Beam's
+  modules imports it (Dataflow's client does).
 
 Imports Beam only when called; a Beam without the AWS or Azure extra is left alone.
 """
@@ -45,9 +47,19 @@ _clients: Dict[Tuple[Any, ...], Any] = {}
 FILESYSTEM_MODULES = {
     "s3": "apache_beam.io.aws.s3filesystem",
     "azfs": "apache_beam.io.azure.blobstoragefilesystem",
+    "gs": "apache_beam.io.gcp.gcsfilesystem",
 }
+# Deferred modules refused only while the module named loads (it skips them), as other modules of Beam import
+# them by name (Dataflow's client imports Cloud Storage's filesystem).
+_REFUSED_WHILE_LOADING = {"apache_beam.io.gcp.gcsfilesystem": "apache_beam.io.filesystems"}
 _ready: Set[str] = set()  # schemes loaded and corrected
 _deferred: Set[str] = set()  # modules refused while Beam's filesystems load
+
+
+def _loading(name: str) -> bool:
+    """Whether module ``name`` is being imported (its body runs)."""
+    module = sys.modules.get(name)
+    return bool(module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 class _Deferred(importlib.abc.MetaPathFinder):
@@ -55,24 +67,26 @@ class _Deferred(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Any = None) -> Any:
         if fullname in _deferred:
-            raise ModuleNotFoundError(f"{fullname} loads when one of its paths is used", name=fullname)
+            loader = _REFUSED_WHILE_LOADING.get(fullname)
+            if loader is None or _loading(loader):
+                raise ModuleNotFoundError(f"{fullname} loads when it is used", name=fullname)
         return None
 
 
 def defer_object_stores() -> None:
-    """In a process that has not imported Beam yet: S3's and Azure's filesystems load when a path of theirs is
-    first used, not with Beam. For the command's processes, whose every filesystem call passes
+    """In a process that has not imported Beam yet: S3's, Azure's and Cloud Storage's filesystems load when a
+    path of theirs is first used, not with Beam. For the command's processes, whose every filesystem call passes
     :func:`apply` first; a library user's process keeps Beam's own loading."""
     if "apache_beam.io.filesystems" in sys.modules:
         return
     with _lock:
         if not _deferred:
-            _deferred.update(FILESYSTEM_MODULES.values())
+            _deferred.update(FILESYSTEM_MODULES.values(), _REFUSED_WHILE_LOADING)
             sys.meta_path.insert(0, _Deferred())
 
 
 def object_store(scheme: str) -> None:
-    """Load and correct the filesystem of ``scheme`` (``s3`` or ``azfs``) in this process, once; other
+    """Load and correct the filesystem of ``scheme`` (``s3``, ``azfs`` or ``gs``) in this process, once; other
     schemes, and a Beam without that extra, are left alone."""
     if scheme in _ready or scheme not in FILESYSTEM_MODULES:
         return
@@ -86,7 +100,10 @@ def object_store(scheme: str) -> None:
         except ImportError:  # Beam without that extra: its paths fail as Beam fails them
             pass
         else:
-            _fix_s3() if scheme == "s3" else _fix_azure()
+            if scheme == "s3":
+                _fix_s3()
+            elif scheme == "azfs":
+                _fix_azure()
         _ready.add(scheme)
 
 

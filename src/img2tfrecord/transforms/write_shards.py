@@ -90,19 +90,24 @@ class WriteShards(beam.PTransform):
             )
             grouped = (placed.placed, every) | "WithEveryShard" >> beam.Flatten() | "GroupByShard" >> beam.GroupByKey()
             rejected = placed[ERRORS]
-        written = grouped | "WriteShard" >> beam.ParDo(
-            WriteShardsFn(
-                self._converter,
-                self._sinks,
-                self._run_dir,
-                self._processes,
-                self._batch_size,
-                self._resume,
-                self._faults,
-            ),
-            label_names=self._label_names,
-            num_shards=num_shards,
-        ).with_outputs(ERRORS, ANALYSIS, main="results")
+        # The main output's type is declared, not inferred: Beam's inference reads the bytecode of ``process``.
+        written = grouped | "WriteShard" >> (
+            beam.ParDo(
+                WriteShardsFn(
+                    self._converter,
+                    self._sinks,
+                    self._run_dir,
+                    self._processes,
+                    self._batch_size,
+                    self._resume,
+                    self._faults,
+                ),
+                label_names=self._label_names,
+                num_shards=num_shards,
+            )
+            .with_output_types(Any)
+            .with_outputs(ERRORS, ANALYSIS, main="results")
+        )
         committed = (
             written.results
             | "KeyBySplit" >> beam.Map(split_key)
