@@ -18,10 +18,28 @@ fi
 echo "ruff check, ruff format --check, mypy" >&2
 ruff check --no-cache --quiet .
 ruff format --no-cache --check --quiet .
-mypy --no-error-summary
+# mypy checks beside the tests (its first run is single-threaded, about 15 s); its findings and its exit
+# status come after pytest's.
+mypy_log="$(mktemp "${TMPDIR:-/tmp}/img2tfrecord-mypy.XXXXXX")"
+mypy --no-error-summary >"$mypy_log" 2>&1 &
+mypy_pid=$!
+trap 'kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_log"' EXIT
+
+run_pytest() {  # pytest "$@", then mypy's result: the first failure's status
+  local status=0 mypy_status=0
+  python -m pytest "$@" || status=$?
+  wait "$mypy_pid" || mypy_status=$?
+  if [ "$mypy_status" != 0 ]; then
+    cat "$mypy_log" >&2
+    echo "mypy failed (exit $mypy_status)" >&2
+  fi
+  if [ "$status" = 0 ]; then status=$mypy_status; fi
+  return "$status"
+}
 
 if [ "$quick" = 1 ]; then
-  exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests -m "not e2e" "$@"
+  run_pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests -m "not e2e" "$@"
+  exit
 fi
 
 # tests/test_report.py opens report.html in Debian's chromium: install it where missing (as root, quietly).
@@ -41,4 +59,4 @@ if [ ! -x .test-tools/node_modules/.bin/azurite-blob ] && command -v npm >/dev/n
 fi
 # Two pytest workers (pytest-xdist) on two cores: a third one costs more CPU (its own collection, contention)
 # than it fills (docs/development.md). IMG2TFRECORD_TEST_WORKERS=0 runs in one process.
-exec python -m pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests "$@"
+run_pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests "$@"
