@@ -235,3 +235,23 @@ def test_run_options_keep_their_views_and_read_and_copy_as_beams_own():
     plain.view_as(StandardOptions).runner = "DirectRunner"
     keep = dict(retain_unknown_options=True)
     assert options.get_all_options(**keep) == plain.get_all_options(**keep)
+
+
+def test_the_worker_cache_weighs_values_as_beam_does_without_listing_every_modules_globals(monkeypatch):
+    """A run's options make Beam's state cache weigh side inputs and state without objsize's scan of every
+    loaded module's globals: the weights of plain values are Beam's own."""
+    import numpy as np
+    from apache_beam.runners.worker import statecache
+    from objsize import traverse
+
+    from img2tfrecord.pipeline.runner import pipeline_options
+
+    values = [["cat", "dog"] * 50, {"train": 3, "test": 1}, np.zeros((16, 16, 3), np.uint8), ("k", b"v" * 1000)]
+    monkeypatch.setattr(statecache, "get_deep_size", statecache.get_deep_size)  # restored after the test
+    beams = [statecache.get_deep_size(v) for v in values]
+    pipeline_options([])
+    scans = []
+    original_scan = traverse._iter_modules_globals
+    monkeypatch.setattr(traverse, "_iter_modules_globals", lambda: scans.append(1) or original_scan())
+    assert [statecache.get_deep_size(v) for v in values] == beams
+    assert scans == []
