@@ -82,9 +82,24 @@ defer_object_stores()
 from apache_beam.io.filesystems import FileSystems
 before = "apache_beam.io.gcp.gcsfilesystem" in sys.modules
 from apache_beam.runners.dataflow.internal import apiclient
-print(before, apiclient.GCSFileSystem.scheme(), type(FileSystems.get_filesystem("gs://b/o")).__name__)
+from img2tfrecord import storage
+storage.beam_filesystems()
+found = type(FileSystems.get_filesystem("gs://b/o")).__name__
+import os
+print(before, apiclient.GCSFileSystem.scheme(), found, os.environ.get("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"))
 """
-    assert _python(code) == "False gs GCSFileSystem"
+    assert _python(code) == "False gs GCSFileSystem true"  # and no bucket metadata fetch at every new client
+
+
+def test_a_users_own_setting_of_the_bucket_metadata_fetch_is_kept(monkeypatch):
+    from img2tfrecord import beam_filesystem_fixes
+
+    monkeypatch.setenv(beam_filesystem_fixes.GCS_BUCKET_METADATA_OFF, "false")
+    beam_filesystem_fixes._fix_gcs()
+    assert os.environ[beam_filesystem_fixes.GCS_BUCKET_METADATA_OFF] == "false"
+    monkeypatch.delenv(beam_filesystem_fixes.GCS_BUCKET_METADATA_OFF)
+    beam_filesystem_fixes._fix_gcs()
+    assert os.environ[beam_filesystem_fixes.GCS_BUCKET_METADATA_OFF] == "true"
 
 
 def test_a_cli_run_on_the_local_runner_writes_the_same_shards_without_beams_optional_modules(sample_dir, tmp_path):

@@ -19,6 +19,14 @@ Azure Blob Storage (``apache_beam.io.azure``):
 * Without a connection string or an endpoint, the Azure SDK's "Account URL must
   be a string" is all a user sees: it is said what to give instead.
 
+Cloud Storage (``apache_beam.io.gcp``, through ``google-cloud-storage``):
+
+* Each new client (Beam makes many) fetches its bucket's metadata again in a
+  background thread, one more request for every bucket it touches, only to
+  label OpenTelemetry traces. The fetch is turned off
+  (``DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA``) unless the environment
+  sets that variable itself.
+
 Loading, in the command's processes (:func:`defer_object_stores`):
 
 * Beam imports its S3, Azure and Cloud Storage filesystems with its other
@@ -104,6 +112,8 @@ def object_store(scheme: str) -> None:
                 _fix_s3()
             elif scheme == "azfs":
                 _fix_azure()
+            else:
+                _fix_gcs()
         _ready.add(scheme)
 
 
@@ -143,6 +153,14 @@ def apply() -> None:
         for scheme, module in FILESYSTEM_MODULES.items():
             if module in sys.modules:  # loaded with Beam, not deferred
                 object_store(scheme)
+
+
+# google-cloud-storage's switch for its bucket metadata fetches (read at every request).
+GCS_BUCKET_METADATA_OFF = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
+
+
+def _fix_gcs() -> None:
+    os.environ.setdefault(GCS_BUCKET_METADATA_OFF, "true")  # inherited by the workers this process starts
 
 
 def _fix_azure() -> None:
