@@ -13,7 +13,11 @@ import os
 
 import apache_beam as beam
 import pytest
+from apache_beam.coders import VarIntCoder
 from apache_beam.io import filebasedsink, filesystem
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import userstate
+from apache_beam.transforms.userstate import BagStateSpec
 
 from img2tfrecord.schemas import output_files
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, WrittenShard
@@ -255,3 +259,60 @@ def test_the_worker_cache_weighs_values_as_beam_does_without_listing_every_modul
     monkeypatch.setattr(traverse, "_iter_modules_globals", lambda: scans.append(1) or original_scan())
     assert [statecache.get_deep_size(v) for v in values] == beams
     assert scans == []
+
+
+class _Plain(beam.DoFn):
+    def process(self, element):
+        yield element
+
+
+class _Stateful(beam.DoFn):
+    SEEN = BagStateSpec("seen", VarIntCoder())
+
+    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
+        seen.add(element[1])
+        yield element[0], len(list(seen.read()))
+
+
+_COUNT = BagStateSpec("count", VarIntCoder())
+
+
+def _plain_pair(element):
+    return element
+
+
+def _counted_pair(element, count=beam.DoFn.StateParam(_COUNT)):
+    count.add(element[1])
+    return element[0], len(list(count.read()))
+
+
+class _Holder:
+    def twice(self, x):
+        return [x, x]
+
+
+def test_dofn_specs_are_asked_once_per_class_or_wrapped_function_with_beams_answers(monkeypatch):
+    """A run's options make Beam's ``get_dofn_specs`` answer once per DoFn class, and once per wrapped function
+    for ``beam.Map``, with Beam's own answers."""
+    from img2tfrecord.pipeline.runner import ask_dofn_specs_once, pipeline_options
+
+    real = userstate.get_dofn_specs
+    asked = []
+    monkeypatch.setattr(userstate, "get_dofn_specs", lambda dofn: asked.append(dofn) or real(dofn))
+    pipeline_options([])
+    assert ask_dofn_specs_once() is False  # made so once per process
+    kept = userstate.get_dofn_specs
+    plain, stateful = beam.Map(_plain_pair).fn, beam.Map(_counted_pair).fn
+    for _ in range(3):
+        for dofn in (_Plain(), _Stateful(), plain, stateful, beam.Map(_counted_pair).fn):
+            assert kept(dofn) == real(dofn)
+    assert sorted(type(d).__name__ for d in asked) == ["CallableWrapperDoFn"] * 2 + ["_Plain", "_Stateful"]
+    kept(_Stateful())[0].clear()  # each caller gets its own sets
+    assert kept(_Stateful()) == real(_Stateful()) and userstate.is_stateful_dofn(_Stateful())
+    bound = beam.FlatMap(_Holder().twice).fn  # a DoFn holding a bound method of its own: asked every time
+    before = len(asked)
+    kept(bound), kept(bound)
+    assert asked[before:] == [bound, bound]
+    with beam.Pipeline(runner="FnApiRunner") as p:  # Beam still sees the state of a stateful DoFn
+        out = p | beam.Create([("a", 1), ("a", 2), ("b", 3)]) | beam.ParDo(_Stateful())
+        assert_that(out, equal_to([("a", 1), ("a", 2), ("b", 1)]))

@@ -1,6 +1,6 @@
 """The command line's fast start (pipeline/fast_start.py): Beam imported without its optional modules for
 a local run (the same shards, those modules importable afterwards, a library caller's process gets Beam
-whole), S3's and Azure's filesystems loaded with their first path, Beam's DoFn specs kept per class,
+whole), S3's and Azure's filesystems loaded with their first path,
 numpy's OpenBLAS without threads of its own (in the conversion workers also for a library caller), and the
 garbage collector paused until the job starts."""
 
@@ -12,12 +12,7 @@ import os
 import subprocess
 import sys
 
-import apache_beam as beam
 import pytest
-from apache_beam.coders import VarIntCoder
-from apache_beam.testing.util import assert_that, equal_to
-from apache_beam.transforms import userstate
-from apache_beam.transforms.userstate import BagStateSpec
 from conftest import IN_MEMORY, ROOT, cli_env, shard_digests
 from crashing import EnvironmentConverter
 
@@ -124,45 +119,6 @@ def test_only_a_caller_that_owns_its_process_imports_beam_lean(sample_dir, tmp_p
     assert calls == []
     api.run_config(dataclasses.replace(config, output=str(tmp_path / "b")), own_process=True)
     assert calls == [fast_start.OPTIONAL_MODULES]
-
-
-class _Plain(beam.DoFn):
-    def process(self, element):
-        yield element
-
-
-class _Stateful(beam.DoFn):
-    SEEN = BagStateSpec("seen", VarIntCoder())
-
-    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
-        seen.add(element[1])
-        yield element[0], len(list(seen.read()))
-
-
-class _Holder:
-    def twice(self, x):
-        return [x, x]
-
-
-def test_dofn_specs_are_asked_once_per_class_with_the_same_answers(monkeypatch):
-    real = userstate.get_dofn_specs
-    asked = []
-    monkeypatch.setattr(userstate, "get_dofn_specs", lambda dofn: asked.append(type(dofn).__name__) or real(dofn))
-    assert fast_start.cache_dofn_specs() is True and fast_start.cache_dofn_specs() is False
-    cached = userstate.get_dofn_specs
-    for _ in range(3):
-        for dofn in (_Plain(), _Stateful()):
-            assert cached(dofn) == real(dofn)
-    assert asked == ["_Plain", "_Stateful"]
-    cached(_Stateful())[0].clear()  # each caller gets its own sets
-    assert cached(_Stateful()) == real(_Stateful()) and userstate.is_stateful_dofn(_Stateful())
-    bound = beam.FlatMap(_Holder().twice).fn  # a DoFn holding a bound method of its own: asked every time
-    before = len(asked)
-    cached(bound), cached(bound)
-    assert asked[before:] == ["CallableWrapperDoFn", "CallableWrapperDoFn"]
-    with beam.Pipeline(runner="FnApiRunner") as p:  # Beam still sees the state of a stateful DoFn
-        out = p | beam.Create([("a", 1), ("a", 2), ("b", 3)]) | beam.ParDo(_Stateful())
-        assert_that(out, equal_to([("a", 1), ("a", 2), ("b", 1)]))
 
 
 @pytest.mark.parametrize("callers", [None, "3"])

@@ -11,9 +11,6 @@ process (``img2tfrecord.convert``, the PTransforms) runs plain Beam and is left 
   (a run with the analysis leaves out the connectors only).
 * S3's and Azure's filesystems (boto3, the Azure SDK) load with the first path of theirs, not with
   Beam (``beam_filesystem_fixes.defer_object_stores``, from ``cli.main``).
-* Beam's answer to "which state and timer specs does this DoFn use" is kept per DoFn class
-  (:func:`cache_dofn_specs`): Beam asks it several times per transform as it builds, translates and
-  runs the graph, each time taking the signature of every method of the DoFn.
 * numpy's OpenBLAS starts no threads of its own (:func:`one_blas_thread`): at numpy's import it
   starts one per core, which spin for a while; nothing the command does is linear algebra.
 * The cyclic garbage collector is paused for the start-up (:func:`pause_collection`): the imports,
@@ -25,13 +22,11 @@ performance.md has the figures.
 
 from __future__ import annotations
 
-import functools
 import gc
 import logging
 import os
 import sys
-import types
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 from img2tfrecord.pipeline.config import LOCAL_RUNNER, LOCAL_RUNNING_MODE
 from img2tfrecord.pipeline.launch import Launch, place
@@ -68,7 +63,6 @@ def start(
             prefetch_first_shards(launched, placement, pool)
         if own_process and converts_in_this_process(pipeline_args):
             import_beam_lean(OPTIONAL_WITH_ANALYSIS if launched.analysed else OPTIONAL_MODULES)
-            cache_dofn_specs()
         from img2tfrecord.pipeline.run import run
 
         before_job = resume_collection if own_process else None
@@ -168,39 +162,6 @@ def import_beam_lean(optional: Sequence[str] = OPTIONAL_MODULES) -> bool:
         for name in blocked:
             if name in sys.modules and sys.modules[name] is None:
                 del sys.modules[name]
-    return True
-
-
-Specs = Tuple[Set[Any], Set[Any]]
-
-
-def cache_dofn_specs() -> bool:
-    """Make Beam's ``userstate.get_dofn_specs`` answer once per DoFn class; True if this call did (False
-    when done already, or when this Beam has no such function).
-
-    The specs come from the defaults of the DoFn's bound methods, which belong to its class, so the
-    answer is the class's unless an instance holds bound methods of its own (``beam.FlatMap`` over a bound
-    method does): those are asked every time. Each caller gets its own copy of the sets.
-    """
-    from apache_beam.transforms import userstate  # pylint: disable=import-outside-toplevel
-
-    ask: Optional[Callable[[Any], Specs]] = getattr(userstate, "get_dofn_specs", None)
-    if ask is None or getattr(ask, "_per_class", False):
-        return False
-    answers: Dict[type, Specs] = {}
-
-    @functools.wraps(ask)
-    def per_class(dofn: Any) -> Specs:
-        if any(isinstance(value, types.MethodType) for value in getattr(dofn, "__dict__", {}).values()):
-            return ask(dofn)
-        key = type(dofn)
-        if key not in answers:
-            answers[key] = ask(dofn)
-        states, timers = answers[key]
-        return set(states), set(timers)
-
-    per_class._per_class = True  # type: ignore[attr-defined]
-    userstate.get_dofn_specs = per_class
     return True
 
 
