@@ -291,9 +291,15 @@ class _Holder:
         return [x, x]
 
 
-def test_dofn_specs_are_asked_once_per_class_or_wrapped_function_with_beams_answers(monkeypatch):
-    """A run's options make Beam's ``get_dofn_specs`` answer once per DoFn class, and once per wrapped function
-    for ``beam.Map``, with Beam's own answers."""
+def _shadowed_stateful() -> _Stateful:
+    dofn = _Stateful()
+    dofn.process = _plain_pair  # a plain function: Beam no longer inspects process
+    return dofn
+
+
+def test_dofn_specs_are_asked_once_per_class_and_shape_with_beams_answers(monkeypatch):
+    """A run's options make Beam's ``get_dofn_specs`` answer once per DoFn class and set of methods its
+    instances shadow (``beam.Map`` shadows ``process``), with Beam's own answers."""
     from img2tfrecord.pipeline.runner import ask_dofn_specs_once, pipeline_options
 
     real = userstate.get_dofn_specs
@@ -302,13 +308,14 @@ def test_dofn_specs_are_asked_once_per_class_or_wrapped_function_with_beams_answ
     pipeline_options([])
     assert ask_dofn_specs_once() is False  # made so once per process
     kept = userstate.get_dofn_specs
-    plain, stateful = beam.Map(_plain_pair).fn, beam.Map(_counted_pair).fn
+    maps = [beam.Map(_plain_pair).fn, beam.Map(_counted_pair).fn, beam.FlatMap(lambda x: [x]).fn]
     for _ in range(3):
-        for dofn in (_Plain(), _Stateful(), plain, stateful, beam.Map(_counted_pair).fn):
+        for dofn in (_Plain(), _Stateful(), _shadowed_stateful(), *maps):
             assert kept(dofn) == real(dofn)
-    assert sorted(type(d).__name__ for d in asked) == ["CallableWrapperDoFn"] * 2 + ["_Plain", "_Stateful"]
+    assert sorted(type(d).__name__ for d in asked) == ["CallableWrapperDoFn", "_Plain", "_Stateful", "_Stateful"]
+    assert userstate.is_stateful_dofn(_Stateful()) and not userstate.is_stateful_dofn(_shadowed_stateful())
     kept(_Stateful())[0].clear()  # each caller gets its own sets
-    assert kept(_Stateful()) == real(_Stateful()) and userstate.is_stateful_dofn(_Stateful())
+    assert kept(_Stateful()) == real(_Stateful())
     bound = beam.FlatMap(_Holder().twice).fn  # a DoFn holding a bound method of its own: asked every time
     before = len(asked)
     kept(bound), kept(bound)

@@ -4,11 +4,12 @@ where a running job's progress counts come from."""
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import types
 import urllib.parse
 import weakref
-from typing import Any, Callable, Dict, MutableMapping, Optional, Sequence, Set, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, MutableMapping, Optional, Sequence, Set, Tuple, Type, TypeVar
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (
@@ -85,64 +86,46 @@ Specs = Tuple[Set[Any], Set[Any]]
 
 
 def ask_dofn_specs_once() -> bool:
-    """In this process, Beam's ``userstate.get_dofn_specs`` answers once per DoFn class (once per wrapped
-    function for ``beam.Map``, ``FlatMap`` and ``Filter``); True if this call made it so (False when done
-    already, or when this Beam has no such function).
+    """In this process, Beam's ``userstate.get_dofn_specs`` answers once per DoFn class and shape; True if
+    this call made it so (False when done already, or when this Beam has no such function).
 
     Beam asks it about eight times per DoFn as it builds, translates and runs a graph, each time taking the
-    signature of every method: a fifth of a small local run's CPU. The specs come from the defaults of the
-    DoFn's methods, which belong to its class, or from those of the function a ``Map`` wraps; a DoFn that
-    holds bound methods of its own, or inspects itself otherwise (``_inspect_*``), is asked every time.
-    Each caller gets its own copy of the sets.
+    signature of every bound method of the DoFn: a fifth of a small local run's CPU. Those methods are the
+    class's, less the ones an instance shadows with a plain function (``beam.Map`` sets ``process`` so; Beam
+    skips those), so the answer is kept per class and set of shadowed names. A DoFn that holds bound methods
+    of its own, or whose class has Beam inspect a method through the instance (``_inspect_<name>``), is
+    asked every time. Each caller gets its own copy of the sets.
     """
     from apache_beam.transforms import userstate
 
     ask: Optional[Callable[[Any], Specs]] = getattr(userstate, "get_dofn_specs", None)
     if ask is None or getattr(ask, "asked_once", False):
         return False
-    per_class: MutableMapping[type, Specs] = weakref.WeakKeyDictionary()
-    per_function: MutableMapping[type, MutableMapping[Any, Specs]] = weakref.WeakKeyDictionary()
-    ways: MutableMapping[type, str] = weakref.WeakKeyDictionary()  # a class's way: "class", "function" or "ask"
+    # Per class: (its methods' names, the names it inspects through _inspect_<name>, answers per shadowed set).
+    kept: MutableMapping[type, Tuple[FrozenSet[str], FrozenSet[str], Dict[FrozenSet[str], Specs]]]
+    kept = weakref.WeakKeyDictionary()
 
-    def way_of(cls: type) -> str:
-        way = ways.get(cls)
-        if way is None:
-            inspected = {name for name in dir(cls) if name.startswith("_inspect_")}
-            if not inspected:
-                way = "class"
-            elif inspected == {"_inspect_process"} and hasattr(cls, "_process_argspec_fn"):
-                way = "function"  # Beam's CallableWrapperDoFn: the specs of the function it wraps
-            else:
-                way = "ask"
-            ways[cls] = way
-        return way
-
-    def answers_of(dofn: Any) -> Optional[Tuple[MutableMapping[Any, Specs], Any]]:
-        """Where ``dofn``'s answer is kept and under which key, or None to ask Beam."""
-        if any(isinstance(value, types.MethodType) for value in getattr(dofn, "__dict__", {}).values()):
-            return None
-        cls = type(dofn)
-        way = way_of(cls)
-        if way == "class":
-            return per_class, cls
-        if way == "ask" or getattr(dofn, "_fullargspec", None) is not None:
-            return None
-        function = dofn._process_argspec_fn()
-        try:
-            weakref.ref(function)
-        except TypeError:  # a callable without weak references
-            return None
-        return per_function.setdefault(cls, weakref.WeakKeyDictionary()), function
+    def answers_of(cls: type) -> Tuple[FrozenSet[str], FrozenSet[str], Dict[FrozenSet[str], Specs]]:
+        found = kept.get(cls)
+        if found is None:
+            names = dir(cls)
+            methods = frozenset(name for name in names if inspect.isfunction(getattr(cls, name, None)))
+            inspected = frozenset(name[len("_inspect_") :] for name in names if name.startswith("_inspect_"))
+            found = kept[cls] = (methods, inspected, {})
+        return found
 
     @functools.wraps(ask)
     def once(dofn: Any) -> Specs:
-        kept = answers_of(dofn)
-        if kept is None:
+        own = getattr(dofn, "__dict__", {})
+        if any(isinstance(value, types.MethodType) for value in own.values()):
             return ask(dofn)
-        answers, key = kept
-        found = answers.get(key)
+        methods, inspected, answers = answers_of(type(dofn))
+        shadowed = frozenset(name for name in own if name in methods or name in inspected)
+        if not inspected <= shadowed:
+            return ask(dofn)
+        found = answers.get(shadowed)
         if found is None:
-            found = answers[key] = ask(dofn)
+            found = answers[shadowed] = ask(dofn)
         states, timers = found
         return set(states), set(timers)
 
