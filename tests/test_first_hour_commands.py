@@ -141,3 +141,27 @@ def test_report_output_folder_gets_report_html_and_json(converted_sample, tmp_pa
         ]
         assert json.loads((folder / "report.json").read_text())["dataset"]["complete"] is True
     assert not (tmp_path / "reports.json").exists()
+
+
+# An object whose finalizer, run while the interpreter tears its modules down (after its exit handlers, once
+# Python's signal handlers are gone), sends this process SIGTERM: a stop signal at the last moment of a command.
+_SIGNAL_IN_TEARDOWN = """
+import os, signal, sys
+class Late:
+    def __del__(self, kill=os.kill, pid=os.getpid(), signum=signal.SIGTERM):
+        kill(pid, signum)
+late = Late()
+sys.argv = ["img2tfrecord", *sys.argv[1:]]
+from img2tfrecord.cli import run
+run()
+"""
+
+
+def test_a_stop_signal_while_the_interpreter_tears_down_leaves_the_commands_code():
+    args = ("--version",)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_IN_TEARDOWN, *args], capture_output=True, text=True, env=cli_env(), cwd=ROOT
+    )
+    expected = subprocess.run(cli_command(*args), capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == expected.returncode >= 0, proc.stderr
+    assert proc.stderr == expected.stderr

@@ -8,6 +8,7 @@ budget exceeded, 141 stdout closed by its reader (``commands/errors.py``).
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import os
 import select
@@ -211,6 +212,16 @@ def _stop_from_the_start() -> None:
     for signum in STOP_SIGNALS:
         if signum != signal.SIGINT:  # Python's own: KeyboardInterrupt
             signal.signal(signum, stop)
+    atexit.register(_ignore_stop_signals)  # registered first: it runs after the other exit handlers
+
+
+def _ignore_stop_signals() -> None:
+    """The program's last exit handler: stop signals are ignored from here on. The interpreter next gives
+    every signal with a Python handler back to its default, death by the signal, then tears its modules down
+    (a tenth of a second or more with TensorFlow loaded): a signal then would turn the command's code into
+    -15 and no line."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def exit_on_stop_signals(code: int) -> None:
