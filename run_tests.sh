@@ -57,6 +57,7 @@ if [ ! -x .test-tools/node_modules/.bin/azurite-blob ] && command -v npm >/dev/n
     echo "could not install azurite (see /tmp/img2tfrecord-azurite-install.log): the Azure tests will be skipped" >&2
   fi
 fi
-# Two pytest workers (pytest-xdist) on two cores: a third one costs more CPU (its own collection, contention)
-# than it fills (docs/development.md). IMG2TFRECORD_TEST_WORKERS=0 runs in one process.
-run_pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-2}" tests "$@"
+# Three pytest workers (pytest-xdist) on two cores: the third fills the time the others wait on the processes
+# and servers their tests start (docs/development.md, "The suite's time"). IMG2TFRECORD_TEST_WORKERS=0 runs in
+# one process.
+run_pytest -q -n "${IMG2TFRECORD_TEST_WORKERS:-3}" tests "$@"
