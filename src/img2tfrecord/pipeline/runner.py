@@ -90,7 +90,7 @@ def ask_dofn_specs_once() -> bool:
     this call made it so (False when done already, or when this Beam has no such function).
 
     Beam asks it about eight times per DoFn as it builds, translates and runs a graph, each time taking the
-    signature of every bound method of the DoFn: a fifth of a small local run's CPU. Those methods are the
+    signature of every bound method of the DoFn: a third of a small library run's CPU. Those methods are the
     class's, less the ones an instance shadows with a plain function (``beam.Map`` sets ``process`` so; Beam
     skips those), so the answer is kept per class and set of shadowed names. A DoFn that holds bound methods
     of its own, or whose class has Beam inspect a method through the instance (``_inspect_<name>``), is
