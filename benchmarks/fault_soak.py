@@ -255,6 +255,7 @@ class Setup:
     wall: Dict[str, float]  # run kind -> seconds of an undisturbed run
     can_mount: bool
     bound: float
+    startup: float = 0.0  # seconds until a command has its stop handlers (a whole ``--version``: an upper bound)
 
 
 def convert_args(input_dir: str, out: str, kind: str) -> List[str]:
@@ -309,7 +310,9 @@ def prepare(
     wall["verify"] = _timed(cli("verify", base_out))
     if report:
         wall["report"] = _timed(cli("report", base_out, "--output", os.path.join(work, "refs", "report") + "/"))
-    return Setup(work, states, input_dir, refs, ref_dirs, wall, _try_mount(os.path.join(work, "mount-test")), bound)
+    startup = sorted(_timed(cli("--version")) for _ in range(3))[1]
+    can_mount = _try_mount(os.path.join(work, "mount-test"))
+    return Setup(work, states, input_dir, refs, ref_dirs, wall, can_mount, bound, startup)
 
 
 STATE_OF = {"append_new": "new", "append_changed": "changed", "append_removed": "removed", "append_overlap": "new"}
@@ -412,22 +415,27 @@ def _advised(stderr: str) -> Optional[List[str]]:
     return None
 
 
-def _allowed_codes(r: Round, proc: Proc) -> set:
+def _allowed_codes(r: Round, proc: Proc, startup: float) -> set:
+    """The exit codes ``proc`` may end with. A stop signal sent to the launcher gives 128 + its number; sent
+    within the interpreter's own start-up (before ``startup`` s, and the process printed nothing), the
+    signal's default action, as for any program that has not run its first line yet."""
     codes = {0, 1, 2, 3}
     if proc.name == "main" and ":" in r.fault and r.fault.endswith("launcher"):
         sig = getattr(signal, r.fault.split(":")[0])
         if sig != signal.SIGSTOP:
             codes |= {128 + sig} if sig != signal.SIGKILL else {-signal.SIGKILL}
+        if sig not in (signal.SIGSTOP, signal.SIGKILL) and r.moment <= startup and not proc.stderr.strip():
+            codes.add(-sig)
     return codes
 
 
 DOCUMENTED_WARNINGS = ("a conversion worker process died",)
 
 
-def _check_process(r: Round, proc: Proc) -> None:
+def _check_process(r: Round, proc: Proc, startup: float) -> None:
     if proc.hung:
         r.violate("exits within the bound", f"{proc.name} still running after {proc.seconds:.0f} s (killed)")
-    if proc.code not in _allowed_codes(r, proc):
+    if proc.code not in _allowed_codes(r, proc, startup):
         r.violate("documented exit code", f"{proc.name} exited {proc.code}: {proc.stderr.strip()[-300:]!r}")
     lines = [
         line for line in proc.stderr.splitlines() if line.strip() and not any(w in line for w in DOCUMENTED_WARNINGS)
@@ -576,7 +584,7 @@ def play(s: Setup, seed: int, logs_root: str, kind: Optional[str] = None, fault:
             finish(proc, s.bound)
         _leftovers(r)
         for proc in r.procs:
-            _check_process(r, proc)
+            _check_process(r, proc, s.startup)
         _check_lock(r, out, r.procs + r.prep)
         if main.code == 0 and r.kind not in ("report", "verify") and not os.path.exists(os.path.join(out, SUCCESS)):
             r.violate("exit 0 publishes _SUCCESS", "main exited 0 and the output has no _SUCCESS")

@@ -165,3 +165,30 @@ def test_a_stop_signal_while_the_interpreter_tears_down_leaves_the_commands_code
     expected = subprocess.run(cli_command(*args), capture_output=True, text=True, env=cli_env(), cwd=ROOT)
     assert proc.returncode == expected.returncode >= 0, proc.stderr
     assert proc.stderr == expected.stderr
+
+
+# A command whose process also holds a thread that never ends (as a library's thread stuck at exit would be):
+# Python joins such a thread at exit, for ever, unless the finished command ends its process itself.
+_STUCK_THREAD_AT_EXIT = """
+import sys, threading
+from img2tfrecord import cli
+cli.EXIT_GRACE_S = 0.5
+threading.Thread(target=threading.Event().wait, name="stuck").start()  # not a daemon: joined at exit
+sys.argv = ["img2tfrecord", *sys.argv[1:]]
+cli.run()
+"""
+
+
+def test_a_finished_command_exits_with_its_code_while_a_thread_it_would_join_never_ends(converted_sample):
+    args = ("inspect", converted_sample)
+    proc = subprocess.run(
+        [sys.executable, "-c", _STUCK_THREAD_AT_EXIT, *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert converted_sample in proc.stdout or "train" in proc.stdout, proc.stdout[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr

@@ -16,6 +16,8 @@ import shlex
 import shutil
 import signal
 import sys
+import threading
+import time
 from typing import List, Optional, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_FAILURE, EXIT_USAGE, UsageError
@@ -198,6 +200,7 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
         if not _flushed_stdout():
             code = _leave_closed_stdout()
     exit_on_stop_signals(code)
+    exit_within(code)
     gc.freeze()
     sys.exit(code)
 
@@ -222,6 +225,29 @@ def _ignore_stop_signals() -> None:
     -15 and no line."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+
+
+# How long the interpreter may take to end a finished command (its exit handlers, joining library threads).
+EXIT_GRACE_S = 10.0
+
+
+def exit_within(code: int) -> None:
+    """Once the command is over, its process ends with ``code`` within ``EXIT_GRACE_S`` s, whatever a library's
+    thread or exit handler still waits on: Python joins every non-daemon thread and child process at exit, and
+    CPython 3.11's process pools can deadlock there when their workers were killed mid-run. Its workers
+    then exit with it (``worker_exit.py``)."""
+    grace_s = EXIT_GRACE_S
+
+    def leave() -> None:
+        time.sleep(grace_s)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+    threading.Thread(target=leave, name="img2tfrecord-exit", daemon=True).start()
 
 
 def exit_on_stop_signals(code: int) -> None:
