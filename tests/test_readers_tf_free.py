@@ -77,28 +77,28 @@ def _shard(out: str, split: str = "train", n: int = 0) -> str:
     return os.path.join(out, records.read_manifest(out).splits[split].shards[n].file)
 
 
-def _write_indexes(out: str) -> None:
-    """``index/<shard>.idx`` for every shard, written by the tfrecord package's tfrecord2idx (DALI's format).
+def _tfrecord2idx():
+    """The tfrecord package's ``tools/tfrecord2idx.py`` (DALI's index format), loaded from its file alone: the
+    package's ``__init__`` imports torch and registers its own ``tensorflow.Example`` in protobuf's default
+    pool, which then breaks importing TensorFlow; the tool itself needs neither."""
+    import importlib.util
 
-    In a subprocess: the tfrecord package registers its own ``tensorflow.Example``
-    in protobuf's default pool, which then breaks importing TensorFlow.
-    """
+    spec = importlib.util.find_spec("tfrecord")
+    assert spec is not None and spec.submodule_search_locations, "the tfrecord package is not installed"
+    path = os.path.join(list(spec.submodule_search_locations)[0], "tools", "tfrecord2idx.py")
+    module_spec = importlib.util.spec_from_file_location("_tfrecord2idx", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def _write_indexes(out: str) -> None:
+    """``index/<shard>.idx`` for every shard, written by the tfrecord package's tfrecord2idx (DALI's format)."""
     os.makedirs(os.path.join(out, output_files.INDEX_DIR), exist_ok=True)
-    pairs = [
-        (os.path.join(out, shard.file), os.path.join(out, output_files.index_file(shard.file)))
-        for info in records.read_manifest(out).splits.values()
-        for shard in info.shards
-    ]
-    script = (
-        "import json, sys\n"
-        "from tfrecord.tools.tfrecord2idx import create_index\n"
-        "for shard, index in json.loads(sys.argv[1]):\n"
-        "    create_index(shard, index)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(pairs)], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    create_index = _tfrecord2idx().create_index
+    for info in records.read_manifest(out).splits.values():
+        for shard in info.shards:
+            create_index(os.path.join(out, shard.file), os.path.join(out, output_files.index_file(shard.file)))
 
 
 def _sequential(out: str, split: str):
