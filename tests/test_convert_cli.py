@@ -348,12 +348,14 @@ def test_the_program_exits_with_mains_code_after_freezing_the_heap(monkeypatch):
     # frozen so that interpreter shutdown does not collect them.
     from img2tfrecord import cli
 
-    seen = []
+    seen, guarded = [], []
     monkeypatch.setattr(cli, "main", lambda argv=None: seen.append(argv) or 2)
+    monkeypatch.setattr(cli, "exit_within", guarded.append)  # its thread would end this test process
     try:
         with pytest.raises(SystemExit) as exit_info:
             cli.run(["inspect", "somewhere"])
         assert exit_info.value.code == 2 and seen == [["inspect", "somewhere"]]
+        assert guarded == [2]  # the process ends with main's code even if something would hold its exit
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
