@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import threading
 
 import pytest
 from conftest import built_once, convert, run_cli, shard_digests
@@ -420,3 +421,14 @@ def test_python_dash_m_and_console_script_agree(tmp_path):
     import subprocess
 
     assert subprocess.run([exe, "--version"], capture_output=True, text=True).stdout == proc.stdout
+
+
+def test_the_exit_guard_ends_the_process_with_the_commands_code_after_its_grace(monkeypatch):
+    from img2tfrecord import cli
+
+    ended = threading.Event()
+    codes = []
+    monkeypatch.setattr(cli, "EXIT_GRACE_S", 0.05)
+    cli.exit_within(3, end=lambda code: (codes.append(code), ended.set()))
+    assert not codes  # not before its grace
+    assert ended.wait(10) and codes == [3]

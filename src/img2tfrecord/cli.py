@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_FAILURE, EXIT_USAGE, UsageError
 from img2tfrecord.errors import STOP_SIGNALS, ConversionFailed, Interrupted
@@ -231,21 +231,16 @@ def _ignore_stop_signals() -> None:
 EXIT_GRACE_S = 10.0
 
 
-def exit_within(code: int) -> None:
+def exit_within(code: int, end: Optional[Callable[[int], None]] = None) -> None:
     """Once the command is over, its process ends with ``code`` within ``EXIT_GRACE_S`` s, whatever a library's
     thread or exit handler still waits on: Python joins every non-daemon thread and child process at exit, and
     CPython 3.11's process pools can deadlock there when their workers were killed mid-run. Its workers
-    then exit with it (``worker_exit.py``)."""
-    grace_s = EXIT_GRACE_S
+    then exit with it (``worker_exit.py``). ``end``: what ends it (:func:`end_process`)."""
+    grace_s, end_with = EXIT_GRACE_S, end or end_process
 
     def leave() -> None:
         time.sleep(grace_s)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        end_with(code)
 
     threading.Thread(target=leave, name="img2tfrecord-exit", daemon=True).start()
 
@@ -256,15 +251,20 @@ def exit_on_stop_signals(code: int) -> None:
     finished run must not read as killed (exit -15 and no line)."""
 
     def leave(unused_signum, unused_frame):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        end_process(code)
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, leave)
+
+
+def end_process(code: int) -> None:
+    """Flush stdout and stderr, then end this process with ``code`` at once (no more exit handlers)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":
