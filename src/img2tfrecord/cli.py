@@ -17,7 +17,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from img2tfrecord.commands.errors import EXIT_CLOSED_PIPE, EXIT_FAILURE, EXIT_USAGE, UsageError
@@ -236,13 +235,9 @@ def exit_within(code: int, end: Optional[Callable[[int], None]] = None) -> None:
     thread or exit handler still waits on: Python joins every non-daemon thread and child process at exit, and
     CPython 3.11's process pools can deadlock there when their workers were killed mid-run. Its workers
     then exit with it (``worker_exit.py``). ``end``: what ends it (:func:`end_process`)."""
-    grace_s, end_with = EXIT_GRACE_S, end or end_process
-
-    def leave() -> None:
-        time.sleep(grace_s)
-        end_with(code)
-
-    threading.Thread(target=leave, name="img2tfrecord-exit", daemon=True).start()
+    timer = threading.Timer(EXIT_GRACE_S, end or end_process, args=(code,))
+    timer.daemon = True
+    timer.start()
 
 
 def exit_on_stop_signals(code: int) -> None:
