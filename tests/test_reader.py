@@ -15,6 +15,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from conftest import ROOT, SRC, manifest_to_edit, write_manifest_doc  # noqa: E402
+from helpers.processes import BLOCK_TENSORFLOW  # noqa: E402
 
 import img2tfrecord  # noqa: E402
 from img2tfrecord.schemas import features as keys  # noqa: E402
@@ -53,22 +54,14 @@ def _load_all(path, split, **kwargs):
 def test_import_is_light_and_load_is_exported():
     # A fresh process where TensorFlow cannot be imported (its import would cost seconds): ``import img2tfrecord``
     # does not ask for it; ``img2tfrecord.load`` does.
-    code = (
-        "import importlib.abc, sys\n"
-        "asked = []\n"
-        "class NoTensorFlow(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'tensorflow':\n"
-        "            asked.append(name)\n"
-        "            raise ImportError('no TensorFlow here')\n"
-        "sys.meta_path.insert(0, NoTensorFlow())\n"
+    code = BLOCK_TENSORFLOW + (
         "import img2tfrecord\n"
-        "assert not asked, f'import img2tfrecord imported {asked}'\n"
+        "assert not asked_for_tensorflow, f'import img2tfrecord imported {asked_for_tensorflow}'\n"
         "try:\n"
         "    img2tfrecord.load\n"
         "except ImportError:\n"
         "    pass\n"
-        "assert asked, 'img2tfrecord.load did not import TensorFlow'\n"
+        "assert asked_for_tensorflow, 'img2tfrecord.load did not import TensorFlow'\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],

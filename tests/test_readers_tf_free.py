@@ -21,6 +21,7 @@ import textwrap
 import numpy as np
 import pytest
 from conftest import ROOT, SRC, convert, manifest_to_edit, write_manifest_doc
+from helpers.processes import BLOCK_TENSORFLOW
 
 from img2tfrecord import tfrecord_codec
 from img2tfrecord.readers import datasource, records
@@ -270,17 +271,9 @@ def test_grain_reads_a_split_with_a_global_shuffle(output):
 
 
 def test_source_works_where_tensorflow_cannot_be_imported(output, gzip_output):
-    script = textwrap.dedent(
+    script = BLOCK_TENSORFLOW + textwrap.dedent(
         """
-        import importlib.abc, json, sys
-
-        class BlockTensorFlow(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name == "tensorflow" or name.startswith("tensorflow."):
-                    raise ImportError("tensorflow is blocked in this test")
-                return None
-
-        sys.meta_path.insert(0, BlockTensorFlow())
+        import json
         try:
             import tensorflow  # noqa: F401
         except ImportError:

@@ -55,3 +55,20 @@ def paused_run(args, marker: str, phase: str) -> Iterator[subprocess.Popen]:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+# The first lines of a ``python -c`` script in which TensorFlow cannot be imported: every attempt is refused with
+# ImportError and its module name kept in ``asked_for_tensorflow``.
+BLOCK_TENSORFLOW = """
+import importlib.abc, sys
+asked_for_tensorflow = []
+
+class BlockTensorFlow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "tensorflow":
+            asked_for_tensorflow.append(name)
+            raise ImportError("tensorflow is blocked in this test")
+        return None
+
+sys.meta_path.insert(0, BlockTensorFlow())
+"""
