@@ -80,23 +80,31 @@ class _Opens:
         os.close(self._fd)
 
 
-def _pool_processes(pid: int) -> List[int]:
-    """The conversion processes of ``pid``: its children started by multiprocessing's spawn."""
-    children = []
+def _children(pid: int) -> List[int]:
+    children: List[int] = []
     for path in glob.glob(f"/proc/{pid}/task/*/children"):
         try:
             with open(path) as f:
                 children.extend(int(child) for child in f.read().split())
         except OSError:
             pass
-    found = []
-    for child in children:
+    return children
+
+
+def _pool_processes(pid: int) -> List[int]:
+    """The conversion processes of ``pid``: the processes below it that multiprocessing started (spawned
+    ones, or a fork server and the workers it forked, whose start-up cost the server's CPU holds)."""
+    found, todo = [], _children(pid)
+    while todo:
+        child = todo.pop()
         try:
             with open(f"/proc/{child}/cmdline", "rb") as f:
-                if b"spawn_main" in f.read():
-                    found.append(child)
+                cmdline = f.read()
         except OSError:
-            pass
+            continue
+        if b"spawn_main" in cmdline or b"multiprocessing.forkserver" in cmdline:
+            found.append(child)
+            todo.extend(_children(child))
     return found
 
 

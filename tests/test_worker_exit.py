@@ -36,6 +36,16 @@ def _children(pid: int) -> Set[int]:
     return found
 
 
+def _descendants(pid: int) -> Set[int]:
+    """Every process below ``pid``: its children (a pool's fork server among them), theirs, and so on."""
+    found, todo = set(), [pid]
+    while todo:
+        children = _children(todo.pop()) - found
+        found |= children
+        todo.extend(children)
+    return found
+
+
 def _running(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie (a container's init may never reap what it inherits)."""
     try:
@@ -47,7 +57,7 @@ def _running(pid: int) -> bool:
 
 def _kill_and_watch(args: List[str], marker: str, phase: str) -> Tuple[Set[int], str]:
     """Start ``img2tfrecord ARGS`` paused at ``phase``, SIGKILL it there; -> its children still running
-    ``_GONE_WITHIN_S`` later (every child it had then), and what reached stderr once they all closed it."""
+    ``_GONE_WITHIN_S`` later (every descendant it had then), and what reached stderr once they all closed it."""
     env = cli_env({faults.ENV: f"pause:{phase}", faults.MARKER_ENV: marker})
     proc = subprocess.Popen(cli_command(*args), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err: List[bytes] = []
@@ -58,8 +68,8 @@ def _kill_and_watch(args: List[str], marker: str, phase: str) -> Tuple[Set[int],
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, f"never paused at {phase}"
             time.sleep(0.02)
-        workers = _children(proc.pid)
-        assert workers, "the run has no worker process to watch"
+        workers = _descendants(proc.pid)
+        assert len(workers) >= 2, f"the run has no worker processes to watch: {sorted(workers)}"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         deadline = time.monotonic() + _GONE_WITHIN_S
@@ -131,3 +141,24 @@ def test_a_worker_outlives_the_thread_that_started_it_while_its_process_lives(tm
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=cli_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "0", "the worker was killed when the thread that started it ended"
+
+
+def test_pool_workers_are_forked_by_a_fork_server_with_the_environment_of_their_pools_start(monkeypatch):
+    """Workers come from a fork server, not from this process (which holds Beam's and TensorFlow's threads),
+    and each pool's workers see this process's environment as it was when that pool started, not as it was
+    when the fork server started."""
+    from img2tfrecord.report.workers import start_pool
+
+    seen = []
+    for value in ("first", "second"):
+        monkeypatch.setenv("IMG2TFRECORD_TEST_WORKER_VALUE", value)
+        pool = start_pool(2)
+        try:
+            seen.append(pool.submit(os.getenv, "IMG2TFRECORD_TEST_WORKER_VALUE").result(timeout=60))
+            parent = pool.submit(os.getppid).result(timeout=60)
+        finally:
+            pool.shutdown()
+        if sys.platform.startswith("linux"):
+            assert parent != os.getpid(), "a worker was started by this process itself"
+            assert _running(parent), "the fork server ended with its pool"
+    assert seen == ["first", "second"]

@@ -9,8 +9,9 @@ shard are submitted while the last batches of the previous one finish, so
 the cores stay busy across shard boundaries. Memory is bounded by the
 batches in flight, not by the shard or the dataset.
 
-The workers are spawned, clean interpreters that import only
-``converter.py`` with Pillow and protobuf (no Beam, no TensorFlow).
+The workers are clean processes forked by a fork server that imported only
+``converter.py`` with Pillow and protobuf (no Beam, no TensorFlow), once
+(``worker_exit.pool_start``).
 Threads are not used: Pillow releases the GIL only inside its C calls, so
 the Python work around them (reading, checks, protobuf) would serialise.
 
@@ -41,7 +42,6 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
-import multiprocessing
 import os
 import pickle
 import signal
@@ -53,7 +53,7 @@ from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Seque
 
 from img2tfrecord.conversion.converter import Converter, Output, convert_batch, install_converter
 from img2tfrecord.errors import STOP_SIGNALS
-from img2tfrecord.worker_exit import Parent, exit_with_parent
+from img2tfrecord.worker_exit import WorkerStart, begin_worker, pool_start
 
 CRASH_MESSAGE = (
     "the conversion worker process died while converting this item, twice "
@@ -150,10 +150,10 @@ def _one_blas_thread() -> Iterator[None]:
         os.environ.pop(BLAS_THREADS_ENV, None)
 
 
-def _start_worker(converter: Converter[Any], parent: Parent) -> None:
+def _start_worker(converter: Converter[Any], start: WorkerStart) -> None:
     """The initializer of a worker process: bound to its parent's life, the run's signals ignored, then the
     converter installed."""
-    exit_with_parent(parent)
+    begin_worker(start)
     for signum in _RUN_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _RUN_SIGNALS)  # blocked by the parent while it started this
@@ -239,20 +239,21 @@ class ConversionPool:
         self.close()
 
     def _start_pool(self) -> None:
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            self._processes,
-            mp_context=multiprocessing.get_context("spawn"),  # never fork the runner's threads
-            initializer=_start_worker,
-            initargs=(self._converter, Parent.this_process()),  # workers exit if this process dies
-        )
-        self._generation += 1
-        # Start every process now (an empty batch each): their start-up overlaps the
-        # caller's own until the first items come, instead of delaying those items.
-        # The run's signals stay blocked in them until their initializer ignores them
+        # The run's signals stay blocked in the workers until their initializer ignores them
         # (a blocked signal mask is inherited; a Ctrl-C meanwhile would break their start-up).
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _RUN_SIGNALS)
         try:
             with _main_module_hidden(), _one_blas_thread():
+                context, start = pool_start()  # never forked from this process: it holds the runner's threads
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    self._processes,
+                    mp_context=context,
+                    initializer=_start_worker,
+                    initargs=(self._converter, start),  # workers exit if this process dies
+                )
+                self._generation += 1
+                # Start every process now (an empty batch each): their start-up overlaps the
+                # caller's own until the first items come, instead of delaying those items.
                 for _ in range(self._processes):
                     self._pool.submit(convert_batch, [], [])
         finally:

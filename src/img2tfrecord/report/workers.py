@@ -1,4 +1,4 @@
-"""The report's worker processes: one pool of spawned processes, started in one place (:func:`start_pool`)."""
+"""The report's worker processes: one pool of clean processes, started in one place (:func:`start_pool`)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,15 @@ if TYPE_CHECKING:
 
 
 def start_pool(processes: int) -> concurrent.futures.ProcessPoolExecutor:
-    """A pool of ``processes`` spawned processes (never forked: the caller may hold threads), each bound to
-    this process's life: a killed report leaves no worker behind."""
+    """A pool of ``processes`` clean processes (never forked from this one: the caller may hold threads), each
+    bound to this process's life: a killed report leaves no worker behind (``worker_exit.py``)."""
     import concurrent.futures
-    import multiprocessing
 
-    from img2tfrecord.worker_exit import Parent, exit_with_parent
+    from img2tfrecord.worker_exit import begin_worker, pool_start
 
+    context, start = pool_start()
     return concurrent.futures.ProcessPoolExecutor(
-        processes,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=exit_with_parent,
-        initargs=(Parent.this_process(),),
+        processes, mp_context=context, initializer=begin_worker, initargs=(start,)
     )
 
 
