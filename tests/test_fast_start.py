@@ -98,6 +98,7 @@ def test_a_users_own_setting_of_the_bucket_metadata_fetch_is_kept(monkeypatch):
 
 
 def test_a_cli_run_on_the_local_runner_writes_the_same_shards_without_beams_optional_modules(sample_dir, tmp_path):
+    """Also when Beam's own flags are given: checking them imports Beam, and lean too."""
     code = """
 import os, sys
 from img2tfrecord.cli import main
@@ -105,7 +106,7 @@ code = main(sys.argv[1:])
 print(code, "apache_beam" in sys.modules, "pandas" in sys.modules, os.environ.get("OPENBLAS_NUM_THREADS"))
 """
     lean, whole = str(tmp_path / "lean"), str(tmp_path / "whole")
-    args = ("--image-size", "32", "--num-shards", "2", "--seed", "5", "--no-analyze", "--quiet")
+    args = ("--image-size", "32", "--num-shards", "2", "--seed", "5", "--no-analyze", "--quiet", *IN_MEMORY)
     assert _python(code, "convert", "--input", sample_dir, "--output", lean, *args) == "0 True False 1"
     api.convert(sample_dir, whole, image_size=32, num_shards=2, seed=5, analyze=False)
     assert shard_digests(lean) == shard_digests(whole)

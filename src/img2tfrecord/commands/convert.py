@@ -135,6 +135,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     from img2tfrecord.errors import ErrorBudgetExceeded
     from img2tfrecord.option_keywords import option_arguments
     from img2tfrecord.pipeline.config import config_from_options
+    from img2tfrecord.pipeline.fast_start import import_beam_for_options
     from img2tfrecord.schemas import output_files
 
     # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.
@@ -144,6 +145,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         for handler in logging.getLogger().handlers:
             if handler not in configured:
                 handler.addFilter(OwnLinesOnly())
+    import_beam_for_options(pipeline_args, analyse=ns.analyze)  # checking Beam's flags imports Beam
     check_pipeline_args(pipeline_args, own_options, ns.input)
     if ns.json and not ns.plan:
         raise UsageError("--json prints the plan as JSON: give it with --plan")

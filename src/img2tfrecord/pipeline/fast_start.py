@@ -5,7 +5,8 @@ process (``img2tfrecord.convert``, the PTransforms) runs plain Beam and is left 
 * The conversion pool starts before Beam is imported, while the launch places the work items, and
   converts the first shards' items ahead: the shard writer takes the started pool
   (``conversion.pool.take_started``).
-* Beam is imported without the optional modules a local run never uses (:func:`import_beam_lean`).
+* Beam is imported without the optional modules a local run never uses (:func:`import_beam_lean`), also
+  when the command line first imports it to check Beam's own flags (:func:`import_beam_for_options`).
   Beam's package imports pandas, pyarrow and its BigQuery/Pub/Sub connectors at its own import,
   each inside ``try: ... except ImportError`` so that they stay optional: a third of its import
   (a run with the analysis leaves out the connectors only).
@@ -163,6 +164,14 @@ def import_beam_lean(optional: Sequence[str] = OPTIONAL_MODULES) -> bool:
             if name in sys.modules and sys.modules[name] is None:
                 del sys.modules[name]
     return True
+
+
+def import_beam_for_options(pipeline_args: Sequence[str], analyse: bool) -> None:
+    """Before the command line asks Beam about its pass-through ``pipeline_args`` (Beam itself parses them):
+    Beam imported lean, as the run would import it, when the run converts in this process; ``analyse``: the
+    run may be analysed (then pandas and pyarrow load with Beam). Nothing without arguments: nothing asks."""
+    if pipeline_args and converts_in_this_process(pipeline_args):
+        import_beam_lean(OPTIONAL_WITH_ANALYSIS if analyse else OPTIONAL_MODULES)
 
 
 def one_blas_thread() -> None:
