@@ -26,6 +26,8 @@ DATAFLOW_DRY_RUN = (
     "--temp_location=gs://test-bucket/tmp",
     "--dry_run=True",
     f"--setup_file={ROOT}/setup.py",
+    # Beam's record of the submitting environment (`pip freeze`, staged as a debugging aid): 2 s a job here.
+    "--experiments=disable_logging_submission_environment",
 )
 
 

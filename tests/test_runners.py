@@ -96,6 +96,7 @@ def test_portable_runner_with_external_worker_pool_writes_the_local_records(
             f"--job_endpoint=localhost:{job_port}",
             "--environment_type=EXTERNAL",
             f"--environment_config=localhost:{pool_port}",
+            "--experiments=disable_logging_submission_environment",  # as conftest.DATAFLOW_DRY_RUN
         ),
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -172,6 +173,7 @@ def test_dataflow_dry_run_through_the_cli(sample_dir, tmp_path):
             "--region=us-central1",
             "--temp_location=gs://test-bucket/tmp",
             "--dry_run=True",
+            "--experiments=disable_logging_submission_environment",  # as conftest.DATAFLOW_DRY_RUN
         ),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -215,6 +217,7 @@ def test_the_beam_transforms_on_the_portable_runner_give_the_local_output(sample
             f"--job_endpoint=localhost:{job_port}",
             "--environment_type=EXTERNAL",
             f"--environment_config=localhost:{pool_port}",
+            "--experiments=disable_logging_submission_environment",  # as conftest.DATAFLOW_DRY_RUN
         ),
     )
     from img2tfrecord.readers import records

@@ -64,6 +64,7 @@ def test_flex_template_entry_point_builds_the_dataflow_job(sample_dir, tmp_path)
             "--region=us-central1",
             "--temp_location=gs://test-bucket/tmp",
             "--dry_run=True",
+            "--experiments=disable_logging_submission_environment",  # as conftest.DATAFLOW_DRY_RUN
         ],
         capture_output=True,
         text=True,
