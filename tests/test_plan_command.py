@@ -346,20 +346,21 @@ def test_a_huge_image_size_is_sampled_at_a_bounded_size_and_its_bytes_scaled(tmp
 
 
 def test_a_plan_without_the_analysis_loads_no_tensorflow(class_folder, tmp_path):
-    """Nor does what its fresh interpreter imports to time a run's start-up without the analysis."""
+    """Nor does what its fresh interpreter imports to time a run's start-up without the analysis; and the plan
+    builds its graph with Beam imported lean, as the run would (no pandas)."""
     code = (
         "import sys\n"
         "from img2tfrecord import cli\n"
         "from img2tfrecord.pipeline.fast_start import OPTIONAL_MODULES, import_beam_lean\n"
         f"code = cli.main(['convert', '--input', {class_folder!r}, '--output', {str(tmp_path / 'out')!r}, "
         "'--plan', '--no-analyze', '--format', 'keep'])\n"
-        "planned = 'tensorflow' in sys.modules\n"
+        "planned = 'tensorflow' in sys.modules, 'pandas' in sys.modules\n"
         "import_beam_lean(OPTIONAL_MODULES)\n"
         "import img2tfrecord.pipeline.run\n"
-        "print(code, planned, 'tensorflow' in sys.modules)\n"
+        "print(code, *planned, 'tensorflow' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=300)
-    assert proc.stdout.split()[-3:] == ["0", "False", "False"], proc.stderr[-2000:]
+    assert proc.stdout.split()[-4:] == ["0", "False", "False", "False"], proc.stderr[-2000:]
 
 
 def test_the_start_up_imports_are_timed_once_and_kept_for_later_plans(tmp_path, monkeypatch):

@@ -135,7 +135,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
     from img2tfrecord.errors import ErrorBudgetExceeded
     from img2tfrecord.option_keywords import option_arguments
     from img2tfrecord.pipeline.config import config_from_options
-    from img2tfrecord.pipeline.fast_start import import_beam_for_options
+    from img2tfrecord.pipeline.fast_start import import_beam_for_options, import_beam_lean
     from img2tfrecord.schemas import output_files
 
     # Before Beam is asked about its options: Beam adds a stderr handler to an unconfigured root logger.
@@ -160,6 +160,7 @@ def _run(ns: argparse.Namespace, pipeline_args: List[str], own_options: Sequence
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if ns.plan:
         storage.use_pipeline_options(pipeline_args)
+        import_beam_lean()  # the plan times building the graph without the analysis (pipeline/startup.py)
         return print_plan(config, ns.json, ns.all_classes)
     # The job itself enforces --max-error-rate: it writes everything, then fails.
     try:
