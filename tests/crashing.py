@@ -68,3 +68,20 @@ class BigOutputConverter(ImageConverter):
             os._exit(70)
         time.sleep(self.delay_s)
         return None, b"x" * self.size
+
+
+class HalfResultConverter(ImageConverter):
+    """On files whose name contains ``crash``, writes the start of a result into the pool's result pipe and
+    dies there, as a worker killed halfway through handing a result back would."""
+
+    def __call__(self, source, label_names):
+        if "crash" in os.path.basename(source.relpath):
+            import gc
+            import struct
+            from multiprocessing.queues import SimpleQueue
+
+            # The worker's queues: the calls it takes and the results it writes (the one written last).
+            result_queue = [q for q in gc.get_objects() if isinstance(q, SimpleQueue)][-1]
+            os.write(result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x")  # 1 MiB announced, 1 B sent
+            os._exit(70)
+        return super().__call__(source, label_names)

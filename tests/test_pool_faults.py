@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 
-from crashing import BigOutputConverter
+from crashing import BigOutputConverter, HalfResultConverter
 
+from img2tfrecord.conversion import pool as pool_module
 from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool
 from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import WorkItem
@@ -47,3 +48,28 @@ def test_a_dead_worker_leaves_no_survivor_blocked_and_the_pool_closes_at_once(tm
     for manager in _manager_threads() - before:
         manager.join(10)
         assert not manager.is_alive(), "an executor's manager thread outlived its pool"
+
+
+def test_a_worker_dead_halfway_through_a_result_breaks_the_pool_instead_of_hanging_it(tmp_path, monkeypatch):
+    """The executor reads a result whole before it looks at its workers again: one that died after writing
+    the start of a result would keep it waiting for the rest for ever. The pool notices the dead worker
+    when a batch is late, and the run goes on: the item that killed two workers is an error row."""
+    monkeypatch.setattr(pool_module, "STALL_CHECK_S", 0.5)
+    converter = HalfResultConverter(ImageOptions(size=(8, 8), format="jpeg"), "class", (("train", 1.0),), 1)
+    names = ["cat/a.jpg", "dog/crash.jpg", "cat/b.jpg"]
+    items = [WorkItem(str(tmp_path / name), name, 1) for name in names]
+    seen = {}
+
+    def convert_all():
+        with ConversionPool(converter, 2, batch_size=1) as pool:
+            pool.put(items, LABELS)
+            for item, output in pool.outputs(drain=True):
+                seen[item.relpath] = output
+
+    thread = threading.Thread(target=convert_all, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the pool waited for ever on a half-written result"
+    assert set(seen) == set(names)
+    assert CRASH_MESSAGE in str(seen["dog/crash.jpg"])
+    assert CRASH_MESSAGE not in str(seen["cat/a.jpg"]) + str(seen["cat/b.jpg"])

@@ -75,6 +75,7 @@ BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 
 _RUN_SIGNALS = STOP_SIGNALS  # for the run, which stops its pools; the workers ignore them
 CLOSE_GRACE_S = 5.0  # how long a closing pool's workers may take to finish their batch before they are killed
+STALL_CHECK_S = 5.0  # a batch not back after this long: are all of the pool's workers still alive?
 _OPEN: weakref.WeakSet[ConversionPool] = weakref.WeakSet()
 
 
@@ -180,6 +181,29 @@ def _stop_executor(executor: concurrent.futures.ProcessPoolExecutor, grace_s: fl
         process.join(CLOSE_GRACE_S)
     if manager is not None:  # it reaps the workers too: once it ends, none is left as a child of this process
         manager.join(CLOSE_GRACE_S)
+
+
+def _a_worker_died(executor: concurrent.futures.ProcessPoolExecutor) -> bool:
+    """Whether a worker process of ``executor`` has ended while the executor still counts it."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    return any(process.exitcode is not None for process in processes)
+
+
+def _break_executor(executor: concurrent.futures.ProcessPoolExecutor) -> None:
+    """End ``executor`` after a worker died mid-result: its other workers are killed, then this process's
+    own end of the result pipe is closed, so the executor's reader sees the pipe end instead of waiting
+    for the rest of a result, and fails every pending future with BrokenProcessPool."""
+    logging.debug("a conversion worker died while writing a result back: breaking its pool")
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
+    for process in processes:
+        process.join(CLOSE_GRACE_S)
+    writer = getattr(getattr(executor, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        with contextlib.suppress(OSError):
+            writer.close()
 
 
 class _Batch(NamedTuple):
@@ -393,7 +417,7 @@ class ConversionPool:
 
     def _results(self, batch: _Batch) -> Iterator[Tuple[Any, Output]]:
         try:
-            outputs = batch.future.result()
+            outputs = self._result(batch.future)
         except BrokenProcessPool:
             if batch.generation == self._generation:  # the current pool broke: start a fresh one
                 logging.warning("a conversion worker process died; converting its batch again, one item at a time")
@@ -401,11 +425,27 @@ class ConversionPool:
             outputs = [self._alone(item, batch.labels) for item in batch.items]
         yield from zip(batch.items, outputs)
 
+    def _result(self, future: concurrent.futures.Future) -> Any:
+        """``future.result()``; BrokenProcessPool also when a worker died while it wrote a result back.
+
+        The executor reads results from one pipe and notices a dead worker only between two results: a
+        worker killed halfway through writing one (by the out-of-memory killer, or with its fork server)
+        leaves the executor waiting for the rest of it for ever. A batch not back within
+        ``STALL_CHECK_S`` has the workers looked at; with one of them dead, the pool is broken here.
+        """
+        while True:
+            try:
+                return future.result(timeout=STALL_CHECK_S)
+            except concurrent.futures.TimeoutError:
+                executor = self._pool
+                if executor is not None and _a_worker_died(executor):
+                    _break_executor(executor)  # its futures fail with BrokenProcessPool
+
     def _alone(self, item: Any, labels: List[str]) -> Output:
         """One item converted alone: if the pool breaks now, this item broke it."""
         future = self._send([item], labels)
         try:
-            return future.result()[0]
+            return self._result(future)[0]
         except BrokenProcessPool:
             self._restart_pool()
             return self._converter.crashed(item, CRASH_MESSAGE)
