@@ -165,7 +165,7 @@ def _stop_executor(executor: concurrent.futures.ProcessPoolExecutor, grace_s: fl
     """Shut ``executor`` down without waiting on it for ever: its workers get ``grace_s`` to finish their batch
     and exit, then those still alive are killed (SIGKILL: they ignore SIGTERM) and reaped, so that the
     executor's manager thread, which the interpreter joins at exit, ends too."""
-    processes = list((getattr(executor, "_processes", None) or {}).values())
+    processes = _workers(executor)
     manager = getattr(executor, "_executor_manager_thread", None)
     executor.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + grace_s
@@ -174,19 +174,28 @@ def _stop_executor(executor: concurrent.futures.ProcessPoolExecutor, grace_s: fl
     alive = [process for process in processes if process.is_alive()]
     if alive:
         logging.debug("stopping %d conversion worker process(es) that did not exit by themselves", len(alive))
-    for process in alive:
-        with contextlib.suppress(OSError, ValueError):
-            process.kill()
-    for process in alive:
-        process.join(CLOSE_GRACE_S)
+    _kill(alive)
     if manager is not None:  # it reaps the workers too: once it ends, none is left as a child of this process
         manager.join(CLOSE_GRACE_S)
 
 
+def _workers(executor: concurrent.futures.ProcessPoolExecutor) -> List[Any]:
+    """The worker processes ``executor`` counts."""
+    return list((getattr(executor, "_processes", None) or {}).values())
+
+
+def _kill(processes: Sequence[Any]) -> None:
+    """SIGKILL ``processes`` (workers ignore SIGTERM) and reap them."""
+    for process in processes:
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
+    for process in processes:
+        process.join(CLOSE_GRACE_S)
+
+
 def _a_worker_died(executor: concurrent.futures.ProcessPoolExecutor) -> bool:
     """Whether a worker process of ``executor`` has ended while the executor still counts it."""
-    processes = list((getattr(executor, "_processes", None) or {}).values())
-    return any(process.exitcode is not None for process in processes)
+    return any(process.exitcode is not None for process in _workers(executor))
 
 
 def _break_executor(executor: concurrent.futures.ProcessPoolExecutor) -> None:
@@ -194,12 +203,7 @@ def _break_executor(executor: concurrent.futures.ProcessPoolExecutor) -> None:
     own end of the result pipe is closed, so the executor's reader sees the pipe end instead of waiting
     for the rest of a result, and fails every pending future with BrokenProcessPool."""
     logging.debug("a conversion worker died while writing a result back: breaking its pool")
-    processes = list((getattr(executor, "_processes", None) or {}).values())
-    for process in processes:
-        with contextlib.suppress(OSError, ValueError):
-            process.kill()
-    for process in processes:
-        process.join(CLOSE_GRACE_S)
+    _kill(_workers(executor))
     writer = getattr(getattr(executor, "_result_queue", None), "_writer", None)
     if writer is not None:
         with contextlib.suppress(OSError):
