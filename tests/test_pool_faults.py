@@ -20,6 +20,25 @@ def _manager_threads():
     return {t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread" and t.is_alive()}
 
 
+def _convert_all(converter, items, within_s: float = 60.0):
+    """``items`` through a two-process pool, one item per batch, in a thread given ``within_s``: whether it
+    finished, the outputs by relpath, and the first pool's worker processes."""
+    seen = {}
+    workers = []
+
+    def convert_all():
+        with ConversionPool(converter, 2, batch_size=1) as pool:
+            workers.extend(pool._pool._processes.values())  # the first pool's, which a crash breaks
+            pool.put(items, LABELS)
+            for item, output in pool.outputs(drain=True):
+                seen[item.relpath] = output
+
+    thread = threading.Thread(target=convert_all, daemon=True)
+    thread.start()
+    thread.join(within_s)
+    return not thread.is_alive(), seen, workers
+
+
 def test_a_dead_worker_leaves_no_survivor_blocked_and_the_pool_closes_at_once(tmp_path):
     converter = BigOutputConverter(
         ImageOptions(size=(8, 8), format="jpeg"), "class", (("train", 1.0),), 1, delay_s=1.0, size=2 << 20
@@ -27,20 +46,8 @@ def test_a_dead_worker_leaves_no_survivor_blocked_and_the_pool_closes_at_once(tm
     names = ["cat/a.jpg", "dog/crash.jpg", "cat/b.jpg", "dog/c.jpg"]
     items = [WorkItem(str(tmp_path / name), name, 1) for name in names]
     before = _manager_threads()
-    seen = {}
-    workers = []
-
-    def convert_all():
-        with ConversionPool(converter, 2, batch_size=1) as pool:
-            workers.extend(pool._pool._processes.values())  # the first pool's, which the crash breaks
-            pool.put(items, LABELS)
-            for item, output in pool.outputs(drain=True):
-                seen[item.relpath] = output
-
-    thread = threading.Thread(target=convert_all, daemon=True)
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the pool did not close after a worker died"
+    finished, seen, workers = _convert_all(converter, items)
+    assert finished, "the pool did not close after a worker died"
     assert set(seen) == set(names)
     assert seen["cat/a.jpg"] == (None, b"x" * (2 << 20))
     assert CRASH_MESSAGE in str(seen["dog/crash.jpg"])
@@ -58,18 +65,8 @@ def test_a_worker_dead_halfway_through_a_result_breaks_the_pool_instead_of_hangi
     converter = HalfResultConverter(ImageOptions(size=(8, 8), format="jpeg"), "class", (("train", 1.0),), 1)
     names = ["cat/a.jpg", "dog/crash.jpg", "cat/b.jpg"]
     items = [WorkItem(str(tmp_path / name), name, 1) for name in names]
-    seen = {}
-
-    def convert_all():
-        with ConversionPool(converter, 2, batch_size=1) as pool:
-            pool.put(items, LABELS)
-            for item, output in pool.outputs(drain=True):
-                seen[item.relpath] = output
-
-    thread = threading.Thread(target=convert_all, daemon=True)
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the pool waited for ever on a half-written result"
+    finished, seen, _ = _convert_all(converter, items)
+    assert finished, "the pool waited for ever on a half-written result"
     assert set(seen) == set(names)
     assert CRASH_MESSAGE in str(seen["dog/crash.jpg"])
     assert CRASH_MESSAGE not in str(seen["cat/a.jpg"]) + str(seen["cat/b.jpg"])
