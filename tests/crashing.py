@@ -70,18 +70,33 @@ class BigOutputConverter(ImageConverter):
         return None, b"x" * self.size
 
 
+def die_halfway_through_a_result() -> None:
+    """Write the start of a result into this pool worker's result pipe and die there, as a worker killed
+    halfway through handing a result back would."""
+    import gc
+    import struct
+    from multiprocessing.queues import SimpleQueue
+
+    # The worker's queues: the calls it takes and the results it writes (the one written last).
+    result_queue = [q for q in gc.get_objects() if isinstance(q, SimpleQueue)][-1]
+    os.write(result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x")  # 1 MiB announced, 1 B sent
+    os._exit(70)
+
+
 class HalfResultConverter(ImageConverter):
-    """On files whose name contains ``crash``, writes the start of a result into the pool's result pipe and
-    dies there, as a worker killed halfway through handing a result back would."""
+    """Dies halfway through handing a result back on files whose name contains ``crash``."""
 
     def __call__(self, source, label_names):
         if "crash" in os.path.basename(source.relpath):
-            import gc
-            import struct
-            from multiprocessing.queues import SimpleQueue
-
-            # The worker's queues: the calls it takes and the results it writes (the one written last).
-            result_queue = [q for q in gc.get_objects() if isinstance(q, SimpleQueue)][-1]
-            os.write(result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x")  # 1 MiB announced, 1 B sent
-            os._exit(70)
+            die_halfway_through_a_result()
         return super().__call__(source, label_names)
+
+
+def square_dying_once_halfway(task):
+    """``task = (marker, n)`` -> n * n; the first worker to get n == 3 creates ``marker`` and dies halfway
+    through handing its result back."""
+    marker, n = task
+    if n == 3 and not os.path.exists(marker):
+        open(marker, "w").close()
+        die_halfway_through_a_result()
+    return n * n

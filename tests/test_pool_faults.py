@@ -1,17 +1,19 @@
-"""A conversion pool whose worker dies: the run goes on, and nothing of the broken pool outlives it
-(conversion/pool.py). Its surviving workers ignore SIGTERM and may be blocked writing a result no one
-reads; the interpreter joins every executor's manager thread at exit, so any survivor would hang the run."""
+"""A pool whose worker dies: the run goes on, and nothing of the broken pool outlives it (conversion/pool.py,
+and the report's, report/workers.py). Its surviving workers may ignore SIGTERM and be blocked writing a result
+no one reads; the interpreter joins every executor's manager thread at exit, so any survivor would hang the run."""
 
 from __future__ import annotations
 
+import os
 import threading
 
-from crashing import BigOutputConverter, HalfResultConverter
+from crashing import BigOutputConverter, HalfResultConverter, square_dying_once_halfway
 
-from img2tfrecord.conversion import pool as pool_module
+from img2tfrecord import worker_exit
 from img2tfrecord.conversion.pool import CRASH_MESSAGE, ConversionPool
 from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.model import WorkItem
+from img2tfrecord.report.workers import Workers
 
 LABELS = ["cat", "dog"]
 
@@ -61,7 +63,7 @@ def test_a_worker_dead_halfway_through_a_result_breaks_the_pool_instead_of_hangi
     """The executor reads a result whole before it looks at its workers again: one that died after writing
     the start of a result would keep it waiting for the rest for ever. The pool notices the dead worker
     when a batch is late, and the run goes on: the item that killed two workers is an error row."""
-    monkeypatch.setattr(pool_module, "STALL_CHECK_S", 0.5)
+    monkeypatch.setattr(worker_exit, "STALL_CHECK_S", 0.5)
     converter = HalfResultConverter(ImageOptions(size=(8, 8), format="jpeg"), "class", (("train", 1.0),), 1)
     names = ["cat/a.jpg", "dog/crash.jpg", "cat/b.jpg"]
     items = [WorkItem(str(tmp_path / name), name, 1) for name in names]
@@ -70,3 +72,34 @@ def test_a_worker_dead_halfway_through_a_result_breaks_the_pool_instead_of_hangi
     assert set(seen) == set(names)
     assert CRASH_MESSAGE in str(seen["dog/crash.jpg"])
     assert CRASH_MESSAGE not in str(seen["cat/a.jpg"]) + str(seen["cat/b.jpg"])
+
+
+def test_a_report_worker_dead_halfway_through_a_result_is_replaced_and_every_task_runs(tmp_path, monkeypatch):
+    """The report's pool (report/workers.py) notices a worker that died halfway through a result as the
+    conversion pool does, and runs the tasks from the one it was on again in a fresh pool."""
+    monkeypatch.setattr(worker_exit, "STALL_CHECK_S", 0.5)
+    warnings, results = [], []
+    tasks = [(str(tmp_path / "died"), n) for n in range(6)]
+
+    def square_all():
+        with Workers(2, warn=warnings.append) as pool:
+            results.extend(pool.map(square_dying_once_halfway, tasks))
+
+    thread = threading.Thread(target=square_all, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the report's pool waited for ever on a half-written result"
+    assert os.path.exists(tmp_path / "died")  # a worker died there
+    assert results == [n * n for n in range(6)]
+    assert len(warnings) == 1
+
+
+def test_a_report_worker_killed_between_two_calls_is_replaced_on_the_next_one():
+    warnings = []
+    with Workers(2, warn=warnings.append) as pool:
+        assert pool.map(abs, [-1, -2, -3]) == [1, 2, 3]
+        victim = next(iter(pool._pool._processes.values()))
+        victim.kill()
+        victim.join(10)
+        assert pool.map(abs, [-4, -5]) == [4, 5]
+    assert len(warnings) == 1

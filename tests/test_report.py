@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import struct
@@ -33,6 +34,7 @@ from conftest import convert
 from helpers.cli import run_in_process
 from PIL import Image
 
+from img2tfrecord import faults, worker_exit
 from img2tfrecord.conversion.seeded_hashes import assign_split, parse_splits
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.report import duplicates as dup
@@ -40,6 +42,7 @@ from img2tfrecord.report import facts, group_lines, html_page, near_search, page
 from img2tfrecord.schemas import output_files
 
 SEED = 5
+WORKER_DIED_WARNING = "img2tfrecord report: warning: a worker process died; running its tasks again in a fresh pool"
 SPLITS = "train=0.6,validation=0.2,test=0.2"
 CLASSES = ("bird", "cat", "dog")
 PHOTOS_PER_CLASS = 8
@@ -313,6 +316,52 @@ def test_damaged_shard_gives_a_report_of_what_could_be_read(planted, tmp_path):
     assert 0 < train["num_examples"] < train["declared_examples"]
     assert document["splits"]["test"]["num_examples"] == document["splits"]["test"]["declared_examples"]
     assert 'id="read-problems"' in (tmp_path / "r.html").read_text()
+
+
+def _without_timings(json_path):
+    """report.json and its lines files, without what differs between two runs: timings and file names."""
+    document = json.load(open(json_path))
+    every = [lines(json_path, document, kind) for kind in ("classes", "duplicates", "rejected")]
+    document["read"] = document["options"] = document["files"] = None
+    return document, every
+
+
+def test_a_report_worker_killed_mid_shard_is_replaced_and_the_report_is_an_undisturbed_ones(
+    reported, tmp_path, monkeypatch
+):
+    _, out, html_path, _, _ = reported
+    monkeypatch.setenv(faults.ENV, "fail:scanning:kill")
+    monkeypatch.setenv(faults.MARKER_ENV, str(tmp_path / "killed"))
+    target = tmp_path / "r.html"
+    args = ("--seed", "3", "--thumbnails-per-class", "4", "--processes", "2")
+    proc = run_in_process("report", out, "--output", str(target), *args)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.exists(tmp_path / "killed")  # a worker was killed
+    assert proc.stderr.strip().splitlines() == [WORKER_DIED_WARNING]
+    assert _without_timings(tmp_path / "r.json") == _without_timings(html_path[: -len(".html")] + ".json")
+
+
+def test_a_shard_whose_workers_die_twice_ends_the_report_in_one_line_naming_it(planted, tmp_path, monkeypatch):
+    _, out = planted
+    monkeypatch.setenv(faults.ENV, "fail:scanning:kill")  # without a marker: every worker that starts a shard
+    stopped = []  # the workers of each pool the report stopped
+
+    def stop_pool(executor, grace_s, stop=worker_exit.stop_pool):
+        stopped.append(worker_exit._workers(executor))
+        stop(executor, grace_s)
+
+    monkeypatch.setattr(worker_exit, "stop_pool", stop_pool)
+    proc = run_in_process("report", out, "--output", str(tmp_path / "r.html"), "--processes", "2")
+    assert proc.returncode == 1
+    warning, line = proc.stderr.strip().splitlines()  # the first death's warning, then the one error line
+    assert warning == WORKER_DIED_WARNING and "Traceback" not in proc.stderr
+    assert re.fullmatch(
+        r"img2tfrecord report: error: a worker process died twice while reading \S+\.tfrecord\S* "
+        r"\(out of memory, or a crash in an image decoder\)",
+        line,
+    ), line
+    assert os.listdir(tmp_path) == [], "nothing written"
+    assert len(stopped) == 2 and all(stopped) and not any(p.is_alive() for pool in stopped for p in pool)
 
 
 def test_sequence_output_is_refused_in_one_line(tmp_path):

@@ -12,9 +12,10 @@
 * ``slow:<seconds>``: the shard writer waits that long after each record, so
   a small dataset converts for as long as a test needs (progress reports).
 * ``fail:<stage>:<error>``: the run fails at that stage (:data:`STAGES`) with ``error``: ``error`` (an
-  exception), ``enospc`` (a full disk), ``eacces`` (permission denied); at stage ``worker`` also
-  ``kill`` (the first conversion worker to get there dies, as if killed: once, marked by the marker
-  file). At ``heartbeat`` the lock's heartbeat beats every few milliseconds, and fails.
+  exception), ``enospc`` (a full disk), ``eacces`` (permission denied); at stages ``worker`` and
+  ``scanning`` (a ``report`` worker starting on a shard) also ``kill``: the worker process that gets
+  there dies, as if killed (with a marker file, only the first one: the file marks it). At
+  ``heartbeat`` the lock's heartbeat beats every few milliseconds, and fails.
 
 The shard step takes its faults as a value (:func:`from_environment` gives
 the :class:`FaultPlan` the conversion passes to ``WriteShards``, None when
@@ -34,8 +35,8 @@ ENV = "IMG2TFRECORD_FAULT"
 MARKER_ENV = "IMG2TFRECORD_FAULT_MARKER"
 PHASES = ("listing", "converting", "committing", "finalizing")  # and "analysis", with the analysis on
 # Where fail:<stage>:<error> strikes: the launch's listing, a conversion worker, a record written into a
-# shard, a split's commit, the tf.Transform analysis, dataset.json, the lock's heartbeat.
-STAGES = ("listing", "worker", "writing", "committing", "analysis", "finalizing", "heartbeat")
+# shard, a split's commit, the tf.Transform analysis, dataset.json, the lock's heartbeat; a report's worker.
+STAGES = ("listing", "worker", "writing", "committing", "analysis", "finalizing", "heartbeat", "scanning")
 HEARTBEAT_FAULT_S = 0.02  # of convert
 _PAUSE_S = 600.0
 _DROPPED: List[Any] = []  # drop_record: the one record this process left out
@@ -63,11 +64,12 @@ def _raise(error: str, stage: str, path: str) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path or None)
     if error == "kill":
         marker = os.environ.get(MARKER_ENV)
-        if marker and not os.path.exists(marker):
+        if marker:
+            if os.path.exists(marker):  # the one marked has died already
+                return
             with open(marker, "w", encoding="utf-8") as f:
                 f.write(f"{stage} {os.getpid()}\n")
-            os.kill(os.getpid(), signal.SIGKILL)
-        return
+        os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError(f"a fault injected at {stage}")
 
 

@@ -17,12 +17,19 @@ armed only for workers started by a main thread (the fork server's, or a spawnin
 only with its process. Everywhere, a daemon thread also watches the parent's pid (another platform, a
 worker started by another thread). A forked worker's parent is the fork server, which ends with the owner.
 
+The owner's side of a worker's death (:func:`pool_result`, :func:`stop_pool`): a result a dead worker left
+half-written breaks the pool instead of leaving its owner waiting, and a pool is stopped without waiting on
+its workers for ever.
+
 No Beam, no TensorFlow: workers import this first.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import ctypes
+import logging
 import multiprocessing
 import multiprocessing.context
 import os
@@ -30,7 +37,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from img2tfrecord.errors import STOP_SIGNALS
 
@@ -38,6 +45,8 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _WATCH_S = 0.5  # how often the watching thread looks at the parent
 # What the fork server imports once for every worker it forks: the conversion workers' code.
 PRELOAD = ("img2tfrecord.conversion.pool",)
+STALL_CHECK_S = 5.0  # a result not back after this long: are all of the pool's workers still alive?
+REAP_S = 5.0  # how long a killed worker may take to be reaped
 
 
 class Parent(NamedTuple):
@@ -130,3 +139,64 @@ def _watch(parent_pid: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(_WATCH_S)
     os._exit(1)  # pylint: disable=protected-access
+
+
+def pool_result(future: concurrent.futures.Future, executor: Optional[concurrent.futures.ProcessPoolExecutor]) -> Any:
+    """``future.result()``, raising BrokenProcessPool also when a worker of ``executor`` died while it wrote
+    a result back.
+
+    An executor reads results from one pipe and notices a dead worker only between two results: a worker
+    killed halfway through writing one (by the out-of-memory killer, or with its fork server) leaves it
+    waiting for the rest for ever. A result not back within ``STALL_CHECK_S`` has the workers looked at;
+    with one of them dead, the pool is broken here.
+    """
+    while True:
+        try:
+            return future.result(timeout=STALL_CHECK_S)
+        except concurrent.futures.TimeoutError:
+            if executor is not None and any(process.exitcode is not None for process in _workers(executor)):
+                _break(executor)  # its futures fail with BrokenProcessPool
+
+
+def stop_pool(executor: concurrent.futures.ProcessPoolExecutor, grace_s: float) -> None:
+    """Shut ``executor`` down without waiting on it for ever: its workers get ``grace_s`` to finish their task
+    and exit, then those still alive are killed (SIGKILL: workers may ignore SIGTERM) and reaped, so that the
+    executor's manager thread, which the interpreter joins at exit, ends too."""
+    processes = _workers(executor)
+    manager = getattr(executor, "_executor_manager_thread", None)
+    executor.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    alive = [process for process in processes if process.is_alive()]
+    if alive:
+        logging.debug("stopping %d worker process(es) that did not exit by themselves", len(alive))
+    _kill(alive)
+    if manager is not None:  # it reaps the workers too: once it ends, none is left as a child of this process
+        manager.join(REAP_S)
+
+
+def _workers(executor: concurrent.futures.ProcessPoolExecutor) -> List[Any]:
+    """The worker processes ``executor`` counts."""
+    return list((getattr(executor, "_processes", None) or {}).values())
+
+
+def _kill(processes: Sequence[Any]) -> None:
+    """SIGKILL ``processes`` and reap them."""
+    for process in processes:
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
+    for process in processes:
+        process.join(REAP_S)
+
+
+def _break(executor: concurrent.futures.ProcessPoolExecutor) -> None:
+    """End ``executor`` after a worker died mid-result: its other workers are killed, then this process's
+    own end of the result pipe is closed, so the executor's reader sees the pipe end instead of waiting
+    for the rest of a result, and fails every pending future with BrokenProcessPool."""
+    logging.debug("a worker process died while writing a result back: breaking its pool")
+    _kill(_workers(executor))
+    writer = getattr(getattr(executor, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        with contextlib.suppress(OSError):
+            writer.close()

@@ -228,7 +228,7 @@ def build(directory: str, ns: argparse.Namespace, files: outputs.ReportFiles) ->
     image_sizes: Dict[str, Counter] = {split: Counter() for split in class_counts}
     largest_first = sorted(tasks, key=lambda t: -int(sizes.get(t.file) or 0))  # so the pool ends together
     scans: Dict[str, shard_scan.ShardScan] = {}
-    with workers.Workers(processes) as pool:
+    with workers.Workers(processes, warn=_warn) as pool:
         for scan in pool.imap(shard_scan.scan_shard, largest_first):
             if scan.columns is not None:
                 table.add(scan.file, scan.split, scan.columns)
@@ -289,6 +289,10 @@ def build(directory: str, ns: argparse.Namespace, files: outputs.ReportFiles) ->
     return Report(document, pictures, class_rows)
 
 
+def _warn(message: str) -> None:
+    print(f"{_PROG}: warning: {message}", file=sys.stderr)
+
+
 def _error(message: str, code: int = EXIT_USAGE) -> int:
     print(f"{_PROG}: error: {message}", file=sys.stderr)
     return code
@@ -304,7 +308,7 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def _run(ns: argparse.Namespace) -> int:
-    from img2tfrecord.report import html_page, outputs
+    from img2tfrecord.report import html_page, outputs, workers
 
     directory = ns.directory.rstrip("/") if storage.is_remote(ns.directory) else ns.directory
     if storage.is_remote(ns.output):
@@ -322,6 +326,12 @@ def _run(ns: argparse.Namespace) -> int:
             return _error(f"cannot write the report: {e}")
         except KeyboardInterrupt:
             return _error("interrupted", EXIT_INCOMPLETE)
+        except workers.WorkerDied as e:
+            shard = getattr(e.task, "file", None) or repr(e.task)
+            return _error(
+                f"a worker process died twice while reading {shard} (out of memory, or a crash in an image decoder)",
+                EXIT_INCOMPLETE,
+            )
         except Exception as e:  # never a traceback: one line naming what failed
             return _error(
                 f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}", EXIT_INCOMPLETE
@@ -335,15 +345,11 @@ def _run(ns: argparse.Namespace) -> int:
             return _error(f"cannot write the report: {e}")
     print(paths.html)
     if not document["dataset"]["complete"]:
-        print(
-            f"{_PROG}: warning: no {output_files.SUCCESS_FILE} in {directory}: the conversion did not finish",
-            file=sys.stderr,
-        )
+        _warn(f"no {output_files.SUCCESS_FILE} in {directory}: the conversion did not finish")
     problems = document["read"]["problems"]
     if problems:
-        print(
-            f"{_PROG}: warning: {document['read']['problem_count']} problem(s) reading the dataset, e.g. {problems[0]} "
-            f"(listed in the report)",
-            file=sys.stderr,
+        _warn(
+            f"{document['read']['problem_count']} problem(s) reading the dataset, e.g. {problems[0]} "
+            f"(listed in the report)"
         )
     return EXIT_OK if document["dataset"]["complete"] and not problems else EXIT_INCOMPLETE

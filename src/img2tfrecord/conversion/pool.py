@@ -46,14 +46,13 @@ import os
 import pickle
 import signal
 import sys
-import time
 import weakref
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from img2tfrecord.conversion.converter import Converter, Output, convert_batch, install_converter
 from img2tfrecord.errors import STOP_SIGNALS
-from img2tfrecord.worker_exit import WorkerStart, begin_worker, pool_start
+from img2tfrecord.worker_exit import WorkerStart, begin_worker, pool_result, pool_start, stop_pool
 
 CRASH_MESSAGE = (
     "the conversion worker process died while converting this item, twice "
@@ -75,7 +74,6 @@ BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 
 _RUN_SIGNALS = STOP_SIGNALS  # for the run, which stops its pools; the workers ignore them
 CLOSE_GRACE_S = 5.0  # how long a closing pool's workers may take to finish their batch before they are killed
-STALL_CHECK_S = 5.0  # a batch not back after this long: are all of the pool's workers still alive?
 _OPEN: weakref.WeakSet[ConversionPool] = weakref.WeakSet()
 
 
@@ -159,55 +157,6 @@ def _start_worker(converter: Converter[Any], start: WorkerStart) -> None:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _RUN_SIGNALS)  # blocked by the parent while it started this
     install_converter(converter)
-
-
-def _stop_executor(executor: concurrent.futures.ProcessPoolExecutor, grace_s: float) -> None:
-    """Shut ``executor`` down without waiting on it for ever: its workers get ``grace_s`` to finish their batch
-    and exit, then those still alive are killed (SIGKILL: they ignore SIGTERM) and reaped, so that the
-    executor's manager thread, which the interpreter joins at exit, ends too."""
-    processes = _workers(executor)
-    manager = getattr(executor, "_executor_manager_thread", None)
-    executor.shutdown(wait=False, cancel_futures=True)
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    alive = [process for process in processes if process.is_alive()]
-    if alive:
-        logging.debug("stopping %d conversion worker process(es) that did not exit by themselves", len(alive))
-    _kill(alive)
-    if manager is not None:  # it reaps the workers too: once it ends, none is left as a child of this process
-        manager.join(CLOSE_GRACE_S)
-
-
-def _workers(executor: concurrent.futures.ProcessPoolExecutor) -> List[Any]:
-    """The worker processes ``executor`` counts."""
-    return list((getattr(executor, "_processes", None) or {}).values())
-
-
-def _kill(processes: Sequence[Any]) -> None:
-    """SIGKILL ``processes`` (workers ignore SIGTERM) and reap them."""
-    for process in processes:
-        with contextlib.suppress(OSError, ValueError):
-            process.kill()
-    for process in processes:
-        process.join(CLOSE_GRACE_S)
-
-
-def _a_worker_died(executor: concurrent.futures.ProcessPoolExecutor) -> bool:
-    """Whether a worker process of ``executor`` has ended while the executor still counts it."""
-    return any(process.exitcode is not None for process in _workers(executor))
-
-
-def _break_executor(executor: concurrent.futures.ProcessPoolExecutor) -> None:
-    """End ``executor`` after a worker died mid-result: its other workers are killed, then this process's
-    own end of the result pipe is closed, so the executor's reader sees the pipe end instead of waiting
-    for the rest of a result, and fails every pending future with BrokenProcessPool."""
-    logging.debug("a conversion worker died while writing a result back: breaking its pool")
-    _kill(_workers(executor))
-    writer = getattr(getattr(executor, "_result_queue", None), "_writer", None)
-    if writer is not None:
-        with contextlib.suppress(OSError):
-            writer.close()
 
 
 class _Batch(NamedTuple):
@@ -295,7 +244,7 @@ class ConversionPool:
     def _restart_pool(self) -> None:
         """A fresh pool for one a worker's death broke; the broken one's survivors are killed first."""
         if self._pool is not None:
-            _stop_executor(self._pool, grace_s=0.0)  # broken: its results are no longer read
+            stop_pool(self._pool, grace_s=0.0)  # broken: its results are no longer read
         self._start_pool()
 
     def close(self) -> None:
@@ -306,7 +255,7 @@ class ConversionPool:
         self._in_flight.clear()
         self._prefetched.clear()
         if self._pool is not None:
-            _stop_executor(self._pool, grace_s=CLOSE_GRACE_S)
+            stop_pool(self._pool, grace_s=CLOSE_GRACE_S)
             self._pool = None
 
     @property
@@ -430,20 +379,8 @@ class ConversionPool:
         yield from zip(batch.items, outputs)
 
     def _result(self, future: concurrent.futures.Future) -> Any:
-        """``future.result()``; BrokenProcessPool also when a worker died while it wrote a result back.
-
-        The executor reads results from one pipe and notices a dead worker only between two results: a
-        worker killed halfway through writing one (by the out-of-memory killer, or with its fork server)
-        leaves the executor waiting for the rest of it for ever. A batch not back within
-        ``STALL_CHECK_S`` has the workers looked at; with one of them dead, the pool is broken here.
-        """
-        while True:
-            try:
-                return future.result(timeout=STALL_CHECK_S)
-            except concurrent.futures.TimeoutError:
-                executor = self._pool
-                if executor is not None and _a_worker_died(executor):
-                    _break_executor(executor)  # its futures fail with BrokenProcessPool
+        """``future.result()``; BrokenProcessPool also when a worker died while it wrote a result back."""
+        return pool_result(future, self._pool)
 
     def _alone(self, item: Any, labels: List[str]) -> Output:
         """One item converted alone: if the pool breaks now, this item broke it."""

@@ -270,6 +270,7 @@ def scan_shard(task: ShardTask) -> ShardScan:
     ``candidates_per_class`` records of each class with the smallest sample keys (drawn when
     ``task.draw_samples``, once the shard has been read)."""
     faults.pause_at("scanning")  # test-only: stops here with IMG2TFRECORD_FAULT=pause:scanning
+    faults.fail_at("scanning", task.file)  # test-only: none unless IMG2TFRECORD_FAULT is set
     started = time.perf_counter()
     built = _ColumnsBuilder()
     samples: List[Thumbnail] = []
