@@ -376,3 +376,26 @@ def test_the_start_up_imports_are_timed_once_and_kept_for_later_plans(tmp_path, 
     again = startup.ImportTimer(analysis=False)
     assert not again.measuring and again.seconds() == round(seconds, 3)
     assert startup.cached_import_seconds((True, True)) is None  # with the analysis: TensorFlow's, timed apart
+
+
+def test_a_plan_and_a_run_whose_graph_cannot_be_built_leave_nothing_in_the_temporary_folder(
+    class_folder, tmp_path, monkeypatch
+):
+    """Beam makes a temporary folder for every pipeline and removes it only when the pipeline runs."""
+    import tempfile
+
+    from img2tfrecord.pipeline import run
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    plan(class_folder, str(tmp_path / "planned"))
+    assert os.listdir(temporary) == []
+
+    def no_graph(*args, **kwargs):
+        raise RuntimeError("no graph")
+
+    monkeypatch.setattr(run, "build_pipeline", no_graph)
+    proc = run_in_process("convert", "--input", class_folder, "--output", str(tmp_path / "out"), *FAST)
+    assert proc.returncode == 1 and "no graph" in proc.stderr, proc.stderr[-3000:]
+    assert [n for n in os.listdir(temporary) if n.startswith("beam-pipeline-temp")] == []

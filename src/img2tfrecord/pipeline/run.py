@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -230,6 +231,8 @@ def _execute(
         if lock is not None and handed is not None:  # no job was submitted (or the local one failed)
             lock.take_back(handed)
         raise
+    finally:
+        shutil.rmtree(p.local_tempdir, ignore_errors=True)  # Beam removes it in run(), not when the build fails
 
 
 def _run(

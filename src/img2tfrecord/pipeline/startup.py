@@ -15,6 +15,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -187,7 +188,11 @@ def graph_seconds(config: ConvertConfig, plan: Plan) -> float:
 
     started = time.perf_counter()
     launched = launch_plan(plan, dataclasses.replace(config, analyze=False))
-    build_pipeline(beam.Pipeline(options=RunOptions([])), launched, config.processes or 1)
+    pipeline = beam.Pipeline(options=RunOptions([]))
+    try:
+        build_pipeline(pipeline, launched, config.processes or 1)
+    finally:
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)  # Beam removes it in run() only
     return time.perf_counter() - started
 
 
