@@ -38,7 +38,7 @@ from img2tfrecord import faults, worker_exit
 from img2tfrecord.conversion.seeded_hashes import assign_split, parse_splits
 from img2tfrecord.readers.records import read_manifest
 from img2tfrecord.report import duplicates as dup
-from img2tfrecord.report import facts, group_lines, html_page, near_search, page_classes, perceptual_hash
+from img2tfrecord.report import facts, group_lines, html_page, near_search, page_classes, perceptual_hash, workers
 from img2tfrecord.schemas import output_files
 
 SEED = 5
@@ -346,11 +346,11 @@ def test_a_shard_whose_workers_die_twice_ends_the_report_in_one_line_naming_it(p
     monkeypatch.setenv(faults.ENV, "fail:scanning:kill")  # without a marker: every worker that starts a shard
     stopped = []  # the workers of each pool the report stopped
 
-    def stop_pool(executor, grace_s, stop=worker_exit.stop_pool):
+    def stop_pool(executor, grace_s, stop=workers.stop_pool):
         stopped.append(worker_exit._workers(executor))
         stop(executor, grace_s)
 
-    monkeypatch.setattr(worker_exit, "stop_pool", stop_pool)
+    monkeypatch.setattr(workers, "stop_pool", stop_pool)
     proc = run_in_process("report", out, "--output", str(tmp_path / "r.html"), "--processes", "2")
     assert proc.returncode == 1
     warning, line = proc.stderr.strip().splitlines()  # the first death's warning, then the one error line

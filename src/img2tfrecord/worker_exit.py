@@ -47,6 +47,7 @@ _WATCH_S = 0.5  # how often the watching thread looks at the parent
 PRELOAD = ("img2tfrecord.conversion.pool",)
 STALL_CHECK_S = 5.0  # a result not back after this long: are all of the pool's workers still alive?
 REAP_S = 5.0  # how long a killed worker may take to be reaped
+CLOSE_GRACE_S = 5.0  # how long a closing pool's workers may take to finish their task before they are killed
 
 
 class Parent(NamedTuple):
@@ -158,7 +159,7 @@ def pool_result(future: concurrent.futures.Future, executor: Optional[concurrent
                 _break(executor)  # its futures fail with BrokenProcessPool
 
 
-def stop_pool(executor: concurrent.futures.ProcessPoolExecutor, grace_s: float) -> None:
+def stop_pool(executor: concurrent.futures.ProcessPoolExecutor, grace_s: float = CLOSE_GRACE_S) -> None:
     """Shut ``executor`` down without waiting on it for ever: its workers get ``grace_s`` to finish their task
     and exit, then those still alive are killed (SIGKILL: workers may ignore SIGTERM) and reaped, so that the
     executor's manager thread, which the interpreter joins at exit, ends too."""

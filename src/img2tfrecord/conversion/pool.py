@@ -73,7 +73,6 @@ def usable_cores() -> int:
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 
 _RUN_SIGNALS = STOP_SIGNALS  # for the run, which stops its pools; the workers ignore them
-CLOSE_GRACE_S = 5.0  # how long a closing pool's workers may take to finish their batch before they are killed
 _OPEN: weakref.WeakSet[ConversionPool] = weakref.WeakSet()
 
 
@@ -255,7 +254,7 @@ class ConversionPool:
         self._in_flight.clear()
         self._prefetched.clear()
         if self._pool is not None:
-            stop_pool(self._pool, grace_s=CLOSE_GRACE_S)
+            stop_pool(self._pool)
             self._pool = None
 
     @property

@@ -8,27 +8,20 @@ instead of leaving the report waiting (``worker_exit.pool_result``).
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence
+import concurrent.futures
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
-if TYPE_CHECKING:
-    import concurrent.futures
+from img2tfrecord.worker_exit import CLOSE_GRACE_S, begin_worker, pool_result, pool_start, stop_pool
 
 
 def start_pool(processes: int) -> concurrent.futures.ProcessPoolExecutor:
     """A pool of ``processes`` clean processes (never forked from this one: the caller may hold threads), each
     bound to this process's life: a killed report leaves no worker behind (``worker_exit.py``)."""
-    import concurrent.futures
-
-    from img2tfrecord.worker_exit import begin_worker, pool_start
-
     context, start = pool_start()
     return concurrent.futures.ProcessPoolExecutor(
         processes, mp_context=context, initializer=begin_worker, initargs=(start,)
     )
-
-
-CLOSE_GRACE_S = 5.0  # how long a closing pool's workers may take to finish their task before they are killed
 
 
 class WorkerDied(Exception):
@@ -43,9 +36,9 @@ class Workers:
     """A pool of ``processes`` processes, started on the first call that can use it; a context manager.
     ``warn`` is given the one line to show when a worker died and its tasks run again."""
 
-    def __init__(self, processes: int, warn: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(self, processes: int, warn: Callable[[str], None]) -> None:
         self.processes = processes
-        self._warn = warn or (lambda message: print(f"warning: {message}", file=sys.stderr))
+        self._warn = warn
         self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = None
 
     def imap(self, function: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[Any]:
@@ -56,10 +49,6 @@ class Workers:
         return self._pooled(function, list(tasks))
 
     def _pooled(self, function: Callable[[Any], Any], tasks: List[Any]) -> Iterator[Any]:
-        from concurrent.futures.process import BrokenProcessPool
-
-        from img2tfrecord.worker_exit import pool_result
-
         done, broken_at = 0, -1
         while done < len(tasks):
             pool = self._started()
@@ -81,9 +70,7 @@ class Workers:
             self._pool = start_pool(self.processes)
         return self._pool
 
-    def _stop(self, grace_s: float) -> None:
-        from img2tfrecord.worker_exit import stop_pool
-
+    def _stop(self, grace_s: float = CLOSE_GRACE_S) -> None:
         if self._pool is not None:
             stop_pool(self._pool, grace_s)
             self._pool = None
@@ -96,4 +83,4 @@ class Workers:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop(CLOSE_GRACE_S)
+        self._stop()
