@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from crashing import BigOutputConverter, HalfResultConverter, square_dying_once_halfway
 
@@ -98,8 +99,13 @@ def test_a_report_worker_killed_between_two_calls_is_replaced_on_the_next_one():
     warnings = []
     with Workers(2, warn=warnings.append) as pool:
         assert pool.map(abs, [-1, -2, -3]) == [1, 2, 3]
-        victim = next(iter(pool._pool._processes.values()))
+        executor = pool._pool
+        victim = next(iter(executor._processes.values()))
         victim.kill()
         victim.join(10)
+        deadline = time.monotonic() + 10
+        while not executor._broken and time.monotonic() < deadline:  # its manager thread has seen the death
+            time.sleep(0.01)
+        assert executor._broken
         assert pool.map(abs, [-4, -5]) == [4, 5]
     assert len(warnings) == 1
