@@ -37,6 +37,7 @@ from img2tfrecord.transforms.counters import CountRejectedFn
 from img2tfrecord.transforms.dedupe import Dedupe
 from img2tfrecord.transforms.discover import Discover, DiscoverClasses, JunkCount
 from img2tfrecord.transforms.finalize import FinalizeOutput
+from img2tfrecord.transforms.launch_values import launch_value
 from img2tfrecord.transforms.read_placed_shards import PlacedShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS
 from img2tfrecord.transforms.write_shards import WriteShards
@@ -114,12 +115,12 @@ def build_pipeline(
     # the one the launch converts ahead with; None: the graph discovers the classes.
     labels = launched.labels
     if labels is not None:
-        label_names = p | "ListedClasses" >> beam.Create([labels])
+        label_names = launch_value(p, "ListedClasses", labels)
     if placed is not None:  # placed at launch: no work item crosses the graph before its shard's writer
         if labels is None:
             raise ValueError("work items placed at launch need the classes of the same listing")
         items, rejected_early = p, []
-        num_inputs = p | "PlacedInputs" >> beam.Create([placed.num_inputs])
+        num_inputs = launch_value(p, "PlacedInputs", placed.num_inputs)
         num_skipped = p | "Skipped" >> JunkCount(len(junk))
     else:
         # Any input kind: the same work items, whatever holds the bytes (sources/inputs/, transforms/discover.py).

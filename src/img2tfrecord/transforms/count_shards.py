@@ -17,6 +17,7 @@ from img2tfrecord.conversion.converter import Converter
 from img2tfrecord.conversion.record_sizes import SAMPLE_SIZE, estimated_record_bytes, sample_sizes, shard_counts
 from img2tfrecord.conversion.seeded_hashes import shuffle_key
 from img2tfrecord.sources.layout import PlacementError
+from img2tfrecord.transforms.launch_values import launch_value
 
 
 class _SplitOf:
@@ -75,17 +76,12 @@ class CountShards(beam.PTransform):
     def expand(self, items):
         if self._num_shards:
             fixed = {name: self._num_shards for name in self._split_names}
-            return items.pipeline | "FixedCounts" >> beam.Create([fixed], reshuffle=False)
+            return launch_value(items.pipeline, "FixedCounts", fixed)
         split_of, sample_key = _SplitOf(self._converter), _SampleKey(self._converter)
         per_split = items | "SplitOf" >> beam.FlatMap(split_of) | "PerSplit" >> beam.combiners.Count.PerElement()
         sample = items | "Sample" >> beam.combiners.Top.Smallest(SAMPLE_SIZE, key=sample_key)
-        return (
-            items.pipeline
-            | "Start" >> beam.Create([None], reshuffle=False)
-            | "Counts"
-            >> beam.Map(
-                _Counts(self._converter, self._split_names, self._shard_size_mb),
-                per_split=beam.pvalue.AsDict(per_split),
-                sample=beam.pvalue.AsSingleton(sample),
-            )
+        return launch_value(items.pipeline, "Start", None) | "Counts" >> beam.Map(
+            _Counts(self._converter, self._split_names, self._shard_size_mb),
+            per_split=beam.pvalue.AsDict(per_split),
+            sample=beam.pvalue.AsSingleton(sample),
         )

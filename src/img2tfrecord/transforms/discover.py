@@ -26,6 +26,7 @@ from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import classes_of_file
 from img2tfrecord.transforms.counters import INPUTS, INPUTS_SKIPPED, NAMESPACE
 from img2tfrecord.transforms.discover_joins import JoinAnnotatedMembers, JoinArchiveMembers
+from img2tfrecord.transforms.launch_values import launch_value
 
 # The joins of the sources whose findings depend on each other; the others need none.
 _JOINS = {ArchiveSource: JoinArchiveMembers, ArchivedDetectionSource: JoinAnnotatedMembers}
@@ -90,7 +91,7 @@ class JunkCount(beam.PTransform):
         self._count = count
 
     def expand(self, pbegin):
-        return pbegin | "Count" >> beam.Create([self._count]) | "CountJunk" >> beam.Map(_counted_junk_total)
+        return launch_value(pbegin.pipeline, "Count", self._count) | "CountJunk" >> beam.Map(_counted_junk_total)
 
 
 class Discover(beam.PTransform):

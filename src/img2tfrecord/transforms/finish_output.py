@@ -12,6 +12,7 @@ import apache_beam as beam
 from img2tfrecord.conversion.run_totals import RunTotals
 from img2tfrecord.images.options import ImageOptions
 from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
+from img2tfrecord.transforms.launch_values import launch_value
 
 # The parts FinishOutput takes, a dict of PCollections: the committed shards, every error row, the train
 # records' analysis rows, the class list (one element), the inputs and the junk files counted (one each),
@@ -89,18 +90,13 @@ class FinishOutput(beam.PTransform):
                 side["statistics"] = beam.pvalue.AsSingleton(statistics)
         if MEMBERS in parts:
             side["unused_members"] = beam.pvalue.AsList(parts[MEMBERS])
-        return (
-            errors.pipeline
-            | "Start" >> beam.Create([None], reshuffle=False)
-            | "FinalizeOutput"
-            >> beam.ParDo(
-                self._finalize,
-                label_names=beam.pvalue.AsSingleton(parts[LABELS]),
-                shards=beam.pvalue.AsList(parts[SHARDS]),
-                rejected_counts=beam.pvalue.AsList(reason_counts),
-                num_inputs=beam.pvalue.AsSingleton(parts[NUM_INPUTS]),
-                num_skipped=beam.pvalue.AsSingleton(parts[NUM_SKIPPED]),
-                unused_error_files=beam.pvalue.AsList(error_files),
-                **side,
-            )
+        return launch_value(errors.pipeline, "Start", None) | "FinalizeOutput" >> beam.ParDo(
+            self._finalize,
+            label_names=beam.pvalue.AsSingleton(parts[LABELS]),
+            shards=beam.pvalue.AsList(parts[SHARDS]),
+            rejected_counts=beam.pvalue.AsList(reason_counts),
+            num_inputs=beam.pvalue.AsSingleton(parts[NUM_INPUTS]),
+            num_skipped=beam.pvalue.AsSingleton(parts[NUM_SKIPPED]),
+            unused_error_files=beam.pvalue.AsList(error_files),
+            **side,
         )

@@ -17,6 +17,7 @@ from img2tfrecord.conversion import placed_items
 from img2tfrecord.conversion.placed_items import Block
 from img2tfrecord.model import ERRORS, ErrorRow
 from img2tfrecord.transforms.counters import INPUTS, NAMESPACE, PassRejectedFn
+from img2tfrecord.transforms.launch_values import launch_values
 
 
 class PlacedShards(NamedTuple):
@@ -57,14 +58,12 @@ class ReadPlacedShards(beam.PTransform):
         self._placed = placed
 
     def expand(self, pbegin):
-        shards = (
-            pbegin
-            | "Blocks" >> beam.Create(list(self._placed.blocks), reshuffle=self._placed.spread)
-            | "ReadBlock" >> beam.ParDo(_ReadBlockFn(self._placed.path))
-        )
-        errors = (
-            pbegin
-            | "Rejected" >> beam.Create(list(self._placed.rejected), reshuffle=False)
-            | "CountRejected" >> beam.ParDo(PassRejectedFn())
+        if self._placed.spread:  # over the workers of a distributed runner
+            blocks = pbegin | "Blocks" >> beam.Create(list(self._placed.blocks), reshuffle=True)
+        else:
+            blocks = launch_values(pbegin.pipeline, "Blocks", self._placed.blocks)
+        shards = blocks | "ReadBlock" >> beam.ParDo(_ReadBlockFn(self._placed.path))
+        errors = launch_values(pbegin.pipeline, "Rejected", self._placed.rejected) | "CountRejected" >> beam.ParDo(
+            PassRejectedFn()
         )
         return {"shards": shards, ERRORS: errors}

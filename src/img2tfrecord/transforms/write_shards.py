@@ -27,6 +27,7 @@ from img2tfrecord.model import ERRORS
 from img2tfrecord.transforms.assign_shards import AssignShardsFn, every_shard
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.commit_split import CommitSplitFn, split_key
+from img2tfrecord.transforms.launch_values import launch_value
 from img2tfrecord.transforms.read_placed_shards import PlacedShards, ReadPlacedShards
 from img2tfrecord.transforms.shard_writer import ANALYSIS, WriteFaults, WriteShardsFn
 
@@ -73,7 +74,7 @@ class WriteShards(beam.PTransform):
     def expand(self, items):
         num_shards = self._num_shards
         if isinstance(num_shards, dict):
-            counts = items.pipeline | "ShardCounts" >> beam.Create([dict(num_shards)], reshuffle=False)
+            counts = launch_value(items.pipeline, "ShardCounts", dict(num_shards))
             num_shards = beam.pvalue.AsSingleton(counts)
         if self._placed is not None:
             found = items.pipeline | "PlacedShards" >> ReadPlacedShards(self._placed)
@@ -82,12 +83,9 @@ class WriteShards(beam.PTransform):
             placed = items | "AssignShards" >> beam.ParDo(
                 AssignShardsFn(self._converter), num_shards=num_shards
             ).with_output_types(Tuple[Tuple[str, int], Any]).with_outputs(ERRORS, main="placed")
-            every = (
-                items.pipeline
-                | "Start" >> beam.Create([None], reshuffle=False)
-                | "EveryShard"
-                >> beam.FlatMap(_placeholders, num_shards=num_shards).with_output_types(Tuple[Tuple[str, int], Any])
-            )
+            every = launch_value(items.pipeline, "Start", None) | "EveryShard" >> beam.FlatMap(
+                _placeholders, num_shards=num_shards
+            ).with_output_types(Tuple[Tuple[str, int], Any])
             grouped = (placed.placed, every) | "WithEveryShard" >> beam.Flatten() | "GroupByShard" >> beam.GroupByKey()
             rejected = placed[ERRORS]
         # The main output's type is declared, not inferred: Beam's inference reads the bytecode of ``process``.
