@@ -36,6 +36,7 @@ from img2tfrecord.transforms import finish_output as tail
 from img2tfrecord.transforms.count_shards import CountShards
 from img2tfrecord.transforms.discover import DiscoverClasses
 from img2tfrecord.transforms.finalize import FinalizeOutput
+from img2tfrecord.transforms.launch_values import launch_value
 from img2tfrecord.transforms.write_shards import WriteShards
 
 OUTPUT_OPTIONS = (
@@ -159,6 +160,6 @@ class ImagesToTFRecords(beam.PTransform):
             label_names=labels,
             rejected=(parsed[REJECTED],),
             num_inputs=refs | "InputUnits" >> beam.Map(_count_one) | "CountInputs" >> beam.combiners.Count.Globally(),
-            num_skipped=refs.pipeline | "NoJunk" >> beam.Create([0], reshuffle=False),
+            num_skipped=launch_value(refs.pipeline, "NoJunk", 0),
         )
         return write_output(source, write, finalize, run_dir, analysis=analysis)

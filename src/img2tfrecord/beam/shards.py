@@ -22,6 +22,7 @@ from img2tfrecord.schemas import output_files
 from img2tfrecord.sources.layout import LAYOUT_MANIFEST
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
 from img2tfrecord.transforms.finalize import remove_tree
+from img2tfrecord.transforms.launch_values import launch_value
 from img2tfrecord.transforms.write_shards import WriteShards
 
 
@@ -110,7 +111,7 @@ class ExamplesToTFRecords(beam.PTransform):
             )
         ).hexdigest()[:16]
         run_dir = FileSystems.join(self._output, output_files.run_folder(fingerprint))
-        start = examples.pipeline | "Start" >> beam.Create([None], reshuffle=False)
+        start = launch_value(examples.pipeline, "Start", None)
         if self._num_shards:
             fixed = {name: self._num_shards for name in self._split_names}
             counts = start | "FixedCounts" >> beam.Map(lambda _, counts: counts, fixed)

@@ -26,7 +26,7 @@ from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.sources.layout import classes_of_file
 from img2tfrecord.transforms.counters import INPUTS, INPUTS_SKIPPED, NAMESPACE
 from img2tfrecord.transforms.discover_joins import JoinAnnotatedMembers, JoinArchiveMembers
-from img2tfrecord.transforms.launch_values import launch_value
+from img2tfrecord.transforms.launch_values import launch_value, launch_values
 
 # The joins of the sources whose findings depend on each other; the others need none.
 _JOINS = {ArchiveSource: JoinArchiveMembers, ArchivedDetectionSource: JoinAnnotatedMembers}
@@ -74,7 +74,7 @@ class ListedJunk(beam.PTransform):
         self._names = list(names)
 
     def expand(self, pbegin):
-        return pbegin | "Names" >> beam.Create(self._names) | "CountJunk" >> beam.Map(_counted_junk)
+        return launch_values(pbegin.pipeline, "Names", self._names) | "CountJunk" >> beam.Map(_counted_junk)
 
 
 def _counted_junk_total(count: int) -> int:

@@ -14,6 +14,7 @@ from img2tfrecord.sources.archives import member_item, merge_top, prefix_of
 from img2tfrecord.sources.inputs import FILES
 from img2tfrecord.sources.inputs import archive as archive_source
 from img2tfrecord.sources.inputs import archived_detection as annotated
+from img2tfrecord.transforms.launch_values import launch_values
 
 
 class _CommonTopFolder(beam.CombineFn):
@@ -55,7 +56,7 @@ class JoinArchiveMembers(beam.PTransform):
             | "CommonTopFolder" >> beam.CombinePerKey(_CommonTopFolder())
         )
         files = members | "ToWorkItem" >> beam.Map(_to_item, prefixes=beam.pvalue.AsDict(prefixes))
-        return {FILES: files, ERRORS: members.pipeline | "NoErrors" >> beam.Create([])}
+        return {FILES: files, ERRORS: launch_values(members.pipeline, "NoErrors", [])}
 
 
 def _image_sets_of_root(root: str, texts) -> Tuple[str, Dict[str, str]]:
