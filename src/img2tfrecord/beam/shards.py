@@ -114,7 +114,7 @@ class ExamplesToTFRecords(beam.PTransform):
         start = launch_value(examples.pipeline, "Start", None)
         if self._num_shards:
             fixed = {name: self._num_shards for name in self._split_names}
-            counts = start | "FixedCounts" >> beam.Map(lambda _, counts: counts, fixed)
+            counts = launch_value(examples.pipeline, "FixedCounts", fixed)
         else:
             split_bytes = examples | "Bytes" >> beam.Map(_framed_bytes) | "PerSplit" >> beam.CombinePerKey(sum)
             counts = start | "Counts" >> beam.Map(
@@ -130,7 +130,7 @@ class ExamplesToTFRecords(beam.PTransform):
             ),
             run_dir,
             1,
-            beam.pvalue.AsSingleton(start | "NoLabels" >> beam.Map(lambda _: [])),
+            beam.pvalue.AsSingleton(launch_value(examples.pipeline, "NoLabels", [])),
             beam.pvalue.AsSingleton(counts),
         )
         _ = start | "RemoveStaging" >> beam.Map(_remove_staging, beam.pvalue.AsList(written["shards"]), run_dir)
