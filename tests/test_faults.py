@@ -52,7 +52,7 @@ from img2tfrecord.schemas.dataset_json import DatasetManifest
 from img2tfrecord.sources.inputs.folder import FolderSource
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSink, ShardSinks
 from img2tfrecord.transforms.discover import Discover, DiscoverClasses
-from img2tfrecord.transforms.finalize import WriteErrorReport
+from img2tfrecord.transforms.finalize import write_error_report
 from img2tfrecord.transforms.write_shards import WriteShards
 
 tf = pytest.importorskip("tensorflow")
@@ -141,7 +141,12 @@ def test_retried_bundles_neither_duplicate_nor_lose_records(tmp_path, monkeypatc
             label_names=beam.pvalue.AsSingleton(labels),
             num_shards={"train": 2},
         )
-        _ = written[ERRORS] | "Errors" >> WriteErrorReport(out)
+        errors_file = os.path.join(out, output_files.ERRORS_FILE)
+        _ = (
+            written[ERRORS]
+            | "Errors" >> beam.combiners.ToList()
+            | "ErrorReport" >> beam.Map(lambda rows: write_error_report(errors_file, rows))
+        )
 
     assert sorted(os.listdir(marks)) == sorted(f.replace("/", "__") for f in fail), "the failures did not happen"
     assert _WRITES["failed"] == 1

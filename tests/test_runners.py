@@ -152,7 +152,6 @@ def test_dataflow_dry_run_translates_the_whole_job(sample_dir, tmp_path):
         "WriteShards/GroupByShard",
         "WriteShards/WriteShard",
         "WriteShards/CommitSplit",
-        "FinishOutput/ErrorReport",
         "FinishOutput/AnalyzeTrainSplit/Analyze",
         "FinishOutput/FinalizeOutput",
     ):

@@ -26,7 +26,6 @@ _STAGES: Tuple[Tuple[str, str], ...] = (
     ("WriteShards/PlacedShards", "reading the placed work items"),
     ("WriteShards", "placing the work items in their shards"),
     ("FinishOutput/AnalyzeTrainSplit", "analysing the train split"),
-    ("FinishOutput/ErrorReport", "writing the error report"),
     ("FinishOutput/FinalizeOutput", "finishing the output (dataset.json)"),
     ("ArchiveMembers", "recording what each archive held"),
     ("Dedupe", "comparing the inputs' bytes (--dedupe)"),

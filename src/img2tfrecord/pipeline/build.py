@@ -205,7 +205,7 @@ def build_pipeline(
         resolved=append.resolved if append is not None else (),
     )
     graph_input = GraphInput(to_write, label_names, tuple(rejected_early), num_inputs, num_skipped)
-    write_output(graph_input, write, finalize, launched.run_dir, plan.generation, analysis, parts)
+    write_output(graph_input, write, finalize, launched.run_dir, analysis, parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +226,6 @@ def write_output(
     write: WriteShards,
     finalize: FinalizeOutput,
     run_dir: str,
-    generation: int = 0,
     analysis: Optional[tail.Analysis] = None,
     parts: Optional[Dict[str, Any]] = None,
 ) -> beam.PCollection:
@@ -253,4 +252,4 @@ def write_output(
         tail.NUM_INPUTS: source.num_inputs,
         tail.NUM_SKIPPED: source.num_skipped,
     }
-    return finished | "FinishOutput" >> tail.FinishOutput(finalize, run_dir, generation, analysis)
+    return finished | "FinishOutput" >> tail.FinishOutput(finalize, run_dir, analysis)

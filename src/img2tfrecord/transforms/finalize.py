@@ -1,9 +1,9 @@
 """The error report, the run's accounting, and the finishing writes of an output directory.
 
-``FinalizeOutput`` runs once, after every shard and the error report are
-final (it takes them as side inputs), checks that every input is accounted
-for, moves the shards, their indexes and the error report from the run's
-staging folder into the output (until then a failed run leaves nothing
+``FinalizeOutput`` runs once, after every shard is final (it takes them and
+every rejected row as side inputs), writes the error report into the run's
+staging folder, checks that every input is accounted for, moves the shards,
+their indexes and the error report from that folder into the output (until then a failed run leaves nothing
 outside that folder), and writes ``dataset.json``, ``labels.txt`` and finally
 ``_SUCCESS`` (none when no record was written: that run fails, past any error budget).
 With the tf.Transform analysis on, its ``statistics`` side input is emitted
@@ -39,20 +39,18 @@ def error_json(row: Mapping[str, str]) -> str:
     return json.dumps(dict(row), ensure_ascii=True, sort_keys=True)
 
 
-class WriteErrorReport(beam.PTransform):
-    """Error rows -> ``errors.jsonl`` (an append's: ``errors-g<N>.jsonl``) in ``folder`` (the run's staging
-    folder, which ``FinalizeOutput`` moves it from), always written, empty when nothing was rejected."""
+def write_error_report(path: str, rows: Iterable[Mapping[str, str]]) -> Dict[str, int]:
+    """Write ``rows`` to ``path`` as JSON lines, streamed (empty when there is none); -> rows per reason, sorted.
 
-    def __init__(self, folder: str, generation: int = 0):
-        super().__init__()
-        self._path = FileSystems.join(folder, output_files.errors_file(generation))
-
-    def expand(self, errors):
-        return (
-            errors
-            | "ToJson" >> beam.Map(error_json)
-            | "WriteErrors" >> beam.io.WriteToText(self._path, shard_name_template="", num_shards=1)
-        )
+    The report is one file, written by the step that finishes the output (``FinalizeOutput``) from its
+    iterable side input: a sink of its own would add four stages to every run, one writer either way."""
+    counts: Dict[str, int] = {}
+    with FileSystems.create(path, mime_type="text/plain", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for row in rows:
+            f.write(error_json(row).encode("ascii") + b"\n")
+            reason = row["reason"]
+            counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _check_staged_ledger(path: str) -> None:
@@ -189,17 +187,18 @@ class FinalizeOutput(beam.DoFn):
         unused_start,
         label_names: List[str],
         shards: List[CommittedShard],
-        rejected_counts: List[Tuple[str, int]],
+        error_rows: Iterable[Mapping[str, str]],
         num_inputs: int,
         num_skipped: int,
-        unused_error_files: List[str],
         statistics: Optional[Dict[str, Any]] = None,
         unused_members: Optional[List[str]] = None,
     ):
         detection = self._template.is_detection
         splits = summarise_splits(sorted(self._split_names), shards, detection)
         written = sum(info.num_examples for info in splits.values())
-        by_reason = dict(sorted(rejected_counts))
+        by_reason = write_error_report(
+            FileSystems.join(self._run_dir, output_files.errors_file(self._generation)), error_rows
+        )
         rejected = sum(by_reason.values())
         if num_inputs != written + rejected:
             raise AccountingError(f"{num_inputs} inputs but {written} records written and {rejected} rejected")

@@ -1,6 +1,6 @@
 """The last steps of every conversion, the same for ``convert`` and ``ImagesToTFRecords`` (:class:`FinishOutput`):
-every rejected row into the error report and counted by reason, the train split analysed with tf.Transform,
-then ``dataset.json``, ``labels.txt`` and ``_SUCCESS`` (``finalize.FinalizeOutput``)."""
+the train split analysed with tf.Transform, then every rejected row into the error report, counted by
+reason, ``dataset.json``, ``labels.txt`` and ``_SUCCESS`` (``finalize.FinalizeOutput``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import apache_beam as beam
 
 from img2tfrecord.conversion.run_totals import RunTotals
 from img2tfrecord.images.options import ImageOptions
-from img2tfrecord.transforms.finalize import FinalizeOutput, WriteErrorReport
+from img2tfrecord.transforms.finalize import FinalizeOutput
 from img2tfrecord.transforms.launch_values import launch_value
 
 # The parts FinishOutput takes, a dict of PCollections: the committed shards, every error row, the train
@@ -45,29 +45,21 @@ class Analysis:
     record_spec: Optional[Dict[str, Dict[str, Any]]] = None  # dataset.json's feature spec when not the task's
 
 
-def _reason(row) -> str:
-    return row["reason"]
-
-
 class FinishOutput(beam.PTransform):
-    """The parts of a conversion (a dict keyed as above) -> ``errors.jsonl`` (an append's
-    ``errors-g<N>.jsonl``, written in the staging folder ``run_dir``), the analysis (``analysis``; None: not
-    analysed) and ``finalize``'s ``dataset.json``, ``labels.txt`` and ``_SUCCESS``; returns ``finalize``'s
-    output (the manifest)."""
+    """The parts of a conversion (a dict keyed as above) -> the analysis (``analysis``; None: not analysed,
+    published through the staging folder ``run_dir``) and ``finalize``'s error report (``errors.jsonl``, an
+    append's ``errors-g<N>.jsonl``), ``dataset.json``, ``labels.txt`` and ``_SUCCESS``; returns ``finalize``'s
+    output (the manifest). The error rows reach ``finalize`` as an iterable side input, which it writes as
+    it counts them per reason."""
 
-    def __init__(
-        self, finalize: FinalizeOutput, run_dir: str, generation: int = 0, analysis: Optional[Analysis] = None
-    ):
+    def __init__(self, finalize: FinalizeOutput, run_dir: str, analysis: Optional[Analysis] = None):
         super().__init__()
         self._finalize = finalize
         self._run_dir = run_dir
-        self._generation = generation
         self._analysis = analysis
 
     def expand(self, parts: Dict[str, Any]):
         errors = parts[ERRORS]
-        reason_counts = errors | "Reason" >> beam.Map(_reason) | "CountPerReason" >> beam.combiners.Count.PerElement()
-        error_files = errors | "ErrorReport" >> WriteErrorReport(self._run_dir, self._generation)
         side: Dict[str, Any] = {}
         analysis = self._analysis
         if analysis is not None:
@@ -94,9 +86,8 @@ class FinishOutput(beam.PTransform):
             self._finalize,
             label_names=beam.pvalue.AsSingleton(parts[LABELS]),
             shards=beam.pvalue.AsList(parts[SHARDS]),
-            rejected_counts=beam.pvalue.AsList(reason_counts),
+            error_rows=beam.pvalue.AsIter(errors),
             num_inputs=beam.pvalue.AsSingleton(parts[NUM_INPUTS]),
             num_skipped=beam.pvalue.AsSingleton(parts[NUM_SKIPPED]),
-            unused_error_files=beam.pvalue.AsList(error_files),
             **side,
         )
