@@ -226,6 +226,31 @@ def test_a_file_written_whole_on_a_full_disk_leaves_no_temporary_file(full_disk)
     assert sorted(os.listdir(full_disk)) == ["filler"]
 
 
+def test_a_stop_inside_a_publication_write_leaves_no_temporary_file_and_is_undone(tmp_path, monkeypatch):
+    """A stop signal (KeyboardInterrupt) between removing the old file and renaming the new one into place:
+    neither the temporary file nor a missing file is left once the publication is undone."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from img2tfrecord.transforms.publish import Publication
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / output_files.LABELS_FILE).write_text("cat\n")
+
+    def stopped(sources, targets):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(FileSystems, "rename", stopped)
+    publication = Publication(str(tmp_path / "run"), str(out))
+    with pytest.raises(KeyboardInterrupt):
+        publication.write(output_files.LABELS_FILE, "cat\ndog\n")
+    assert sorted(os.listdir(out)) == []  # the old file went, and no temporary file stayed
+    monkeypatch.undo()
+    publication.undo({output_files.LABELS_FILE: "cat\n"})
+    assert sorted(os.listdir(out)) == [output_files.LABELS_FILE]
+    assert (out / output_files.LABELS_FILE).read_text() == "cat\n"
+
+
 def test_a_stop_signal_after_the_command_finished_exits_with_the_commands_code(monkeypatch):
     import signal
 

@@ -44,22 +44,22 @@ def _remove_if_empty(folder: str, output_dir: str) -> None:
 
 def write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary name, so readers never see half a file (nor the temporary
-    one when the write fails)."""
+    one when the write fails or a stop signal lands in it, before or after the old file is replaced)."""
     directory, name = path.rsplit("/", 1)
     tmp = f"{directory}/{output_files.TEMP_PREFIXES[1]}{name}"
     try:
         with FileSystems.create(tmp) as f:
             f.write(text.encode("utf-8"))
-    except BaseException:  # a full disk: no temporary file is left in the output
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+        FileSystems.rename([tmp], [path])
+    except BaseException:  # a full disk, or a stop: no temporary file is left in the output
         try:
             if FileSystems.exists(tmp):
                 FileSystems.delete([tmp])
         except Exception as e:  # pylint: disable=broad-except
             logging.warning("could not remove %s: %s", tmp, e)
         raise
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
 
 
 class Publication:
@@ -94,9 +94,10 @@ class Publication:
             self.move(FileSystems.join(staged, relative), posixpath.join(name, relative))
 
     def write(self, name: str, text: str) -> None:
-        """Write ``text`` as ``name`` in the output (whole: a temporary name, then a rename)."""
-        write_atomically(FileSystems.join(self._output_dir, name), text)
+        """Write ``text`` as ``name`` in the output (whole: a temporary name, then a rename); recorded first, so
+        that a write stopped after the old file went is undone too."""
         self._written.append(name)
+        write_atomically(FileSystems.join(self._output_dir, name), text)
 
     def _set_aside(self, name: str) -> None:
         aside = FileSystems.join(self._run_dir, _REPLACED_DIR, name)
