@@ -3,9 +3,10 @@
 ``FinalizeOutput`` runs once, after every shard is final (it takes them and
 every rejected row as side inputs), writes the error report into the run's
 staging folder, checks that every input is accounted for, moves the shards,
-their indexes and the error report from that folder into the output (until then a failed run leaves nothing
-outside that folder), and writes ``dataset.json``, ``labels.txt`` and finally
-``_SUCCESS`` (none when no record was written: that run fails, past any error budget).
+their indexes and the error report from that folder into the output (until
+then a failed run leaves nothing outside that folder), and writes
+``dataset.json``, ``labels.txt`` and finally ``_SUCCESS`` (none when no record
+was written: that run fails, past any error budget).
 With the tf.Transform analysis on, its ``statistics`` side input is emitted
 only once ``transform_fn/`` is written (transforms/analyze.py), and is
 copied into ``dataset.json``.
