@@ -21,6 +21,7 @@ from img2tfrecord.option_values import DEFAULT_SHARD_SIZE_MB
 from img2tfrecord.schemas import output_files
 from img2tfrecord.sources.layout import LAYOUT_MANIFEST
 from img2tfrecord.transforms.beam_tfrecord_sink import ShardSinks
+from img2tfrecord.transforms.count_shards import fixed_shard_counts
 from img2tfrecord.transforms.finalize import remove_tree
 from img2tfrecord.transforms.launch_values import launch_value
 from img2tfrecord.transforms.write_shards import WriteShards
@@ -113,8 +114,7 @@ class ExamplesToTFRecords(beam.PTransform):
         run_dir = FileSystems.join(self._output, output_files.run_folder(fingerprint))
         start = launch_value(examples.pipeline, "Start", None)
         if self._num_shards:
-            fixed = {name: self._num_shards for name in self._split_names}
-            counts = launch_value(examples.pipeline, "FixedCounts", fixed)
+            counts = fixed_shard_counts(examples.pipeline, self._split_names, self._num_shards)
         else:
             split_bytes = examples | "Bytes" >> beam.Map(_framed_bytes) | "PerSplit" >> beam.CombinePerKey(sum)
             counts = start | "Counts" >> beam.Map(

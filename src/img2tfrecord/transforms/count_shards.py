@@ -52,6 +52,11 @@ class _Counts:
         return shard_counts(split_bytes, self._shard_size_mb)
 
 
+def fixed_shard_counts(pipeline: beam.Pipeline, split_names: Sequence[str], num_shards: int) -> beam.PCollection:
+    """The one-element PCollection ``{split: num_shards}`` of a run given ``--num-shards``."""
+    return launch_value(pipeline, "FixedCounts", {name: num_shards for name in split_names})
+
+
 class CountShards(beam.PTransform):
     """Work items -> one ``{split: shard count}``: ``num_shards`` each when given, else from ``shard_size_mb``.
 
@@ -75,8 +80,7 @@ class CountShards(beam.PTransform):
 
     def expand(self, items):
         if self._num_shards:
-            fixed = {name: self._num_shards for name in self._split_names}
-            return launch_value(items.pipeline, "FixedCounts", fixed)
+            return fixed_shard_counts(items.pipeline, self._split_names, self._num_shards)
         split_of, sample_key = _SplitOf(self._converter), _SampleKey(self._converter)
         per_split = items | "SplitOf" >> beam.FlatMap(split_of) | "PerSplit" >> beam.combiners.Count.PerElement()
         sample = items | "Sample" >> beam.combiners.Top.Smallest(SAMPLE_SIZE, key=sample_key)
